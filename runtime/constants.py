@@ -1,0 +1,39 @@
+"""The seeds' bounds and constants, in one place, under recognisable names."""
+
+from __future__ import annotations
+
+BINDING_IDLE_CALLS = 256
+"""A session binding unused for this many ral calls is pruned (seed 000)."""
+
+LARGE_BINDING_BYTES = 1 << 20
+"""Writing a session binding whose encoding exceeds this emits one LargeBinding notice."""
+
+SETTLED_WORKER_RETENTION = 256
+"""A settled worker entry expires unclaimed this many ral calls after it was first observed settled."""
+
+INBOX_SOURCE_CAP = 64
+INBOX_TOTAL_CAP = 256
+
+MAX_STEPS = 250
+"""Provider round-trips per turn before the turn ends as Capped."""
+
+SPAWN_FUEL = 3
+"""Spawn fuel at the trunk; each fork generation gets one less."""
+
+COMPACT_WINDOW_FRACTION = 0.15
+"""Compaction is due when used tokens enter the top 15% of a known window."""
+
+COMPACT_THRESHOLD = 500 * 1024
+"""Fallback when the window is unknown: serialised history past 500 KiB."""
+
+DISK_WARN_CHECK_INTERVAL = 32
+
+VALUE_CAP = 20 * 1024
+STDOUT_CAP = 10 * 1024
+STDERR_CAP = 10 * 1024
+OPAQUE_CAP = 4 * 1024
+"""Opaque error blobs (provider errors, tracebacks): a short head+tail is all a model can use."""
+AGENT_REPLY_CAP = 20 * 1024
+"""A child's reply shown to its parent: the same budget as a value."""
+
+TRUNK_NAME = "trunk"

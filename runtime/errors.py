@@ -1,0 +1,69 @@
+"""Typed refusals, named by the state they report.
+
+Every refusal the runtime hands a caller is one of these: it says what state refused and what to
+do next. None of them is a cancellation (see :class:`runtime.cancel.Cancelled`).
+"""
+
+from __future__ import annotations
+
+
+class ExarchError(Exception):
+    """Base of every typed refusal."""
+
+
+class InboxFull(ExarchError):
+    """A quota-checked inbox source, or the inbox as a whole, is at its cap."""
+
+    def __init__(self, source: str, cap: int, *, total: bool = False, recipient: str | None = None) -> None:
+        self.source = source
+        self.cap = cap
+        self.total = total
+        self.recipient = recipient
+        which = "total" if total else f"source {source}"
+        who = f" of {recipient}" if recipient else ""
+        super().__init__(
+            f"inbox full: the inbox{who} holds its cap of {cap} for {which}; "
+            "retry after the recipient drains its queue"
+        )
+
+
+class NameTaken(ExarchError):
+    """A live agent already holds this name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"name taken: a live agent is already named {name!r}; choose another name")
+
+
+class UnknownAgent(ExarchError):
+    """No live agent has this name (it never existed or has already ended)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"unknown agent: no live agent is named {name!r}")
+
+
+class FuelExhausted(ExarchError):
+    """The agent has no spawn fuel left; the delegation chain bottoms out here."""
+
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        super().__init__(
+            f"spawn fuel exhausted: {agent} is at the depth limit; do the work in this agent instead"
+        )
+
+
+class NotGranted(ExarchError):
+    """An operation outside the session's grants."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(f"not granted: {what}")
+
+
+class SnapshotRefused(ExarchError):
+    """A snapshot file is corrupt or of a foreign format version; the previous one is kept."""
+
+
+class ScenarioError(ExarchError):
+    """A scenario file cannot be used; the message carries the file position."""

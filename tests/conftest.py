@@ -1,0 +1,66 @@
+"""Suite-wide fixtures: every test must reap every process and thread it starts."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+os.environ.setdefault("EXARCH_TEST", "1")
+
+
+def _children() -> set[int]:
+    try:
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes() -> Iterator[None]:
+    """Fail a test that leaves a child process (or a non-daemon thread) behind.
+
+    Processes get a short grace period to finish exiting: a reaped child can take a few
+    milliseconds to disappear from the process table.
+    """
+    before = _children()
+    threads_before = {t.ident for t in threading.enumerate()}
+    yield
+    deadline = time.monotonic() + 3.0
+    leaked = _children() - before
+    while leaked and time.monotonic() < deadline:
+        time.sleep(0.02)
+        leaked = {p for p in _children() - before if _alive(p)}
+    if leaked:
+        for pid in leaked:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+        pytest.fail(f"test leaked child processes: {sorted(leaked)}")
+    deadline = time.monotonic() + 3.0
+    stray = _stray_threads(threads_before)
+    while stray and time.monotonic() < deadline:
+        time.sleep(0.02)
+        stray = _stray_threads(threads_before)
+    if stray:
+        pytest.fail(f"test leaked non-daemon threads: {[t.name for t in stray]}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _stray_threads(before: set[int | None]) -> list[threading.Thread]:
+    return [
+        t
+        for t in threading.enumerate()
+        if t.ident not in before and t.is_alive() and not t.daemon and t is not threading.main_thread()
+    ]
