@@ -16,7 +16,11 @@ _SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     # name: (module, attribute, one-line help)
     "ral": ("cli.ral", "ral_command", "Run ral: a REPL, a one-liner (-c) or a file."),
     "run": ("cli.run", "run_command", "Run a headless trunk on a scenario or a prompt."),
-    "fleet": ("cli.fleet", "fleet_command", "Run a multi-agent scenario with a live spawn-tree view."),
+    "fleet": (
+        "cli.fleet",
+        "fleet_command",
+        "Run a scenario with a live spawn-tree view.",
+    ),
     "drill": ("cli.drill", "drill_command", "Break a live fleet on purpose and check invariants."),
     "check": ("cli.check", "check_command", "Check a session directory's invariants."),
     "resume": ("cli.resume", "resume_command", "Resume a run from its session directory."),

@@ -38,7 +38,9 @@ def _lock_for(path: Path) -> threading.Lock:
         return lock
 
 
-def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any], *, fsync: bool = True) -> dict[str, Any]:
+def append_jsonl(
+    path: str | os.PathLike[str], record: dict[str, Any], *, fsync: bool = True
+) -> dict[str, Any]:
     """Append ``record`` as one JSON line; add ``"at"`` if absent. Returns the written record.
 
     Appends from threads of one process to one path are serialised; ``O_APPEND`` keeps whole
@@ -116,7 +118,9 @@ def read_jsonl(path: str | os.PathLike[str]) -> JsonlRead:
         try:
             obj = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
-            out.damage.append(Damage(i, last and not ends_clean, raw[:200].decode("utf-8", "replace")))
+            out.damage.append(
+                Damage(i, last and not ends_clean, raw[:200].decode("utf-8", "replace"))
+            )
             continue
         if not isinstance(obj, dict):
             out.damage.append(Damage(i, False, raw[:200].decode("utf-8", "replace")))

@@ -14,7 +14,9 @@ class ExarchError(Exception):
 class InboxFull(ExarchError):
     """A quota-checked inbox source, or the inbox as a whole, is at its cap."""
 
-    def __init__(self, source: str, cap: int, *, total: bool = False, recipient: str | None = None) -> None:
+    def __init__(
+        self, source: str, cap: int, *, total: bool = False, recipient: str | None = None
+    ) -> None:
         self.source = source
         self.cap = cap
         self.total = total

@@ -62,5 +62,17 @@ def _stray_threads(before: set[int | None]) -> list[threading.Thread]:
     return [
         t
         for t in threading.enumerate()
-        if t.ident not in before and t.is_alive() and not t.daemon and t is not threading.main_thread()
+        if t.ident not in before
+        and t.is_alive()
+        and not t.daemon
+        and t is not threading.main_thread()
     ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fork_server() -> Iterator[None]:
+    """Start the shell fork server once, before any per-test leak check sees it."""
+    from actors.shell_host import ensure_fork_server
+
+    ensure_fork_server()
+    yield

@@ -1,0 +1,495 @@
+"""The agent node and its drive loop (seed 001, "The drive loop").
+
+An :class:`Agent` is the uniform node of a run: its event log, its persistent shell (a
+:class:`actors.shell.ShellActor` owning one OS process), its quota inbox, its sticky cooperative
+cancel token, its own hot-swappable provider handle, its pins and schedules. There is no
+``is_root``: every distinction is read from position (``parent``), ``interactive`` and the
+construction-fixed ``returns`` bit.
+
+Three nested loops, the same for trunk and child:
+
+- **drive** — the lifetime: pull the next turn from the inbox with the park verdict
+  re-evaluated on every wake; a genuine turn boundary resets the nudge latches and the sticky
+  token (a self-nudge resets neither); ``reply`` ends a returning agent after its batch; the
+  single exit settles any pending tool call so the log is always ready for the next user message.
+- **apply** — provider round-trips: the provider is read once per turn (a swap lands next turn);
+  compaction is checked before every request; every reply is admitted (X2/X7) before it is
+  committed; MaxTokens without a tool call appends the partial and ends the loop as truncated;
+  MAX_STEPS ends the turn as Capped.
+- **dispatch** — the tool-call batch in order, every id answered; then steering that arrived
+  mid-turn is appended after the complete batch.
+
+The drive loop runs on the agent actor's own thread as one long message; the actor's quota
+mailbox carries only control (Cancel / Interrupt trip the tokens at put time, in the sender's
+thread). Turn input arrives through :attr:`Agent.inbox`, the same inbox rule, pushed
+synchronously by producers so a rejection reaches its sender.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from actors.desk import AgentDesk
+from actors.schedules import Schedules
+from runtime.cancel import Cancelled, CancelScope
+from runtime.compaction import compaction_due
+from runtime.constants import MAX_STEPS
+from runtime.digest import clip_agent_reply
+from runtime.diskwarn import DiskWarn
+from runtime.eventlog import AgentLog
+from runtime.events import Io, Notice, Resources, SystemNote
+from runtime.events import ProviderError as ProviderErrorEvent
+from runtime.inbox import (
+    AgentMessage,
+    AgentResult,
+    Command,
+    ScheduledWakeup,
+    Surface,
+    UserSteering,
+)
+from runtime.inbox import (
+    Nudge as InboxNudge,
+)
+from runtime.messages import AssistantMessage, ToolResult, admit_assistant
+from runtime.nudge import NudgeInputs, NudgeLatches, Outcome, Verdict, classify, decide
+from runtime.park import Construction, ParkMode, park_mode, returns_for
+from runtime.prompt import build_system_prompt
+from runtime.providers.base import (
+    RAL_TOOL,
+    Provider,
+    ProviderError,
+    ProviderHandle,
+    Truncated,
+)
+from runtime.ral.values import render
+
+if TYPE_CHECKING:
+    from actors.fleet import Fleet
+    from actors.registry import Entry
+    from runtime.inbox import Inbox
+    from runtime.ral.context import DynamicContext
+    from runtime.snapshot import MobileSnapshot
+
+
+class AgentOutcome(StrEnum):
+    """How an agent's drive ended (the run's outcome is the trunk's)."""
+
+    REPLIED = "replied"
+    QUIESCED = "quiesced"
+    CAPPED = "capped"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """Everything fixed at construction."""
+
+    name: str
+    parent: str | None = None
+    construction: Construction = Construction.TRUNK
+    interactive: bool = False
+    fuel: int = 0
+    prompt: str | None = None
+    chat: bool = False
+    system: str | None = None
+    context: DynamicContext | None = None
+    snapshot: MobileSnapshot | None = None
+    generation: int = 0
+
+
+@dataclass
+class AgentStats:
+    """Figures the fleet view and fleetYield read; written only by the agent's own thread."""
+
+    turns: int = 0
+    steps: int = 0
+    ral_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tokens_known: bool = False
+    state: str = "starting"
+    in_flight: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Agent:
+    """One node of the spawn tree. Built by :class:`actors.fleet.Fleet`, never directly."""
+
+    def __init__(self, fleet: Fleet, spec: AgentSpec, provider: Provider, entry: Entry) -> None:
+        self.fleet = fleet
+        self.spec = spec
+        self.name = spec.name
+        self.parent = spec.parent
+        self.interactive = spec.interactive
+        self.returns = returns_for(spec.construction, interactive=spec.interactive)
+        self.fuel = spec.fuel
+        self.token: CancelScope = entry.token
+        """Sticky cooperative token (the registry's handle): tripped by interrupt or cancel,
+        reset at a genuine turn boundary unless a terminate-class cause stands."""
+        self.inbox: Inbox = entry.inbox
+        """The registry's handle too: producers push here and get InboxFull synchronously."""
+        self.log = AgentLog(fleet.session.events(spec.name))
+        self.provider = ProviderHandle(provider)
+        self.pins: dict[str, str] = {}
+        self.schedules = Schedules(self.inbox.push)
+        self.latches = NudgeLatches()
+        self.stats = AgentStats()
+        self.outcome: AgentOutcome | None = None
+        self._ended_cause: str | None = None
+        self.reply_value: Any = None
+        self._replied = False
+        self._reply_lock = threading.Lock()
+        self.desk = AgentDesk(self)
+        self.disk_warn = DiskWarn(
+            fleet.config.disk_warn_bytes,
+            [fleet.session.root, fleet.session.scratch(spec.name)],
+        )
+        self.system = (
+            None
+            if spec.chat
+            else spec.system
+            or build_system_prompt(
+                self.desk.verbs(), spec.name, self.returns, spec.fuel, chat=spec.chat
+            )
+        )
+        self.eval_root, self.shell = fleet.start_shell(self, spec.context, spec.snapshot)
+        self._last_pid: int | None = None
+        self.done = threading.Event()
+
+    # --- control from other threads ----------------------------------------------------------
+
+    @property
+    def terminated(self) -> str | None:
+        """A terminate-class cause (cancel cascade, deadline, clear, close): the agent must end.
+
+        Read from the registry, which marks the whole cancelled subtree before it trips any
+        token, so an interrupt (which only trips the token) is never mistaken for it."""
+        entry = self.fleet.registry.lookup(self.name)
+        if entry is None:
+            return self._ended_cause
+        return entry.cancel_cause
+
+    def cancel(self, cause: str) -> None:
+        """Terminate-class cancel through the registry cascade (reaches the whole subtree)."""
+        self.fleet.registry.cancel(self.name, cause)
+
+    def interrupt(self, reason: str = "interrupt") -> None:
+        """Stop the current turn only (the registry's interrupt hook); descendants keep running
+        and the sticky token is cleared at the next turn boundary."""
+        self.token.cancel(reason)
+        self.eval_root.interrupt(reason)
+        self.inbox.wake()
+
+    def record_reply(self, value: Any) -> None:
+        with self._reply_lock:
+            self.reply_value = value
+            self._replied = True
+
+    @property
+    def replied(self) -> bool:
+        with self._reply_lock:
+            return self._replied
+
+    # --- the park verdict -------------------------------------------------------------------
+
+    def park_mode(self) -> ParkMode:
+        if self.terminated is not None:
+            return ParkMode.QUIESCE
+        reg = self.fleet.registry
+        return park_mode(
+            interactive=self.interactive,
+            returns=self.returns,
+            has_parent=self.parent is not None,
+            listed=reg.is_live(self.name),
+            engaged=reg.engaged(self.name),
+            live_descendants=bool(reg.live_descendants(self.name)),
+            schedules_armed=self.schedules.armed(),
+        )
+
+    # --- drive ------------------------------------------------------------------------------
+
+    def drive(self) -> AgentOutcome:
+        """The agent's whole lifetime; returns how it ended. Never raises."""
+        outcome = AgentOutcome.QUIESCED
+        try:
+            if self.spec.prompt is not None:
+                self.inbox.push(UserSteering(self.spec.prompt))
+            while True:
+                self.stats.state = "idle"
+                self._drive_boundary()
+                item = self.inbox.next_or_idle(self.park_mode)
+                if item is None or self.terminated is not None:
+                    if self.terminated is not None:
+                        outcome = AgentOutcome.CANCELLED
+                    break
+                self.stats.state = "working"
+                ended = self._turn(item)
+                if ended is not None:
+                    outcome = ended
+                    break
+        except Exception as e:  # a bug must end this agent cleanly, never strand the fleet
+            outcome = AgentOutcome.FAILED
+            self._note(f"agent failed: {type(e).__name__}: {e}")
+        finally:
+            self._ended_cause = self.terminated
+            self._exit()
+        self.outcome = outcome
+        self.stats.state = outcome.value
+        return outcome
+
+    def _drive_boundary(self) -> None:
+        """Drive's top: the ready-boundary housekeeping that is the agent's, not the shell's."""
+        warning = self.disk_warn.check(self.shell_epoch())
+        if warning is not None:
+            self.fleet.publish(SystemNote(self.name, text=warning.text))
+
+    def shell_epoch(self) -> int:
+        return self.stats.ral_calls
+
+    def _exit(self) -> None:
+        """The single exit: settle pending calls (turn-ends-ready) and disarm schedules.
+
+        The shell (and with it every worker still registered on it) is closed by the spawn
+        site right after: a child's through its executor's teardown, so the receipt says what
+        happened to the environment; the trunk's directly."""
+        try:
+            if self.log.pending_tool_calls:
+                self.log.settle_pending()
+        except Exception:
+            pass
+        self.schedules.clear(close=True)
+        leftovers = self.inbox.items()
+        if leftovers:
+            self.fleet.record_undelivered(self, leftovers)
+
+    # --- one turn ---------------------------------------------------------------------------
+
+    def _turn(self, item: object) -> AgentOutcome | None:
+        """Run one inbox turn; return an outcome if the agent must end."""
+        if isinstance(item, InboxNudge):
+            self.log.append_nudge(item.kind, item.text)
+        else:
+            # A genuine turn boundary: latches and the sticky token reset.
+            self.latches = self.latches.at_turn_boundary()
+            self.token.reset()
+            if self.terminated is not None:
+                return AgentOutcome.CANCELLED
+            self.stats.turns += 1
+            if not self._admit_input(item):
+                return None
+        while True:
+            loop = self._apply()
+            if self.terminated is not None:
+                return AgentOutcome.CANCELLED
+            decision = decide(
+                NudgeInputs(
+                    outcome=loop,
+                    returns=self.returns,
+                    replied=self.replied,
+                    pins=tuple(f"{k}: {v}" for k, v in self.pins.items()),
+                    live_descendants=bool(self.fleet.registry.live_descendants(self.name)),
+                    headless_trunk=self.parent is None and not self.interactive,
+                ),
+                self.latches,
+            )
+            self.latches = decision.latches
+            if decision.verdict is Verdict.HONOUR_REPLY:
+                return AgentOutcome.REPLIED
+            if loop is Outcome.CAPPED:
+                return AgentOutcome.CAPPED
+            if loop is Outcome.PROVIDER_ERROR and self.parent is None and not self.interactive:
+                return AgentOutcome.FAILED
+            if decision.verdict is Verdict.CONTINUE_TURN:
+                for n in decision.nudges:
+                    self.log.append_nudge(n.kind.value, n.text)
+                self.latches = self.latches.after_self_nudge()
+                continue
+            if loop is Outcome.PROVIDER_ERROR and self.parent is not None:
+                return AgentOutcome.FAILED
+            return None
+
+    def _admit_input(self, item: object) -> bool:
+        """Append a turn's input to the log; False when it needs no model turn."""
+        if isinstance(item, UserSteering):
+            if item.is_slash:
+                return self.fleet.slash_command(self, item.text.strip())
+            self.log.append_user(item.text)
+        elif isinstance(item, Command):
+            return self.fleet.slash_command(self, item.text.strip())
+        elif isinstance(item, AgentResult):
+            text = clip_agent_reply(
+                item.value if isinstance(item.value, str) else render(item.value)
+            )
+            self.log.append_user(
+                f"[agent {item.child} finished: {item.status}]\n{text}", source="agent_result"
+            )
+        elif isinstance(item, AgentMessage):
+            self.log.append_user(
+                f"[message from agent {item.sender}]\n{item.text}", source="agent_message"
+            )
+        elif isinstance(item, ScheduledWakeup):
+            self.log.append_user(
+                f"[scheduled wakeup {item.schedule_id}]\n{item.prompt}", source="wakeup"
+            )
+        elif isinstance(item, Surface):
+            self.log.append_user("\n".join(str(x) for x in item.batch), source="surface")
+        else:
+            self._note(f"unknown inbox item {type(item).__name__} ignored")
+            return False
+        return True
+
+    # --- apply ------------------------------------------------------------------------------
+
+    def _apply(self) -> Outcome:
+        provider = self.provider.current()  # read once: a swap lands next turn
+        tools = () if self.spec.chat else (RAL_TOOL,)
+        steps = 0
+        while True:
+            if self.token.cancelled:
+                return Outcome.CANCELLED
+            self._maybe_compact(provider)
+            if steps >= MAX_STEPS:
+                self._note(f"turn capped after {MAX_STEPS} provider round-trips")
+                return Outcome.CAPPED
+            steps += 1
+            self.stats.steps += 1
+            self.stats.in_flight = []
+            raw: AssistantMessage
+            try:
+                raw = provider.complete(
+                    self.log.render_transcript(),
+                    system=self.system,
+                    tools=tools,
+                    cancel=self.token,
+                    on_event=self._on_stream_event,
+                )
+            except Cancelled:
+                return Outcome.CANCELLED
+            except Truncated as t:
+                raw = t.partial
+            except ProviderError as e:
+                self.fleet.publish(
+                    ProviderErrorEvent(self.name, error=type(e).__name__, message=str(e))
+                )
+                return Outcome.PROVIDER_ERROR
+            empty = raw.is_empty
+            msg = admit_assistant(raw)
+            self.log.append_assistant(msg)
+            self._count_usage(msg)
+            self.stats.in_flight = []
+            if msg.tool_calls:
+                self._dispatch(msg)
+                if self.replied and self.returns:
+                    return Outcome.END_TURN
+                continue
+            return classify(msg.stop_reason.value, has_tool_calls=False, empty=empty)
+
+    def _on_stream_event(self, ev: Any) -> None:
+        to_dict = getattr(ev, "to_dict", None)
+        self.stats.in_flight.append(to_dict() if callable(to_dict) else {"event": repr(ev)})
+
+    def _count_usage(self, msg: AssistantMessage) -> None:
+        if msg.usage is not None:
+            self.stats.tokens_known = True
+            self.stats.input_tokens += msg.usage.input_tokens
+            self.stats.output_tokens += msg.usage.output_tokens
+
+    def _maybe_compact(self, provider: Provider) -> None:
+        if (
+            not compaction_due(self.log.used_tokens, provider.window_tokens, self.log.history_bytes)
+            or not self.log.can_compact()
+        ):
+            return
+        if self.token.cancelled:  # an interrupt at the boundary bails before summarising
+            return
+        try:
+            summary = provider.summarize(
+                self.log.render_transcript(), self.token, system=self.system
+            )
+        except (Cancelled, ProviderError):
+            return
+        self.log.apply_compaction(summary)
+        self.fleet.publish(Notice(self.name, notice="Compacted", text="history compacted"))
+
+    # --- dispatch ---------------------------------------------------------------------------
+
+    def _dispatch(self, msg: AssistantMessage) -> None:
+        for call in msg.tool_calls:
+            if self.token.cancelled:
+                result = ToolResult(call.id, "cancelled: the turn was interrupted", is_error=True)
+            elif call.name != "ral":
+                result = ToolResult(
+                    call.id, f"unknown tool {call.name!r}: the only tool is ral", is_error=True
+                )
+            else:
+                script = call.arguments.get("script") if isinstance(call.arguments, dict) else None
+                if not isinstance(script, str):
+                    result = ToolResult(
+                        call.id, "the ral tool takes one argument, script (a string)", is_error=True
+                    )
+                else:
+                    result = self.run_ral(call.id, script)
+            self.log.append_tool_result(result)
+        for steering in self.inbox.drain_steering():
+            self.log.append_steering(steering.text)
+
+    def run_ral(self, call_id: str, script: str) -> ToolResult:
+        """One ral tool call through the shell; the digest is what the model and transcript see."""
+        self.stats.ral_calls += 1
+        out = self.fleet.run_shell(self, script)
+        self.fleet.publish(
+            Io(
+                self.name,
+                call_id=call_id,
+                script=script,
+                value=out.content,
+                error="error" if out.is_error else None,
+            )
+        )
+        return ToolResult(call_id, out.content, is_error=out.is_error)
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        self.fleet.publish(SystemNote(self.name, text=text))
+
+    def resources(self) -> Resources:
+        return self.fleet.resources(self)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.done.wait(timeout)
+
+    def cancel_descendant(self, name: str) -> Any:
+        return self.fleet.cancel_descendant(self, name)
+
+    # --- the shell, as the executor and the spawn site see it -------------------------------
+
+    def shell_pid(self) -> int | None:
+        """The current shell host pid (it changes after a rollback); the last known once closed."""
+        try:
+            pid = self.shell.host_pid().get(timeout=5.0)
+        except Exception:
+            return self._last_pid
+        if pid is not None:
+            self._last_pid = pid
+        return pid if pid is not None else self._last_pid
+
+    def shell_healthy(self) -> bool:
+        """Whether the shell host can still be observed (alive, not killed for good)."""
+        pid = self.shell_pid()
+        if pid is None:
+            return False
+        try:
+            import psutil
+
+            return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+        except Exception:
+            return False
+
+
+def _monotonic() -> float:
+    return time.monotonic()

@@ -1,0 +1,195 @@
+"""The executor of a child agent: its environment is its shell process plus its scratch directory.
+
+This adapts a running :class:`actors.agent.Agent` to the :class:`runtime.executor.Executor`
+interface so the settlement rules of ``runtime/settlement.py`` (admission phases, teardown
+receipts, the release sweep) apply to every child by construction.
+
+Receipts tell the truth about what remains (seed 003): a shell this executor closed is
+``destroyed``; a shell process that died outside teardown (SIGKILL, OOM) is ``gone`` with
+``destroyed: false`` — its scratch is kept as evidence and the release sweep closes the slot as
+``release-unconfirmed`` naming exactly what a sweeper must delete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from typing import TYPE_CHECKING, Literal
+
+import psutil
+
+from runtime.executor import (
+    Accounting,
+    CancelAck,
+    EnvironmentState,
+    Execution,
+    ExecutionResult,
+    ExecutionSpec,
+    InFlight,
+    Observation,
+    Receipt,
+)
+
+if TYPE_CHECKING:
+    from actors.agent import Agent, AgentOutcome
+
+
+class AgentExecutor:
+    """Execution environment of one child agent (see the module docstring)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._started = time.monotonic()
+        self._ended: float | None = None
+        self._outcome: AgentOutcome | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self.scratch = agent.fleet.session.scratch(agent.name)
+
+    @property
+    def environment_id(self) -> str:
+        """Stable for the node's life: the shell's pid may change across rollbacks."""
+        return f"agent:{self._agent.name}"
+
+    # --- required surfaces ------------------------------------------------------------------
+
+    def execute(self, spec: ExecutionSpec) -> Execution:
+        """Provision: the shell host is already up (built with the agent); the spawn site
+        launches the drive loop only after the journal has recorded ``dispatched``, so a fast
+        child can never settle before its admission is complete."""
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self._pid = self._agent.shell_pid()
+        started_at = None
+        try:
+            started_at = psutil.Process(self._pid).create_time() if self._pid else None
+        except psutil.Error:
+            pass
+        return Execution(
+            environment_id=self.environment_id,
+            node_id=spec.node_id,
+            pid=self._pid or -1,
+            scratch=str(self.scratch),
+            pid_started_at=started_at,
+        )
+
+    def result(self, timeout: float | None = None) -> ExecutionResult | None:
+        if not self._agent.done.wait(timeout):
+            return None
+        outcome = self._agent.outcome
+        ok = outcome is not None and outcome.value in ("replied", "quiesced")
+        return ExecutionResult("done" if ok else "down", None, outcome.value if outcome else "")
+
+    def teardown(self, grace: float | Literal["brutal-kill", "infinity"]) -> Receipt:
+        with self._lock:
+            gone_before = not self._process_alive() and not self._closed
+            if not self._closed:
+                self._agent.fleet.stop_shell(self._agent)
+                self._closed = True
+            alive = self._process_alive()
+            if alive and grace == "brutal-kill" and self._pid:
+                try:
+                    os.kill(self._pid, 9)
+                except OSError:
+                    pass
+                alive = self._process_alive()
+            if alive:
+                return self._receipt(
+                    False,
+                    EnvironmentState.ALIVE_UNDELETABLE,
+                    "shell process still running after close",
+                )
+            if gone_before:
+                return self._receipt(
+                    False,
+                    EnvironmentState.GONE,
+                    "shell process died outside teardown; scratch kept as evidence",
+                )
+            try:
+                shutil.rmtree(self.scratch, ignore_errors=False)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                return self._receipt(
+                    False, EnvironmentState.ALIVE_UNDELETABLE, f"scratch could not be removed: {e}"
+                )
+            return self._receipt(True, EnvironmentState.DESTROYED, "shell closed, scratch removed")
+
+    # --- optional surfaces ------------------------------------------------------------------
+
+    def release_retained(self) -> list[Receipt]:
+        return [self.teardown(1.0)]
+
+    def recover(self) -> Execution | None:
+        """Reattach only: a live agent is this one; nothing is ever started in its place."""
+        if self._agent.done.is_set() or self._pid is None:
+            return None
+        return Execution(self.environment_id, self._agent.name, self._pid, str(self.scratch), None)
+
+    def cancel(self) -> CancelAck:
+        if self._agent.done.is_set():
+            return CancelAck("already-terminal", "the agent had already ended")
+        self._agent.cancel("cancel")
+        if self._agent.done.wait(2.0):
+            return CancelAck("accepted", "the agent acknowledged by ending")
+        return CancelAck("unknown", "cancel sent; no acknowledgement within 2 s")
+
+    def accounting(self) -> Accounting:
+        s = self._agent.stats
+        end = self._ended if self._ended is not None else time.monotonic()
+        known = s.tokens_known
+        return Accounting(
+            tokens_in=s.input_tokens if known else None,
+            tokens_out=s.output_tokens if known else None,
+            unmetered_turns=0 if known or s.steps == 0 else s.steps,
+            wall_seconds=round(end - self._started, 3),
+        )
+
+    def observe(self) -> Observation:
+        if self._pid is None:
+            return Observation("never-started")
+        if self._process_alive():
+            return Observation("running")
+        return Observation("exited", detail="shell process not running")
+
+    def in_flight(self) -> InFlight:
+        snap = self._agent.fleet.session.snapshot(self._agent.name)
+        return InFlight(
+            turn=self._agent.stats.turns,
+            events=tuple(self._agent.stats.in_flight),
+            snapshot_path=str(snap) if snap.exists() else None,
+        )
+
+    # --- for the spawn site -----------------------------------------------------------------
+
+    def finished(self, outcome: AgentOutcome) -> None:
+        self._outcome = outcome
+        self._ended = time.monotonic()
+
+    def observable(self) -> bool:
+        """Whether the environment can be observed now; a shell killed for good cannot."""
+        return self._agent.shell_healthy()
+
+    def _process_alive(self) -> bool:
+        if not self._closed:  # a rollback replaces the host: follow the current pid
+            current = self._agent.shell_pid()
+            if current is not None:
+                self._pid = current
+        if not self._pid:
+            return False
+        try:
+            return psutil.Process(self._pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def _receipt(self, destroyed: bool, state: EnvironmentState, detail: str) -> Receipt:
+        return Receipt(
+            destroyed=destroyed,
+            detail=detail,
+            environment_id=self.environment_id,
+            state=state,
+            pid=self._pid,
+            scratch=str(self.scratch),
+        )

@@ -1,0 +1,283 @@
+"""The fleet bus: one durable ``transcript.jsonl`` writer fanning events out to any number of
+subscribers (seed 001: the FleetBus; SCENARIO.md: ``transcript.jsonl``).
+
+Invariants:
+
+- every published event is appended (fsync'd) to ``transcript.jsonl`` before any subscriber
+  sees it, in one total order shared by the transcript and every subscriber;
+- a slow subscriber never blocks a producer: each has a bounded buffer, and on overflow it is
+  handed one :class:`runtime.events.Overflow` record counting exactly what it missed, in the
+  position of the gap — never a silent drop, and the transcript still holds every event;
+- the bus actor's own mailbox is quota-checked like every actor's (``Publish`` counts as
+  ``surface``); :meth:`BusHandle.publish` answers a full bus mailbox by publishing in the
+  producer's thread instead, so a burst (a 1,000-node cascade's ``Died`` events) is never lost;
+- :func:`record_rejected` writes an ``InboxRejected`` straight to the transcript, not through
+  the live bus: a rejected spawn completion has no caller left and must not keep a bus sender
+  alive past its turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pykka
+from pykka import messages as pykka_messages
+
+from actors.mailbox import QuotaActor
+from runtime.durable import append_jsonl
+from runtime.errors import InboxFull
+from runtime.events import Event, InboxRejected, Overflow
+from runtime.inbox import SURFACE
+
+if TYPE_CHECKING:
+    from pykka._envelope import Envelope
+
+log = logging.getLogger(__name__)
+
+SUBSCRIBER_BUFFER = 1024
+"""Events a subscriber may lag behind before it is handed an Overflow record instead."""
+
+
+class Subscription:
+    """One subscriber's bounded buffer. :meth:`offer` never blocks; :meth:`get` does."""
+
+    def __init__(self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber") -> None:
+        if capacity < 1:
+            raise ValueError("a subscriber buffer holds at least one event")
+        self.capacity = capacity
+        self.name = name
+        self._buf: deque[Event] = deque()
+        self._missed = 0
+        self._missed_total = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    @property
+    def missed_total(self) -> int:
+        """Events this subscriber never saw individually (each counted in an Overflow)."""
+        with self._cond:
+            return self._missed_total
+
+    def offer(self, event: Event) -> bool:
+        """Buffer ``event`` or count it as missed; never blocks. Returns whether it was kept."""
+        with self._cond:
+            if self._closed:
+                return False
+            if self._missed and len(self._buf) < self.capacity:
+                self._buf.append(Overflow(event.agent, missed=self._missed))
+                self._missed = 0
+            if len(self._buf) >= self.capacity:
+                self._missed += 1
+                self._missed_total += 1
+                return False
+            self._buf.append(event)
+            self._cond.notify_all()
+            return True
+
+    def get(self, timeout: float | None = None) -> Event | None:
+        """The next event (or Overflow record); ``None`` on timeout or once closed and empty."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._buf:
+                    return self._buf.popleft()
+                if self._missed:
+                    missed, self._missed = self._missed, 0
+                    return Overflow("", missed=missed)
+                if self._closed:
+                    return None
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
+    def drain(self) -> list[Event]:
+        """Everything buffered now (and a trailing Overflow if events were missed)."""
+        out: list[Event] = []
+        while True:
+            event = self.get(timeout=0)
+            if event is None:
+                return out
+            out.append(event)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def __iter__(self) -> Iterator[Event]:
+        while True:
+            event = self.get()
+            if event is None:
+                return
+            yield event
+
+
+class BusCore:
+    """The bus state: thread-safe, callable from the bus actor or a producer's thread."""
+
+    def __init__(self, transcript: str | os.PathLike[str] | None) -> None:
+        self.transcript = Path(transcript) if transcript is not None else None
+        self._lock = threading.Lock()
+        self._subs: list[Subscription] = []
+        self.published = 0
+
+    def publish(self, event: Event) -> dict[str, Any]:
+        """Append to the transcript, then offer to every subscriber; return the record."""
+        record = event.to_record()
+        with self._lock:
+            if self.transcript is not None:
+                append_jsonl(self.transcript, record)
+            for sub in self._subs:
+                sub.offer(event)
+            self.published += 1
+        return record
+
+    def subscribe(self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber") -> Subscription:
+        sub = Subscription(capacity, name)
+        with self._lock:
+            self._subs.append(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            if sub in self._subs:
+                self._subs.remove(sub)
+        sub.close()
+
+    def close(self) -> None:
+        with self._lock:
+            subs, self._subs = self._subs, []
+        for sub in subs:
+            sub.close()
+
+
+def record_rejected(transcript: str | os.PathLike[str], event: InboxRejected) -> dict[str, Any]:
+    """Write an ``InboxRejected`` straight to ``transcript.jsonl`` (fsync'd), bypassing the bus."""
+    return append_jsonl(transcript, event.to_record())
+
+
+@dataclass(frozen=True)
+class Publish:
+    """The bus actor's one work message."""
+
+    event: Event
+
+
+@dataclass(frozen=True)
+class _Flush:
+    """A no-op the bus answers once everything queued before it is written."""
+
+
+class Bus(QuotaActor):
+    """The fleet bus actor; ``Publish`` messages count against the ``surface`` quota."""
+
+    call_source: ClassVar[str] = SURFACE
+
+    def __init__(self, core: BusCore | str | os.PathLike[str] | None) -> None:
+        super().__init__()
+        self.core = core if isinstance(core, BusCore) else BusCore(core)
+
+    def mailbox_recipient(self) -> str:
+        return "bus"
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Publish):
+            return self.core.publish(message.event)
+        if isinstance(message, _Flush):
+            return None
+        return super().on_receive(message)
+
+    def on_undelivered(self, messages: list[Any]) -> None:
+        for message in messages:  # publishes queued at stop still reach the transcript
+            if isinstance(message, Publish):
+                self.core.publish(message.event)
+
+    def on_stop(self) -> None:
+        self.core.close()
+
+    def on_mailbox_full(self, envelope: Envelope[Any], full: InboxFull) -> bool:
+        """A full bus mailbox publishes in the producer's thread instead: never lost, and the
+        producer waits only for the fsync, never for a subscriber."""
+        message = envelope.message
+        if isinstance(message, Publish):
+            event: Any = message.event
+        elif (
+            isinstance(message, pykka_messages.ProxyCall)
+            and message.attr_path == ("publish",)
+            and message.args
+        ):
+            event = message.args[0]
+        else:
+            return False
+        if not isinstance(event, Event):
+            return False
+        record = self.core.publish(event)
+        if envelope.reply_to is not None:
+            envelope.reply_to.set(record)
+        return True
+
+    def publish(self, event: Event) -> dict[str, Any]:
+        """Proxy-call form of :class:`Publish` (``bus.proxy().publish(event)``)."""
+        return self.core.publish(event)
+
+    def subscribe(self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber") -> Subscription:
+        return self.core.subscribe(capacity, name)
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self.core.unsubscribe(sub)
+
+
+@dataclass(frozen=True)
+class BusHandle:
+    """What :func:`start_bus` returns. ``publish`` never blocks on subscribers and never loses."""
+
+    ref: pykka.ActorRef[Bus]
+    core: BusCore
+
+    def publish(self, event: Event) -> None:
+        """Tell the bus; if its mailbox is full (or it stopped), publish in this thread."""
+        try:
+            self.ref.tell(Publish(event))
+        except (InboxFull, pykka.ActorDeadError):
+            self.core.publish(event)
+
+    def subscribe(self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber") -> Subscription:
+        return self.core.subscribe(capacity, name)
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self.core.unsubscribe(sub)
+
+    def record_rejected(self, event: InboxRejected) -> None:
+        """Durable-only record of a rejected spawn completion or surfaced batch."""
+        if self.core.transcript is None:
+            log.warning("rejected with no transcript: %s", event.to_record())
+            return
+        record_rejected(self.core.transcript, event)
+
+    def flush(self, timeout: float | None = 5.0) -> None:
+        """Wait until every publish told so far has been written (the mailbox is FIFO)."""
+        self.ref.ask(_Flush(), timeout=timeout)
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop after writing every queued publish (stop jumps the queue; the teardown still
+        writes what was queued)."""
+        self.ref.stop(block=True, timeout=timeout)
+
+
+def start_bus(transcript: str | os.PathLike[str] | None) -> BusHandle:
+    """Start the fleet bus writing ``transcript`` (``None``: subscribers only)."""
+    core = BusCore(transcript)
+    return BusHandle(Bus.start(core), core)
+
+
+BusActor = Bus
+"""Alias: the fleet names actors ``<Thing>Actor``."""

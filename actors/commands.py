@@ -1,0 +1,74 @@
+"""Slash commands, handled at a turn boundary against the agent the drive loop owns.
+
+A slash command arrives as an inbox ``Command`` (or a user line starting with ``/``) and is run
+between turns, never mid-turn: ``/model`` therefore lands on the next turn, and ``/clear`` never
+races a tool call. None of them starts a model turn.
+
+- ``/clear`` — workers on the old shell cancelled first, then a fresh shell; the event log
+  restarted (the old file archived); schedules and pins cleared; the subtree cascaded. Nothing
+  from before the clear can come back: the log mirror is empty, the shell is new, and results
+  from the cleared generation are dropped by the registry (and recorded).
+- ``/compact`` — summarise now if the log allows it (no pending tool results).
+- ``/resources`` — the probe fold as one ``Resources`` event; renews nothing, never model-facing.
+- ``/model NAME`` — swap this agent's provider handle; lands next turn.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime.events import Notice, SystemNote
+
+if TYPE_CHECKING:
+    from actors.agent import Agent
+    from actors.fleet import Fleet
+
+
+class UnknownCommand(Exception):
+    pass
+
+
+def run_slash(fleet: Fleet, agent: Agent, text: str) -> None:
+    head, _, rest = text.partition(" ")
+    rest = rest.strip()
+    if head == "/clear":
+        clear_agent(fleet, agent)
+    elif head == "/compact":
+        compact_agent(fleet, agent)
+    elif head == "/resources":
+        fleet.publish(agent.resources())
+    elif head == "/model":
+        if not rest:
+            fleet.publish(SystemNote(agent.name, text="/model needs a model name"))
+            return
+        provider = fleet.provider_named(rest, agent.name)
+        agent.provider.swap(provider)
+        fleet.publish(SystemNote(agent.name, text=f"model set to {rest}; lands on the next turn"))
+    elif head in ("/close", "/quit"):
+        fleet.registry.cancel(agent.name, head[1:])
+    else:
+        fleet.publish(SystemNote(agent.name, text=f"unknown command {head}"))
+
+
+def clear_agent(fleet: Fleet, agent: Agent) -> None:
+    """``/clear``: see the module docstring for the order and why it matters."""
+    fleet.registry.clear_subtree(agent.name)
+    agent.schedules.clear()
+    agent.pins.clear()
+    agent.shell.clear().get()
+    if agent.log.pending_tool_calls:
+        agent.log.settle_pending()
+    archive = agent.log.restart()
+    fleet.publish(
+        Notice(agent.name, notice="Cleared", text="context cleared", data={"archive": str(archive)})
+    )
+
+
+def compact_agent(fleet: Fleet, agent: Agent) -> None:
+    if not agent.log.can_compact():
+        fleet.publish(SystemNote(agent.name, text="/compact refused: tool results pending"))
+        return
+    provider = agent.provider.current()
+    summary = provider.summarize(agent.log.render_transcript(), agent.token, system=agent.system)
+    agent.log.apply_compaction(summary)
+    fleet.publish(Notice(agent.name, notice="Compacted", text="history compacted on request"))

@@ -1,0 +1,110 @@
+"""The agent's desk: where the agent verbs of RAL.md are answered, outside the shell process.
+
+The shell host asks the desk through an enquiry frame while a run is in flight; the shell actor
+calls :meth:`AgentDesk.call` on its own thread. The desk never blocks on the calling agent's own
+actor (that thread is the one waiting for the run), only on the registry, the bus and the
+journal, so an enquiry cannot deadlock its own turn.
+
+Invariant: :meth:`verbs` is computed from the same construction bits the system prompt is built
+from (:func:`runtime.prompt.advertised_verbs`), so the model is shown exactly the verbs this desk
+accepts. An agent with no fuel still sees ``agent``; the desk is the wall and refuses it with
+``spawn fuel exhausted``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from runtime.errors import ExarchError, FuelExhausted, InboxFull, NameTaken, UnknownAgent
+from runtime.prompt import advertised_verbs
+from runtime.ral.errors import DeskRefusal
+from runtime.ral.values import UNIT, render
+
+if TYPE_CHECKING:
+    from actors.agent import Agent
+    from runtime.snapshot import MobileSnapshot
+
+
+def _text(v: Any) -> str:
+    return v if isinstance(v, str) else render(v)
+
+
+def _arity(verb: str, args: list[Any], n: int) -> None:
+    if len(args) != n:
+        raise DeskRefusal(f"{verb} takes {n} argument{'s' if n != 1 else ''}, got {len(args)}")
+
+
+class AgentDesk:
+    """Answers one agent's verbs. Thread-safe: enquiries arrive on the shell actor's thread."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._lock = threading.Lock()
+        self._verbs = advertised_verbs(returns=agent.returns)
+
+    def verbs(self) -> frozenset[str]:
+        return self._verbs
+
+    def call(self, verb: str, args: list[Any], fork: MobileSnapshot | None = None) -> Any:
+        """Answer ``verb``. ``fork`` is the parent's live scope at the fork point (the shell host
+        sends it with ``agent``), so a child inherits bindings made earlier in the same run."""
+        if verb not in self._verbs:
+            raise DeskRefusal(f"{verb} is not available to this agent")
+        try:
+            with self._lock:
+                if verb == "agent":
+                    return self._agent_verb(verb, args, fork)
+                return getattr(self, "_" + verb.replace("-", "_"))(verb, args)
+        except DeskRefusal:
+            raise
+        except FuelExhausted as e:
+            raise DeskRefusal(f"spawn fuel exhausted: {e}") from None
+        except InboxFull as e:
+            raise DeskRefusal(f"inbox full: {e}") from None
+        except (NameTaken, UnknownAgent) as e:
+            raise DeskRefusal(str(e)) from None
+        except ExarchError as e:
+            raise DeskRefusal(str(e)) from None
+
+    # --- verbs -----------------------------------------------------------------------------
+
+    def _agent_verb(self, verb: str, args: list[Any], fork: MobileSnapshot | None) -> Any:
+        _arity(verb, args, 2)
+        name, prompt = _text(args[0]), _text(args[1])
+        return self._agent.fleet.spawn_child(self._agent, name, prompt, fork)
+
+    def _message(self, verb: str, args: list[Any]) -> Any:
+        _arity(verb, args, 2)
+        self._agent.fleet.message(self._agent.name, _text(args[0]), _text(args[1]))
+        return UNIT
+
+    def _agent_cancel(self, verb: str, args: list[Any]) -> Any:
+        _arity(verb, args, 1)
+        return self._agent.cancel_descendant(_text(args[0]))
+
+    def _reply(self, verb: str, args: list[Any]) -> Any:
+        _arity(verb, args, 1)
+        self._agent.record_reply(args[0])
+        return UNIT
+
+    def _schedule(self, verb: str, args: list[Any]) -> Any:
+        _arity(verb, args, 3)
+        sid, seconds, prompt = _text(args[0]), args[1], _text(args[2])
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise DeskRefusal("schedule SECONDS must be a non-negative number")
+        self._agent.schedules.arm(sid, float(seconds), prompt)
+        return UNIT
+
+    def _unschedule(self, verb: str, args: list[Any]) -> Any:
+        _arity(verb, args, 1)
+        return self._agent.schedules.disarm(_text(args[0]))
+
+    def _pin(self, verb: str, args: list[Any]) -> Any:
+        _arity(verb, args, 2)
+        self._agent.pins[_text(args[0])] = _text(args[1])
+        return UNIT
+
+    def _unpin(self, verb: str, args: list[Any]) -> Any:
+        _arity(verb, args, 1)
+        return self._agent.pins.pop(_text(args[0]), None) is not None

@@ -1,0 +1,459 @@
+"""The Fleet: the run as a whole — registry, bus, journal, session directory — and the spawn site.
+
+The fleet owns no turn logic: every agent drives itself on its own actor thread. The fleet is
+where an agent's verbs reach shared state (spawn, message, cancel), where a child is settled by
+its spawn site (journal terminal record, result to the parent's inbox, Died on the bus), and
+where the frontend reads "all live agents" and "the bus to drain".
+
+Invariants:
+- The fleet is alive while the registry is non-empty; :meth:`wait_empty` returns when the last
+  agent has deregistered.
+- Every spawned child reaches exactly one terminal journal record: settled by its spawn site when
+  it ends, or closed by the release sweep of :meth:`close` when its environment could not be
+  observed (``neverSettled`` is 0 for every run that ends).
+- A result that cannot be delivered (parent's inbox full, parent gone, cleared generation) is
+  recorded in ``transcript.jsonl`` as ``InboxRejected`` — never dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import pykka
+
+from actors.agent import Agent, AgentOutcome, AgentSpec
+from actors.agent_executor import AgentExecutor
+from actors.bus import start_bus
+from actors.mailbox import QuotaActor
+from actors.registry import Entry, start_registry
+from actors.shell import EvalRoot, ShellActor
+from runtime.cancel import CancelScope
+from runtime.constants import TRUNK_NAME
+from runtime.digest import digest_tool_result
+from runtime.diskwarn import dir_size
+from runtime.events import Born, Died, Event, InboxRejected, Resources
+from runtime.executor import ExecutionSpec
+from runtime.fleet_yield import FleetYield, fleet_yield, write_result
+from runtime.inbox import AgentResult
+from runtime.journal import SpawnJournal
+from runtime.park import Construction
+from runtime.probes import ResourceFigures, event_rows, resources
+from runtime.providers.base import Provider
+from runtime.ral.context import DynamicContext, Grants
+from runtime.ral.errors import DeskRefusal
+from runtime.ral.values import render
+from runtime.session_dir import SessionDir
+from runtime.settlement import (
+    RetainedChild,
+    SweepPolicy,
+    admit,
+    cancel_child,
+    release_sweep,
+    settle_child,
+)
+from runtime.snapshot import MobileSnapshot
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Run-wide settings."""
+
+    disk_warn_bytes: int | None = None
+    grants: Grants = field(default_factory=Grants)
+    cwd: str | None = None
+    sweep: SweepPolicy = field(default_factory=SweepPolicy)
+
+
+@dataclass(frozen=True)
+class ShellOutput:
+    """One ral call as the model sees it (already digested)."""
+
+    content: str
+    is_error: bool
+
+
+class _AgentActor(QuotaActor):
+    """The agent's actor: one long ``drive`` message on its own thread; control on its mailbox."""
+
+    def __init__(self, agent: Agent, on_exit: Callable[[Agent, AgentOutcome], None]) -> None:
+        self.agent = agent  # before super(): the mailbox is named after the agent
+        super().__init__()
+        self.cancel_scope = agent.token
+        self._on_exit = on_exit
+
+    def mailbox_recipient(self) -> str:
+        return self.agent.name
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "drive":
+            outcome = self.agent.drive()
+            try:
+                self._on_exit(self.agent, outcome)
+            finally:
+                self.agent.done.set()
+                self.actor_ref.stop(block=False)
+            return outcome
+        return super().on_receive(message)
+
+
+class Fleet:
+    """One run. Build, :meth:`start_trunk`, :meth:`wait_empty`, :meth:`close`."""
+
+    def __init__(
+        self,
+        session: SessionDir,
+        provider_for: Callable[[str], Provider],
+        config: FleetConfig | None = None,
+    ) -> None:
+        self.session = session
+        self.config = config or FleetConfig()
+        self._provider_for = provider_for
+        self.bus = start_bus(session.transcript)
+        self._registry = start_registry(on_dropped=self.bus.record_rejected)
+        self.registry = self._registry.core
+        """The registry's thread-safe core: reads and the cascade never wait on a mailbox."""
+        self.journal, _ = SpawnJournal.in_session(session.root)
+        self._lock = threading.Lock()
+        self.agents: dict[str, Agent] = {}
+        self._actors: dict[str, pykka.ActorRef[Any]] = {}
+        self._executors: dict[str, AgentExecutor] = {}
+        self._retained: list[RetainedChild] = []
+        self.trunk: Agent | None = None
+        self._empty = threading.Event()
+        self._empty.set()
+        self._closed = False
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start_trunk(
+        self,
+        prompt: str | None,
+        *,
+        interactive: bool = False,
+        chat: bool = False,
+        system: str | None = None,
+        name: str = TRUNK_NAME,
+    ) -> Agent:
+        ctx = DynamicContext(cwd=self.config.cwd or os.getcwd(), grants=self.config.grants)
+        spec = AgentSpec(
+            name=name,
+            construction=Construction.TRUNK,
+            interactive=interactive,
+            prompt=prompt,
+            chat=chat,
+            system=system,
+            context=ctx,
+        )
+        entry = self.registry.register(
+            name, None, returns=not interactive, interactive=interactive
+        )
+        spec = replace(spec, fuel=entry.fuel)
+        agent = self._build(spec, self._provider_for(name), entry)
+        self.trunk = agent
+        self._launch(agent)
+        return agent
+
+    def _build(self, spec: AgentSpec, provider: Provider, entry: Entry) -> Agent:
+        """Construct the node and attach its shell's eval root; deregister if that fails."""
+        try:
+            agent = Agent(self, spec, provider, entry)
+        except BaseException:
+            self.registry.deregister(spec.name)
+            raise
+        self.registry.attach(spec.name, eval_root=agent.eval_root, interrupt=agent.interrupt)
+        with self._lock:
+            self.agents[spec.name] = agent
+        return agent
+
+    def _launch(self, agent: Agent) -> None:
+        ref = _AgentActor.start(agent, self._agent_exited)
+        with self._lock:
+            self._actors[agent.name] = ref
+            self._empty.clear()
+        self.publish(
+            Born(
+                agent.name,
+                parent=agent.parent,
+                returns=agent.returns,
+                interactive=agent.interactive,
+                fuel=agent.fuel,
+            )
+        )
+        ref.tell("drive")
+
+    def cancel_all(self, cause: str) -> None:
+        """Cancel the whole tree (Ctrl-C, close): every node's token and eval root."""
+        if self.trunk is not None:
+            self.registry.cancel(self.trunk.name, cause)
+
+    def provider_named(self, model: str, agent_name: str) -> Provider:
+        """``/model NAME``: the same provider kind with another model."""
+        current = self.agents[agent_name].provider.current()
+        swap = getattr(current, "with_model", None)
+        if callable(swap):
+            new = swap(model)
+            assert isinstance(new, Provider)
+            return new
+        raise DeskRefusal(f"/model: the {current.name} provider cannot switch models")
+
+    def wait_empty(self, timeout: float | None = None) -> bool:
+        """Block until every agent has ended."""
+        return self._empty.wait(timeout)
+
+    def close(self) -> FleetYield:
+        """Cancel whatever still runs, sweep retained slots, stop the actors; return the yield."""
+        if self.trunk is not None and not self._empty.is_set():
+            self.registry.cancel(self.trunk.name, "close")
+        self._empty.wait(10.0)
+        with self._lock:
+            retained, self._retained = self._retained, []
+        if retained:
+            release_sweep(self.journal, retained, policy=self.config.sweep)
+        with self._lock:
+            refs = list(self._actors.values())
+            never_driven = [a for a in self.agents.values() if not a.done.is_set()]
+        for agent in never_driven:  # built but never launched (or stuck): stop their shells
+            self.stop_shell(agent)
+            self.registry.deregister(agent.name)
+        for ref in refs:
+            try:
+                ref.stop(block=True, timeout=5.0)
+            except Exception:
+                pass
+        self._registry.stop()
+        self.bus.stop()
+        self._closed = True
+        return fleet_yield(self.journal.state)
+
+    def write_result(self, outcome: str, reply: str | None, **extra: Any) -> FleetYield:
+        fy = fleet_yield(self.journal.state)
+        write_result(self.session.root, outcome, reply, fy, **extra)
+        return fy
+
+    # --- the agents' shared services --------------------------------------------------------
+
+    def publish(self, event: Event) -> None:
+        self.bus.publish(event)
+
+    def start_shell(
+        self, agent: Agent, context: DynamicContext | None, snapshot: Any
+    ) -> tuple[EvalRoot, Any]:
+        """The agent's shell actor and its eval root (held here so no mailbox is in the way)."""
+        root = EvalRoot()
+        ref = ShellActor.start(
+            name=agent.name,
+            session_dir=self.session.root,
+            desk=agent.desk,
+            notice_sink=self.publish,
+            context=context,
+            snapshot=snapshot,
+            eval_root=root,
+        )
+        return root, ref.proxy()
+
+    def run_shell(self, agent: Agent, script: str) -> ShellOutput:
+        result = agent.shell.run(script).get()
+        notes: list[str] = []
+        if result.rolled_back:
+            notes.append(
+                "the shell panicked during this call and was rolled back to the last clean "
+                "checkpoint: this call's bindings, cd, env and grant changes are gone; earlier "
+                "calls' bindings survive"
+            )
+        content = digest_tool_result(
+            result.value if result.error is None else None,
+            result.stdout,
+            result.stderr,
+            result.error,
+            notes,
+        )
+        return ShellOutput(content, result.error is not None or result.rolled_back)
+
+    def stop_shell(self, agent: Agent) -> None:
+        try:
+            agent.shell.close().get(timeout=10.0)
+        except Exception:
+            pass
+        try:
+            agent.shell.actor_ref.stop(block=True, timeout=5.0)
+        except Exception:
+            pass
+
+    def message(self, sender: str, name: str, text: str) -> None:
+        """Model-facing: renews nothing; InboxFull / UnknownAgent reach the sending script."""
+        self.registry.message(sender, name, text)
+
+    def cancel_descendant(self, agent: Agent, name: str) -> bool:
+        """``agent-cancel NAME``: resolves descendants only; an ended one is a no-op (False)."""
+        if name in self.registry.live_descendants(agent.name):
+            self.registry.cancel(name, "agent-cancel")
+            return True
+        if self.registry.is_live(name):
+            raise DeskRefusal(f"agent-cancel: {name!r} is not a descendant of {agent.name}")
+        return False
+
+    def resources(self, agent: Agent) -> Resources:
+        """The probe fold for ``/resources``: read-only, renews nothing, never model-facing."""
+        probe = agent.shell.probe().get()
+        lease = self.lease_figures(agent.name)
+        figures = ResourceFigures(
+            workers={
+                "running": probe.running_workers,
+                "settled": probe.settled_workers,
+                "nearest_reap_calls": probe.nearest_worker_reap_calls,
+                "nearest_backstop_secs": probe.nearest_worker_backstop_secs,
+            },
+            ledger={
+                "armed": True,
+                "live": probe.live_bindings,
+                "baseline": probe.baseline_bindings,
+                "pinned": probe.pinned_bindings,
+                "nearest_expiry_calls": probe.nearest_binding_expiry_calls,
+                "bytes_held": probe.bytes_held,
+            },
+            inbox_depths=agent.inbox.depths(),
+            event_count=agent.log.event_count,
+            history_bytes=agent.log.history_bytes,
+            disk={
+                "log dir": dir_size(self.session.root),
+                "scratch": dir_size(self.session.scratch(agent.name)),
+            },
+            disk_ceiling=self.config.disk_warn_bytes,
+            lease_nearest_reap_secs=lease.get("nearest_reap_secs"),
+            lease_demote_secs=lease.get("bound_secs"),
+        )
+        rows, card = resources(figures, title=f"resources of {agent.name}")
+        return Resources(agent.name, rows=event_rows(rows), card=card)
+
+    def lease_figures(self, name: str) -> dict[str, float | None]:
+        """Idle-lease rows for /resources: nearest time-to-reap among leased descendants."""
+        now = self.registry.tree.clock()
+        nearest: float | None = None
+        for child in self.registry.live_descendants(name):
+            entry = self.registry.lookup(child)
+            if entry is not None and entry.lease is not None:
+                left = entry.lease.remaining(now)
+                nearest = left if nearest is None else min(nearest, left)
+        return {"nearest_reap_secs": nearest, "bound_secs": self.registry.tree.lease_bound}
+
+    def slash_command(self, agent: Agent, text: str) -> bool:
+        """A slash command at a turn boundary; True when it needs a model turn (none do)."""
+        from actors.commands import run_slash
+
+        run_slash(self, agent, text)
+        return False
+
+    # --- spawn and settle -------------------------------------------------------------------
+
+    def spawn_child(
+        self, parent: Agent, name: str, prompt: str, fork: MobileSnapshot | None
+    ) -> dict[str, Any]:
+        """The ``agent NAME PROMPT`` verb: register, fork, admit, launch; a start receipt.
+
+        ``fork`` is the parent's live scope at the fork point; the child's grants are the
+        parent's narrowed by the fleet's base grants (a meet: never wider)."""
+        entry = self.registry.register(name, parent.name, returns=True, interactive=False)
+        try:
+            snapshot = fork
+            ctx = None
+            if snapshot is not None and snapshot.context:
+                inherited = DynamicContext.from_dict(dict(snapshot.context))
+                narrowed = inherited.grants.meet(self.config.grants)
+                ctx = DynamicContext(inherited.cwd, dict(inherited.env), narrowed)
+                snapshot = replace(snapshot, context=ctx.to_dict())
+            spec = AgentSpec(
+                name=name,
+                parent=parent.name,
+                construction=Construction.FORK,
+                fuel=entry.fuel,
+                prompt=prompt,
+                context=ctx,
+                snapshot=snapshot,
+                generation=entry.generation,
+            )
+            provider = parent.provider.current().for_agent(name)
+        except BaseException:
+            self.registry.deregister(name)
+            raise
+        agent = self._build(spec, provider, entry)
+        executor = AgentExecutor(agent)
+        self._executors[name] = executor
+        admit(self.journal, name, executor, ExecutionSpec(node_id=name), parent=parent.name)
+        self._launch(agent)
+        return {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent.name}
+
+    def _agent_exited(self, agent: Agent, outcome: AgentOutcome) -> None:
+        """The spawn site's settle: journal, result to the parent, deregister, Died."""
+        try:
+            if agent.parent is not None:
+                self._settle_child(agent, outcome)
+        finally:
+            self.stop_shell(agent)  # idempotent: a child's teardown already closed it
+            self.registry.cancel_descendants(agent.name, "parent ended")
+            self.registry.deregister(agent.name)
+            self.publish(Died(agent.name, outcome=outcome.value, cause=agent.terminated))
+            with self._lock:
+                self._actors.pop(agent.name, None)
+                empty = not self._actors
+            if empty:
+                self._empty.set()
+
+    def _settle_child(self, agent: Agent, outcome: AgentOutcome) -> None:
+        executor = self._executors.get(agent.name)
+        if executor is None:
+            return
+        executor.finished(outcome)
+        snap = self.session.snapshot(agent.name)
+        self.journal.execution_result(
+            agent.name,
+            turn=agent.stats.turns,
+            events=[],
+            snapshot=str(snap) if snap.exists() else None,
+            outcome=outcome.value,
+            reply=self.describe(agent.reply_value) if agent.replied else None,
+            eventLog=str(self.session.events(agent.name)),
+        )
+        if outcome is AgentOutcome.CANCELLED:
+            cancel_child(self.journal, agent.name, executor)
+        else:
+            ok = outcome in (AgentOutcome.REPLIED, AgentOutcome.QUIESCED)
+            status: Literal["done", "down"] = "done" if ok else "down"
+            observable = executor.observable()
+            settle_child(
+                self.journal,
+                agent.name,
+                executor,
+                status=status,
+                reason=outcome.value,
+                observable=observable,
+            )
+            if not observable:
+                with self._lock:
+                    self._retained.append(RetainedChild(agent.name, executor))
+        value = agent.reply_value if agent.replied else None
+        result = AgentResult(
+            agent.name,
+            value if value is not None else "(no reply)",
+            status=outcome.value,
+            generation=agent.spec.generation,
+        )
+        parent = agent.parent
+        assert parent is not None
+        # No synchronous caller is left: a refusal is recorded in transcript.jsonl by deliver.
+        self.registry.deliver(parent, result, sender=agent.name)
+
+    def record_undelivered(self, agent: Agent, items: list[Any]) -> None:
+        """Inbox items still queued when their agent ended: recorded, never silently lost."""
+        for item in items:
+            self.bus.record_rejected(InboxRejected.of(agent.name, item, reason="recipient ended"))
+
+    def describe(self, value: Any) -> str:
+        return value if isinstance(value, str) else render(value)
+
+
+def unused(_: CancelScope) -> None:  # pragma: no cover - keeps the import for type readers
+    return None

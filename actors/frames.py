@@ -1,0 +1,156 @@
+"""Length-prefixed msgpack frames between the control process and a shell host or worker process.
+
+Transport choice (measured on the 2-core dev box, 3,000 round trips of a ~40-byte msgpack echo
+to a forkserver child, median): ``multiprocessing`` duplex ``Connection`` (a socketpair;
+``send_bytes`` writes a 4-byte big-endian length then the body) **15.8 us**; two one-way
+``Connection`` pipes 41.1 us; hand-rolled 4-byte framing over two ``os.pipe`` 43.4 us. The duplex
+Connection is both the fastest and the one that travels to a forkserver child by fd passing, so
+every channel here is one.
+
+A frame is the msgpack array ``[kind, fields]`` where ``fields`` is a map of plain msgpack values
+(binding encodings travel as ``bytes``, already encoded by the ral codec). Kinds:
+
+- control -> host: ``run``, ``restore``, ``shutdown``, ``answer`` (to an enquiry), ``probe``
+- host -> control: ``result``, ``snapshot`` (delta of changed binding encodings + context +
+  ledger + epoch), ``enquiry`` (agent verbs, worker spawn/await/cancel), ``abandon`` (the host
+  stopped waiting on an enquiry because its run was cancelled), ``panic`` (internal, non-ral
+  error; the host exits after sending it), ``notice``, ``ready`` (boot/restore finished)
+- control path (second channel, read by a thread of the host or worker): ``cancel``
+
+Invariant: one reader and one writer per channel end at any time. The actor thread owns the
+control end of the data channel; the host's main thread owns the other end; the cancel channel
+is written under a lock by any thread and read by the host's cancel thread only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import msgpack
+
+from runtime.errors import ExarchError
+
+KINDS = frozenset(
+    {
+        "run",
+        "result",
+        "snapshot",
+        "restore",
+        "shutdown",
+        "enquiry",
+        "answer",
+        "abandon",
+        "panic",
+        "notice",
+        "ready",
+        "probe",
+        "cancel",
+    }
+)
+
+
+class FrameError(ExarchError):
+    """A frame could not be decoded, or named an unknown kind."""
+
+
+class ChannelClosed(FrameError):
+    """The peer closed its end (normally: the process exited or was killed)."""
+
+    def __init__(self, detail: str = "peer closed the channel") -> None:
+        super().__init__(detail)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One message. ``fields`` holds only msgpack-native values."""
+
+    kind: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.fields.get(key, default)
+
+
+def encode_frame(frame: Frame) -> bytes:
+    if frame.kind not in KINDS:
+        raise FrameError(f"unknown frame kind {frame.kind!r}")
+    return msgpack.packb([frame.kind, dict(frame.fields)], use_bin_type=True)
+
+
+def decode_frame(data: bytes) -> Frame:
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as e:  # msgpack raises several unrelated types on bad bytes
+        raise FrameError(f"undecodable frame ({len(data)} bytes): {e}") from None
+    if not (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[1], dict)):
+        raise FrameError(f"malformed frame: expected [kind, fields], got {type(obj).__name__}")
+    kind = obj[0]
+    if kind not in KINDS:
+        raise FrameError(f"unknown frame kind {kind!r}")
+    return Frame(kind, obj[1])
+
+
+class Channel:
+    """A frame channel over one duplex ``Connection``. ``send`` is safe from any thread."""
+
+    __slots__ = ("_closed", "_lock", "conn")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def send(self, kind: str, **fields: Any) -> None:
+        data = encode_frame(Frame(kind, fields))
+        with self._lock:
+            if self._closed:
+                raise ChannelClosed("channel closed locally")
+            try:
+                self.conn.send_bytes(data)
+            except (OSError, ValueError) as e:
+                raise ChannelClosed(f"send failed: {e}") from None
+
+    def try_send(self, kind: str, **fields: Any) -> bool:
+        """Send, reporting a closed peer as False instead of raising (cancel paths)."""
+        try:
+            self.send(kind, **fields)
+        except ChannelClosed:
+            return False
+        return True
+
+    def recv(self) -> Frame:
+        try:
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError, ValueError) as e:
+            raise ChannelClosed(f"receive failed: {e or 'end of file'}") from None
+        return decode_frame(data)
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        try:
+            return self.conn.poll(timeout)
+        except (EOFError, OSError, ValueError):
+            return True  # readable-at-EOF: the next recv reports ChannelClosed
+
+    def fileno(self) -> int:
+        return self.conn.fileno()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

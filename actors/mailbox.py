@@ -1,0 +1,312 @@
+"""The quota mailbox: the inbox rule (``runtime/inbox.py``) installed as every pykka actor's inbox.
+
+pykka 4.5 builds an actor's inbox with ``_create_actor_inbox()`` and only ever calls ``put``,
+``get`` and ``empty`` on it (``pykka._actor.ActorInbox``), so a :class:`QuotaMailbox` is a
+``queue.Queue`` look-alike with two lanes:
+
+- the **control lane** — :class:`Cancel`, :class:`Interrupt`, pykka's own stop envelope, and
+  any proxy call to a method the actor lists in ``control_methods``. Never quota-checked, always
+  served before queued work, and the actor's control hook runs *in the producer's thread at put
+  time*, so a cancel trips the cooperative token while the actor may still be busy in a long
+  handler.
+- the **work lane** — everything else, admitted by :class:`runtime.inbox.InboxRule`. Inbox
+  messages keep their own source (and coalesce as the rule says); any other message (a proxy
+  call, a plain ``tell``) counts against the actor's ``call_source`` (``command`` by default).
+  A refused message raises :class:`runtime.errors.InboxFull` out of the sender's ``tell``/
+  ``ask``/proxy call and is never queued: rejected to the sender, never dropped.
+
+Subclass :class:`QuotaActor` instead of ``pykka.ThreadingActor``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pykka
+from pykka import messages as pykka_messages
+
+from runtime.cancel import CancelScope
+from runtime.constants import INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
+from runtime.errors import InboxFull
+from runtime.inbox import COMMAND, InboxRule, Outcome, source_of
+
+if TYPE_CHECKING:
+    from pykka._envelope import Envelope
+
+log = logging.getLogger(__name__)
+
+CONTROL = "control"
+"""The mailbox lane of messages that are never quota-checked and jump the queue."""
+
+_ActorStop: type = pykka_messages._ActorStop  # pykka's stop payload (private, stable since 2.0)
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Cancel the receiving actor's cooperative token (a terminate-class cause)."""
+
+    cause: str = "cancelled"
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """Stop the receiving actor's current turn only (Esc / Ctrl-C on its tab)."""
+
+    reason: str = "interrupt"
+
+
+@dataclass(frozen=True)
+class Coalesced:
+    """The reply an ``ask`` gets when its message was folded into a queued one by the rule."""
+
+    outcome: Outcome
+
+
+def _resolve_absorbed(envelopes: tuple[Any, ...], outcome: Outcome) -> None:
+    for env in envelopes:
+        reply_to = getattr(env, "reply_to", None)
+        if reply_to is not None:
+            try:
+                reply_to.set(Coalesced(outcome))
+            except queue.Full:
+                pass
+
+
+class QuotaMailbox:
+    """A two-lane, quota-checked stand-in for ``queue.Queue`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        source_cap: int = INBOX_SOURCE_CAP,
+        total_cap: int = INBOX_TOTAL_CAP,
+        recipient: str | None = None,
+    ) -> None:
+        self._rule = InboxRule(source_cap, total_cap, recipient)
+        self._control: deque[Envelope[Any]] = deque()
+        self._cond = threading.Condition()
+        self._classify: Callable[[Any], str] = default_classify
+        self._on_control: Callable[[Any], None] | None = None
+        self._on_full: Callable[[Envelope[Any], InboxFull], bool] | None = None
+
+    def bind(
+        self,
+        *,
+        classify: Callable[[Any], str] | None = None,
+        on_control: Callable[[Any], None] | None = None,
+        on_full: Callable[[Envelope[Any], InboxFull], bool] | None = None,
+        recipient: str | None = None,
+    ) -> None:
+        """Attach the owning actor's classifier and hooks (called from its ``__init__``)."""
+        if classify is not None:
+            self._classify = classify
+        self._on_control = on_control
+        self._on_full = on_full
+        if recipient is not None:
+            self._rule.recipient = recipient
+
+    # -- the queue.Queue surface pykka uses --
+
+    def put(self, envelope: Envelope[Any], block: bool = True, timeout: float | None = None) -> None:
+        """Admit ``envelope`` or raise InboxFull in the sender's thread. Never blocks."""
+        message = envelope.message
+        lane = self._classify(message)
+        if lane == CONTROL:
+            hook = self._on_control
+            if hook is not None:
+                try:
+                    hook(message)
+                except Exception:  # the hook must never stop the control message itself
+                    log.exception("control hook failed for %r", message)
+            with self._cond:
+                self._control.append(envelope)
+                self._cond.notify()
+            return
+        try:
+            with self._cond:
+                pushed = self._rule.push(message, source=lane, tag=envelope)
+                self._cond.notify()
+        except InboxFull as full:
+            handler = self._on_full
+            if handler is not None and handler(envelope, full):
+                return
+            raise
+        if pushed.absorbed:
+            _resolve_absorbed(pushed.absorbed, pushed.outcome)
+
+    def put_nowait(self, envelope: Envelope[Any]) -> None:
+        self.put(envelope)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Envelope[Any]:
+        """The next envelope, control lane first; ``queue.Empty`` on a non-blocking miss."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._control:
+                    return self._control.popleft()
+                entry = self._rule.pop_entry()
+                if entry is not None:
+                    item, envelope = entry
+                    if envelope.message is not item:  # the rule merged steering into it
+                        envelope.message = item
+                    return envelope
+                if not block:
+                    raise queue.Empty
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise queue.Empty
+                self._cond.wait(remaining)
+
+    def get_nowait(self) -> Envelope[Any]:
+        return self.get(block=False)
+
+    def empty(self) -> bool:
+        with self._cond:
+            return not self._control and not len(self._rule)
+
+    def qsize(self) -> int:
+        with self._cond:
+            return len(self._control) + len(self._rule)
+
+    def depths(self) -> dict[str, int]:
+        """Queued work per source plus the control lane (a probe; never mutates)."""
+        with self._cond:
+            out = self._rule.depths()
+            out[CONTROL] = len(self._control)
+            return out
+
+
+_CONTROL_TYPES: tuple[type, ...] = (Cancel, Interrupt, _ActorStop)
+
+
+def is_control(message: Any, control_methods: frozenset[str] = frozenset()) -> bool:
+    """Whether ``message`` travels the control lane."""
+    if isinstance(message, _CONTROL_TYPES):
+        return True
+    return (
+        isinstance(message, pykka_messages.ProxyCall)
+        and bool(message.attr_path)
+        and message.attr_path[-1] in control_methods
+    )
+
+
+def default_classify(message: Any) -> str:
+    if is_control(message):
+        return CONTROL
+    return source_of(message) or COMMAND
+
+
+class QuotaActor(pykka.ThreadingActor):
+    """A ``pykka.ThreadingActor`` whose inbox enforces the inbox rule.
+
+    Class attributes a subclass may set:
+
+    - ``control_methods``: proxy-call method names that travel the control lane;
+    - ``call_source``: the quota source non-inbox messages count against (``command``);
+    - ``mailbox_source_cap`` / ``mailbox_total_cap``: the caps (the seed's 64 / 256).
+
+    ``cancel_scope`` is the actor's cooperative token (an agent replaces it with the token it
+    registered); ``interrupt_scope`` is the current turn's scope, if any. Control messages trip
+    them in the producer's thread via :meth:`on_control_arrival`.
+    """
+
+    control_methods: ClassVar[frozenset[str]] = frozenset()
+    call_source: ClassVar[str] = COMMAND
+    mailbox_source_cap: ClassVar[int] = INBOX_SOURCE_CAP
+    mailbox_total_cap: ClassVar[int] = INBOX_TOTAL_CAP
+
+    @staticmethod
+    def _create_actor_inbox() -> QuotaMailbox:
+        return QuotaMailbox()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cancel_scope: CancelScope = CancelScope()
+        self.interrupt_scope: CancelScope | None = None
+        mailbox = self.mailbox
+        mailbox._rule.source_cap = self.mailbox_source_cap
+        mailbox._rule.total_cap = self.mailbox_total_cap
+        mailbox.bind(
+            classify=self.mailbox_source,
+            on_control=self.on_control_arrival,
+            on_full=self.on_mailbox_full,
+            recipient=self.mailbox_recipient(),
+        )
+
+    @property
+    def mailbox(self) -> QuotaMailbox:
+        inbox = self.actor_inbox
+        assert isinstance(inbox, QuotaMailbox)
+        return inbox
+
+    def mailbox_recipient(self) -> str:
+        return type(self).__name__
+
+    def mailbox_source(self, message: Any) -> str:
+        """The lane or quota source of ``message``: ``CONTROL`` or an inbox source."""
+        if is_control(message, self.control_methods):
+            return CONTROL
+        return source_of(message) or self.call_source
+
+    def on_control_arrival(self, message: Any) -> None:
+        """Runs in the *producer's* thread as a control message is put: trip the tokens now."""
+        if isinstance(message, Cancel):
+            self.cancel_scope.cancel(message.cause)
+        elif isinstance(message, _ActorStop):
+            self.cancel_scope.cancel("stop")
+        elif isinstance(message, Interrupt):
+            scope = self.interrupt_scope
+            if scope is not None:
+                scope.cancel(message.reason)
+
+    def on_mailbox_full(self, envelope: Envelope[Any], full: InboxFull) -> bool:
+        """Runs in the producer's thread when the rule refuses ``envelope``. Return True if the
+        actor handled it another way (answering ``envelope.reply_to`` itself); the default
+        lets InboxFull reach the sender."""
+        return False
+
+    def _handle_receive(self, message: Any) -> Any:
+        """Cancel and Interrupt were acted on at arrival; :meth:`on_control_served` then runs in
+        the actor's own thread, so ``on_receive`` never sees them."""
+        if isinstance(message, Cancel | Interrupt):
+            return self.on_control_served(message)
+        return super()._handle_receive(message)
+
+    def on_control_served(self, message: Cancel | Interrupt) -> Any:
+        """Actor-thread follow-up of a Cancel or Interrupt (default: nothing more to do)."""
+        return None
+
+    def on_undelivered(self, messages: list[Any]) -> None:
+        """Told messages still queued when the actor stopped (asks get ActorDeadError).
+
+        The default logs them; an actor whose tells carry facts overrides this to record them.
+        """
+        for message in messages:
+            log.warning("%s stopped before handling %r", self, message)
+
+    def _actor_loop_teardown(self) -> None:
+        """pykka's teardown, plus :meth:`on_undelivered` for tells so none vanishes silently."""
+        untold: list[Any] = []
+        while not self.actor_inbox.empty():
+            envelope = self.actor_inbox.get()
+            if envelope.reply_to is None:
+                if not isinstance(envelope.message, _CONTROL_TYPES):
+                    untold.append(envelope.message)
+                continue
+            if isinstance(envelope.message, _ActorStop):
+                envelope.reply_to.set(None)
+            else:
+                dead = pykka.ActorDeadError(f"{self.actor_ref} stopped before handling the message")
+                envelope.reply_to.set_exception(exc_info=(pykka.ActorDeadError, dead, None))
+        if untold:
+            try:
+                self.on_undelivered(untold)
+            except Exception:
+                log.exception("on_undelivered failed in %s", self)

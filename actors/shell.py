@@ -1,0 +1,821 @@
+"""The shell actor: owns one shell host process, its durable MobileSnapshot, and its workers.
+
+Public surface (what an agent calls)::
+
+    ref = ShellActor.start(name=..., session_dir=..., desk=..., notice_sink=..., context=...,
+                           snapshot=None)          # snapshot: a MobileSnapshot to resume or fork
+    result = ref.proxy().run(script).get()         # -> ToolResult
+    root = ref.proxy().eval_root.get()             # fetch once; then use from ANY thread:
+    root.cancel(reason)                            #   sticky cascade: run in flight + every worker
+    root.interrupt(reason)                         #   just the run in flight (Esc)
+    ref.proxy().clear().get(); ref.proxy().probe().get(); ref.proxy().fork_snapshot().get()
+    ref.stop()                                     # cancels workers, shuts the host, reaps all
+
+Invariants:
+
+- **Durable snapshot.** Refreshed at every clean tool-call boundary (a ral error is clean) and
+  written atomically to ``<session_dir>/agents/<name>/snapshot.msgpack``. The host sends only
+  the encodings of bindings written since the last boundary; the snapshot builder keeps every
+  other binding's packed entry, so a checkpoint costs what changed plus one C-level join.
+- **Panic rollback.** If the host dies for any reason or reports an internal error, a fresh host
+  is started from the durable snapshot (bindings, context, ledger, epoch; the worker registry
+  lives here and survives), the call returns ``rolled_back=True``, and a ``Rollback`` record is
+  appended to ``record.jsonl``. The panicking call's bindings/env/cwd/grants are gone; every
+  completed call's bindings survive.
+- **Epoch.** The ral-call epoch is +1 at the top of every run (failed, cancelled and panicked
+  runs included); the worker registry is swept right after each run; ``clear`` never rewinds it.
+- **Prune.** Only when a ``notice_sink`` is installed (else the ledger waits); each prune is a
+  ``Prune`` record plus a Notice, and the end-of-run checkpoint follows it, so no rollback can
+  resurrect a pruned name.
+- **Cancel.** :class:`EvalRoot` bypasses the mailbox: it writes to the host's control path and
+  cancels every worker (their scopes are its children). A host that does not stop within
+  :data:`CANCEL_GRACE` is killed and the call rolled back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.frames import ChannelClosed, Frame
+from actors.mailbox import QuotaActor
+from actors.shell_host import (
+    FORK_VERBS,
+    ChildProcess,
+    frame_error_text,
+    host_main,
+)
+from actors.worker import WorkerLink, start_worker
+from runtime.cancel import POLL_INTERVAL, CancelScope
+from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
+from runtime.durable import append_jsonl
+from runtime.errors import ExarchError
+from runtime.events import Notice
+from runtime.ledger import BindingLedger
+from runtime.snapshot import MobileSnapshot, SnapshotBuilder
+from runtime.worker_registry import (
+    WORKER_BACKSTOP_SECS,
+    WORKER_IDLE_CALLS,
+    UnknownWorker,
+    WorkerRegistry,
+)
+
+CANCEL_GRACE = 2.0
+"""Seconds a cancelled run gets to unwind before its host is killed and the call rolled back.
+A ral run stops within 100 ms at a poll point; 2 s only ever catches a stuck native."""
+
+BOOT_TIMEOUT = 30.0
+"""Seconds a fresh host may take to restore a snapshot before the boot is declared failed."""
+
+
+class ShellBootFailed(ExarchError):
+    """A shell host process could not be started or could not restore its snapshot."""
+
+
+class ShellClosed(ExarchError):
+    """The shell was closed; start a new one."""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one ral tool call returned, as the agent sees it."""
+
+    value: str
+    """The value's display rendering (``render``)."""
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    """``line:col message`` of the ral error, the cancellation, or the panic; None on success."""
+    error_kind: str | None = None
+    """``syntax`` | ``elaboration`` | ``runtime`` | ``cancelled`` | ``panic``."""
+    referenced: frozenset[str] = frozenset()
+    defined: tuple[str, ...] = ()
+    compiled: bool = True
+    rolled_back: bool = False
+    epoch: int = 0
+    notices: tuple[Notice, ...] = ()
+    """Notices this call produced (also delivered to the ``notice_sink`` when one is installed)."""
+
+
+@dataclass(frozen=True)
+class ShellProbe:
+    """Read-only figures for the /resources card; taking them renews nothing."""
+
+    epoch: int
+    running_workers: int
+    settled_workers: int
+    nearest_worker_reap_calls: int | None
+    nearest_worker_backstop_secs: float | None
+    live_bindings: int
+    baseline_bindings: int
+    pinned_bindings: int
+    nearest_binding_expiry_calls: int | None
+    bytes_held: int
+    """Encoded bytes of the leased (model-written) bindings."""
+    snapshot_bindings_bytes: int
+    """Encoded bytes of every session binding in the durable snapshot."""
+    host_pid: int | None = None
+
+
+class EvalRoot:
+    """The shell's durable cancel root: a thread-safe handle the registry trips directly.
+
+    ``cancel`` is sticky (the registry's cascade): it cancels the run in flight through the
+    host's control path, cancels every worker (each worker's scope is a child of :attr:`scope`),
+    and refuses later runs as cancelled until ``clear`` re-chains a fresh root. ``interrupt``
+    stops only the run in flight (a per-tab Esc) and leaves the workers running.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.scope = CancelScope()
+        self._host: ChildProcess | None = None
+        self._run_id: int | None = None
+        self._cancel_at: float | None = None
+        self.scope.on_cancel(self._on_root_cancelled)
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        self.scope.cancel(reason)
+
+    def interrupt(self, reason: str = "interrupt") -> None:
+        self._cancel_run(reason)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.scope.cancelled
+
+    @property
+    def reason(self) -> str | None:
+        return self.scope.reason
+
+    @property
+    def busy(self) -> bool:
+        """Whether a run is in flight on the host (a cancel now reaches it)."""
+        with self._lock:
+            return self._run_id is not None
+
+    def _on_root_cancelled(self) -> None:
+        self._cancel_run(self.scope.reason or "cancelled")
+
+    def _cancel_run(self, reason: str) -> None:
+        with self._lock:
+            host, run_id = self._host, self._run_id
+            if host is None or run_id is None:
+                return
+            if self._cancel_at is None:
+                self._cancel_at = time.monotonic()
+        host.ctl.try_send("cancel", run=run_id, reason=reason)
+
+    def _attach(self, host: ChildProcess, run_id: int) -> None:
+        with self._lock:
+            self._host, self._run_id, self._cancel_at = host, run_id, None
+        if self.scope.cancelled:  # tripped while the run frame was on its way
+            self._cancel_run(self.scope.reason or "cancelled")
+
+    def _detach(self) -> None:
+        with self._lock:
+            self._run_id, self._cancel_at = None, None
+
+    def _cancel_requested_at(self) -> float | None:
+        with self._lock:
+            return self._cancel_at
+
+    def _rechain(self) -> None:
+        """``clear``: a fresh scope, so no cancellation residue is carried forward."""
+        scope = CancelScope()
+        scope.on_cancel(self._on_root_cancelled)
+        with self._lock:
+            self.scope = scope
+
+
+@dataclass
+class _Run:
+    """What the pump collected for one run."""
+
+    result: Frame | None = None
+    snapshot: Frame | None = None
+    panic: str | None = None
+    awaits: dict[int, str] = field(default_factory=dict)
+
+
+class ShellActor(QuotaActor):
+    """One agent's shell (see the module docstring for the surface and invariants)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        session_dir: str | os.PathLike[str],
+        desk: Any = None,
+        notice_sink: Callable[[Notice], None] | None = None,
+        context: Any = None,
+        snapshot: MobileSnapshot | None = None,
+        faults: bool | None = None,
+        eval_root: EvalRoot | None = None,
+        idle_calls: int = BINDING_IDLE_CALLS,
+        large_bytes: int = LARGE_BINDING_BYTES,
+        worker_idle_calls: int | None = WORKER_IDLE_CALLS,
+        worker_backstop_secs: float | None = WORKER_BACKSTOP_SECS,
+    ) -> None:
+        from runtime.session_dir import SessionDir
+
+        self.name = name  # before super().__init__: the mailbox names its recipient
+        super().__init__()
+        self._dir = SessionDir.at(session_dir)
+        self.snapshot_path: Path = self._dir.snapshot(name)
+        self.record_path: Path = self._dir.record
+        self._desk = desk
+        self._desk_takes_fork = _accepts_kwarg(getattr(desk, "call", None), "fork")
+        self._sink = notice_sink
+        self._initial_context = _context_dict(context)
+        self._boot_snapshot = snapshot
+        self._faults = (os.environ.get("EXARCH_FAULTS") == "1") if faults is None else faults
+        self.eval_root = eval_root or EvalRoot()
+        self._idle_calls = idle_calls
+        self._large_bytes = large_bytes
+        self._worker_bounds = (worker_idle_calls, worker_backstop_secs)
+        self._registry = WorkerRegistry(
+            idle_calls=worker_idle_calls, backstop_secs=worker_backstop_secs
+        )
+        self._links: dict[str, WorkerLink] = {}
+        self._worker_refs: dict[str, Any] = {}
+        self._spawned_this_run = 0
+        self._host: ChildProcess | None = None
+        self._builder = SnapshotBuilder(name)
+        self._context: dict[str, Any] = dict(self._initial_context)
+        self._ledger_state: dict[str, Any] = {}
+        self._durable: MobileSnapshot | None = None
+        self._epoch = 0
+        self._run_id = 0
+        self._closed = False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+
+    def mailbox_recipient(self) -> str:
+        return f"shell {self.name}"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        snap = self._boot_snapshot
+        self._boot_snapshot = None
+        if snap is None:
+            self._boot(bindings={}, context=self._initial_context, ledger=None, tick=False)
+        else:
+            self._epoch = snap.epoch
+            if snap.workers:
+                self._registry = WorkerRegistry.from_state(snap.workers)
+                # their processes ended with the control process that ran them
+                for wid in self._registry.running_ids():
+                    self._registry.settle(wid)
+            self._boot(
+                bindings=dict(snap.bindings),
+                context=dict(snap.context) or self._initial_context,
+                ledger=dict(snap.ledger) or None,
+                tick=False,
+            )
+        self._checkpoint()
+
+    def on_stop(self) -> None:
+        self.close()
+
+    def on_failure(self, *args: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Cancel every worker, shut the host down and reap every process. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._cancel_workers("shell closed")
+        host, self._host = self._host, None
+        if host is not None:
+            host.data.try_send("shutdown")
+            host.reap(grace=1.0)
+        for sock in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    # -- the tool call -------------------------------------------------------------------------
+
+    def run(self, script: str) -> ToolResult:
+        """Run one ral tool call. Never raises for ral errors, cancellation or panics."""
+        if self._closed:
+            raise ShellClosed(f"shell {self.name} is closed")
+        self._epoch += 1
+        epoch = self._epoch
+        self._spawned_this_run = 0
+        if self.eval_root.cancelled:
+            result = ToolResult(
+                value="",
+                error=f"cancelled: {self.eval_root.reason or 'cancelled'}",
+                error_kind="cancelled",
+                compiled=False,
+                epoch=epoch,
+            )
+        else:
+            result = self._run_on_host(script, epoch)
+        reaps = self._sweep(epoch)
+        self._checkpoint()
+        notices = result.notices + tuple(reaps)
+        self._deliver(notices)
+        if reaps:
+            result = _replace(result, notices=notices)
+        return result
+
+    def _run_on_host(self, script: str, epoch: int) -> ToolResult:
+        host = self._host
+        assert host is not None
+        self._run_id += 1
+        run_id = self._run_id
+        self._sync_settled()
+        try:
+            host.data.send(
+                "run",
+                id=run_id,
+                source=script,
+                epoch=epoch,
+                sink=self._sink is not None,
+                running=self._registry.running_ids(),
+            )
+        except ChannelClosed:
+            return self._rollback(self._death_reason(host), epoch)
+        self.eval_root._attach(host, run_id)
+        try:
+            got = self._pump(host)
+        finally:
+            self.eval_root._detach()
+        if got.panic is not None or got.result is None:
+            return self._rollback(got.panic or "the shell host stopped answering", epoch)
+        notices = self._apply_snapshot(got.snapshot)
+        r = got.result
+        notices += self._host_notices(r.get("notices") or [])
+        err = r.get("error")
+        return ToolResult(
+            value=str(r.get("value") or ""),
+            stdout=str(r.get("stdout") or ""),
+            stderr=str(r.get("stderr") or ""),
+            error=frame_error_text(err),
+            error_kind=None if not err else str(err[3]),
+            referenced=frozenset(r.get("referenced") or ()),
+            defined=tuple(r.get("defined") or ()),
+            compiled=bool(r.get("compiled", True)),
+            epoch=epoch,
+            notices=tuple(notices),
+        )
+
+    def _pump(self, host: ChildProcess) -> _Run:
+        """Wait for the run's result, serving enquiries meanwhile; detect a dead host."""
+        got = _Run()
+        while True:
+            cancel_at = self.eval_root._cancel_requested_at()
+            timeout = POLL_INTERVAL * 5 if cancel_at is not None else None
+            ready = host.wait_frame(timeout, extra=(self._wake_r,))
+            if self._wake_r in ready:
+                with contextlib.suppress(OSError):
+                    while self._wake_r.recv(4096):
+                        pass
+            if host.data.conn in ready:
+                try:
+                    frame = host.data.recv()
+                except ChannelClosed:
+                    got.panic = self._death_reason(host)
+                    return got
+                if frame.kind == "result":
+                    got.result = frame
+                    return got
+                if frame.kind == "snapshot":
+                    got.snapshot = frame
+                elif frame.kind == "enquiry":
+                    self._serve_enquiry(host, frame, got)
+                elif frame.kind == "abandon":
+                    got.awaits.pop(int(frame["id"]), None)
+                    host.data.try_send("answer", id=frame["id"], abandoned=True)
+                elif frame.kind == "notice" and frame.get("program") is not None:
+                    host.adopt_program(int(frame["program"]))
+                elif frame.kind == "panic":
+                    got.panic = f"internal error: {frame.get('reason')}"
+                    return got
+            elif host.sentinel in ready:
+                got.panic = self._death_reason(host)
+                return got
+            if got.awaits:
+                self._answer_settled_awaits(host, got)
+            if cancel_at is not None and time.monotonic() - cancel_at > CANCEL_GRACE:
+                host.kill()
+                got.panic = f"the shell did not stop within {CANCEL_GRACE:.0f} s of a cancel"
+                return got
+
+    # -- enquiries -----------------------------------------------------------------------------
+
+    def _serve_enquiry(self, host: ChildProcess, f: Frame, got: _Run) -> None:
+        eid = int(f["id"])
+        op = f.get("op")
+        try:
+            if op == "desk":
+                host.data.send("answer", id=eid, **self._desk_call(f))
+            elif op == "spawn":
+                host.data.send("answer", id=eid, **self._spawn(f))
+            elif op == "await":
+                self._await(host, eid, str(f["worker"]), got)
+            elif op == "cancel":
+                host.data.send("answer", id=eid, **self._cancel_worker(str(f["worker"])))
+            else:
+                host.data.send("answer", id=eid, error=f"unknown enquiry {op!r}")
+        except ChannelClosed:
+            pass  # the host died; the pump sees it next
+
+    def _desk_call(self, f: Frame) -> dict[str, Any]:
+        from runtime.ral.codec import decode_value, encode_value
+        from runtime.ral.errors import DeskRefusal
+
+        verb = str(f["verb"])
+        if self._desk is None:
+            return {"refusal": f"{verb}: this shell has no desk"}
+        try:
+            args = [decode_value(b) for b in f.get("args") or ()]
+            if verb in FORK_VERBS and self._desk_takes_fork and f.get("fork") is not None:
+                fork = f["fork"]
+                child = MobileSnapshot(
+                    agent=self.name,
+                    epoch=0,
+                    bindings=dict(fork["bindings"]),
+                    context=dict(fork["context"]),
+                    ledger={},
+                    workers={},
+                )
+                value = self._desk.call(verb, args, fork=child)
+            else:
+                value = self._desk.call(verb, args)
+            return {"value": encode_value(value)}
+        except DeskRefusal as e:
+            return {"refusal": e.message}
+        except ExarchError as e:
+            return {"refusal": str(e)}
+        except Exception as e:  # a desk bug must not take the shell down
+            return {"refusal": f"{verb} failed: {type(e).__name__}: {e}"}
+
+    def _spawn(self, f: Frame) -> dict[str, Any]:
+        self._spawned_this_run += 1
+        wid = f"w{self._epoch}-{self._spawned_this_run}"
+        link, ref = start_worker(
+            wid,
+            f["closure"],
+            dict(f["context"]),
+            faults=self._faults,
+            on_settle=self._wake,
+        )
+        scope = self.eval_root.scope.child()
+        scope.on_cancel(lambda: link.cancel(scope.reason or "cancelled"))
+        self._links[wid] = link
+        self._worker_refs[wid] = ref
+        self._registry.register(wid, self._epoch, time.time())
+        return {"worker": wid}
+
+    def _await(self, host: ChildProcess, eid: int, wid: str, got: _Run) -> None:
+        self._sync_settled()
+        if self._registry.get(wid) is None:
+            host.data.send("answer", id=eid, error=str(UnknownWorker(wid)))
+            return
+        self._registry.touch(wid, self._epoch)
+        if wid not in self._links:
+            self._registry.claim(wid)
+            host.data.send(
+                "answer",
+                id=eid,
+                error=f"worker {wid} was lost: its process ended with an earlier control process",
+            )
+            return
+        got.awaits[eid] = wid
+        self._answer_settled_awaits(host, got)
+
+    def _answer_settled_awaits(self, host: ChildProcess, got: _Run) -> None:
+        for eid, wid in list(got.awaits.items()):
+            link = self._links.get(wid)
+            if link is None or not link.done.is_set():
+                continue
+            del got.awaits[eid]
+            self._sync_settled()
+            with contextlib.suppress(UnknownWorker):
+                self._registry.claim(wid)
+            self._links.pop(wid, None)
+            self._worker_refs.pop(wid, None)
+            err = link.error_text()
+            out = link.outcome
+            io = {"stdout": out.stdout, "stderr": out.stderr} if out is not None else {}
+            if err is not None or out is None or out.value is None:
+                host.data.try_send(
+                    "answer", id=eid, error=err or f"worker {wid} gave no value", **io
+                )
+            else:
+                host.data.try_send("answer", id=eid, value=out.value, **io)
+
+    def _cancel_worker(self, wid: str) -> dict[str, Any]:
+        if self._registry.get(wid) is None:
+            return {"error": str(UnknownWorker(wid))}
+        self._registry.touch(wid, self._epoch)
+        link = self._links.get(wid)
+        if link is not None:
+            link.cancel("cancelled by cancel")
+        return {"ok": True}
+
+    def _wake(self, _wid: str) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def _sync_settled(self) -> None:
+        for wid, link in self._links.items():
+            if link.done.is_set() and self._registry.is_running(wid):
+                self._registry.settle(wid)
+
+    def _sweep(self, epoch: int) -> list[Notice]:
+        """The retention sweep right after each run: Reap notices and records."""
+        self._sync_settled()
+        notices: list[Notice] = []
+        for reap in self._registry.advance(epoch, time.time()):
+            link = self._links.pop(reap.worker, None)
+            self._worker_refs.pop(reap.worker, None)
+            if link is not None and reap.reason != "retention":
+                link.cancel(f"reaped: {reap.reason}")
+            append_jsonl(
+                self.record_path,
+                {
+                    "kind": "Reap",
+                    "agent": self.name,
+                    "worker": reap.worker,
+                    "reason": reap.reason,
+                    "epoch": reap.epoch,
+                    "detail": reap.detail,
+                },
+            )
+            notices.append(
+                Notice(
+                    self.name,
+                    notice="Reap",
+                    text=f"worker {reap.worker} reaped ({reap.reason}): {reap.detail}",
+                    data={"worker": reap.worker, "reason": reap.reason, "epoch": reap.epoch},
+                )
+            )
+        return notices
+
+    def _cancel_workers(self, reason: str) -> None:
+        """Explicit destruction outranks every lease: cancel and stop every registered worker."""
+        for link in self._links.values():
+            link.cancel(reason)
+        for ref in self._worker_refs.values():
+            with contextlib.suppress(Exception):
+                ref.stop(block=True, timeout=10.0)
+        self._links.clear()
+        self._worker_refs.clear()
+        self._registry.clear()
+
+    # -- snapshots, boot, rollback -------------------------------------------------------------
+
+    def _boot(
+        self,
+        *,
+        bindings: dict[str, bytes],
+        context: dict[str, Any],
+        ledger: dict[str, Any] | None,
+        tick: bool,
+    ) -> list[Notice]:
+        """Start a fresh host and restore ``bindings``/``context``/``ledger`` into it."""
+        try:
+            host = ChildProcess(host_main, name=f"ral-shell-{self.name}")
+        except Exception as e:
+            raise ShellBootFailed(f"shell {self.name}: cannot start a host process: {e}") from e
+        self._host = host
+        verbs = sorted(self._desk.verbs()) if self._desk is not None else []
+        try:
+            host.data.send(
+                "restore",
+                bindings=bindings,
+                context=context,
+                ledger=ledger,
+                epoch=self._epoch,
+                tick=tick,
+                sink=self._sink is not None,
+                running=self._registry.running_ids(),
+                verbs=verbs,
+                faults=self._faults,
+                idle_calls=self._idle_calls,
+                large_bytes=self._large_bytes,
+            )
+        except ChannelClosed as e:
+            raise ShellBootFailed(f"shell {self.name}: host died at boot") from e
+        builder = SnapshotBuilder(self.name)
+        for name, blob in bindings.items():
+            builder.cache.adopt(name, blob, blob)
+        self._builder = builder
+        self._context = dict(context)
+        self._ledger_state = dict(ledger) if ledger else {}
+        deadline = time.monotonic() + BOOT_TIMEOUT
+        snapshot: Frame | None = None
+        while True:
+            left = deadline - time.monotonic()
+            ready = host.wait_frame(max(0.0, left))
+            if not ready:
+                host.kill()
+                raise ShellBootFailed(f"shell {self.name}: host did not restore in time")
+            try:
+                frame = host.data.recv()
+            except ChannelClosed as e:
+                raise ShellBootFailed(
+                    f"shell {self.name}: host died while restoring ({self._death_reason(host)})"
+                ) from e
+            if frame.kind == "snapshot":
+                snapshot = frame
+            elif frame.kind == "ready":
+                notices = self._apply_snapshot(snapshot)
+                return notices + self._host_notices(frame.get("notices") or [])
+            elif frame.kind == "panic":
+                raise ShellBootFailed(f"shell {self.name}: restore failed: {frame.get('reason')}")
+
+    def _apply_snapshot(self, f: Frame | None) -> list[Notice]:
+        if f is None:
+            return []
+        cache = self._builder.cache
+        for name, blob in dict(f.get("bindings") or {}).items():
+            cache.adopt(name, blob, blob)
+        for name in f.get("removed") or ():
+            cache.drop(name)
+        self._context = dict(f["context"])
+        self._ledger_state = dict(f["ledger"])
+        return []
+
+    def _host_notices(self, raw: list[dict[str, Any]]) -> list[Notice]:
+        out: list[Notice] = []
+        for n in raw:
+            kind = str(n.get("notice") or "")
+            data = dict(n.get("data") or {})
+            if kind == "Prune":
+                append_jsonl(
+                    self.record_path,
+                    {
+                        "kind": "Prune",
+                        "agent": self.name,
+                        "names": list(data.get("names") or ()),
+                        "epoch": data.get("epoch", self._epoch),
+                    },
+                )
+            out.append(Notice(self.name, notice=kind, text=str(n.get("text") or ""), data=data))
+        return out
+
+    def _checkpoint(self) -> None:
+        snap = self._builder.checkpoint(
+            epoch=self._epoch,
+            context=self._context,
+            ledger=self._ledger_state,
+            workers=self._registry.to_state(),
+        )
+        snap.write_atomic(self.snapshot_path)
+        self._durable = snap
+
+    def _rollback(self, reason: str, epoch: int) -> ToolResult:
+        """Panic rollback: fresh host from the durable snapshot; the call's effects are gone."""
+        old = self._host
+        if old is not None:
+            old.kill()
+            old.reap(grace=1.0)
+        durable = self._durable
+        assert durable is not None
+        notices = self._boot(
+            bindings=dict(durable.bindings),
+            context=dict(durable.context),
+            ledger=dict(durable.ledger) or None,
+            tick=True,
+        )
+        append_jsonl(
+            self.record_path,
+            {"kind": "Rollback", "agent": self.name, "reason": reason, "epoch": epoch},
+        )
+        return ToolResult(
+            value="",
+            error=f"panic: the call panicked ({reason}) and was rolled back; bindings, cwd, "
+            "env and grants are as the last completed call left them",
+            error_kind="panic",
+            compiled=True,
+            rolled_back=True,
+            epoch=epoch,
+            notices=tuple(notices),
+        )
+
+    def _death_reason(self, host: ChildProcess) -> str:
+        host.proc.join(1.0)
+        code = host.proc.exitcode
+        if code is None:
+            return "the shell host stopped answering"
+        if code < 0:
+            return f"the shell host process died (signal {-code})"
+        return f"the shell host process exited (code {code})"
+
+    def _deliver(self, notices: tuple[Notice, ...]) -> None:
+        sink = self._sink
+        if sink is None:
+            return
+        for n in notices:
+            with contextlib.suppress(Exception):
+                sink(n)
+
+    # -- clear, probe, fork --------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Cancel every worker first, then replace the host with a fresh, re-armed shell.
+        The epoch is not rewound; the eval root is re-chained (no cancellation residue)."""
+        if self._closed:
+            raise ShellClosed(f"shell {self.name} is closed")
+        self._cancel_workers("clear")
+        old, self._host = self._host, None
+        if old is not None:
+            old.data.try_send("shutdown")
+            old.reap(grace=1.0)
+        self.eval_root._rechain()
+        self._registry = WorkerRegistry(
+            idle_calls=self._worker_bounds[0], backstop_secs=self._worker_bounds[1]
+        )
+        self._boot(bindings={}, context=self._initial_context, ledger=None, tick=False)
+        self._checkpoint()
+
+    def probe(self) -> ShellProbe:
+        """Read-only figures; renews no lease and claims no worker."""
+        self._sync_settled()
+        wf = self._registry.figures(self._epoch, time.time())
+        lf = (
+            BindingLedger.from_state(self._ledger_state).figures(self._epoch)
+            if self._ledger_state
+            else None
+        )
+        durable = self._durable
+        return ShellProbe(
+            epoch=self._epoch,
+            running_workers=wf.running,
+            settled_workers=wf.settled,
+            nearest_worker_reap_calls=wf.nearest_reap_calls,
+            nearest_worker_backstop_secs=wf.nearest_backstop_secs,
+            live_bindings=lf.live if lf else 0,
+            baseline_bindings=lf.baseline if lf else 0,
+            pinned_bindings=lf.pinned if lf else 0,
+            nearest_binding_expiry_calls=lf.nearest_expiry_calls if lf else None,
+            bytes_held=lf.bytes_held if lf else 0,
+            snapshot_bindings_bytes=sum(len(b) for b in durable.bindings.values())
+            if durable
+            else 0,
+            host_pid=self._host.pid if self._host is not None else None,
+        )
+
+    def fork_snapshot(self) -> MobileSnapshot:
+        """The durable scope + context for a child agent; its ledger seals all as baseline."""
+        durable = self._durable
+        assert durable is not None
+        return MobileSnapshot(
+            agent=self.name,
+            epoch=0,
+            bindings=dict(durable.bindings),
+            context=dict(durable.context),
+            ledger={},
+            workers={},
+        )
+
+    def durable_snapshot(self) -> MobileSnapshot | None:
+        """The last durable snapshot (what a rollback would restore)."""
+        return self._durable
+
+    def host_pid(self) -> int | None:
+        return self._host.pid if self._host is not None else None
+
+
+def _replace(result: ToolResult, **changes: Any) -> ToolResult:
+    import dataclasses
+
+    return dataclasses.replace(result, **changes)
+
+
+def _context_dict(context: Any) -> dict[str, Any]:
+    if context is None:
+        from runtime.ral.context import DynamicContext
+
+        return DynamicContext().to_dict()
+    if isinstance(context, dict):
+        return dict(context)
+    return dict(context.to_dict())
+
+
+def _accepts_kwarg(fn: Any, name: str) -> bool:
+    if fn is None:
+        return False
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

@@ -1,0 +1,154 @@
+"""What ``run`` and ``fleet`` share: build a fleet from the command line, run a headless trunk to
+its end, write ``result.json``, and map the outcome to the exit code of SCENARIO.md.
+
+Exit codes: 0 when the trunk replied or quiesced normally, 1 on a failed or capped run, 2 on bad
+input (an unreadable scenario, a bad flag), 130 when cancelled (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from runtime.errors import ScenarioError
+from runtime.fleet_yield import FleetYield
+from runtime.providers import make_provider
+from runtime.providers.base import Provider
+from runtime.providers.scenario import Scenario, load_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.ral.values import render
+from runtime.session_dir import SessionDir
+
+EXIT_CODES = {"replied": 0, "quiesced": 0, "failed": 1, "capped": 1, "cancelled": 130}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One headless run, as the command line described it."""
+
+    provider: str
+    prompt: str | None
+    scenario: Scenario | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    session_dir: str | None = None
+    chat: bool = False
+    disk_warn_bytes: int | None = None
+    window_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    outcome: str
+    reply: str | None
+    fleet_yield: FleetYield
+    session: SessionDir
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.outcome, 1)
+
+
+def read_scenario(path: str) -> Scenario:
+    """Load a scenario or exit 2 with the file position of what is wrong."""
+    try:
+        return load_scenario(path)
+    except ScenarioError as e:
+        raise click.UsageError(str(e)) from None
+    except OSError as e:
+        raise click.UsageError(f"cannot read scenario {path}: {e.strerror or e}") from None
+
+
+def provider_factory(spec: RunSpec) -> Callable[[str], Provider]:
+    if spec.provider == "scripted":
+        if spec.scenario is None:
+            raise click.UsageError("the scripted provider needs a scenario file")
+        playback = ScenarioPlayback(spec.scenario)
+        return lambda name: make_provider("scripted", scenario=playback, agent_name=name)
+    options: dict[str, Any] = {}
+    if spec.window_tokens is not None:
+        options["window_tokens"] = spec.window_tokens
+    try:
+        base = make_provider(
+            spec.provider,
+            model=spec.model,
+            base_url=spec.base_url,
+            api_key=spec.api_key,
+            **options,
+        )
+    except Exception as e:
+        raise click.UsageError(str(e)) from None
+    return lambda name: base.for_agent(name)
+
+
+@contextmanager
+def sigint_cancels(cancel: Callable[[], None]) -> Iterator[threading.Event]:
+    """Ctrl-C cancels the run (the whole tree) instead of raising KeyboardInterrupt."""
+    hit = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield hit
+        return
+
+    def handler(_sig: int, _frame: FrameType | None) -> None:
+        hit.set()
+        cancel()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield hit
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None) -> RunOutcome:
+    """Run a headless trunk to its end and write ``result.json``."""
+    from actors.fleet import Fleet, FleetConfig
+
+    session = SessionDir.at(spec.session_dir) if spec.session_dir else SessionDir.new()
+    prompt = spec.prompt
+    system = None
+    if spec.scenario is not None:
+        prompt = prompt or spec.scenario.prompt
+        system = spec.scenario.system
+    if not prompt:
+        raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
+    fleet = Fleet(
+        session,
+        provider_factory(spec),
+        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes),
+    )
+    outcome = "failed"
+    reply: str | None = None
+    try:
+        trunk = fleet.start_trunk(prompt, chat=spec.chat, system=system)
+        if on_start is not None:
+            on_start(fleet)
+        with sigint_cancels(lambda: fleet.cancel_all("interrupted")) as interrupted:
+            while not fleet.wait_empty(0.1):
+                pass
+        outcome = trunk.outcome.value if trunk.outcome is not None else "failed"
+        if interrupted.is_set():
+            outcome = "cancelled"
+        if trunk.replied:
+            value = trunk.reply_value
+            reply = value if isinstance(value, str) else render(value)
+    finally:
+        fleet.close()
+    fy = fleet.write_result(outcome, reply)
+    return RunOutcome(outcome, reply, fy, session)
+
+
+def session_path(session: SessionDir) -> str:
+    try:
+        return str(session.root.relative_to(Path.cwd()))
+    except ValueError:
+        return str(session.root)

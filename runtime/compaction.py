@@ -1,0 +1,81 @@
+"""Compaction policy (seed 001, "Lifecycle: clear, compact, fork"): when to summarise, whether it
+is allowed, and which suffix of the history survives.
+
+- :func:`compaction_due` — used tokens entered the top 15% of a *known* window; when the window
+  (or the usage) is unknown, the serialised history passed COMPACT_THRESHOLD (500 KiB).
+- :func:`can_compact` — the gate: no tool results pending. Compacting between a tool call and its
+  result would strand the provider protocol, so a refused gate drops nothing.
+- :func:`suffix_start` — the first event the compacted mirror keeps verbatim: the start of the
+  most recent user-turn that fits the suffix budget, never between a tool call and its result.
+
+The driver calls these at the top of apply, where the log is ReadyForUser; the event log
+(:mod:`runtime.eventlog`) applies the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from runtime.constants import COMPACT_THRESHOLD, COMPACT_WINDOW_FRACTION
+
+SUFFIX_BUDGET_BYTES = COMPACT_THRESHOLD // 5
+"""At most 100 KiB of recent history is kept verbatim after a compaction, so one compaction buys
+at least 400 KiB of headroom before the fallback threshold is due again."""
+
+SUMMARY_INSTRUCTIONS = (
+    "Summarise the conversation so far for your own later use; it will replace the history. "
+    "Keep: the task and every constraint the user gave, decisions made and why, facts learned "
+    "(paths, names, numbers, ral bindings you created and still need), work done, work remaining "
+    "and the next step, and the names of child agents you started and what each was asked. "
+    "Drop: raw tool output you no longer need. Be specific and compact."
+)
+"""The instruction a provider's ``summarize`` is given (model-facing)."""
+
+SUMMARY_PREAMBLE = "[Summary of the earlier conversation, which was compacted]\n"
+"""Prefixed to the summary where it leads the rendered transcript (model-facing)."""
+
+
+CUT_KINDS = frozenset({"user", "nudge", "steering"})
+"""Event kinds a compaction may cut before: they open a user-role message."""
+
+
+def compaction_due(used_tokens: int | None, window_tokens: int | None, history_bytes: int) -> bool:
+    """Whether context pressure calls for a compaction now.
+
+    With a known window (> 0) and a known usage, due iff ``used_tokens`` is in the top 15% of
+    the window (``used >= window * 0.85``). Otherwise due iff ``history_bytes`` exceeds
+    COMPACT_THRESHOLD.
+    """
+    if window_tokens is not None and window_tokens > 0 and used_tokens is not None:
+        return used_tokens >= window_tokens * (1.0 - COMPACT_WINDOW_FRACTION)
+    return history_bytes > COMPACT_THRESHOLD
+
+
+def can_compact(pending_tool_results: int) -> bool:
+    """The gate: only with no tool results pending (the log is ReadyForUser)."""
+    return pending_tool_results == 0
+
+
+def suffix_start(
+    kinds: Sequence[str], sizes: Sequence[int], budget: int = SUFFIX_BUDGET_BYTES
+) -> int:
+    """Index of the first event kept verbatim after a compaction of ``len(kinds)`` events.
+
+    Candidates are the indices > 0 of user-role events (:data:`CUT_KINDS`: a user message, a
+    nudge or steering is never inside a tool-call batch, so a cut there keeps the protocol
+    whole); index 0 is excluded so a compaction always drops something. The earliest candidate
+    whose suffix fits ``budget`` bytes wins; when even the last candidate's suffix is over
+    budget, or there is none, everything is summarised (returns ``len(kinds)``).
+    """
+    if len(kinds) != len(sizes):
+        raise ValueError("kinds and sizes must have the same length")
+    n = len(kinds)
+    best = n
+    acc = 0
+    for i in range(n - 1, -1, -1):
+        acc += sizes[i]
+        if acc > budget:
+            break
+        if i > 0 and kinds[i] in CUT_KINDS:
+            best = i
+    return best

@@ -1,0 +1,438 @@
+"""The agent's canonical event log (seed 001's ``AgentLog``).
+
+Two halves that never disagree:
+
+- **on disk**, ``agents/<name>/events.jsonl``: append-only JSON lines, fsync'd per record
+  (:func:`runtime.durable.append_jsonl`). Compaction never rewrites it; it only appends a
+  ``compacted`` breadcrumb.
+- **in memory**, the *mirror*: the events the model's context is rendered from. A compaction
+  physically drops the summarised prefix from the mirror (``del events[:k]``, so the heap is
+  reclaimed and :attr:`AgentLog.event_count` / :attr:`AgentLog.history_bytes` shrink to summary
+  + suffix), *after* the breadcrumb is durable — a crash between the two replays to the same
+  mirror, a refused compaction drops nothing.
+
+Protocol state: ``READY_FOR_USER`` or ``AWAITING_TOOL_RESULTS`` (an assistant message asked for
+tool calls not all answered). A user-role append (user, nudge, steering) or another assistant
+message while results are pending is refused with :class:`ProtocolError`, so the log can never
+hold a request a strict backend rejects.
+
+Event kinds (``"kind"`` of every record): ``user`` (with ``"source"``: user, agent_result,
+agent_message, wakeup, ...), ``assistant`` (the admitted message *with its tool calls*),
+``tool_result``, ``nudge``, ``steering``, ``note`` (a system note; model-visible only when
+flagged), ``compacted`` (the breadcrumb: summary and how many mirror events it replaced), and the
+disk-only ``cleared`` marker that opens a fresh generation.
+
+/clear (:meth:`AgentLog.restart`): the current ``events.jsonl`` is renamed to the next free
+``events.<n>.jsonl`` (an atomic rename, directory fsync'd) and a fresh ``events.jsonl`` starts
+with one ``cleared`` record naming the archive. Nothing before the clear can re-enter the
+model's context: the mirror is emptied, and :meth:`AgentLog.load` only ever reads the current
+``events.jsonl``. The archive stays for forensics; nothing is deleted.
+
+An AgentLog belongs to one agent (one actor thread); it takes no locks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from runtime.compaction import SUMMARY_PREAMBLE, suffix_start
+from runtime.durable import Damage, append_jsonl, read_jsonl
+from runtime.errors import ExarchError
+from runtime.messages import (
+    AssistantMessage,
+    Message,
+    ToolResult,
+    UserMessage,
+    message_from_dict,
+)
+
+
+class ProtocolState(StrEnum):
+    READY_FOR_USER = "ready_for_user"
+    AWAITING_TOOL_RESULTS = "awaiting_tool_results"
+
+
+class ProtocolError(ExarchError):
+    """An append the provider protocol forbids in the log's current state; nothing was written."""
+
+    def __init__(self, attempted: str, state: ProtocolState, pending: Sequence[str]) -> None:
+        self.attempted = attempted
+        self.state = state
+        self.pending = tuple(pending)
+        hint = (
+            f"append a tool_result for each pending call ({', '.join(self.pending)}) first"
+            if self.pending
+            else "append an assistant message with those tool calls first"
+        )
+        super().__init__(f"event log refuses {attempted} while {state.value}: {hint}")
+
+
+class UnadmittedMessage(ExarchError):
+    """An assistant message that did not pass :func:`runtime.messages.admit_assistant`."""
+
+
+class CompactionRefused(ExarchError):
+    """Compaction is not allowed now (tool results pending); nothing was dropped."""
+
+
+INTERRUPTED_RESULT = (
+    "[error]\nthis tool call did not complete: the run was interrupted before its result was "
+    "recorded. Re-run it if you still need it."
+)
+"""Model-facing text :meth:`AgentLog.settle_pending` records for a stranded call."""
+
+USER_ROLE_KINDS = frozenset({"user", "nudge", "steering"})
+_META_KINDS = frozenset({"cleared"})
+_ARCHIVE = re.compile(r"^events\.(\d+)\.jsonl$")
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One mirror event: the record as written (without ``"at"``) and its serialised size."""
+
+    kind: str
+    data: Mapping[str, Any]
+    size: int
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> LogEvent:
+        body = {k: v for k, v in data.items() if k != "at"}
+        size = len(json.dumps(body, ensure_ascii=False).encode("utf-8")) + 1
+        return cls(str(body.get("kind", "")), body, size)
+
+    def message(self) -> Message | None:
+        """What this event contributes to the model's context, if anything."""
+        k = self.kind
+        if k in USER_ROLE_KINDS:
+            return UserMessage(str(self.data.get("text", "")))
+        if k == "assistant" or k == "tool_result":
+            msg = message_from_dict(self.data["message"])
+            assert isinstance(msg, AssistantMessage | ToolResult)
+            return msg
+        if k == "compacted":
+            return UserMessage(SUMMARY_PREAMBLE + str(self.data.get("summary", "")))
+        if k == "note" and self.data.get("model_visible"):
+            return UserMessage("[system note] " + str(self.data.get("text", "")))
+        return None
+
+
+@dataclass
+class LoadReport:
+    """What :meth:`AgentLog.load` read and what it had to skip."""
+
+    records: int = 0
+    damage: list[Damage] = field(default_factory=list)
+    protocol_anomalies: list[str] = field(default_factory=list)
+
+    @property
+    def torn(self) -> bool:
+        return any(d.torn_tail for d in self.damage)
+
+
+class AgentLog:
+    """Append-only event log plus its in-memory mirror. See the module docstring."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """A log writing to ``path``; the mirror starts empty (use :meth:`load` to resume)."""
+        self.path = Path(path)
+        self._events: list[LogEvent] = []
+        self._bytes = 0
+        self._pending: list[str] = []  # tool-call ids awaiting results, in request order
+        self._used_tokens: int | None = None
+
+    # --- reading ---------------------------------------------------------------------------
+
+    @property
+    def events(self) -> tuple[LogEvent, ...]:
+        return tuple(self._events)
+
+    @property
+    def event_count(self) -> int:
+        return len(self._events)
+
+    @property
+    def history_bytes(self) -> int:
+        """Serialised size of the mirror (what COMPACT_THRESHOLD is compared to)."""
+        return self._bytes
+
+    @property
+    def state(self) -> ProtocolState:
+        return (
+            ProtocolState.AWAITING_TOOL_RESULTS if self._pending else ProtocolState.READY_FOR_USER
+        )
+
+    @property
+    def pending_tool_calls(self) -> tuple[str, ...]:
+        return tuple(self._pending)
+
+    @property
+    def used_tokens(self) -> int | None:
+        """Usage of the last assistant message since the last compaction or clear, else None.
+
+        Reset by a compaction so a pre-compaction figure cannot make compaction due again at once.
+        """
+        return self._used_tokens
+
+    def can_compact(self) -> bool:
+        return not self._pending
+
+    def render_transcript(self) -> list[Message]:
+        """The model's context: the mirror's messages, adjacent user-role texts merged.
+
+        A compacted log renders its summary first, as a user message. Merging adjacent user
+        messages (a summary then the suffix's first user text, a nudge then a pinned reminder)
+        keeps strict role alternation for backends that demand it.
+        """
+        out: list[Message] = []
+        for ev in self._events:
+            msg = ev.message()
+            if msg is None:
+                continue
+            if isinstance(msg, UserMessage) and out and isinstance(out[-1], UserMessage):
+                out[-1] = UserMessage(out[-1].text + "\n\n" + msg.text)
+            else:
+                out.append(msg)
+        return out
+
+    # --- appending -------------------------------------------------------------------------
+
+    def append_user(self, text: str, *, source: str = "user") -> LogEvent:
+        self._require_ready("a user message")
+        return self._append({"kind": "user", "source": source, "text": text})
+
+    def append_nudge(self, nudge_kind: str, text: str) -> LogEvent:
+        self._require_ready("a nudge")
+        return self._append({"kind": "nudge", "nudge": nudge_kind, "text": text})
+
+    def append_steering(self, text: str) -> LogEvent:
+        self._require_ready("steering")
+        return self._append({"kind": "steering", "text": text})
+
+    def append_note(self, text: str, *, model_visible: bool = False) -> LogEvent:
+        """A system note. A model-visible note is user-role, so it needs ReadyForUser."""
+        if model_visible:
+            self._require_ready("a model-visible note")
+        return self._append({"kind": "note", "text": text, "model_visible": model_visible})
+
+    def append_assistant(self, msg: AssistantMessage) -> LogEvent:
+        """Append an *admitted* assistant message; its tool calls become pending."""
+        self._require_ready("an assistant message")
+        ids = [c.id for c in msg.tool_calls]
+        if len(set(ids)) != len(ids) or any(
+            not isinstance(c.arguments, dict) for c in msg.tool_calls
+        ):
+            raise UnadmittedMessage(
+                "assistant message has non-object tool-call arguments or duplicate ids; "
+                "pass it through runtime.messages.admit_assistant before appending"
+            )
+        ev = self._append({"kind": "assistant", "message": msg.to_dict()})
+        self._pending = ids
+        if msg.usage is not None:
+            self._used_tokens = msg.usage.used
+        return ev
+
+    def append_tool_result(self, result: ToolResult) -> LogEvent:
+        if result.tool_call_id not in self._pending:
+            raise ProtocolError(
+                f"a tool_result for unrequested id {result.tool_call_id!r}",
+                self.state,
+                self._pending,
+            )
+        ev = self._append({"kind": "tool_result", "message": result.to_dict()})
+        self._pending.remove(result.tool_call_id)
+        return ev
+
+    def settle_pending(self, text: str = INTERRUPTED_RESULT) -> list[LogEvent]:
+        """Answer every pending call with an error result, so the log is ReadyForUser again.
+
+        The single exit of the drive loop and resume after a crash mid-dispatch use this: the
+        next user-role append is then always admissible (turn-ends-ready).
+        """
+        return [
+            self.append_tool_result(ToolResult(cid, text, is_error=True))
+            for cid in list(self._pending)
+        ]
+
+    # --- compaction, clear, fork -------------------------------------------------------------
+
+    def apply_compaction(self, summary: str, keep_from: int | None = None) -> LogEvent:
+        """Replace the mirror's prefix ``[:keep_from]`` with ``summary``.
+
+        ``keep_from`` defaults to :func:`runtime.compaction.suffix_start`. The breadcrumb is
+        appended (fsync'd) first; only then is the prefix dropped. Raises
+        :class:`CompactionRefused` with tool results pending, dropping nothing.
+        """
+        if not self.can_compact():
+            raise CompactionRefused(
+                f"cannot compact while tool results are pending ({', '.join(self._pending)}); "
+                "compact at the top of apply, when the log is ReadyForUser"
+            )
+        n = len(self._events)
+        if keep_from is None:
+            keep_from = suffix_start([e.kind for e in self._events], [e.size for e in self._events])
+        if not 0 <= keep_from <= n:
+            raise ValueError(f"keep_from {keep_from} outside 0..{n}")
+        record = {
+            "kind": "compacted",
+            "summary": summary,
+            "dropped": keep_from,
+            "dropped_bytes": sum(e.size for e in self._events[:keep_from]),
+            "kept": n - keep_from,
+        }
+        append_jsonl(self.path, record)
+        self._apply_compacted(LogEvent.of(record))
+        self._used_tokens = None
+        return self._events[0]
+
+    def restart(self) -> Path | None:
+        """/clear: archive the current generation and start a fresh, empty one.
+
+        Returns the archive path (None when there was no file yet). Pending tool calls are
+        forgotten with the rest: the fresh generation starts ReadyForUser.
+        """
+        archive: Path | None = None
+        if self.path.exists():
+            archive = self.path.with_name(f"events.{self._next_generation()}.jsonl")
+            os.replace(self.path, archive)
+            _fsync_dir(self.path.parent)
+        append_jsonl(self.path, {"kind": "cleared", "archived": archive.name if archive else None})
+        self._events = []
+        self._bytes = 0
+        self._pending = []
+        self._used_tokens = None
+        return archive
+
+    def fork_context(self) -> list[LogEvent]:
+        """The model-visible context a forked child imports.
+
+        A pending, unanswered assistant tool-call frame (the parent is mid-dispatch) is dropped
+        together with any partial results after it, so the child inherits a request context
+        rather than a dangling provider protocol. Non-model-visible events are left out.
+        """
+        events = list(self._events)
+        if self._pending:
+            for i in range(len(events) - 1, -1, -1):
+                if events[i].kind == "assistant":
+                    events = events[:i]
+                    break
+        return [e for e in events if e.message() is not None]
+
+    def import_context(self, events: Iterable[LogEvent]) -> None:
+        """Append a parent's :meth:`fork_context` to this (fresh) log, durably."""
+        for ev in events:
+            if ev.kind == "compacted":
+                record = {**ev.data, "dropped": 0, "dropped_bytes": 0, "kept": len(self._events)}
+                append_jsonl(self.path, record)
+                self._apply_compacted(LogEvent.of(record))
+                continue
+            if ev.kind == "assistant":
+                msg = message_from_dict(ev.data["message"])
+                assert isinstance(msg, AssistantMessage)
+                self.append_assistant(msg)
+            elif ev.kind == "tool_result":
+                res = message_from_dict(ev.data["message"])
+                assert isinstance(res, ToolResult)
+                self.append_tool_result(res)
+            else:
+                self._require_ready(f"imported {ev.kind}")
+                self._append(dict(ev.data))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> tuple[AgentLog, LoadReport]:
+        """Rebuild the mirror from ``path`` (resume), honouring ``compacted`` breadcrumbs.
+
+        A torn last line or a corrupt line is skipped and reported, never raised. A record that
+        breaks the protocol (a result for an unrequested id, a user message while results are
+        pending) is kept as far as it is harmless and reported in ``protocol_anomalies``. A log
+        that ends mid-dispatch loads AwaitingToolResults: call :meth:`settle_pending`.
+        """
+        log = cls(path)
+        read = read_jsonl(path)
+        report = LoadReport(records=len(read.records), damage=list(read.damage))
+        for i, rec in enumerate(read.records):
+            kind = rec.get("kind")
+            if kind in _META_KINDS:
+                continue
+            ev = LogEvent.of(rec)
+            if kind == "compacted":
+                log._apply_compacted(ev)
+                log._used_tokens = None
+                continue
+            try:
+                msg = ev.message()
+            except (KeyError, ValueError, TypeError) as e:
+                report.protocol_anomalies.append(f"record {i + 1}: unreadable {kind}: {e}")
+                continue
+            if kind == "tool_result":
+                assert isinstance(msg, ToolResult)
+                if msg.tool_call_id in log._pending:
+                    log._pending.remove(msg.tool_call_id)
+                else:
+                    report.protocol_anomalies.append(
+                        f"record {i + 1}: result for unrequested id {msg.tool_call_id!r} skipped"
+                    )
+                    continue
+            elif log._pending and (kind == "assistant" or kind in USER_ROLE_KINDS):
+                report.protocol_anomalies.append(
+                    f"record {i + 1}: {kind} while results pending; pending calls dropped"
+                )
+                log._drop_dangling_frame()
+            if kind == "assistant":
+                assert isinstance(msg, AssistantMessage)
+                log._pending = [c.id for c in msg.tool_calls]
+                if msg.usage is not None:
+                    log._used_tokens = msg.usage.used
+            log._events.append(ev)
+            log._bytes += ev.size
+        return log, report
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _require_ready(self, attempted: str) -> None:
+        if self._pending:
+            raise ProtocolError(attempted, self.state, self._pending)
+
+    def _append(self, record: dict[str, Any]) -> LogEvent:
+        ev = LogEvent.of(record)
+        append_jsonl(self.path, record)
+        self._events.append(ev)
+        self._bytes += ev.size
+        return ev
+
+    def _apply_compacted(self, ev: LogEvent) -> None:
+        dropped = int(ev.data.get("dropped", 0))
+        del self._events[:dropped]  # frees the prefix: the mirror holds no other reference
+        self._events.insert(0, ev)
+        self._bytes = sum(e.size for e in self._events)
+
+    def _drop_dangling_frame(self) -> None:
+        """Remove an unanswered assistant frame (and partial results) from the mirror's tail."""
+        for i in range(len(self._events) - 1, -1, -1):
+            if self._events[i].kind == "assistant":
+                del self._events[i:]
+                break
+        self._bytes = sum(e.size for e in self._events)
+        self._pending = []
+
+    def _next_generation(self) -> int:
+        taken = [
+            int(m.group(1))
+            for p in self.path.parent.iterdir()
+            if (m := _ARCHIVE.match(p.name)) is not None
+        ]
+        return max(taken, default=0) + 1
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,189 @@
+"""Fleet bus events (seed 001: ``Kind::Born``, ``Died``, ``Notice``, ``Io``, ``Resources``,
+``ProviderError``, ``SystemNote``, and the transcript-only ``InboxRejected``).
+
+Each event is a frozen dataclass naming the agent it concerns; :meth:`Event.to_record` is the
+``transcript.jsonl`` line (SCENARIO.md: every record has ``"kind"``, ``"agent"`` and an ISO
+``"at"``). Pure code builds events; only ``actors/bus.py`` writes them. ``at`` is stamped at
+construction so a record's time is when the fact happened, not when a slow bus wrote it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from runtime.durable import now_iso
+from runtime.inbox import INBOX_MESSAGE_TYPES, source_of
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return repr(value)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of every bus event. Subclasses add fields after ``agent``."""
+
+    agent: str
+    kind: ClassVar[str] = "Event"
+
+    def to_record(self) -> dict[str, Any]:
+        """The transcript line: ``kind``, ``agent``, ``at`` first, then the event's own fields."""
+        record: dict[str, Any] = {"kind": self.kind, "agent": self.agent}
+        for f in dataclasses.fields(self):
+            if f.name not in ("agent", "at"):
+                record[f.name] = _jsonable(getattr(self, f.name))
+        record["at"] = getattr(self, "at", None) or now_iso()
+        return record
+
+
+@dataclass(frozen=True)
+class Born(Event):
+    """An agent registered (trunk, fork or branch), whatever its remaining fuel."""
+
+    parent: str | None = None
+    returns: bool = False
+    interactive: bool = False
+    fuel: int = 0
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "Born"
+
+
+@dataclass(frozen=True)
+class Died(Event):
+    """An agent ended: ``outcome`` replied | quiesced | capped | cancelled | failed."""
+
+    outcome: str = "quiesced"
+    cause: str | None = None
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "Died"
+
+
+@dataclass(frozen=True)
+class Notice(Event):
+    """A transcript/TUI-only notice (``notice``: Prune, Reap, LargeBinding, ...); never model-facing."""
+
+    notice: str = ""
+    text: str = ""
+    data: dict[str, Any] = field(default_factory=dict, hash=False)
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "Notice"
+
+
+@dataclass(frozen=True)
+class Io(Event):
+    """One tool call and what it returned, as the transcript records it."""
+
+    call_id: str = ""
+    script: str = ""
+    value: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "Io"
+
+
+@dataclass(frozen=True)
+class Resources(Event):
+    """A ``/resources`` probe fold: the raw rows beside their rendered card."""
+
+    rows: tuple[tuple[str, Any], ...] = ()
+    card: str = ""
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "Resources"
+
+
+@dataclass(frozen=True)
+class ProviderError(Event):
+    """An exhausted transport or rate-limit failure: a provider fact, not a model nudge."""
+
+    error: str = ""
+    message: str = ""
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "ProviderError"
+
+
+@dataclass(frozen=True)
+class SystemNote(Event):
+    """A runtime note for the human (disk warning, ...)."""
+
+    text: str = ""
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "SystemNote"
+
+
+@dataclass(frozen=True)
+class InboxRejected(Event):
+    """A delivery with no synchronous caller left that could not be queued.
+
+    ``agent`` is the intended recipient; ``reason`` is ``inbox full`` (with ``source``/``cap``),
+    ``stale generation`` (a result from a cleared generation) or ``recipient ended``.
+    ``message`` is the undelivered message itself, so nothing is lost.
+    """
+
+    source: str = ""
+    reason: str = ""
+    cap: int | None = None
+    total: bool = False
+    sender: str | None = None
+    message: dict[str, Any] = field(default_factory=dict, hash=False)
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "InboxRejected"
+
+    @classmethod
+    def of(
+        cls,
+        recipient: str,
+        msg: object,
+        *,
+        reason: str,
+        cap: int | None = None,
+        total: bool = False,
+        sender: str | None = None,
+    ) -> InboxRejected:
+        """Build the record for an undeliverable inbox message."""
+        body = _jsonable(msg) if isinstance(msg, INBOX_MESSAGE_TYPES) else {"repr": repr(msg)}
+        body = {"type": type(msg).__name__, **body}
+        return cls(
+            recipient,
+            source=source_of(msg) or "",
+            reason=reason,
+            cap=cap,
+            total=total,
+            sender=sender,
+            message=body,
+        )
+
+
+@dataclass(frozen=True)
+class Overflow(Event):
+    """Delivered to one bus subscriber in place of the ``missed`` events its buffer could not
+    hold; the transcript still has every one of them."""
+
+    missed: int = 0
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "Overflow"
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    Born,
+    Died,
+    Notice,
+    Io,
+    Resources,
+    ProviderError,
+    SystemNote,
+    InboxRejected,
+)

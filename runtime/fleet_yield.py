@@ -1,0 +1,151 @@
+"""Fleet yield: what a run's spawned children came to, read off the settlement state, and the
+``result.json`` that carries it.
+
+Invariants:
+- ``spawned == done + down + cancelled + neverSettled``; ``releaseUnconfirmed`` and ``released``
+  are subsets of ``done + down`` (slots closed by the release sweep).
+- Spend is per node, from its terminal record, else from its ``reconciled`` floor (``source``
+  says which). Unknown tokens stay ``null`` with ``tokensKnown: false``; they are never summed as
+  zero, and the totals say how many nodes they leave out.
+- ``result.json`` is replaced atomically: a reader sees the old file or the new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.durable import atomic_write_bytes, now_iso
+from runtime.errors import ExarchError
+from runtime.journal import SettlementState
+
+OUTCOMES = ("replied", "quiesced", "capped", "cancelled", "failed")
+RESULT_NAME = "result.json"
+
+
+class BadOutcome(ExarchError):
+    def __init__(self, outcome: str) -> None:
+        self.outcome = outcome
+        super().__init__(f"outcome {outcome!r} is not one of {OUTCOMES}")
+
+
+@dataclass(frozen=True)
+class NodeSpend:
+    tokens_in: int | None
+    tokens_out: int | None
+    tokens_known: bool
+    wall_seconds: float | None
+    source: str  # "terminal" | "floor" | "none"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tokensIn": self.tokens_in,
+            "tokensOut": self.tokens_out,
+            "tokensKnown": self.tokens_known,
+            "wallSeconds": self.wall_seconds,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class FleetYield:
+    spawned: int
+    done: int
+    down: int
+    cancelled: int
+    never_settled: int
+    release_unconfirmed: int
+    released: int
+    never_settled_ids: tuple[str, ...] = ()
+    spend: dict[str, NodeSpend] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        known = [s for s in self.spend.values() if s.tokens_known]
+        return {
+            "spawned": self.spawned,
+            "done": self.done,
+            "down": self.down,
+            "cancelled": self.cancelled,
+            "neverSettled": self.never_settled,
+            "releaseUnconfirmed": self.release_unconfirmed,
+            "released": self.released,
+            "neverSettledIds": list(self.never_settled_ids),
+            "tokens": {
+                "in": sum(s.tokens_in or 0 for s in known),
+                "out": sum(s.tokens_out or 0 for s in known),
+                "knownNodes": len(known),
+                "unknownNodes": len(self.spend) - len(known),
+            },
+            "spend": {k: v.to_json() for k, v in self.spend.items()},
+        }
+
+
+def _spend(raw: Any, source: str) -> NodeSpend:
+    if not isinstance(raw, dict):
+        return NodeSpend(None, None, False, None, "none")
+    tin, tout = raw.get("tokensIn"), raw.get("tokensOut")
+    tin = tin if isinstance(tin, int) else None
+    tout = tout if isinstance(tout, int) else None
+    known = bool(raw.get("tokensKnown", tin is not None and tout is not None))
+    known = known and tin is not None and tout is not None
+    wall = raw.get("wallSeconds")
+    return NodeSpend(tin, tout, known, wall if isinstance(wall, int | float) else None, source)
+
+
+def fleet_yield(state: SettlementState) -> FleetYield:
+    done = down = cancelled = unconfirmed = released = 0
+    spend: dict[str, NodeSpend] = {}
+    for n in state.nodes.values():
+        t = n.terminal
+        if t is not None:
+            if t["kind"] == "cancelled":
+                cancelled += 1
+            elif t["status"] == "done":
+                done += 1
+            else:
+                down += 1
+            unconfirmed += t.get("retainedExecution") == "release-unconfirmed"
+            released += t.get("retainedExecution") == "released"
+        if t is not None and isinstance(t.get("spend"), dict):
+            spend[n.id] = _spend(t["spend"], "terminal")
+        elif n.floor is not None:
+            spend[n.id] = _spend(n.floor.get("spend"), "floor")
+        else:
+            spend[n.id] = _spend(None, "none")
+    open_ids = tuple(state.never_settled)
+    return FleetYield(
+        len(state.nodes),
+        done,
+        down,
+        cancelled,
+        len(open_ids),
+        unconfirmed,
+        released,
+        open_ids,
+        spend,
+    )
+
+
+def write_result(
+    session_dir: str | os.PathLike[str],
+    outcome: str,
+    reply: str | None,
+    fleet_yield: FleetYield,
+    **extra: Any,
+) -> Path:
+    """Write ``result.json`` atomically; returns its path."""
+    if outcome not in OUTCOMES:
+        raise BadOutcome(outcome)
+    doc = {
+        "outcome": outcome,
+        "reply": reply,
+        "fleetYield": fleet_yield.to_json(),
+        "at": now_iso(),
+        **extra,
+    }
+    path = Path(session_dir) / RESULT_NAME
+    atomic_write_bytes(path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode())
+    return path

@@ -1,0 +1,1 @@
+"""Model-facing prompt files (package data): ``system.md`` and its per-agent fragments."""

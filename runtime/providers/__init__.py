@@ -1,0 +1,111 @@
+"""Providers: one interface (``base``), the embedded ``scripted`` default, ``openai``,
+``anthropic``.
+
+:func:`make_provider` is the one constructor the CLI and the agent use. For a fork, seed the
+child's handle with ``parent_handle.current().for_agent(child_name)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import ExarchError
+from runtime.providers.base import (
+    RAL_TOOL,
+    MalformedReply,
+    Provider,
+    ProviderError,
+    ProviderHandle,
+    ProviderTimeout,
+    RateLimited,
+    RequestRejected,
+    StreamEvent,
+    StreamReset,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    TransportError,
+    Truncated,
+    truncation_of,
+)
+from runtime.providers.scenario import Scenario, ScriptedMessage, load_scenario, parse_scenario
+from runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
+
+PROVIDER_NAMES = ("scripted", "openai", "anthropic")
+
+
+class UnknownProvider(ExarchError):
+    """A provider name outside :data:`PROVIDER_NAMES`, or one missing what it needs."""
+
+
+def make_provider(
+    name: str = "scripted",
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    scenario: Scenario | ScenarioPlayback | str | Path | None = None,
+    agent_name: str = "trunk",
+    **options: Any,
+) -> Provider:
+    """Build a provider.
+
+    ``scripted`` needs ``scenario`` (a parsed :class:`Scenario`, a shared
+    :class:`ScenarioPlayback`, or a path); the result plays ``agent_name``'s script. ``openai`` and
+    ``anthropic`` need ``model``; ``options`` go to their constructors (``connect_timeout``,
+    ``read_timeout``, ``max_retries``, ``backoff_base``, ``backoff_max``, ``max_tokens``,
+    ``window_tokens``, ...).
+    """
+    if name == "scripted":
+        if scenario is None:
+            raise UnknownProvider("the scripted provider needs a scenario file")
+        if isinstance(scenario, ScenarioPlayback):
+            playback = scenario
+        elif isinstance(scenario, Scenario):
+            playback = ScenarioPlayback(scenario)
+        else:
+            playback = ScenarioPlayback(load_scenario(scenario))
+        return playback.provider(agent_name)
+    if name == "openai":
+        from runtime.providers.openai import OpenAIProvider
+
+        if not model:
+            raise UnknownProvider("the openai provider needs --model")
+        return OpenAIProvider(model=model, base_url=base_url, api_key=api_key, **options)
+    if name == "anthropic":
+        from runtime.providers.anthropic import AnthropicProvider
+
+        if not model:
+            raise UnknownProvider("the anthropic provider needs --model")
+        return AnthropicProvider(model=model, base_url=base_url, api_key=api_key, **options)
+    raise UnknownProvider(f"unknown provider {name!r}; expected one of {', '.join(PROVIDER_NAMES)}")
+
+
+__all__ = [
+    "PROVIDER_NAMES",
+    "RAL_TOOL",
+    "MalformedReply",
+    "Provider",
+    "ProviderError",
+    "ProviderHandle",
+    "ProviderTimeout",
+    "RateLimited",
+    "RequestRejected",
+    "Scenario",
+    "ScenarioPlayback",
+    "ScriptedMessage",
+    "ScriptedProvider",
+    "StreamEvent",
+    "StreamReset",
+    "TextDelta",
+    "ToolCallDelta",
+    "ToolSpec",
+    "TransportError",
+    "Truncated",
+    "UnknownProvider",
+    "load_scenario",
+    "make_provider",
+    "parse_scenario",
+    "truncation_of",
+]

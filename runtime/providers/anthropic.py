@@ -1,0 +1,265 @@
+"""The Anthropic Messages API, streaming.
+
+Events: ``message_start`` (input usage), ``content_block_start`` (text or tool_use with id and
+name), ``content_block_delta`` (``text_delta``, ``input_json_delta``), ``content_block_stop``,
+``message_delta`` (stop_reason, output usage), ``message_stop``; ``ping`` is ignored and
+``error`` mid-stream is retried when it reports overload or rate limiting. Headers:
+``x-api-key`` and ``anthropic-version``. 429 and 529 (overloaded) are rate limits, 5xx transport
+failures; both are retried.
+
+Rendering keeps the API's shape rules: user and tool-result items merge into one user turn (tool
+results first), consecutive assistant items merge, the first turn is a user turn, text blocks are
+never empty or whitespace-only, and ``tool_use.input`` is always an object.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from runtime.cancel import CancelScope
+from runtime.messages import (
+    EMPTY_REPLY_STUB,
+    AssistantMessage,
+    StopReason,
+    SystemPrompt,
+    ToolCall,
+    ToolResult,
+    TranscriptItem,
+    Usage,
+    UserMessage,
+)
+from runtime.providers.base import (
+    MalformedReply,
+    ProviderError,
+    RateLimited,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    TransportError,
+    effective_system,
+)
+from runtime.providers.http import (
+    HttpStreamingProvider,
+    Retryable,
+    StreamIncomplete,
+    decode_arguments,
+    object_arguments,
+)
+
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 8192
+"""The API requires max_tokens; 8192 fits every current model's output limit."""
+
+EMPTY_USER_STUB = "(empty message)"
+CONTINUATION_STUB = "(conversation continues)"
+
+
+def render_messages(transcript: Sequence[TranscriptItem]) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": list(blocks)})
+
+    for m in transcript:
+        if isinstance(m, SystemPrompt):
+            continue
+        if isinstance(m, UserMessage):
+            add("user", [{"type": "text", "text": m.text if m.text.strip() else EMPTY_USER_STUB}])
+        elif isinstance(m, ToolResult):
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id,
+                "content": m.content,
+            }
+            if m.is_error:
+                block["is_error"] = True
+            add("user", [block])
+        elif isinstance(m, AssistantMessage):
+            blocks: list[dict[str, Any]] = []
+            if m.text.strip():
+                blocks.append({"type": "text", "text": m.text})
+            blocks.extend(_render_call(c) for c in m.tool_calls)
+            if not blocks:
+                blocks.append({"type": "text", "text": EMPTY_REPLY_STUB})
+            add("assistant", blocks)
+    if turns and turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUATION_STUB}]})
+    for turn in turns:  # tool results must open their user turn
+        if turn["role"] == "user":
+            turn["content"].sort(key=lambda b: b["type"] != "tool_result")
+    return turns
+
+
+def _render_call(call: ToolCall) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": object_arguments(call)}
+
+
+def render_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
+    ]
+
+
+class _Block:
+    __slots__ = ("id", "json", "kind", "name", "ordinal")
+
+    def __init__(self, kind: str, ordinal: int, id: str = "", name: str = "") -> None:
+        self.kind = kind
+        self.ordinal = ordinal
+        self.id = id
+        self.name = name
+        self.json: list[str] = []
+
+
+class AnthropicProvider(HttpStreamingProvider):
+    name = "anthropic"
+    default_base_url = "https://api.anthropic.com"
+    api_key_env = "ANTHROPIC_API_KEY"
+
+    def classify_status(self, status: int) -> tuple[type[ProviderError], bool]:
+        if status == 529:
+            return RateLimited, True
+        return super().classify_status(status)
+
+    def build_request(
+        self,
+        transcript: Sequence[TranscriptItem],
+        system: str | None,
+        tools: Sequence[ToolSpec],
+        tool_choice_none: bool,
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens or DEFAULT_MAX_TOKENS,
+            "messages": render_messages(transcript),
+            "stream": True,
+        }
+        sys_text = effective_system(transcript, system)
+        if sys_text:
+            body["system"] = sys_text
+        if tools:
+            body["tools"] = render_tools(tools)
+            if tool_choice_none:
+                body["tool_choice"] = {"type": "none"}
+        headers = {"anthropic-version": ANTHROPIC_VERSION}
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        root = self.endpoint.path
+        path = f"{root}/messages" if root.endswith("/v1") else f"{root}/v1/messages"
+        return path, headers, body
+
+    def read_stream(
+        self,
+        events: Iterator[tuple[str, str]],
+        emit: Callable[[StreamEvent], None],
+        scope: CancelScope,
+    ) -> AssistantMessage:
+        text: list[str] = []
+        blocks: dict[int, _Block] = {}
+        calls: list[_Block] = []
+        stop: str | None = None
+        input_tokens = 0
+        output_tokens = 0
+        saw_usage = False
+        started = finished = False
+        for event, data in events:
+            scope.check()
+            try:
+                payload = json.loads(data) if data else {}
+            except ValueError:
+                raise MalformedReply(f"not JSON in the event stream: {data[:200]!r}") from None
+            if not isinstance(payload, dict):
+                raise MalformedReply(f"an event is not an object: {data[:200]!r}")
+            kind = payload.get("type") or event
+            if kind == "ping":
+                continue
+            if kind == "error":
+                raise _stream_error(payload.get("error"))
+            if kind == "message_start":
+                started = True
+                usage = (payload.get("message") or {}).get("usage") or {}
+                if usage:
+                    saw_usage = True
+                    input_tokens = sum(
+                        int(usage.get(k) or 0)
+                        for k in (
+                            "input_tokens",
+                            "cache_creation_input_tokens",
+                            "cache_read_input_tokens",
+                        )
+                    )
+                    output_tokens = int(usage.get("output_tokens") or 0)
+            elif kind == "content_block_start":
+                index = _index(payload)
+                cb = payload.get("content_block") or {}
+                block = _Block(str(cb.get("type", "")), len(calls))
+                blocks[index] = block
+                if block.kind == "text" and cb.get("text"):
+                    text.append(cb["text"])
+                    emit(TextDelta(cb["text"]))
+                elif block.kind == "tool_use":
+                    block.id = str(cb.get("id", ""))
+                    block.name = str(cb.get("name", ""))
+                    calls.append(block)
+                    emit(ToolCallDelta(block.ordinal, block.id, block.name, ""))
+                    if cb.get("input"):
+                        block.json.append(json.dumps(cb["input"]))
+            elif kind == "content_block_delta":
+                block = blocks.get(_index(payload)) or _Block("", len(calls))
+                delta = payload.get("delta") or {}
+                dtype = delta.get("type")
+                if dtype == "text_delta":
+                    piece = str(delta.get("text", ""))
+                    text.append(piece)
+                    emit(TextDelta(piece))
+                elif dtype == "input_json_delta" and block.kind == "tool_use":
+                    piece = str(delta.get("partial_json", ""))
+                    block.json.append(piece)
+                    emit(ToolCallDelta(block.ordinal, None, None, piece))
+            elif kind == "message_delta":
+                stop = (payload.get("delta") or {}).get("stop_reason") or stop
+                usage = payload.get("usage") or {}
+                if "output_tokens" in usage:
+                    saw_usage = True
+                    output_tokens = int(usage.get("output_tokens") or 0)
+            elif kind == "message_stop":
+                finished = True
+                break
+        if not finished and stop is None:
+            raise StreamIncomplete("no message_stop" if started else "no message_start")
+        tool_calls = tuple(
+            ToolCall(b.id or f"toolu_{b.ordinal}", b.name, decode_arguments("".join(b.json)))
+            for b in calls
+        )
+        if stop == "max_tokens":
+            reason = StopReason.MAX_TOKENS
+        elif tool_calls:
+            reason = StopReason.TOOL_USE
+        else:
+            reason = StopReason.END_TURN
+        usage_out = Usage(input_tokens, output_tokens) if saw_usage else None
+        return AssistantMessage("".join(text), tool_calls, reason, usage_out)
+
+
+def _index(payload: dict[str, Any]) -> int:
+    index = payload.get("index", 0)
+    if not isinstance(index, int):
+        raise MalformedReply(f"content block index is not an integer: {index!r}")
+    return index
+
+
+def _stream_error(err: Any) -> Exception:
+    detail = err if isinstance(err, dict) else {"message": str(err)}
+    kind = str(detail.get("type", ""))
+    message = f"stream error {kind or 'unknown'}: {detail.get('message', '')}"
+    if kind in ("overloaded_error", "rate_limit_error"):
+        return Retryable(RateLimited(message, status=529 if kind == "overloaded_error" else 429))
+    if kind in ("api_error", "timeout_error"):
+        return Retryable(TransportError(message))
+    return MalformedReply(message)

@@ -1,0 +1,228 @@
+"""Any OpenAI-compatible chat-completions endpoint (OpenAI, llama.cpp, vLLM, Ollama, ...).
+
+Streaming request (``stream: true`` with ``stream_options.include_usage``), tool calls assembled
+from ``delta.tool_calls`` fragments by their ``index``, usage from the final usage chunk.
+``base_url`` is the API root that ``/chat/completions`` is appended to (``http://host:8080/v1``
+for llama.cpp and vLLM, ``http://host:11434/v1`` for Ollama). A stream is complete at
+``data: [DONE]``, or at EOF once a ``finish_reason`` has been seen (some local servers omit
+``[DONE]``); EOF before either is a cut stream and is retried.
+
+Stop reasons: ``tool_calls`` → tool_use, ``length`` → max_tokens, anything else → end_turn —
+except that a reply carrying tool calls is tool_use whatever the server said, since local servers
+often report ``stop`` for tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from runtime.cancel import CancelScope
+from runtime.messages import (
+    AssistantMessage,
+    StopReason,
+    SystemPrompt,
+    ToolCall,
+    ToolResult,
+    TranscriptItem,
+    Usage,
+    UserMessage,
+)
+from runtime.providers.base import (
+    MalformedReply,
+    RateLimited,
+    StreamEvent,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    TransportError,
+    effective_system,
+)
+from runtime.providers.http import (
+    HttpStreamingProvider,
+    Retryable,
+    StreamIncomplete,
+    decode_arguments,
+)
+
+TOOL_ERROR_PREFIX = "error: "
+"""Chat-completions has no error flag on a tool message; the content says it instead."""
+
+
+def render_messages(
+    transcript: Sequence[TranscriptItem], system: str | None
+) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    sys_text = effective_system(transcript, system)
+    if sys_text:
+        out.append({"role": "system", "content": sys_text})
+    for m in transcript:
+        if isinstance(m, SystemPrompt):
+            continue
+        if isinstance(m, UserMessage):
+            out.append({"role": "user", "content": m.text})
+        elif isinstance(m, ToolResult):
+            content = (TOOL_ERROR_PREFIX + m.content) if m.is_error else m.content
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": content})
+        elif isinstance(m, AssistantMessage):
+            msg: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+            if m.tool_calls:
+                msg["tool_calls"] = [_render_call(c) for c in m.tool_calls]
+            elif not m.text:
+                msg["content"] = ""
+            out.append(msg)
+    return out
+
+
+def _render_call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments_json},
+    }
+
+
+def render_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
+
+
+class _Call:
+    __slots__ = ("args", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.args: list[str] = []
+
+
+class OpenAIProvider(HttpStreamingProvider):
+    name = "openai"
+    default_base_url = "https://api.openai.com/v1"
+    api_key_env = "OPENAI_API_KEY"
+
+    def __init__(self, *, include_usage: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.include_usage = include_usage
+
+    def build_request(
+        self,
+        transcript: Sequence[TranscriptItem],
+        system: str | None,
+        tools: Sequence[ToolSpec],
+        tool_choice_none: bool,
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": render_messages(transcript, system),
+            "stream": True,
+        }
+        if self.include_usage:
+            body["stream_options"] = {"include_usage": True}
+        if tools:
+            body["tools"] = render_tools(tools)
+            if tool_choice_none:
+                body["tool_choice"] = "none"
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        headers: dict[str, str] = {}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        return f"{self.endpoint.path}/chat/completions", headers, body
+
+    def read_stream(
+        self,
+        events: Iterator[tuple[str, str]],
+        emit: Callable[[StreamEvent], None],
+        scope: CancelScope,
+    ) -> AssistantMessage:
+        text: list[str] = []
+        calls: dict[int, _Call] = {}
+        finish: str | None = None
+        usage: Usage | None = None
+        done = False
+        for _event, data in events:
+            scope.check()
+            if data.strip() == "[DONE]":
+                done = True
+                break
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                raise MalformedReply(f"not JSON in the event stream: {data[:200]!r}") from None
+            if not isinstance(chunk, dict):
+                raise MalformedReply(f"an event-stream chunk is not an object: {data[:200]!r}")
+            if "error" in chunk:
+                raise _stream_error(chunk["error"])
+            u = chunk.get("usage")
+            if isinstance(u, dict):
+                usage = Usage(
+                    int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+                )
+            for choice in chunk.get("choices") or ():
+                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                piece = delta.get("content")
+                if isinstance(piece, str) and piece:
+                    text.append(piece)
+                    emit(TextDelta(piece))
+                for j, tc in enumerate(delta.get("tool_calls") or ()):
+                    self._tool_delta(tc, j, calls, emit)
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+        if not done and finish is None:
+            raise StreamIncomplete("no finish_reason and no [DONE]")
+        tool_calls = tuple(
+            ToolCall(c.id or f"call_{i}", c.name, decode_arguments("".join(c.args)))
+            for i, c in sorted(calls.items())
+        )
+        if finish == "length":
+            stop = StopReason.MAX_TOKENS
+        elif tool_calls:
+            stop = StopReason.TOOL_USE
+        else:
+            stop = StopReason.END_TURN
+        return AssistantMessage("".join(text), tool_calls, stop, usage)
+
+    @staticmethod
+    def _tool_delta(
+        tc: Any, position: int, calls: dict[int, _Call], emit: Callable[[StreamEvent], None]
+    ) -> None:
+        if not isinstance(tc, dict):
+            raise MalformedReply(f"a tool-call delta is not an object: {tc!r}")
+        index = tc.get("index")
+        if not isinstance(index, int):
+            index = position
+        call = calls.setdefault(index, _Call())
+        fn = tc.get("function") or {}
+        new_id = tc.get("id") if isinstance(tc.get("id"), str) else None
+        new_name = fn.get("name") if isinstance(fn.get("name"), str) else None
+        frag = fn.get("arguments")
+        if isinstance(frag, dict):  # some local servers send the object, not its text
+            frag = json.dumps(frag)
+        frag = frag if isinstance(frag, str) else ""
+        if new_id:
+            call.id = new_id
+        if new_name and not call.name:
+            call.name = new_name
+        call.args.append(frag)
+        emit(ToolCallDelta(index, new_id, new_name, frag))
+
+
+def _stream_error(err: Any) -> Exception:
+    """An ``{"error": ...}`` chunk mid-stream: retried when it says overload or rate limit."""
+    detail = err if isinstance(err, dict) else {"message": str(err)}
+    kind = str(detail.get("type") or detail.get("code") or "")
+    message = f"stream error {kind or 'unknown'}: {detail.get('message', '')}"
+    if "rate" in kind or "overload" in kind or "429" in kind:
+        return Retryable(RateLimited(message))
+    if "server" in kind or "500" in kind:
+        return Retryable(TransportError(message))
+    return MalformedReply(message)

@@ -1,0 +1,352 @@
+"""Scenario files (SCENARIO.md): parse a TOML scenario into a typed :class:`Scenario`.
+
+A malformed scenario raises :class:`~runtime.errors.ScenarioError` whose message starts with
+``FILE:LINE:COL:`` (TOML syntax errors, from ``tomllib``) or ``FILE:LINE:`` plus the key path for
+schema errors, e.g. ``s.toml:14: agents.trunk[2].stop: expected one of tool_use, end_turn,
+max_tokens, got "stopp"``. The line of a schema error is found by scanning the source for the
+``[[agents.NAME]]`` header of that entry; when the scenario uses inline tables the key path alone
+locates it. Unknown keys are not errors (more fields are welcome) but are reported in
+``Scenario.warnings`` with their position, so a typo is never silently lost.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import ScenarioError
+from runtime.messages import StopReason
+
+ERROR_KINDS = ("rate_limit", "transport", "truncated", "timeout", "malformed")
+"""SCENARIO.md names the first three; ``timeout`` and ``malformed`` are extras."""
+
+_MESSAGE_KEYS = frozenset(
+    {"text", "ral", "stop", "repeat", "usage_tokens", "fn_arguments", "delay_ms", "error"}
+)
+_FLEET_KEYS = frozenset({"prompt", "window_tokens", "system"})
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True)
+class ScriptedMessage:
+    """One scripted assistant message (before ``repeat`` expansion)."""
+
+    text: str = ""
+    ral: tuple[str, ...] = ()
+    stop: StopReason = StopReason.END_TURN
+    repeat: int = 1
+    usage_tokens: int | None = None
+    fn_arguments: dict[str, Any] | str | None = None
+    delay_ms: int = 0
+    error: str | None = None
+    where: str = ""
+    """Key path of this entry, e.g. ``agents.trunk[2]`` (for diagnostics)."""
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    prompt: str | None = None
+    window_tokens: int | None = None
+    system: str | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A parsed scenario. ``agents`` keys are exact names; ``patterns`` are globs in file order."""
+
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    agents: Mapping[str, tuple[ScriptedMessage, ...]] = field(default_factory=dict)
+    patterns: tuple[tuple[str, tuple[ScriptedMessage, ...]], ...] = ()
+    source: str = "<scenario>"
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def prompt(self) -> str | None:
+        return self.fleet.prompt
+
+    @property
+    def window_tokens(self) -> int | None:
+        return self.fleet.window_tokens
+
+    @property
+    def system(self) -> str | None:
+        return self.fleet.system
+
+    def entries_for(self, agent_name: str) -> tuple[ScriptedMessage, ...]:
+        """The entries scripted for ``agent_name``: an exact name wins, else the first matching
+        pattern in file order (``worker-*`` matches every name starting with ``worker-``)."""
+        exact = self.agents.get(agent_name)
+        if exact is not None:
+            return exact
+        for pattern, entries in self.patterns:
+            if fnmatch.fnmatchcase(agent_name, pattern):
+                return entries
+        return ()
+
+    def script_for(self, agent_name: str) -> tuple[ScriptedMessage, ...]:
+        """The messages ``agent_name`` plays, in order, with ``repeat`` expanded in place."""
+        out: list[ScriptedMessage] = []
+        for entry in self.entries_for(agent_name):
+            out.extend([entry] * entry.repeat)
+        return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and parse a scenario file; every failure is a :class:`ScenarioError`."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ScenarioError(f"{p}: cannot read scenario: {e.strerror or e}") from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{p}: scenario is not UTF-8 (byte {e.start})") from e
+    return parse_scenario(text, source=str(p))
+
+
+def parse_scenario(text: str, *, source: str = "<scenario>") -> Scenario:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(_toml_error(source, text, e)) from e
+    return _Parser(text, source).scenario(doc)
+
+
+def _toml_error(source: str, text: str, e: tomllib.TOMLDecodeError) -> str:
+    msg = str(e)
+    # tomllib formats "Invalid value (at line 3, column 9)"; lift the position to the front.
+    m = re.search(r"\(at line (\d+), column (\d+)\)$", msg)
+    if m:
+        reason = msg[: m.start()].rstrip()
+        return f"{source}:{m.group(1)}:{m.group(2)}: invalid TOML: {reason}"
+    m = re.search(r"\(at end of document\)$", msg)
+    if m:
+        line = text.count("\n") + 1
+        return f"{source}:{line}: invalid TOML: {msg[: m.start()].rstrip()} (at end of document)"
+    return f"{source}: invalid TOML: {msg}"
+
+
+class _Parser:
+    def __init__(self, text: str, source: str) -> None:
+        self.lines = text.splitlines()
+        self.source = source
+        self.warnings: list[str] = []
+
+    # -- positions ---------------------------------------------------------------------------
+
+    def _header_line(self, agent: str, index: int | None) -> int | None:
+        """1-based line of the ``index``-th ``[[agents.<agent>]]`` header (or ``[agents.x]``)."""
+        seen = 0
+        for n, line in enumerate(self.lines, 1):
+            m = re.match(r"\s*\[\[?\s*agents\s*\.\s*(.+?)\s*\]\]?\s*(#.*)?$", line)
+            if not m:
+                continue
+            if _unquote(m.group(1)) != agent:
+                continue
+            if index is None or seen == index:
+                return n
+            seen += 1
+        return None
+
+    def _key_line(self, start: int | None, key: str) -> int | None:
+        if start is None:
+            return None
+        for n in range(start, len(self.lines)):
+            line = self.lines[n]
+            if re.match(r"\s*\[", line):
+                break
+            if re.match(rf"\s*\"?{re.escape(key)}\"?\s*=", line):
+                return n + 1
+        return start
+
+    def _section_line(self, name: str) -> int | None:
+        for n, line in enumerate(self.lines, 1):
+            if re.match(rf"\s*\[\s*{re.escape(name)}\s*\]", line):
+                return n
+        return None
+
+    def fail(self, line: int | None, path: str, what: str) -> ScenarioError:
+        where = f"{self.source}:{line}" if line else self.source
+        return ScenarioError(f"{where}: {path}: {what}")
+
+    def warn(self, line: int | None, path: str, what: str) -> None:
+        where = f"{self.source}:{line}" if line else self.source
+        self.warnings.append(f"{where}: {path}: {what}")
+
+    # -- schema ------------------------------------------------------------------------------
+
+    def scenario(self, doc: dict[str, Any]) -> Scenario:
+        for key in doc:
+            if key not in ("fleet", "agents"):
+                self.warn(self._section_line(key), key, "unknown top-level key (ignored)")
+        fleet = self.fleet(doc.get("fleet", {}))
+        agents_doc = doc.get("agents", {})
+        if not isinstance(agents_doc, dict):
+            raise self.fail(None, "agents", "expected a table of agent names")
+        exact: dict[str, tuple[ScriptedMessage, ...]] = {}
+        patterns: list[tuple[str, tuple[ScriptedMessage, ...]]] = []
+        for name, entries in agents_doc.items():
+            parsed = self.agent(name, entries)
+            if _GLOB_CHARS.search(name):
+                patterns.append((name, parsed))
+            else:
+                exact[name] = parsed
+        return Scenario(
+            fleet=fleet,
+            agents=exact,
+            patterns=tuple(patterns),
+            source=self.source,
+            warnings=tuple(self.warnings),
+        )
+
+    def fleet(self, table: Any) -> FleetConfig:
+        line = self._section_line("fleet")
+        if not isinstance(table, dict):
+            raise self.fail(line, "fleet", "expected a table ([fleet])")
+        for key in table:
+            if key not in _FLEET_KEYS:
+                self.warn(self._key_line(line, key), f"fleet.{key}", "unknown key (ignored)")
+        prompt = table.get("prompt")
+        if prompt is not None and not isinstance(prompt, str):
+            raise self.fail(
+                self._key_line(line, "prompt"), "fleet.prompt", _expected("a string", prompt)
+            )
+        system = table.get("system")
+        if system is not None and not isinstance(system, str):
+            raise self.fail(
+                self._key_line(line, "system"), "fleet.system", _expected("a string", system)
+            )
+        window = table.get("window_tokens")
+        if window is not None and (not _is_int(window) or window <= 0):
+            raise self.fail(
+                self._key_line(line, "window_tokens"),
+                "fleet.window_tokens",
+                _expected("a positive integer", window),
+            )
+        return FleetConfig(prompt=prompt, window_tokens=window, system=system)
+
+    def agent(self, name: str, entries: Any) -> tuple[ScriptedMessage, ...]:
+        path = f"agents.{_quote(name)}"
+        if not name:
+            raise self.fail(self._header_line(name, None), path, "an agent name cannot be empty")
+        if isinstance(entries, dict):
+            raise self.fail(
+                self._header_line(name, None),
+                path,
+                f"expected an array of tables ([[{path}]]), got a single table ([{path}])",
+            )
+        if not isinstance(entries, list):
+            raise self.fail(None, path, _expected("an array of tables", entries))
+        return tuple(self.message(name, i, e) for i, e in enumerate(entries))
+
+    def message(self, agent: str, index: int, entry: Any) -> ScriptedMessage:
+        path = f"agents.{_quote(agent)}[{index}]"
+        header = self._header_line(agent, index)
+        if not isinstance(entry, dict):
+            raise self.fail(header, path, _expected("a table", entry))
+
+        def fail(key: str, what: str) -> ScenarioError:
+            return self.fail(self._key_line(header, key), f"{path}.{key}", what)
+
+        for key in entry:
+            if key not in _MESSAGE_KEYS:
+                self.warn(self._key_line(header, key), f"{path}.{key}", "unknown key (ignored)")
+
+        text = entry.get("text", "")
+        if not isinstance(text, str):
+            raise fail("text", _expected("a string", text))
+
+        ral_raw = entry.get("ral", [])
+        if isinstance(ral_raw, str):
+            ral_raw = [ral_raw]
+        if not isinstance(ral_raw, list):
+            raise fail("ral", _expected("a list of strings", ral_raw))
+        for j, script in enumerate(ral_raw):
+            if not isinstance(script, str):
+                raise self.fail(
+                    self._key_line(header, "ral"),
+                    f"{path}.ral[{j}]",
+                    _expected("a string (one ral script)", script),
+                )
+        ral = tuple(ral_raw)
+
+        fn_raw = entry.get("fn_arguments")
+        fn_arguments: dict[str, Any] | str | None
+        if fn_raw is None or isinstance(fn_raw, str | dict):
+            fn_arguments = fn_raw
+        else:  # any other TOML value is sent as its (non-object) JSON text
+            fn_arguments = json.dumps(fn_raw, default=str)
+        has_calls = bool(ral) or fn_arguments is not None
+
+        stop_raw = entry.get("stop")
+        if stop_raw is None:
+            stop = StopReason.TOOL_USE if has_calls else StopReason.END_TURN
+        else:
+            try:
+                stop = StopReason(stop_raw)
+            except ValueError:
+                raise fail(
+                    "stop",
+                    "expected one of tool_use, end_turn, max_tokens, got " + _show(stop_raw),
+                ) from None
+
+        repeat = entry.get("repeat", 1)
+        if not _is_int(repeat) or repeat < 0:
+            raise fail("repeat", _expected("a non-negative integer", repeat))
+        usage = entry.get("usage_tokens")
+        if usage is not None and (not _is_int(usage) or usage < 0):
+            raise fail("usage_tokens", _expected("a non-negative integer", usage))
+        delay = entry.get("delay_ms", 0)
+        if not _is_int(delay) or delay < 0:
+            raise fail("delay_ms", _expected("a non-negative integer (milliseconds)", delay))
+        error = entry.get("error")
+        if error is not None and error not in ERROR_KINDS:
+            raise fail("error", f"expected one of {', '.join(ERROR_KINDS)}, got {_show(error)}")
+
+        return ScriptedMessage(
+            text=text,
+            ral=ral,
+            stop=stop,
+            repeat=repeat,
+            usage_tokens=usage,
+            fn_arguments=fn_arguments,
+            delay_ms=delay,
+            error=error,
+            where=path,
+        )
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, str):
+        return json.dumps(v)
+    return f"{type(v).__name__} {v!r}"
+
+
+def _expected(what: str, got: Any) -> str:
+    return f"expected {what}, got {_show(got)}"
+
+
+def _quote(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+
+def _unquote(key: str) -> str:
+    key = key.strip()
+    if len(key) >= 2 and key[0] == key[-1] and key[0] in "\"'":
+        return key[1:-1]
+    return key

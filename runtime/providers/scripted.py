@@ -1,0 +1,193 @@
+"""The embedded default provider: plays a scenario (SCENARIO.md) exactly, with no network.
+
+One :class:`ScenarioPlayback` holds the scenario and one cursor per agent name for the whole run;
+:meth:`ScenarioPlayback.provider` hands out a :class:`ScriptedProvider` bound to a name. Rules:
+
+- each ``complete`` consumes the agent's next message (``repeat`` already expanded in place);
+  a message is consumed when its round-trip starts, so a cancelled or failing one is not replayed;
+- an agent with nothing left gets an empty ``end_turn`` message;
+- an exact name wins over a pattern; a pattern (``worker-*``) gives every matching agent its own
+  copy, because cursors are per agent name, not per scenario entry;
+- ``delay_ms`` waits on the cancel scope (a cancel ends the wait within one scheduler tick);
+- ``error`` raises that :class:`~runtime.providers.base.ProviderError` after the delay;
+- tool calls are named ``ral`` with arguments ``{"script": ...}`` and ids
+  ``call_<agent>_<round>_<i>``, so a rerun produces byte-identical transcripts;
+- ``fn_arguments`` replaces every tool call's arguments with that raw value (one ``ral`` call is
+  made if the message has no ``ral`` scripts);
+- ``usage_tokens = N`` reports ``Usage(input_tokens=N)``; without it usage is ``None``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runtime.cancel import Cancelled, CancelScope
+from runtime.messages import (
+    AssistantMessage,
+    StopReason,
+    ToolCall,
+    ToolResult,
+    TranscriptItem,
+    Usage,
+    UserMessage,
+)
+from runtime.providers.base import (
+    RAL_TOOL,
+    MalformedReply,
+    OnEvent,
+    Provider,
+    ProviderError,
+    ProviderTimeout,
+    RateLimited,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    TransportError,
+    Truncated,
+)
+from runtime.providers.scenario import Scenario, ScriptedMessage, load_scenario
+
+_SUMMARY_CLIP = 200
+
+
+class ScenarioPlayback:
+    """The run-wide playback state of one scenario: a cursor per agent name. Thread-safe."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._lock = threading.Lock()
+        self._scripts: dict[str, tuple[ScriptedMessage, ...]] = {}
+        self._rounds: dict[str, int] = {}
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScenarioPlayback:
+        return cls(load_scenario(path))
+
+    def provider(self, agent_name: str) -> ScriptedProvider:
+        return ScriptedProvider(self, agent_name)
+
+    def take(self, agent_name: str) -> tuple[int, ScriptedMessage | None]:
+        """Consume the agent's next message; return (round number, message or None)."""
+        with self._lock:
+            script = self._scripts.get(agent_name)
+            if script is None:
+                script = self._scripts[agent_name] = self.scenario.script_for(agent_name)
+            n = self._rounds.get(agent_name, 0)
+            self._rounds[agent_name] = n + 1
+        return n, (script[n] if n < len(script) else None)
+
+    def remaining(self, agent_name: str) -> int:
+        """Scripted messages not yet consumed by ``agent_name``."""
+        with self._lock:
+            script = self._scripts.get(agent_name)
+            if script is None:
+                script = self.scenario.script_for(agent_name)
+            return max(0, len(script) - self._rounds.get(agent_name, 0))
+
+
+def _id_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:32] or "agent"
+
+
+class ScriptedProvider(Provider):
+    """Plays ``agent_name``'s script from a shared :class:`ScenarioPlayback`."""
+
+    name = "scripted"
+
+    def __init__(self, playback: ScenarioPlayback, agent_name: str) -> None:
+        self.playback = playback
+        self.agent_name = agent_name
+        self.model = Path(playback.scenario.source).stem or "scenario"
+        self.window_tokens = playback.scenario.window_tokens
+
+    def for_agent(self, agent_name: str) -> ScriptedProvider:
+        return self.playback.provider(agent_name)
+
+    def complete(
+        self,
+        transcript: Sequence[TranscriptItem],
+        *,
+        system: str | None = None,
+        tools: Sequence[ToolSpec] = (RAL_TOOL,),
+        cancel: CancelScope,
+        on_event: OnEvent | None = None,
+    ) -> AssistantMessage:
+        cancel.check()
+        n, entry = self.playback.take(self.agent_name)
+        if entry is None:
+            return AssistantMessage(text="", tool_calls=(), stop_reason=StopReason.END_TURN)
+        if entry.delay_ms and cancel.wait(entry.delay_ms / 1000.0):
+            raise Cancelled(cancel.reason or "cancelled")
+        cancel.check()
+        if entry.error is not None:
+            raise _scripted_error(entry, self.agent_name)
+        msg = self._message(n, entry)
+        if on_event is not None:
+            if msg.text:
+                on_event(TextDelta(msg.text))
+            for i, call in enumerate(msg.tool_calls):
+                on_event(ToolCallDelta(i, call.id, call.name, call.arguments_json))
+        return msg
+
+    def _message(self, n: int, entry: ScriptedMessage) -> AssistantMessage:
+        prefix = f"call_{_id_safe(self.agent_name)}_{n}"
+        args: list[dict[str, Any] | str] = [{"script": s} for s in entry.ral]
+        if entry.fn_arguments is not None:
+            args = [entry.fn_arguments] * max(1, len(args))
+        calls = tuple(ToolCall(f"{prefix}_{i}", RAL_TOOL.name, a) for i, a in enumerate(args))
+        usage = Usage(entry.usage_tokens) if entry.usage_tokens is not None else None
+        return AssistantMessage(
+            text=entry.text, tool_calls=calls, stop_reason=entry.stop, usage=usage
+        )
+
+    def summarize(
+        self,
+        transcript: Sequence[TranscriptItem],
+        cancel: CancelScope,
+        *,
+        system: str | None = None,
+    ) -> str:
+        """A deterministic summary: counts, the first request and the last assistant text."""
+        cancel.check()
+        users = [m for m in transcript if isinstance(m, UserMessage)]
+        replies = [m for m in transcript if isinstance(m, AssistantMessage)]
+        results = [m for m in transcript if isinstance(m, ToolResult)]
+        calls = sum(len(m.tool_calls) for m in replies)
+        parts = [
+            f"Summary of {len(users) + len(replies) + len(results)} earlier messages "
+            f"({len(users)} user, {len(replies)} assistant, {calls} tool calls, "
+            f"{len(results)} tool results)."
+        ]
+        if users:
+            parts.append(f"First request: {_clip(users[0].text)}")
+        last_text = next((m.text for m in reversed(replies) if m.text.strip()), None)
+        if last_text is not None:
+            parts.append(f"Last reply: {_clip(last_text)}")
+        return "\n".join(parts)
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _SUMMARY_CLIP else text[: _SUMMARY_CLIP - 3] + "..."
+
+
+def _scripted_error(entry: ScriptedMessage, agent: str) -> ProviderError:
+    what = f"scripted {entry.error} for {agent} ({entry.where})"
+    if entry.error == "rate_limit":
+        return RateLimited(what, status=429)
+    if entry.error == "transport":
+        return TransportError(what)
+    if entry.error == "timeout":
+        return ProviderTimeout(what)
+    if entry.error == "malformed":
+        return MalformedReply(what)
+    partial = AssistantMessage(
+        text=entry.text,
+        stop_reason=StopReason.MAX_TOKENS,
+        usage=Usage(entry.usage_tokens) if entry.usage_tokens is not None else None,
+    )
+    return Truncated(partial, what)

@@ -1,0 +1,245 @@
+"""The runtime state of one evaluation (a session run, or a worker) and its effects on the world:
+external programs and ``use``.
+
+External programs run with argv (never a shell), in the context's cwd and env, in their own
+process group (``start_new_session``) so that cancelling kills the whole group. The evaluator
+polls the cancel scope every :data:`runtime.cancel.POLL_INTERVAL` (10 ms) while a program runs,
+which keeps the 100 ms cancellation bound with a 10x margin.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from runtime.cancel import POLL_INTERVAL, Cancelled, CancelScope
+from runtime.ral.compile import (
+    MAX_DEPTH,
+    Frame,
+    ReturnSignal,
+    Scope,
+    check_cancel,
+    compile_program,
+    harvest,
+    no_gc,
+)
+from runtime.ral.context import Desk, DynamicContext
+from runtime.ral.errors import RalError, RalSyntaxError
+from runtime.ral.parser import parse
+from runtime.ral.values import UNIT, Builtin, render
+
+if TYPE_CHECKING:
+    from runtime.ral.workers import WorkerBackend
+
+
+@dataclass(frozen=True)
+class Native:
+    """A Σ entry: ``fn(runtime, args) -> value`` taking ``lo``..``hi`` arguments (None: any)."""
+
+    fn: Callable[[Interp, list[Any]], Any]
+    lo: int
+    hi: int | None
+    doc: str = ""
+
+    def arity_text(self) -> str:
+        if self.hi == self.lo:
+            return "1 argument" if self.lo == 1 else f"{self.lo} arguments"
+        if self.hi is None:
+            return f"at least {self.lo} argument{'s' if self.lo != 1 else ''}"
+        return f"{self.lo} to {self.hi} arguments"
+
+
+class Interp:
+    """Everything a compiled node reaches through ``frame.it``."""
+
+    def __init__(
+        self,
+        *,
+        ctx: DynamicContext,
+        scope: CancelScope,
+        sigma: dict[str, Native],
+        workers: WorkerBackend | None = None,
+        desk: Desk | None = None,
+        session_vars: dict[str, Any] | None = None,
+        define: Callable[[Interp, str, Any], None] | None = None,
+        worker_scope: CancelScope | None = None,
+        on_harvest: Callable[[frozenset[str]], None] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.scope = scope
+        self.sigma = sigma
+        self.workers = workers
+        self.desk = desk
+        self.session_vars = session_vars
+        self._define = define
+        self.worker_scope = worker_scope or scope
+        self.on_harvest = on_harvest
+        self.stop = False
+        self.depth = 0
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.referenced: set[str] = set()
+        self.defined: list[str] = []
+        scope.on_cancel(self._trip)
+
+    def _trip(self) -> None:
+        self.stop = True
+
+    def poll(self) -> None:
+        if self.stop:
+            check_cancel(self)
+
+    # -- names ---------------------------------------------------------------------------
+    def define(self, name: str, value: Any) -> None:
+        """A top-level ``let`` in a session run: the one chokepoint for session bindings."""
+        if self._define is None or self.session_vars is None:
+            raise RalError("no session scope to bind in")
+        self._define(self, name, value)
+
+    def global_value(self, name: str, line: int, col: int) -> Any:
+        if name in self.sigma:
+            return Builtin(name)
+        raise RalError(f"undefined variable {name}", line, col)
+
+    # -- paths and files -----------------------------------------------------------------
+    def path(self, p: Any, what: str) -> str:
+        """An absolute path for a file builtin, refused outside the granted roots."""
+        if type(p) is not str:
+            raise RalError(f"{what}: a path must be a string, not {render(p)}")
+        full = os.path.normpath(os.path.join(self.ctx.cwd, os.path.expanduser(p)))
+        if not self.ctx.grants.allows_path(full):
+            raise RalError(f"not granted: {what} {p} (outside the granted roots)")
+        return full
+
+    def use_file(self, p: Any, line: int, col: int) -> Any:
+        """``use PATH``: run a file in a fresh frame below the session scope; its harvest counts."""
+        full = self.path(p, "use")
+        try:
+            with open(full, encoding="utf-8") as fh:
+                text = fh.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise RalError(f"use: cannot read {p}: {_reason(e)}", line, col) from None
+        rho = self.session_vars
+        outer = Scope("session", set(rho), None) if rho is not None else None
+        scope = Scope("frame", set(), outer)
+        try:
+            with no_gc():
+                phrases = parse(text)
+                evs = compile_program(phrases, scope, set(self.sigma))
+        except RalSyntaxError as e:
+            raise RalError(f"use {p}: {e.line}:{e.col} {e.message}", line, col) from None
+        names = harvest(phrases)
+        self.referenced |= names
+        if self.on_harvest is not None:
+            self.on_harvest(names)
+        frame = Frame({}, Frame(rho, None, self) if rho is not None else None, self)
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise RalError("recursion limit: use nested too deeply", line, col)
+            v: Any = UNIT
+            for ev in evs:
+                if self.stop:
+                    check_cancel(self)
+                v = ev(frame)
+            return v
+        except ReturnSignal as r:
+            return r.value
+        finally:
+            self.depth -= 1
+
+    # -- external programs ---------------------------------------------------------------
+    def run_program(self, name: str, argv: list[Any], line: int, col: int) -> Any:
+        ctx = self.ctx
+        if "/" in name:
+            cand = os.path.normpath(os.path.join(ctx.cwd, name))
+            resolved: str | None = (
+                cand if os.path.isfile(cand) and os.access(cand, os.X_OK) else None
+            )
+        else:
+            resolved = shutil.which(name, path=ctx.env.get("PATH", os.defpath))
+        if not ctx.grants.allows_exec(name, resolved):
+            raise RalError(f"not granted: exec {name}", line, col)
+        if resolved is None:
+            raise RalError(f"unknown command {name} (not a binding, builtin or program)", line, col)
+        args: list[str | bytes] = [name]
+        for a in argv:
+            _add_arg(args, a)
+        if self.stop:
+            check_cancel(self)
+        try:
+            proc = subprocess.Popen(
+                args,
+                executable=resolved,
+                cwd=ctx.cwd,
+                env=ctx.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise RalError(f"{name}: {_reason(e)}", line, col) from None
+        try:
+            while True:
+                try:
+                    out, err = proc.communicate(timeout=POLL_INTERVAL)
+                    break
+                except subprocess.TimeoutExpired:
+                    if self.stop:
+                        check_cancel(self)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        if err:
+            self.err.append(err.decode("utf-8", "replace"))
+        rc = proc.returncode
+        if rc != 0:
+            how = f"killed by signal {-rc}" if rc < 0 else f"exited with code {rc}"
+            raise RalError(f"{name} {how}", line, col)
+        if out.endswith(b"\n"):
+            out = out[:-1]
+        try:
+            return out.decode("utf-8")
+        except UnicodeDecodeError:
+            return out
+
+
+def _add_arg(args: list[str | bytes], a: Any) -> None:
+    t = type(a)
+    if t is str or t is bytes:
+        args.append(a)
+    elif t is list:  # a list passes each item as its own argument
+        for x in a:
+            args.append(x if type(x) in (str, bytes) else render(x))
+    else:
+        args.append(render(a))
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
+    proc.wait()
+    for s in (proc.stdout, proc.stderr):
+        if s is not None:
+            s.close()
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    return str(e)
+
+
+__all__ = ["Cancelled", "Interp", "Native"]

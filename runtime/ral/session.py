@@ -1,0 +1,245 @@
+"""The ral Session: one persistent shell scope (ρ), its dynamic context, and runs against it.
+
+A run is parsed and elaborated first; a syntax error or an unbound ``$name`` refuses it before
+any phrase runs (``compiled=False``, nothing referenced). Otherwise the run's referenced names
+(the harvest of its text, plus any ``use`` compiled during it) are reported to
+``harvest_hook`` and the phrases run under a fresh child of :attr:`Session.root_scope`.
+
+Invariants:
+- ``define_hook`` is called at exactly one chokepoint: a top-level ``let``/``let rec`` of a run.
+- ρ is copy-on-write from every closure's point of view: closures copy what they capture, so
+  ``unset``/``restore``/rebinding never changes an existing closure.
+- ral errors and cancellation come back in :attr:`RunResult.error`; any other exception (an
+  internal fault such as ``fault panic``) propagates so the host can treat it as a panic.
+- After any outcome the session is usable: depth counters, the run scope and ``running`` are
+  reset in ``finally``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.cancel import Cancelled, CancelScope
+from runtime.ral.compile import Frame, ReturnSignal, Scope, compile_program, harvest, no_gc
+from runtime.ral.context import Desk, DynamicContext, Grants
+from runtime.ral.errors import (
+    CodecError,
+    DeskRefusal,
+    InternalPanic,
+    MidRunRefused,
+    RalError,
+    RalSyntaxError,
+)
+from runtime.ral.interp import Interp
+from runtime.ral.natives import NATIVES, build_sigma
+from runtime.ral.parser import parse
+from runtime.ral.values import UNIT, Value
+from runtime.ral.workers import ThreadWorkers, WorkerBackend
+
+RECURSION_FLOOR = 20000
+"""The Python recursion limit a session ensures: ral's own limit (1000 nested calls, 7 Python
+frames each) must trip long before Python's."""
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    message: str
+    line: int
+    col: int
+    kind: str  # "syntax" | "elaboration" | "runtime" | "cancelled"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    value: Value
+    stdout: str
+    stderr: str
+    error: ErrorInfo | None
+    referenced: frozenset[str]
+    compiled: bool
+    defined: tuple[str, ...]
+
+
+def _ensure_recursion_limit() -> None:
+    if sys.getrecursionlimit() < RECURSION_FLOOR:
+        sys.setrecursionlimit(RECURSION_FLOOR)
+
+
+class Session:
+    """A persistent ral shell. One run at a time; :meth:`cancel` may be called from any thread."""
+
+    def __init__(
+        self,
+        *,
+        context: DynamicContext | None = None,
+        desk: Desk | None = None,
+        workers: WorkerBackend | None = None,
+        faults: bool | None = None,
+        define_hook: Callable[[str, Value], None] | None = None,
+        harvest_hook: Callable[[frozenset[str]], None] | None = None,
+        root_scope: CancelScope | None = None,
+    ) -> None:
+        _ensure_recursion_limit()
+        self.context = context if context is not None else DynamicContext()
+        self.desk = desk
+        self.faults = faults if faults is not None else os.environ.get("EXARCH_FAULTS") == "1"
+        self.workers: WorkerBackend = (
+            workers if workers is not None else ThreadWorkers(desk=desk, faults=self.faults)
+        )
+        self.define_hook = define_hook
+        self.harvest_hook = harvest_hook
+        self.root_scope = root_scope if root_scope is not None else CancelScope()
+        self._rho: dict[str, Value] = {}
+        self._run_scope: CancelScope | None = None
+        self._lock = threading.Lock()
+        self.running = False
+
+    # -- running -------------------------------------------------------------------------
+    def run(self, source: str, *, filename: str = "<run>") -> RunResult:
+        with self._lock:
+            if self.running:
+                raise MidRunRefused("a run is already in flight on this session")
+            self.running = True
+        try:
+            return self._run(source)
+        finally:
+            with self._lock:
+                self.running = False
+                self._run_scope = None
+
+    def _run(self, source: str) -> RunResult:
+        sigma = build_sigma(self.desk, self.faults)
+        try:
+            with no_gc():
+                phrases = parse(source)
+                evs = compile_program(
+                    phrases, Scope("session", set(self._rho), None), frozenset(sigma)
+                )
+        except RalSyntaxError as e:
+            return RunResult(
+                UNIT, "", "", ErrorInfo(e.message, e.line, e.col, e.kind), frozenset(), False, ()
+            )
+        except RecursionError:
+            info = ErrorInfo("program nested too deeply", 1, 1, "syntax")
+            return RunResult(UNIT, "", "", info, frozenset(), False, ())
+        referenced = harvest(phrases)
+        if self.harvest_hook is not None:
+            self.harvest_hook(referenced)
+        scope = self.root_scope.child()
+        with self._lock:
+            self._run_scope = scope
+        it = Interp(
+            ctx=self.context,
+            scope=scope,
+            sigma=sigma,
+            workers=self.workers,
+            desk=self.desk,
+            session_vars=self._rho,
+            define=self._define,
+            worker_scope=self.root_scope,
+            on_harvest=self.harvest_hook,
+        )
+        frame = Frame(self._rho, None, it)
+        value: Any = UNIT
+        error: ErrorInfo | None = None
+        line, col = 1, 1
+        try:
+            for ev, node in zip(evs, phrases):
+                line, col = node.line, node.col
+                if it.stop:
+                    it.poll()
+                value = ev(frame)
+        except ReturnSignal as r:
+            value = r.value
+        except RalError as e:
+            value = UNIT
+            error = ErrorInfo(e.message, e.line or line, e.col or col, "runtime")
+        except Cancelled:
+            value = UNIT
+            error = ErrorInfo("cancelled", line, col, "cancelled")
+        except RecursionError:
+            value = UNIT
+            error = ErrorInfo("recursion limit", line, col, "runtime")
+        finally:
+            # Retire the finished run's scope so the root prunes it (and the callback holding
+            # this run's Interp) at its next adoption instead of keeping every run forever.
+            scope.cancel("run finished")
+        return RunResult(
+            value,
+            "".join(it.out),
+            "".join(it.err),
+            error,
+            referenced | frozenset(it.referenced),
+            True,
+            tuple(it.defined),
+        )
+
+    def _define(self, it: Interp, name: str, value: Value) -> None:
+        self._rho[name] = value
+        it.defined.append(name)
+        if self.define_hook is not None:
+            self.define_hook(name, value)
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Trip the run in flight (no-op between runs). Thread-safe."""
+        with self._lock:
+            scope = self._run_scope
+        if scope is not None:
+            scope.cancel(reason)
+
+    # -- the session scope ---------------------------------------------------------------
+    def session_names(self) -> list[str]:
+        return list(self._rho)
+
+    def is_sigma(self, name: str) -> bool:
+        if name in NATIVES:
+            return True
+        if name == "fault" and self.faults:
+            return True
+        return self.desk is not None and name in self.desk.verbs()
+
+    def get(self, name: str) -> Value:
+        return self._rho[name]
+
+    def bindings(self) -> dict[str, Value]:
+        return dict(self._rho)
+
+    def unset(self, name: str) -> None:
+        """Remove a session name (value and elaboration seed); refused mid-run."""
+        with self._lock:
+            if self.running:
+                raise MidRunRefused(f"cannot unset {name} while a run is in flight")
+            self._rho.pop(name, None)
+
+    def restore(self, bindings: dict[str, Value], context: DynamicContext) -> None:
+        """Replace ρ and the dynamic context (snapshot rollback); refused mid-run."""
+        with self._lock:
+            if self.running:
+                raise MidRunRefused("cannot restore while a run is in flight")
+            self._rho = dict(bindings)
+            self.context = context
+
+    def close(self) -> None:
+        """Cancel the root scope (every worker) and stop the default thread workers."""
+        self.root_scope.cancel("session closed")
+        shutdown = getattr(self.workers, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
+
+__all__ = [
+    "CodecError",
+    "DeskRefusal",
+    "DynamicContext",
+    "ErrorInfo",
+    "Grants",
+    "InternalPanic",
+    "MidRunRefused",
+    "RunResult",
+    "Session",
+]

@@ -1,0 +1,183 @@
+"""The quota mailbox: the inbox rule as every pykka actor's inbox."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pykka
+import pytest
+
+from actors.mailbox import Cancel, Coalesced, Interrupt, QuotaActor, QuotaMailbox
+from runtime.cancel import CancelScope
+from runtime.errors import InboxFull
+from runtime.inbox import AgentMessage, Outcome, ScheduledWakeup, UserSteering
+
+
+class Worker(QuotaActor):
+    """Records what it handles; ``block`` parks the actor thread until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.blocked = threading.Event()
+        self.handled: list[Any] = []
+
+    def mailbox_recipient(self) -> str:
+        return "worker"
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "block":
+            self.blocked.set()
+            self.gate.wait(10)
+            return "unblocked"
+        self.handled.append(message)
+        return len(self.handled)
+
+    def block(self) -> None:
+        self.blocked.set()
+        self.gate.wait(10)
+
+    def seen(self) -> list[Any]:
+        return list(self.handled)
+
+
+@pytest.fixture
+def worker() -> Iterator[tuple[pykka.ActorRef[Worker], Worker]]:
+    ref = Worker.start()
+    actor = ref._actor_weakref()  # the test reads the gate and the token directly
+    assert actor is not None
+    try:
+        yield ref, actor
+    finally:
+        actor.gate.set()
+        ref.stop(block=True, timeout=5)
+
+
+def test_a_full_mailbox_rejects_the_65th_tell_to_its_sender_and_handles_the_first_64(
+    worker: tuple[pykka.ActorRef[Worker], Worker],
+) -> None:
+    ref, actor = worker
+    ref.tell("block")
+    assert actor.blocked.wait(5)
+    for i in range(64):
+        ref.tell(AgentMessage("s", str(i)))
+    with pytest.raises(InboxFull) as exc:
+        ref.tell(AgentMessage("s", "64"))
+    assert exc.value.source == "agent_message" and exc.value.recipient == "worker"
+    actor.gate.set()
+    assert [m.text for m in ref.proxy().seen().get(timeout=5)] == [str(i) for i in range(64)]
+
+
+def test_a_flood_of_ten_thousand_calls_is_accepted_exactly_to_the_cap_and_rejected_to_each_sender(
+    worker: tuple[pykka.ActorRef[Worker], Worker],
+) -> None:
+    ref, actor = worker
+    ref.tell("block")
+    assert actor.blocked.wait(5)
+    proxy = ref.proxy()
+    accepted, rejected = [], 0
+    for i in range(10_000):
+        try:
+            accepted.append(ref.ask(("call", i), block=False))
+        except InboxFull as e:
+            assert e.source == "command"
+            rejected += 1
+    assert len(accepted) == 64 and rejected == 10_000 - 64
+    with pytest.raises(InboxFull):
+        proxy.seen()  # a proxy call is quota-checked like any other call
+    actor.gate.set()
+    assert [f.get(timeout=5) for f in accepted] == list(range(1, 65))
+
+
+def test_cancel_jumps_queued_work_and_trips_the_token_the_moment_it_is_put(
+    worker: tuple[pykka.ActorRef[Worker], Worker],
+) -> None:
+    ref, actor = worker
+    token = CancelScope()
+    actor.cancel_scope = token
+    ref.tell("block")
+    assert actor.blocked.wait(5)
+    for i in range(64):
+        ref.tell(AgentMessage("s", str(i)))
+    ref.tell(Cancel("agent-cancel"))  # never quota-checked, although the source is full
+    assert token.cancelled and token.reason == "agent-cancel"  # before the actor ran anything
+    actor.gate.set()
+    handled = ref.proxy().seen().get(timeout=5)
+    assert [m.text for m in handled] == [str(i) for i in range(64)]  # on_receive never sees Cancel
+
+
+def test_control_messages_are_served_before_queued_work() -> None:
+    box = QuotaMailbox()
+    from pykka._envelope import Envelope
+
+    box.put(Envelope(AgentMessage("a", "1")))
+    box.put(Envelope(AgentMessage("a", "2")))
+    box.put(Envelope(Cancel()))
+    assert isinstance(box.get().message, Cancel)
+    assert box.get().message == AgentMessage("a", "1")
+    assert box.depths()["agent_message"] == 1 and box.depths()["control"] == 0
+
+
+def test_interrupt_trips_only_the_current_turn_scope(
+    worker: tuple[pykka.ActorRef[Worker], Worker],
+) -> None:
+    ref, actor = worker
+    turn = CancelScope()
+    actor.interrupt_scope = turn
+    ref.tell(Interrupt("esc"))
+    assert turn.cancelled and turn.reason == "esc"
+    assert not actor.cancel_scope.cancelled
+
+
+def test_stop_jumps_the_queue_and_every_queued_ask_gets_actor_dead_not_silence() -> None:
+    ref = Worker.start()
+    actor = ref._actor_weakref()
+    assert actor is not None
+    ref.tell("block")
+    assert actor.blocked.wait(5)
+    queued = [ref.ask(("call", i), block=False) for i in range(5)]
+    stopped = ref.stop(block=False)
+    assert actor.cancel_scope.cancelled  # pykka's own stop envelope trips the token at put time
+    actor.gate.set()
+    assert stopped.get(timeout=5) is True
+    for fut in queued:
+        with pytest.raises(pykka.ActorDeadError):
+            fut.get(timeout=5)
+    assert actor.handled == []
+
+
+def test_undelivered_tells_at_stop_are_handed_to_on_undelivered() -> None:
+    seen: list[Any] = []
+
+    class Recording(Worker):
+        def on_undelivered(self, messages: list[Any]) -> None:
+            seen.extend(messages)
+
+    ref = Recording.start()
+    actor = ref._actor_weakref()
+    assert actor is not None
+    ref.tell("block")
+    assert actor.blocked.wait(5)
+    ref.tell(AgentMessage("s", "late"))
+    stopped = ref.stop(block=False)
+    actor.gate.set()
+    stopped.get(timeout=5)
+    assert seen == [AgentMessage("s", "late")]
+
+
+def test_coalescing_sources_are_never_refused_and_an_absorbed_ask_is_answered(
+    worker: tuple[pykka.ActorRef[Worker], Worker],
+) -> None:
+    ref, actor = worker
+    ref.tell("block")
+    assert actor.blocked.wait(5)
+    for _ in range(300):
+        ref.tell(ScheduledWakeup("tick", "p"))
+    first = ref.ask(UserSteering("a"), block=False)
+    second = ref.ask(UserSteering("b"), block=False)
+    assert second.get(timeout=1) == Coalesced(Outcome.MERGED)
+    actor.gate.set()
+    assert first.get(timeout=5) == 2
+    assert ref.proxy().seen().get(timeout=5) == [ScheduledWakeup("tick", "p"), UserSteering("a\n\nb")]

@@ -1,0 +1,106 @@
+"""park_mode as the seed's table: every row, and the precedence between rows."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from runtime.park import Construction, ParkMode, park_mode, returns_for
+
+Q, H, E, C, U = (
+    ParkMode.QUIESCE,
+    ParkMode.HELD,
+    ParkMode.ENGAGED,
+    ParkMode.HELD_BY_CHILDREN,
+    ParkMode.UNTIL_CANCELLED,
+)
+
+# interactive, returns, has_parent, listed, engaged, live_descendants, schedules_armed -> mode
+TABLE = [
+    # row 1: conversing and reaped by /clear or /close -> Quiesce, whatever else holds
+    (True, False, False, False, False, True, True, Q),
+    (True, False, True, False, True, True, True, Q),
+    # row 2: conversing and listed -> Held, ahead of children and schedules
+    (True, False, False, True, False, False, False, H),
+    (True, False, True, True, True, True, True, H),
+    # row 3: parented returning agent with a human exchange -> Engaged, ahead of children
+    (False, True, True, True, True, False, False, E),
+    (True, True, True, True, True, True, True, E),
+    (False, True, True, False, True, True, True, E),
+    # Engaged needs a parent: a headless trunk with an exchange falls through
+    (False, True, False, True, True, False, False, Q),
+    # row 4: live descendants hold it
+    (False, True, True, True, False, True, False, C),
+    (False, True, False, True, False, True, True, C),
+    # row 5: a live self-schedule holds it until cancelled
+    (False, True, True, True, False, False, True, U),
+    (False, True, False, True, False, False, True, U),
+    # row 6: otherwise quiesce (the one-shot contract)
+    (False, True, False, True, False, False, False, Q),
+    (False, True, True, True, False, False, False, Q),
+    (True, True, True, True, False, False, False, Q),
+]
+
+
+@pytest.mark.parametrize(
+    "interactive,returns,has_parent,listed,engaged,live_descendants,schedules_armed,expected", TABLE
+)
+def test_park_mode_follows_the_seed_table_row_by_row(
+    interactive: bool,
+    returns: bool,
+    has_parent: bool,
+    listed: bool,
+    engaged: bool,
+    live_descendants: bool,
+    schedules_armed: bool,
+    expected: ParkMode,
+) -> None:
+    assert (
+        park_mode(
+            interactive=interactive,
+            returns=returns,
+            has_parent=has_parent,
+            listed=listed,
+            engaged=engaged,
+            live_descendants=live_descendants,
+            schedules_armed=schedules_armed,
+        )
+        is expected
+    )
+
+
+def _reference(i: bool, r: bool, p: bool, li: bool, e: bool, d: bool, s: bool) -> ParkMode:
+    conversing = i and not r
+    rows = [
+        (conversing and not li, Q),
+        (conversing, H),
+        (p and r and e, E),
+        (d, C),
+        (s, U),
+        (True, Q),
+    ]
+    return next(mode for cond, mode in rows if cond)
+
+
+def test_every_one_of_the_128_input_combinations_takes_the_first_matching_row() -> None:
+    for combo in itertools.product([False, True], repeat=7):
+        i, r, p, li, e, d, s = combo
+        got = park_mode(
+            interactive=i,
+            returns=r,
+            has_parent=p,
+            listed=li,
+            engaged=e,
+            live_descendants=d,
+            schedules_armed=s,
+        )
+        assert got is _reference(*combo), combo
+
+
+def test_returns_is_fixed_by_construction_fork_true_branch_false_trunk_not_interactive() -> None:
+    assert returns_for(Construction.FORK, interactive=True) is True
+    assert returns_for(Construction.FORK, interactive=False) is True
+    assert returns_for(Construction.BRANCH, interactive=True) is False
+    assert returns_for(Construction.TRUNK, interactive=True) is False
+    assert returns_for(Construction.TRUNK, interactive=False) is True

@@ -1,0 +1,167 @@
+"""Cancellation: a cancelled run stops within 100 ms, kills its programs and reports `cancelled`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import psutil
+
+from runtime.cancel import CancelScope
+from runtime.ral.session import RunResult, Session
+
+
+def _wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.002)
+
+
+def _start(session: Session, src: str) -> tuple[threading.Thread, list[RunResult]]:
+    out: list[RunResult] = []
+    t = threading.Thread(target=lambda: out.append(session.run(src)), daemon=True)
+    t.start()
+    return t, out
+
+
+def _sleep_children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.name() == "sleep"]
+
+
+def _gone(p: psutil.Process) -> bool:
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE  # killed; its new parent has yet to reap it
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_cancelling_a_running_sleep_stops_it_within_100ms(session: Session) -> None:
+    t, out = _start(session, "echo before; sleep 10; echo after")
+    _wait_for(lambda: session.running and session._run_scope is not None)
+    time.sleep(0.02)  # let the run reach the sleep
+    t0 = time.monotonic()
+    session.cancel()
+    t.join(2)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 0.1, elapsed
+    r = out[0]
+    assert r.error is not None and r.error.kind == "cancelled" and r.error.message == "cancelled"
+    assert r.stdout == "before\n"
+
+
+def test_cancelling_a_running_program_kills_it_within_100ms(session: Session) -> None:
+    t, out = _start(session, "/bin/sleep 10")
+    _wait_for(lambda: len(_sleep_children()) == 1)
+    child = _sleep_children()[0]
+    t0 = time.monotonic()
+    session.cancel()
+    t.join(2)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 0.1, elapsed
+    assert out[0].error is not None and out[0].error.kind == "cancelled"
+    assert _gone(child)
+    assert _sleep_children() == []
+
+
+def test_cancelling_kills_the_programs_whole_process_group(session: Session) -> None:
+    t, out = _start(session, "sh -c '/bin/sleep 10 & /bin/sleep 10; wait'")
+    _wait_for(lambda: len(_sleep_children()) == 2)
+    kids = _sleep_children()
+    session.cancel()
+    t.join(2)
+    _wait_for(lambda: all(_gone(k) for k in kids), 1.0)
+    assert out[0].error is not None and out[0].error.kind == "cancelled"
+
+
+def test_cancelling_a_busy_loop_stops_it_within_100ms(session: Session) -> None:
+    t, out = _start(session, "let n = 0; for i in (range 10000000) { let n = add $n 1 }")
+    _wait_for(lambda: session.running)
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    session.cancel()
+    t.join(2)
+    assert time.monotonic() - t0 < 0.1
+    assert out[0].error is not None and out[0].error.kind == "cancelled"
+
+
+def test_cancellation_is_not_catchable_by_try(session: Session) -> None:
+    t, out = _start(session, "try { sleep 10 } catch e { 'caught' }")
+    _wait_for(lambda: session._run_scope is not None)
+    time.sleep(0.02)
+    session.cancel()
+    t.join(2)
+    assert out[0].error is not None and out[0].error.kind == "cancelled"
+    assert out[0].value != "caught"
+
+
+def test_cancelling_while_awaiting_a_worker_stops_the_await(session: Session) -> None:
+    t, out = _start(session, "let h = spawn { sleep 10 }; await $h")
+    _wait_for(lambda: "h" in session.session_names())
+    time.sleep(0.02)
+    t0 = time.monotonic()
+    session.cancel()
+    t.join(2)
+    assert time.monotonic() - t0 < 0.1
+    assert out[0].error is not None and out[0].error.kind == "cancelled"
+    assert session.run("cancel $h; 1").value == 1
+
+
+def test_the_session_is_usable_after_a_cancelled_run(session: Session) -> None:
+    t, _ = _start(session, "sleep 10")
+    _wait_for(lambda: session._run_scope is not None)
+    session.cancel()
+    t.join(2)
+    assert session.run("add 1 1").value == 2
+
+
+def test_cancel_between_runs_does_not_poison_the_next_run(session: Session) -> None:
+    session.cancel()
+    assert session.run("add 2 2").value == 4
+
+
+def test_cancelling_the_root_scope_cancels_running_workers() -> None:
+    root = CancelScope()
+    s = Session(root_scope=root, faults=False)
+    try:
+        assert s.run("let h = spawn { sleep 10 }").error is None
+        root.cancel()
+        # the root is gone, so new runs are cancelled at once; the worker settled as cancelled
+        r = s.run("1")
+        assert r.error is not None and r.error.kind == "cancelled"
+        workers = s.workers
+        _wait_for(lambda: workers.running() == [], 1.0)  # type: ignore[attr-defined]
+    finally:
+        s.close()
+
+
+def test_fault_hang_blocks_until_cancelled() -> None:
+    s = Session(faults=True)
+    try:
+        t, out = _start(s, "fault hang")
+        _wait_for(lambda: s._run_scope is not None)
+        time.sleep(0.02)
+        t0 = time.monotonic()
+        s.cancel()
+        t.join(2)
+        assert time.monotonic() - t0 < 0.1
+        assert out[0].error is not None and out[0].error.kind == "cancelled"
+    finally:
+        s.close()
+
+
+def test_a_worker_spawned_by_a_worker_outlives_its_parent(session: Session) -> None:
+    r = session.run(
+        "let outer = spawn { spawn { sleep 0.05; 'inner done' } }; let h = await $outer"
+    )
+    assert r.error is None
+    assert session.run("await $h").value == "inner done"
+
+
+def test_finished_runs_do_not_accumulate_under_the_root_scope(session: Session) -> None:
+    for _ in range(50):
+        session.run("add 1 2")
+    session.run("1")
+    assert len(session.root_scope._children) <= 2

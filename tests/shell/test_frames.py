@@ -1,0 +1,60 @@
+"""Frames: length-prefixed msgpack over a duplex pipe, with typed refusals for bad bytes."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from actors.frames import (
+    KINDS,
+    Channel,
+    ChannelClosed,
+    Frame,
+    FrameError,
+    decode_frame,
+    encode_frame,
+)
+
+_plain = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text() | st.binary(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(kind=st.sampled_from(sorted(KINDS)), fields=st.dictionaries(st.text(), _plain, max_size=5))
+def test_every_frame_kind_round_trips_with_its_fields(kind: str, fields: dict) -> None:
+    frame = decode_frame(encode_frame(Frame(kind, fields)))
+    assert frame.kind == kind
+    assert dict(frame.fields) == fields
+
+
+def test_an_unknown_kind_is_refused_on_both_sides() -> None:
+    with pytest.raises(FrameError, match="unknown frame kind"):
+        encode_frame(Frame("teleport", {}))
+    import msgpack
+
+    with pytest.raises(FrameError, match="unknown frame kind"):
+        decode_frame(msgpack.packb(["teleport", {}]))
+
+
+def test_garbage_bytes_are_refused_with_a_frame_error_not_a_crash() -> None:
+    with pytest.raises(FrameError):
+        decode_frame(b"\xc1\xff\x00")
+    with pytest.raises(FrameError, match="malformed"):
+        decode_frame(b"\x93\x01\x02\x03")
+
+
+def test_a_closed_peer_reads_as_channel_closed() -> None:
+    a, b = multiprocessing.Pipe(duplex=True)
+    here, there = Channel(a), Channel(b)
+    here.send("run", id=1, source="echo hi")
+    assert there.recv() == Frame("run", {"id": 1, "source": "echo hi"})
+    there.close()
+    with pytest.raises(ChannelClosed):
+        here.recv()
+    assert here.try_send("cancel", run=1) is False
+    here.close()

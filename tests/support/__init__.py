@@ -1,0 +1,1 @@
+"""Test support shared across the suite (real servers, helpers)."""

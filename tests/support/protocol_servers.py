@@ -1,0 +1,300 @@
+"""Real HTTP servers on 127.0.0.1 that speak the providers' streaming protocols.
+
+A :class:`ProtocolServer` plays a queue of scripted :class:`Exchange` values, one per incoming
+request, and records every request it received. Bodies stream as HTTP/1.1 chunked transfer
+encoding, one flushed chunk per SSE event, as the real services do. Behaviours: a normal stream,
+an HTTP error status (with headers such as ``Retry-After``), a stream cut mid-message (the socket
+is closed halfway through an event), a server that reads the request and then never answers, and
+a stream that never ends.
+
+Every handler thread is non-daemon and joined by :meth:`ProtocolServer.stop`; hanging and endless
+handlers end on the server's stop event or on the client closing its socket.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Exchange:
+    """How the server answers one request."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    chunks: Sequence[bytes] = ()
+    """SSE events, each written and flushed as one chunk."""
+    body: bytes | None = None
+    """A whole (non-streaming) body, for error statuses."""
+    cut_after: int | None = None
+    """Send this many chunks and half of the next one, then drop the connection."""
+    hang: bool = False
+    """Read the request, then send nothing until the server stops or the client leaves."""
+    forever: bytes | None = None
+    """After ``chunks``, send this chunk every ``interval`` seconds until the client leaves."""
+    interval: float = 0.01
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class ProtocolServer:
+    """A scripted streaming HTTP server on an ephemeral 127.0.0.1 port."""
+
+    def __init__(self) -> None:
+        self._queue: deque[Exchange] = deque()
+        self._lock = threading.Lock()
+        self.requests: list[RecordedRequest] = []
+        self.stopping = threading.Event()
+        self.client_gone = threading.Event()
+        """Set when a streaming handler saw the client close its connection."""
+        self.request_seen = threading.Condition(self._lock)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = 5.0
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body: Any = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw
+                exchange = server._record(
+                    RecordedRequest(
+                        "POST",
+                        self.path,
+                        {k.lower(): v for k, v in self.headers.items()},
+                        body,
+                    )
+                )
+                self.close_connection = True
+                server._answer(self, exchange)
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        httpd.daemon_threads = False
+        httpd.block_on_close = True
+        self._httpd = httpd
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> ProtocolServer:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="protocol-server",
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()  # joins every handler thread
+        if self._thread is not None:
+            self._thread.join()
+
+    def script(self, *exchanges: Exchange) -> None:
+        with self._lock:
+            self._queue.extend(exchanges)
+
+    def wait_for_requests(self, n: int, timeout: float = 5.0) -> bool:
+        with self.request_seen:
+            return self.request_seen.wait_for(lambda: len(self.requests) >= n, timeout)
+
+    def _record(self, req: RecordedRequest) -> Exchange:
+        with self.request_seen:
+            self.requests.append(req)
+            self.request_seen.notify_all()
+            if self._queue:
+                return self._queue.popleft()
+        return Exchange(
+            status=400,
+            body=json.dumps({"error": {"message": "no scripted exchange left"}}).encode(),
+        )
+
+    def _answer(self, h: BaseHTTPRequestHandler, ex: Exchange) -> None:
+        if ex.hang:
+            # Wait until teardown or until the client closes its end.
+            while not self.stopping.wait(0.02):
+                if _peer_closed(h.connection):
+                    self.client_gone.set()
+                    return
+            return
+        if ex.body is not None or ex.status != 200:
+            body = ex.body or b""
+            h.send_response(ex.status)
+            for k, v in ex.headers.items():
+                h.send_header(k, v)
+            h.send_header("content-type", "application/json")
+            h.send_header("content-length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+            return
+        h.send_response(200)
+        h.send_header("content-type", "text/event-stream")
+        h.send_header("transfer-encoding", "chunked")
+        for k, v in ex.headers.items():
+            h.send_header(k, v)
+        h.end_headers()
+        try:
+            for i, chunk in enumerate(ex.chunks):
+                if ex.cut_after is not None and i == ex.cut_after:
+                    _write_chunk(h, chunk[: max(1, len(chunk) // 2)])
+                    h.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                _write_chunk(h, chunk)
+            if ex.cut_after is not None:
+                h.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if ex.forever is not None:
+                while not self.stopping.wait(ex.interval):
+                    _write_chunk(h, ex.forever)
+                return
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
+        except OSError:
+            self.client_gone.set()
+
+
+def _write_chunk(h: BaseHTTPRequestHandler, data: bytes) -> None:
+    h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    h.wfile.flush()
+
+
+def _peer_closed(conn: socket.socket) -> bool:
+    try:
+        conn.settimeout(0.0)
+        try:
+            return conn.recv(1, socket.MSG_PEEK) == b""
+        finally:
+            conn.settimeout(5.0)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Protocol encoders
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    text = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {text}\n\n".encode()
+
+
+def _pieces(s: str, n: int = 3) -> list[str]:
+    if not s:
+        return []
+    size = max(1, -(-len(s) // n))
+    return [s[i : i + size] for i in range(0, len(s), size)]
+
+
+def openai_chunks(
+    text: str = "",
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    finish: str | None = None,
+    usage: tuple[int, int] | None = (12, 5),
+    done: bool = True,
+) -> list[bytes]:
+    """A chat-completions stream: text in pieces, each tool call's arguments in pieces."""
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m"}
+    out = [sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})]
+    for piece in _pieces(text):
+        out.append(sse({**base, "choices": [{"index": 0, "delta": {"content": piece}}]}))
+    for i, (call_id, name, args) in enumerate(tool_calls):
+        first: dict[str, Any] = {
+            "index": i,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name},
+        }
+        first["function"]["arguments"] = ""
+        out.append(sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [first]}}]}))
+        for piece in _pieces(args):
+            frag = {"index": i, "function": {"arguments": piece}}
+            out.append(sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [frag]}}]}))
+    reason = finish or ("tool_calls" if tool_calls else "stop")
+    out.append(sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}))
+    if usage is not None:
+        u = {"prompt_tokens": usage[0], "completion_tokens": usage[1]}
+        out.append(sse({**base, "choices": [], "usage": u}))
+    if done:
+        out.append(sse("[DONE]"))
+    return out
+
+
+def anthropic_chunks(
+    text: str = "",
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    stop_reason: str | None = None,
+    usage: tuple[int, int] = (12, 5),
+) -> list[bytes]:
+    """A Messages API stream with pings, a text block and tool_use blocks in pieces."""
+    msg = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "model": "m",
+        "usage": {"input_tokens": usage[0], "output_tokens": 1},
+    }
+    out = [sse({"type": "message_start", "message": msg}, "message_start")]
+    out.append(sse({"type": "ping"}, "ping"))
+    index = 0
+    if text:
+        start: dict[str, Any] = {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "text"},
+        }
+        start["content_block"]["text"] = ""
+        out.append(sse(start, "content_block_start"))
+        for piece in _pieces(text):
+            delta = {"type": "text_delta", "text": piece}
+            ev = {"type": "content_block_delta", "index": 0, "delta": delta}
+            out.append(sse(ev, "content_block_delta"))
+        out.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+        index = 1
+    for call_id, name, args in tool_calls:
+        block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+        ev = {"type": "content_block_start", "index": index, "content_block": block}
+        out.append(sse(ev, "content_block_start"))
+        for piece in _pieces(args):
+            delta = {"type": "input_json_delta", "partial_json": piece}
+            ev = {"type": "content_block_delta", "index": index, "delta": delta}
+            out.append(sse(ev, "content_block_delta"))
+        out.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+        index += 1
+    reason = stop_reason or ("tool_use" if tool_calls else "end_turn")
+    md = {
+        "type": "message_delta",
+        "delta": {"stop_reason": reason, "stop_sequence": None},
+        "usage": {"output_tokens": usage[1]},
+    }
+    out.append(sse(md, "message_delta"))
+    out.append(sse({"type": "message_stop"}, "message_stop"))
+    return out
