@@ -32,6 +32,7 @@ import pykka
 from pykka import messages as pykka_messages
 
 from actors.mailbox import QuotaActor
+from runtime.cancel import POLL_INTERVAL
 from runtime.durable import append_jsonl
 from runtime.errors import InboxFull
 from runtime.events import Event, InboxRejected, Overflow
@@ -196,10 +197,11 @@ class Bus(QuotaActor):
             return None
         return super().on_receive(message)
 
-    def on_undelivered(self, messages: list[Any]) -> None:
-        for message in messages:  # publishes queued at stop still reach the transcript
-            if isinstance(message, Publish):
-                self.core.publish(message.event)
+    def serves_at_stop(self, message: Any) -> bool:
+        """Publishes queued behind a stop are still written: the transcript loses nothing."""
+        return isinstance(message, Publish | _Flush) or (
+            isinstance(message, pykka_messages.ProxyCall) and message.attr_path == ("publish",)
+        )
 
     def on_stop(self) -> None:
         self.core.close()
@@ -264,8 +266,19 @@ class BusHandle:
         record_rejected(self.core.transcript, event)
 
     def flush(self, timeout: float | None = 5.0) -> None:
-        """Wait until every publish told so far has been written (the mailbox is FIFO)."""
-        self.ref.ask(_Flush(), timeout=timeout)
+        """Wait until every publish told so far has been written (the mailbox is FIFO).
+
+        A full mailbox refuses the flush marker too; then every earlier publish is still
+        queued ahead of a later one, so the marker is retried each poll interval."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                self.ref.ask(_Flush(), timeout=timeout)
+                return
+            except InboxFull:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+                time.sleep(POLL_INTERVAL)
 
     def stop(self, timeout: float | None = 5.0) -> None:
         """Stop after writing every queued publish (stop jumps the queue; the teardown still

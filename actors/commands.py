@@ -11,6 +11,8 @@ races a tool call. None of them starts a model turn.
 - ``/compact`` — summarise now if the log allows it (no pending tool results).
 - ``/resources`` — the probe fold as one ``Resources`` event; renews nothing, never model-facing.
 - ``/model NAME`` — swap this agent's provider handle; lands next turn.
+- ``/branch [NAME]`` — a conversing peer with this agent's authority and context.
+- ``/close`` — end this agent and its subtree; ``/quit`` — end the whole fleet.
 """
 
 from __future__ import annotations
@@ -44,8 +46,13 @@ def run_slash(fleet: Fleet, agent: Agent, text: str) -> None:
         provider = fleet.provider_named(rest, agent.name)
         agent.provider.swap(provider)
         fleet.publish(SystemNote(agent.name, text=f"model set to {rest}; lands on the next turn"))
-    elif head in ("/close", "/quit"):
-        fleet.registry.cancel(agent.name, head[1:])
+    elif head == "/branch":
+        child = fleet.branch(agent, rest or None)
+        fleet.publish(SystemNote(agent.name, text=f"branched {child.name}"))
+    elif head == "/close":
+        fleet.registry.cancel(agent.name, "close")
+    elif head == "/quit":
+        fleet.cancel_all("quit")
     else:
         fleet.publish(SystemNote(agent.name, text=f"unknown command {head}"))
 

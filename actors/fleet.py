@@ -386,6 +386,41 @@ class Fleet:
         self._launch(agent)
         return {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent.name}
 
+    def branch(self, parent: Agent, name: str | None = None) -> Agent:
+        """``/branch``: a conversing peer of ``parent`` with its verbatim authority and context.
+
+        The branch forks the parent's durable shell snapshot and imports its model-visible
+        context; it returns nothing (``returns`` is false for a branch), parks Held for its
+        human, and is not journalled as a spawned child (it is a peer tab, not delegated work).
+        Must be called from the parent's own thread (a slash command at its turn boundary).
+        """
+        base = name or f"{parent.name}-branch"
+        name = base
+        n = 1
+        while self.registry.lookup(name) is not None:
+            n += 1
+            name = f"{base}-{n}"
+        entry = self.registry.register(name, parent.name, returns=False, interactive=True)
+        try:
+            snapshot = parent.shell.fork_snapshot().get(timeout=10.0)
+            spec = AgentSpec(
+                name=name,
+                parent=parent.name,
+                construction=Construction.BRANCH,
+                interactive=True,
+                fuel=entry.fuel,
+                snapshot=snapshot,
+                generation=entry.generation,
+            )
+            provider = parent.provider.current().for_agent(name)
+        except BaseException:
+            self.registry.deregister(name)
+            raise
+        agent = self._build(spec, provider, entry)
+        agent.log.import_context(parent.log.fork_context())
+        self._launch(agent)
+        return agent
+
     def _agent_exited(self, agent: Agent, outcome: AgentOutcome) -> None:
         """The spawn site's settle: journal, result to the parent, deregister, Died."""
         try:

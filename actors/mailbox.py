@@ -291,22 +291,56 @@ class QuotaActor(pykka.ThreadingActor):
         for message in messages:
             log.warning("%s stopped before handling %r", self, message)
 
-    def _actor_loop_teardown(self) -> None:
-        """pykka's teardown, plus :meth:`on_undelivered` for tells so none vanishes silently."""
+    def serves_at_stop(self, message: Any) -> bool:
+        """Whether a message still queued at stop is handled anyway (the bus writes queued
+        publishes); the default refuses everything queued behind a stop."""
+        return False
+
+    def _stop(self) -> None:
+        """pykka's stop, then settle every queued envelope *before* the stop is acknowledged:
+        served (:meth:`serves_at_stop`), refused with ActorDeadError (asks), or handed to
+        :meth:`on_undelivered` (tells) — none vanishes silently, and a caller whose
+        ``stop(block=True)`` returned sees the final state."""
+        super()._stop()
+        self._settle_queued()
+
+    def _settle_queued(self) -> None:
         untold: list[Any] = []
-        while not self.actor_inbox.empty():
-            envelope = self.actor_inbox.get()
-            if envelope.reply_to is None:
-                if not isinstance(envelope.message, _CONTROL_TYPES):
-                    untold.append(envelope.message)
+        mailbox = self.mailbox
+        while True:
+            try:
+                envelope = mailbox.get(block=False)
+            except queue.Empty:
+                break
+            message = envelope.message
+            if isinstance(message, _ActorStop):
+                if envelope.reply_to is not None:
+                    envelope.reply_to.set(None)
                 continue
-            if isinstance(envelope.message, _ActorStop):
-                envelope.reply_to.set(None)
-            else:
-                dead = pykka.ActorDeadError(f"{self.actor_ref} stopped before handling the message")
-                envelope.reply_to.set_exception(exc_info=(pykka.ActorDeadError, dead, None))
+            if self.serves_at_stop(message):
+                try:
+                    result = self._handle_receive(message)
+                except Exception:
+                    if envelope.reply_to is not None:
+                        envelope.reply_to.set_exception()
+                    else:
+                        log.exception("%s failed serving %r at stop", self, message)
+                else:
+                    if envelope.reply_to is not None:
+                        envelope.reply_to.set(result)
+                continue
+            if envelope.reply_to is None:
+                if not isinstance(message, _CONTROL_TYPES):
+                    untold.append(message)
+                continue
+            dead = pykka.ActorDeadError(f"{self.actor_ref} stopped before handling the message")
+            envelope.reply_to.set_exception(exc_info=(pykka.ActorDeadError, dead, None))
         if untold:
             try:
                 self.on_undelivered(untold)
             except Exception:
                 log.exception("on_undelivered failed in %s", self)
+
+    def _actor_loop_teardown(self) -> None:
+        """Anything put between the stop and the thread's exit is settled the same way."""
+        self._settle_queued()
