@@ -100,6 +100,8 @@ class AgentSpec:
     context: DynamicContext | None = None
     snapshot: MobileSnapshot | None = None
     generation: int = 0
+    resume: bool = False
+    """Rebuild from the durable files (event log) instead of starting fresh (``resume``)."""
 
 
 @dataclass
@@ -132,7 +134,8 @@ class Agent:
         reset at a genuine turn boundary unless a terminate-class cause stands."""
         self.inbox: Inbox = entry.inbox
         """The registry's handle too: producers push here and get InboxFull synchronously."""
-        self.log = AgentLog(fleet.session.events(spec.name))
+        events = fleet.session.events(spec.name)
+        self.log = AgentLog.load(events)[0] if spec.resume else AgentLog(events)
         self.provider = ProviderHandle(provider)
         self.pins: dict[str, str] = {}
         self.schedules = Schedules(self.inbox.push)

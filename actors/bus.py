@@ -8,9 +8,12 @@ Invariants:
 - a slow subscriber never blocks a producer: each has a bounded buffer, and on overflow it is
   handed one :class:`runtime.events.Overflow` record counting exactly what it missed, in the
   position of the gap — never a silent drop, and the transcript still holds every event;
-- the bus actor's own mailbox is quota-checked like every actor's (``Publish`` counts as
-  ``surface``); :meth:`BusHandle.publish` answers a full bus mailbox by publishing in the
-  producer's thread instead, so a burst (a 1,000-node cascade's ``Died`` events) is never lost;
+- a producer's events keep their order: :meth:`BusHandle.publish` appends to one ordered
+  pending queue and nudges the bus actor to write it; once ``PENDING_CAP`` events wait (the
+  quota-mailbox bound, 64), the producer writes the backlog and its own event itself, so a
+  burst (a 1,000-node cascade's ``Died`` events) is neither lost, reordered, nor unbounded;
+- the bus actor's own mailbox is quota-checked like every actor's (its messages count as
+  ``surface``); a refused proxy ``publish`` is written in the producer's thread instead;
 - :func:`record_rejected` writes an ``InboxRejected`` straight to the transcript, not through
   the live bus: a rejected spawn completion has no caller left and must not keep a bus sender
   alive past its turn.
@@ -32,7 +35,7 @@ import pykka
 from pykka import messages as pykka_messages
 
 from actors.mailbox import QuotaActor
-from runtime.cancel import POLL_INTERVAL
+from runtime.constants import INBOX_SOURCE_CAP
 from runtime.durable import append_jsonl
 from runtime.errors import InboxFull
 from runtime.events import Event, InboxRejected, Overflow
@@ -45,6 +48,9 @@ log = logging.getLogger(__name__)
 
 SUBSCRIBER_BUFFER = 1024
 """Events a subscriber may lag behind before it is handed an Overflow record instead."""
+
+PENDING_CAP = INBOX_SOURCE_CAP
+"""Events waiting for the bus thread before a producer writes the backlog itself."""
 
 
 class Subscription:
@@ -123,23 +129,58 @@ class Subscription:
 
 
 class BusCore:
-    """The bus state: thread-safe, callable from the bus actor or a producer's thread."""
+    """The bus state: thread-safe, callable from the bus actor or a producer's thread.
 
-    def __init__(self, transcript: str | os.PathLike[str] | None) -> None:
+    Every write happens under one lock, pending events first, so the transcript and every
+    subscriber see one order that extends each producer's own order.
+    """
+
+    def __init__(
+        self, transcript: str | os.PathLike[str] | None, *, pending_cap: int = PENDING_CAP
+    ) -> None:
         self.transcript = Path(transcript) if transcript is not None else None
-        self._lock = threading.Lock()
+        self.pending_cap = pending_cap
+        self._lock = threading.RLock()
+        self._pending: deque[Event] = deque()
         self._subs: list[Subscription] = []
         self.published = 0
 
-    def publish(self, event: Event) -> dict[str, Any]:
-        """Append to the transcript, then offer to every subscriber; return the record."""
-        record = event.to_record()
+    def submit(self, event: Event) -> bool:
+        """Queue ``event`` for the bus thread; return False if it was written here instead
+        (the pending queue was at its cap, so this producer wrote the backlog itself)."""
         with self._lock:
-            if self.transcript is not None:
-                append_jsonl(self.transcript, record)
-            for sub in self._subs:
-                sub.offer(event)
-            self.published += 1
+            if len(self._pending) < self.pending_cap:
+                self._pending.append(event)
+                return True
+            self._drain_locked()
+            self._write_locked(event)
+            return False
+
+    def drain(self) -> int:
+        """Write every pending event; return how many."""
+        with self._lock:
+            return self._drain_locked()
+
+    def publish(self, event: Event) -> dict[str, Any]:
+        """Write the backlog, then ``event``, now; return ``event``'s record."""
+        with self._lock:
+            self._drain_locked()
+            return self._write_locked(event)
+
+    def _drain_locked(self) -> int:
+        n = 0
+        while self._pending:
+            self._write_locked(self._pending.popleft())
+            n += 1
+        return n
+
+    def _write_locked(self, event: Event) -> dict[str, Any]:
+        record = event.to_record()
+        if self.transcript is not None:
+            append_jsonl(self.transcript, record)
+        for sub in self._subs:
+            sub.offer(event)
+        self.published += 1
         return record
 
     def subscribe(self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber") -> Subscription:
@@ -156,6 +197,7 @@ class BusCore:
 
     def close(self) -> None:
         with self._lock:
+            self._drain_locked()
             subs, self._subs = self._subs, []
         for sub in subs:
             sub.close()
@@ -168,18 +210,18 @@ def record_rejected(transcript: str | os.PathLike[str], event: InboxRejected) ->
 
 @dataclass(frozen=True)
 class Publish:
-    """The bus actor's one work message."""
+    """Publish one event (the tell form of ``bus.proxy().publish``)."""
 
     event: Event
 
 
 @dataclass(frozen=True)
-class _Flush:
-    """A no-op the bus answers once everything queued before it is written."""
+class Drain:
+    """Write the pending queue; sent by :meth:`BusHandle.publish`."""
 
 
 class Bus(QuotaActor):
-    """The fleet bus actor; ``Publish`` messages count against the ``surface`` quota."""
+    """The fleet bus actor; its messages count against the ``surface`` quota."""
 
     call_source: ClassVar[str] = SURFACE
 
@@ -193,13 +235,13 @@ class Bus(QuotaActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Publish):
             return self.core.publish(message.event)
-        if isinstance(message, _Flush):
-            return None
+        if isinstance(message, Drain):
+            return self.core.drain()
         return super().on_receive(message)
 
     def serves_at_stop(self, message: Any) -> bool:
         """Publishes queued behind a stop are still written: the transcript loses nothing."""
-        return isinstance(message, Publish | _Flush) or (
+        return isinstance(message, Publish | Drain) or (
             isinstance(message, pykka_messages.ProxyCall) and message.attr_path == ("publish",)
         )
 
@@ -207,9 +249,13 @@ class Bus(QuotaActor):
         self.core.close()
 
     def on_mailbox_full(self, envelope: Envelope[Any], full: InboxFull) -> bool:
-        """A full bus mailbox publishes in the producer's thread instead: never lost, and the
-        producer waits only for the fsync, never for a subscriber."""
+        """A refused publish is written in the producer's thread instead (after the backlog,
+        so order holds); a refused Drain is redundant — the queued ones write everything."""
         message = envelope.message
+        if isinstance(message, Drain):
+            if envelope.reply_to is not None:
+                envelope.reply_to.set(0)
+            return True
         if isinstance(message, Publish):
             event: Any = message.event
         elif (
@@ -240,17 +286,19 @@ class Bus(QuotaActor):
 
 @dataclass(frozen=True)
 class BusHandle:
-    """What :func:`start_bus` returns. ``publish`` never blocks on subscribers and never loses."""
+    """What :func:`start_bus` returns. ``publish`` never blocks on subscribers, never loses an
+    event and never reorders one producer's events."""
 
     ref: pykka.ActorRef[Bus]
     core: BusCore
 
     def publish(self, event: Event) -> None:
-        """Tell the bus; if its mailbox is full (or it stopped), publish in this thread."""
+        if not self.core.submit(event):
+            return  # written in this thread: the backlog was at its cap
         try:
-            self.ref.tell(Publish(event))
-        except (InboxFull, pykka.ActorDeadError):
-            self.core.publish(event)
+            self.ref.tell(Drain())  # a full mailbox already holds drains that write it
+        except pykka.ActorDeadError:
+            self.core.drain()
 
     def subscribe(self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber") -> Subscription:
         return self.core.subscribe(capacity, name)
@@ -265,25 +313,14 @@ class BusHandle:
             return
         record_rejected(self.core.transcript, event)
 
-    def flush(self, timeout: float | None = 5.0) -> None:
-        """Wait until every publish told so far has been written (the mailbox is FIFO).
-
-        A full mailbox refuses the flush marker too; then every earlier publish is still
-        queued ahead of a later one, so the marker is retried each poll interval."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                self.ref.ask(_Flush(), timeout=timeout)
-                return
-            except InboxFull:
-                if deadline is not None and time.monotonic() > deadline:
-                    raise
-                time.sleep(POLL_INTERVAL)
+    def flush(self) -> None:
+        """Write everything published so far, in this thread."""
+        self.core.drain()
 
     def stop(self, timeout: float | None = 5.0) -> None:
-        """Stop after writing every queued publish (stop jumps the queue; the teardown still
-        writes what was queued)."""
+        """Stop the bus; everything published or queued is written first."""
         self.ref.stop(block=True, timeout=timeout)
+        self.core.close()
 
 
 def start_bus(transcript: str | os.PathLike[str] | None) -> BusHandle:

@@ -7,6 +7,7 @@ input (an unreadable scenario, a bad flag), 130 when cancelled (Ctrl-C).
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from typing import Any
 
 import click
 
+from runtime.durable import atomic_write_bytes
 from runtime.errors import ScenarioError
 from runtime.fleet_yield import FleetYield
 from runtime.providers import make_provider
@@ -121,6 +123,7 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
         system = spec.scenario.system
     if not prompt:
         raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
+    write_run_spec(session, spec)
     fleet = Fleet(
         session,
         provider_factory(spec),
@@ -145,6 +148,24 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
         fleet.close()
     fy = fleet.write_result(outcome, reply)
     return RunOutcome(outcome, reply, fy, session)
+
+
+def write_run_spec(session: SessionDir, spec: RunSpec) -> None:
+    """``run.json``: what ``resume`` needs to rebuild the run (never the API key)."""
+    data = {
+        "provider": spec.provider,
+        "prompt": spec.prompt,
+        "scenario": str(Path(spec.scenario.source).resolve())
+        if spec.scenario is not None
+        else None,
+        "model": spec.model,
+        "baseUrl": spec.base_url,
+        "chat": spec.chat,
+        "diskWarnBytes": spec.disk_warn_bytes,
+        "windowTokens": spec.window_tokens,
+        "cwd": str(Path.cwd()),
+    }
+    atomic_write_bytes(session.root / "run.json", json.dumps(data, indent=2).encode())
 
 
 def session_path(session: SessionDir) -> str:

@@ -106,33 +106,56 @@ def test_record_rejected_writes_straight_to_the_transcript_and_not_to_subscriber
     assert sub.get(0) is None
 
 
-def test_a_full_bus_mailbox_publishes_in_the_producers_thread_and_loses_nothing(
-    tmp_path: Path,
-) -> None:
+def test_a_stalled_bus_never_blocks_producers_and_loses_or_reorders_nothing(tmp_path: Path) -> None:
     gate, entered = threading.Event(), threading.Event()
 
-    class StuckCore(BusCore):
-        def publish(self, event: Any) -> dict[str, Any]:
+    class StalledCore(BusCore):
+        def drain(self) -> int:
             if threading.current_thread().name.startswith("Bus-") and not gate.is_set():
                 entered.set()
-                gate.wait(10)
-            return super().publish(event)
+                gate.wait(10)  # the bus thread is stuck; producers must not be
+            return super().drain()
 
-    core = StuckCore(tmp_path / "transcript.jsonl")
+    core = StalledCore(tmp_path / "transcript.jsonl")
     handle = BusHandle(Bus.start(core), core)
     try:
         handle.publish(Notice("a", text="first"))
         assert entered.wait(5)
-        for i in range(300):  # the mailbox holds 64 publishes; the rest go direct
+        started = time.monotonic()
+        for i in range(300):  # 64 wait for the bus; then each producer writes the backlog
             handle.publish(Notice("a", text=str(i)))
         handle.ref.proxy().publish(Notice("a", text="via proxy")).get(timeout=5)
+        assert time.monotonic() - started < 5
         gate.set()
-        handle.flush()
     finally:
         gate.set()
         handle.stop()
     texts = [r["text"] for r in read_jsonl(tmp_path / "transcript.jsonl").records]
-    assert sorted(texts) == sorted(["first", "via proxy", *map(str, range(300))])
+    assert texts == ["first", *map(str, range(300)), "via proxy"]
+
+
+def test_concurrent_producers_each_keep_their_own_order(bus: BusHandle, tmp_path: Path) -> None:
+    sub = bus.subscribe(capacity=10_000)
+
+    def produce(agent: str) -> None:
+        bus.publish(Born(agent))
+        for i in range(50):
+            bus.publish(Notice(agent, text=str(i)))
+        bus.publish(Died(agent))
+
+    threads = [threading.Thread(target=produce, args=(f"p{k}",)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bus.flush()
+    records = read_jsonl(tmp_path / "transcript.jsonl").records
+    seen = [(e.kind, e.agent) for e in sub.drain()]
+    assert seen == [(r["kind"], r["agent"]) for r in records]  # one order for all readers
+    for k in range(4):
+        mine = [r for r in records if r["agent"] == f"p{k}"]
+        assert mine[0]["kind"] == "Born" and mine[-1]["kind"] == "Died"
+        assert [r["text"] for r in mine[1:-1]] == [str(i) for i in range(50)]
 
 
 def test_publishes_queued_when_the_bus_stops_still_reach_the_transcript(tmp_path: Path) -> None:
