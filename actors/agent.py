@@ -351,6 +351,7 @@ class Agent:
         provider = self.provider.current()  # read once: a swap lands next turn
         tools = () if self.spec.chat else (RAL_TOOL,)
         steps = 0
+        self.stats.in_flight = []  # this turn's provider events: what a release persists
         while True:
             if self.token.cancelled:
                 return Outcome.CANCELLED
@@ -360,7 +361,6 @@ class Agent:
                 return Outcome.CAPPED
             steps += 1
             self.stats.steps += 1
-            self.stats.in_flight = []
             raw: AssistantMessage
             try:
                 raw = provider.complete(
@@ -383,7 +383,7 @@ class Agent:
             msg = admit_assistant(raw)
             self.log.append_assistant(msg)
             self._count_usage(msg)
-            self.stats.in_flight = []
+            self.stats.in_flight.append({"committed": msg.to_dict()})
             if msg.tool_calls:
                 self._dispatch(msg)
                 if self.replied and self.returns:

@@ -45,6 +45,7 @@ class AgentExecutor:
         self._ended: float | None = None
         self._outcome: AgentOutcome | None = None
         self._closed = False
+        self._gone = False
         self._lock = threading.Lock()
         self._pid: int | None = None
         self.scratch = agent.fleet.session.scratch(agent.name)
@@ -84,7 +85,9 @@ class AgentExecutor:
 
     def teardown(self, grace: float | Literal["brutal-kill", "infinity"]) -> Receipt:
         with self._lock:
-            gone_before = not self._process_alive() and not self._closed
+            if not self._closed and not self._process_alive():
+                self._gone = True  # died outside teardown: every later receipt says so too
+            gone_before = self._gone
             if not self._closed:
                 self._agent.fleet.stop_shell(self._agent)
                 self._closed = True

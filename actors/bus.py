@@ -183,7 +183,9 @@ class BusCore:
         self.published += 1
         return record
 
-    def subscribe(self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber") -> Subscription:
+    def subscribe(
+        self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber"
+    ) -> Subscription:
         sub = Subscription(capacity, name)
         with self._lock:
             self._subs.append(sub)
@@ -277,7 +279,9 @@ class Bus(QuotaActor):
         """Proxy-call form of :class:`Publish` (``bus.proxy().publish(event)``)."""
         return self.core.publish(event)
 
-    def subscribe(self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber") -> Subscription:
+    def subscribe(
+        self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber"
+    ) -> Subscription:
         return self.core.subscribe(capacity, name)
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -300,7 +304,9 @@ class BusHandle:
         except pykka.ActorDeadError:
             self.core.drain()
 
-    def subscribe(self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber") -> Subscription:
+    def subscribe(
+        self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber"
+    ) -> Subscription:
         return self.core.subscribe(capacity, name)
 
     def unsubscribe(self, sub: Subscription) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from runtime.errors import ExarchError
 from runtime.events import Notice, SystemNote
 
 if TYPE_CHECKING:
@@ -31,8 +32,15 @@ class UnknownCommand(Exception):
 
 
 def run_slash(fleet: Fleet, agent: Agent, text: str) -> None:
+    """Run one slash command; a typed refusal becomes a SystemNote, never the agent's end."""
     head, _, rest = text.partition(" ")
-    rest = rest.strip()
+    try:
+        _dispatch(fleet, agent, head, rest.strip())
+    except ExarchError as e:
+        fleet.publish(SystemNote(agent.name, text=f"{head} refused: {e}"))
+
+
+def _dispatch(fleet: Fleet, agent: Agent, head: str, rest: str) -> None:
     if head == "/clear":
         clear_agent(fleet, agent)
     elif head == "/compact":

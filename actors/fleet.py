@@ -257,13 +257,7 @@ class Fleet:
 
     def run_shell(self, agent: Agent, script: str) -> ShellOutput:
         result = agent.shell.run(script).get()
-        notes: list[str] = []
-        if result.rolled_back:
-            notes.append(
-                "the shell panicked during this call and was rolled back to the last clean "
-                "checkpoint: this call's bindings, cd, env and grant changes are gone; earlier "
-                "calls' bindings survive"
-            )
+        notes: list[str] = []  # a rollback already says so in its error text
         content = digest_tool_result(
             result.value if result.error is None else None,
             result.stdout,

@@ -114,7 +114,9 @@ class QuotaMailbox:
 
     # -- the queue.Queue surface pykka uses --
 
-    def put(self, envelope: Envelope[Any], block: bool = True, timeout: float | None = None) -> None:
+    def put(
+        self, envelope: Envelope[Any], block: bool = True, timeout: float | None = None
+    ) -> None:
         """Admit ``envelope`` or raise InboxFull in the sender's thread. Never blocks."""
         message = envelope.message
         lane = self._classify(message)

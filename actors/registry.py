@@ -31,7 +31,7 @@ from pykka import messages as pykka_messages
 
 from actors.mailbox import QuotaActor
 from runtime.cancel import CancelScope
-from runtime.errors import InboxFull, UnknownAgent
+from runtime.errors import InboxFull
 from runtime.events import InboxRejected
 from runtime.inbox import AgentMessage, AgentResult, InboxMsg, Outcome, Surface, UserSteering
 from runtime.inbox import Inbox as AgentInbox
@@ -208,12 +208,15 @@ class FleetRegistry:
         with self._lock:
             if not self.tree.is_live(name):
                 return False
-            self.tree.deregister(name)
+            node = self.tree.deregister(name)
             self._handles.pop(name, None)
+            parent = self._handles.get(node.parent_name) if node.parent_name else None
             if self.tree.is_empty():
                 self.empty.set()
             self._changed.notify_all()
-            return True
+        if parent is not None:  # a parent HeldByChildren re-reads its verdict at once
+            parent.inbox.wake()
+        return True
 
     # -- reads (probes: they never mutate and never renew a lease) --
 
@@ -326,9 +329,7 @@ class FleetRegistry:
                 _trip(h.on_cancel, cause)
             h.inbox.wake()
 
-    def clear_subtree(
-        self, root: str, cause: str = "clear", *, include_root: bool = False
-    ) -> int:
+    def clear_subtree(self, root: str, cause: str = "clear", *, include_root: bool = False) -> int:
         """Reap ``root``'s subtree and advance the generation; return the new generation.
 
         Descendants are cancelled and removed from the registry; a late result or deferred
@@ -420,7 +421,9 @@ class FleetRegistry:
             return "full"
         return "delivered"
 
-    def _drop(self, recipient: str, msg: InboxMsg, reason: str, sender: str | None, tag: str) -> str:
+    def _drop(
+        self, recipient: str, msg: InboxMsg, reason: str, sender: str | None, tag: str
+    ) -> str:
         self._record(InboxRejected.of(recipient, msg, reason=reason, sender=sender))
         return tag
 
@@ -497,7 +500,9 @@ class _LeaseReaper:
     def _run(self) -> None:
         while not self._stop.is_set():
             report = self.core.fire_leases()
-            wait = self.max_wait if report.next_fire is None else min(report.next_fire, self.max_wait)
+            wait = (
+                self.max_wait if report.next_fire is None else min(report.next_fire, self.max_wait)
+            )
             # a register arms a new lease: wake on any change rather than sleeping past it
             self.core.wait_changed(max(wait, 0.001))
 
@@ -525,7 +530,9 @@ class Registry(QuotaActor):
         lease_timer: bool = True,
         core: FleetRegistry | None = None,
     ) -> None:
-        self.core = core or FleetRegistry(clock=clock, lease_bound=lease_bound, on_dropped=on_dropped)
+        self.core = core or FleetRegistry(
+            clock=clock, lease_bound=lease_bound, on_dropped=on_dropped
+        )
         self._arrived_lock = threading.Lock()
         self._arrived: dict[int, tuple[Any, tuple[bool, Any]]] = {}
         super().__init__()

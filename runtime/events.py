@@ -72,7 +72,9 @@ class Died(Event):
 
 @dataclass(frozen=True)
 class Notice(Event):
-    """A transcript/TUI-only notice (``notice``: Prune, Reap, LargeBinding, ...); never model-facing."""
+    """A transcript/TUI-only notice (``notice``: Prune, Reap, LargeBinding, ...).
+
+    Never model-facing."""
 
     notice: str = ""
     text: str = ""

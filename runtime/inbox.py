@@ -240,11 +240,7 @@ class InboxRule:
             if not self._queue:
                 return None
             tail = self._queue[-1]
-            if (
-                isinstance(tail.item, UserSteering)
-                and not tail.item.is_slash
-                and not item.is_slash
-            ):
+            if isinstance(tail.item, UserSteering) and not tail.item.is_slash and not item.is_slash:
                 tail.item = UserSteering(f"{tail.item.text}\n\n{item.text}")
                 return Pushed(Outcome.MERGED, (tag,))
             return None
@@ -320,6 +316,12 @@ class InboxRule:
 
 # --- the thread-safe inbox ----------------------------------------------------------------------
 
+WAKE_TIMEOUT = 0.25
+"""Backstop between park-verdict reads. Every verdict change that matters is an explicit wake
+(a push, a cascade, a child deregistering), so this only bounds a missed one; one verdict read
+(three registry reads, five children) measured 5 µs, so 100 parked agents at 4 reads/s spend
+0.2% of a core."""
+
 
 class Inbox:
     """An agent's inbox: :class:`InboxRule` behind a Condition.
@@ -371,7 +373,7 @@ class Inbox:
     def next_or_idle(
         self,
         park_verdict_fn: Callable[[], Any],
-        wake_timeout: float = 0.05,
+        wake_timeout: float = WAKE_TIMEOUT,
     ) -> InboxMsg | None:
         """The next message, or ``None`` once the park verdict says the agent should end.
 

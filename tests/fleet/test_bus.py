@@ -6,7 +6,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -52,7 +51,13 @@ def test_every_event_kind_lands_in_the_transcript_with_kind_agent_and_at(
     bus.flush()
     records = read_jsonl(tmp_path / "transcript.jsonl").records
     assert [r["kind"] for r in records] == [
-        "Born", "Died", "Notice", "Io", "Resources", "ProviderError", "SystemNote"
+        "Born",
+        "Died",
+        "Notice",
+        "Io",
+        "Resources",
+        "ProviderError",
+        "SystemNote",
     ]
     assert all(r["agent"] == "c" and r["at"].endswith("Z") for r in records)
     assert records[2]["notice"] == "Reap" and records[0]["parent"] == "trunk"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -16,12 +17,14 @@ from runtime.inbox import (
     AgentResult,
     Command,
     Inbox,
+    InboxMsg,
     InboxRule,
     Nudge,
     Outcome,
     ScheduledWakeup,
     Surface,
     UserSteering,
+    source_of,
 )
 from runtime.park import ParkMode
 
@@ -38,9 +41,13 @@ quota_messages = st.one_of(
 idempotent_messages = st.one_of(
     st.builds(UserSteering, text=texts),
     st.builds(
-        ScheduledWakeup, schedule_id=st.sampled_from(["s1", "s2"]), prompt=st.sampled_from(["p", "q"])
+        ScheduledWakeup,
+        schedule_id=st.sampled_from(["s1", "s2"]),
+        prompt=st.sampled_from(["p", "q"]),
     ),
-    st.builds(Nudge, kind=st.sampled_from(["must_reply", "continue"]), text=st.sampled_from(["t", "u"])),
+    st.builds(
+        Nudge, kind=st.sampled_from(["must_reply", "continue"]), text=st.sampled_from(["t", "u"])
+    ),
 )
 
 
@@ -57,7 +64,7 @@ class InboxModel(RuleBasedStateMachine):
         self.model: list[object] = []
 
     def _count(self, source: str) -> int:
-        return sum(1 for m in self.model if m.source == source)  # type: ignore[attr-defined]
+        return sum(1 for m in self.model if source_of(m) == source)
 
     @rule(msg=quota_messages)
     def push_quota(self, msg: object) -> None:
@@ -130,10 +137,14 @@ class InboxModel(RuleBasedStateMachine):
 
 
 TestInboxRuleAgainstModel = InboxModel.TestCase
-TestInboxRuleAgainstModel.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+TestInboxRuleAgainstModel.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None
+)
 
 
-@given(st.lists(st.sampled_from(["agent_result", "agent_message", "command", "surface"]), max_size=400))
+@given(
+    st.lists(st.sampled_from(["agent_result", "agent_message", "command", "surface"]), max_size=400)
+)
 @settings(max_examples=60, deadline=None)
 def test_quota_sources_accept_exactly_up_to_the_caps_in_any_order(sources: list[str]) -> None:
     rule = InboxRule()
@@ -180,7 +191,7 @@ def test_total_cap_rejects_once_256_messages_are_queued_even_below_every_source_
 
 def test_a_flood_of_ten_thousand_messages_accepts_exactly_the_caps_and_rejects_the_rest() -> None:
     inbox = Inbox(recipient="target")
-    kinds = [
+    kinds: list[Callable[[int], InboxMsg]] = [
         lambda i: AgentResult(f"c{i}", i),
         lambda i: AgentMessage(f"s{i}", "hi"),
         lambda i: Command(f"/c{i}"),
@@ -233,7 +244,11 @@ def test_consecutive_steering_merges_with_a_blank_line_but_never_across_a_slash_
     assert rule.push(UserSteering("second")).outcome is Outcome.MERGED
     assert rule.push(UserSteering("/clear")).outcome is Outcome.QUEUED
     assert rule.push(UserSteering("after")).outcome is Outcome.QUEUED
-    assert rule.items() == [UserSteering("first\n\nsecond"), UserSteering("/clear"), UserSteering("after")]
+    assert rule.items() == [
+        UserSteering("first\n\nsecond"),
+        UserSteering("/clear"),
+        UserSteering("after"),
+    ]
 
 
 def test_steering_does_not_merge_across_an_intervening_message() -> None:

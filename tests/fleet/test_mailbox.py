@@ -180,4 +180,7 @@ def test_coalescing_sources_are_never_refused_and_an_absorbed_ask_is_answered(
     assert second.get(timeout=1) == Coalesced(Outcome.MERGED)
     actor.gate.set()
     assert first.get(timeout=5) == 2
-    assert ref.proxy().seen().get(timeout=5) == [ScheduledWakeup("tick", "p"), UserSteering("a\n\nb")]
+    assert ref.proxy().seen().get(timeout=5) == [
+        ScheduledWakeup("tick", "p"),
+        UserSteering("a\n\nb"),
+    ]

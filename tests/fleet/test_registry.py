@@ -101,7 +101,7 @@ def _build_three_level_tree(core: FleetRegistry) -> dict[str, tuple[CancelScope,
     return handles
 
 
-def test_cancelling_the_root_of_a_three_level_tree_trips_every_token_and_eval_root_and_leaves_nothing_running(
+def test_cancelling_a_three_level_tree_trips_every_token_and_eval_root_and_leaves_nothing_running(
     reg: RegistryHandle,
 ) -> None:
     handles = _build_three_level_tree(reg.core)
@@ -191,7 +191,9 @@ def test_clear_subtree_drops_a_late_result_from_the_cleared_generation_and_recor
     batch = Surface(("deferred done batch",), generation=stamp)
     assert reg.core.deliver("a", batch) == "stale"
     fresh = reg.core.register("a3", "a", returns=True)
-    assert reg.core.deliver("a", AgentResult("a3", "ok", generation=fresh.generation)) == "delivered"
+    assert (
+        reg.core.deliver("a", AgentResult("a3", "ok", generation=fresh.generation)) == "delivered"
+    )
     assert reg.core.deliver("b", AgentResult("b1", "untouched", generation=0)) == "delivered"
 
 
@@ -202,7 +204,9 @@ def test_clear_subtree_with_the_root_removes_the_root_too(reg: RegistryHandle) -
     assert handles["b"][0].reason == "close"
 
 
-def test_interrupt_stops_one_agents_turn_and_leaves_its_descendants_running(reg: RegistryHandle) -> None:
+def test_interrupt_stops_one_agents_turn_and_leaves_its_descendants_running(
+    reg: RegistryHandle,
+) -> None:
     handles = _build_three_level_tree(reg.core)
     reg.proxy.interrupt("a").get()
     assert handles["a"][0].cancelled
@@ -242,7 +246,8 @@ def test_a_message_to_a_full_inbox_is_rejected_to_the_sender_naming_the_recipien
     assert refusals[0].recipient == "busy" and refusals[0].source == "agent_message"
     with pytest.raises(InboxFull, match="inbox full"):
         reg.proxy.message(TRUNK_NAME, "busy", "through the actor").get()
-    assert [m.text for m in reg.core.get("busy").inbox.items()] == [str(i) for i in range(64)]
+    queued = reg.core.get("busy").inbox.items()
+    assert queued == [AgentMessage(TRUNK_NAME, str(i)) for i in range(64)]
 
 
 def test_a_spawn_completion_to_a_full_or_ended_parent_is_recorded_not_dropped(
@@ -273,7 +278,9 @@ def test_fuel_runs_out_at_depth_three_through_the_registry(reg: RegistryHandle) 
     assert reg.core.get(TRUNK_NAME).fuel == 3
 
 
-def test_a_cancel_arriving_mid_fork_cancels_the_child_registered_after_it(reg: RegistryHandle) -> None:
+def test_a_cancel_arriving_mid_fork_cancels_the_child_registered_after_it(
+    reg: RegistryHandle,
+) -> None:
     reg.core.register(TRUNK_NAME, returns=True)
     reg.core.register("parent", TRUNK_NAME, returns=True)
     reg.proxy.cancel("parent", "agent-cancel").get()
@@ -284,7 +291,9 @@ def test_a_cancel_arriving_mid_fork_cancels_the_child_registered_after_it(reg: R
     assert child_root.cancelled
 
 
-def test_the_idle_lease_is_renewed_by_steer_and_not_by_message(dropped: list[InboxRejected]) -> None:
+def test_the_idle_lease_is_renewed_by_steer_and_not_by_message(
+    dropped: list[InboxRejected],
+) -> None:
     clock = FakeClock()
     core = FleetRegistry(clock=clock, lease_bound=100)
     core.register(TRUNK_NAME, returns=False, interactive=True)
@@ -333,3 +342,30 @@ def test_the_fleet_is_alive_while_the_registry_is_non_empty(reg: RegistryHandle)
     threading.Timer(0.02, reg.core.deregister, args=(TRUNK_NAME,)).start()
     assert reg.core.wait_empty(5)
     assert reg.proxy.is_empty().get()
+
+
+def test_the_last_child_deregistering_wakes_its_parked_parent_at_once(reg: RegistryHandle) -> None:
+    from runtime.park import ParkMode
+
+    reg.core.register(TRUNK_NAME, returns=True)
+    reg.core.register("only-child", TRUNK_NAME, returns=True)
+    inbox = reg.core.get(TRUNK_NAME).inbox
+
+    asked = threading.Event()
+
+    def verdict() -> ParkMode:
+        held = reg.core.live_descendants(TRUNK_NAME)
+        asked.set()
+        return ParkMode.HELD_BY_CHILDREN if held else ParkMode.QUIESCE
+
+    result: list[object] = []
+    parked = threading.Thread(
+        target=lambda: result.append(inbox.next_or_idle(verdict, wake_timeout=30))
+    )
+    parked.start()
+    assert asked.wait(5)  # parked HeldByChildren
+    started = time.monotonic()
+    reg.core.deregister("only-child")
+    parked.join(timeout=5)
+    assert not parked.is_alive() and result == [None]
+    assert time.monotonic() - started < 1.0  # the wake, not the 30 s backstop

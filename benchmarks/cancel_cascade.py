@@ -1,0 +1,94 @@
+"""Cancel-cascade latency over registry trees of 10, 100 and 1,000 entries (no shells).
+
+Each tree is built under the real spawn-fuel rule (depth <= 3 below the trunk), every entry
+registered with its own CancelScope token. The clock starts when ``cancel(trunk)`` is sent
+through the Registry actor's proxy and stops at the last token's on-cancel callback, i.e.
+when every node reports cancelled. The ask's reply time (the actor serving the queued control
+call) is shown beside it. Shell processes are not part of this benchmark: the eval roots here
+are plain CancelScopes, so it measures the registry cascade alone.
+
+    PYTHONPATH=. python benchmarks/cancel_cascade.py [--sizes 10 100 1000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import threading
+import time
+from collections import deque
+
+from actors.registry import start_registry
+from runtime.cancel import CancelScope
+from runtime.constants import SPAWN_FUEL, TRUNK_NAME
+
+
+def tree_shape(n: int) -> list[tuple[str, str | None]]:
+    """``n`` (name, parent) pairs, breadth-first, no deeper than the fuel allows."""
+    fanout = max(2, math.ceil(n ** (1 / SPAWN_FUEL)) + 1)
+    shape: list[tuple[str, str | None]] = [(TRUNK_NAME, None)]
+    frontier: deque[tuple[str, int]] = deque([(TRUNK_NAME, 0)])
+    while len(shape) < n and frontier:
+        parent, depth = frontier.popleft()
+        if depth >= SPAWN_FUEL:
+            continue
+        for _ in range(fanout):
+            if len(shape) >= n:
+                break
+            name = f"n{len(shape)}"
+            shape.append((name, parent))
+            frontier.append((name, depth + 1))
+    assert len(shape) == n, "fanout too small for the fuel-bounded depth"
+    return shape
+
+
+def one_run(n: int) -> tuple[float, float]:
+    handle = start_registry(lease_timer=False)
+    try:
+        stamps: list[float] = []
+        lock = threading.Lock()
+        done = threading.Event()
+        tokens: list[CancelScope] = []
+
+        def stamp() -> None:
+            with lock:
+                stamps.append(time.perf_counter())
+                if len(stamps) == n:
+                    done.set()
+
+        for name, parent in tree_shape(n):
+            token, root = CancelScope(), CancelScope()
+            token.on_cancel(stamp)
+            tokens.append(token)
+            handle.core.register(
+                name, parent, returns=parent is not None, token=token, eval_root=root
+            )
+        proxy = handle.proxy
+        t0 = time.perf_counter()
+        reply = proxy.cancel(TRUNK_NAME, "bench")
+        assert done.wait(30), "some token never reported cancelled"
+        reached = len(reply.get(timeout=30))
+        t_reply = time.perf_counter()
+        assert reached == n and all(t.cancelled for t in tokens)
+        return max(stamps) - t0, t_reply - t0
+    finally:
+        handle.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    print(f"registry entries, no shells; median of {args.repeat} runs")
+    print(f"{'entries':>8}{'all tokens cancelled':>24}{'ask replied':>14}{'per node':>12}")
+    for n in args.sizes:
+        runs = [one_run(n) for _ in range(args.repeat)]
+        tokens = statistics.median(r[0] for r in runs)
+        replied = statistics.median(r[1] for r in runs)
+        print(f"{n:>8}{tokens * 1e3:>21.3f} ms{replied * 1e3:>11.3f} ms{tokens / n * 1e6:>9.2f} µs")
+
+
+if __name__ == "__main__":
+    main()
