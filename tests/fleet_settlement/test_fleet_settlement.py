@@ -24,9 +24,9 @@ import pytest
 from actors.fleet import Fleet
 from runtime.durable import read_jsonl
 from runtime.journal import replay
+from runtime.providers import make_provider
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
-from runtime.providers import make_provider
 from runtime.session_dir import SessionDir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def _wait_for(cond: Any, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def test_a_child_whose_shell_was_killed_before_release_settles_release_unconfirmed_with_its_work_kept(
+def test_a_child_killed_before_release_settles_release_unconfirmed_and_keeps_its_work(
     tmp_path: Path, journal_of: Any
 ) -> None:
     fleet, prompt = _fleet(
