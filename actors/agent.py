@@ -145,6 +145,10 @@ class Agent:
         self._ended_cause: str | None = None
         self.reply_value: Any = None
         self._replied = False
+        self._reply_count = 0
+        self._provisional: tuple[Any] | None = None
+        """A headless trunk's first reply, turned back for self-verification; it stands if the
+        agent ends without replying again (nothing the model delivered is lost)."""
         self._reply_lock = threading.Lock()
         self.desk = AgentDesk(self)
         self.disk_warn = DiskWarn(
@@ -191,6 +195,17 @@ class Agent:
         with self._reply_lock:
             self.reply_value = value
             self._replied = True
+            self._reply_count += 1
+
+    def _reply_mark(self) -> int:
+        with self._reply_lock:
+            return self._reply_count
+
+    def _turn_back_reply(self) -> None:
+        """The self-verify latch fired: the reply is not final until the agent replies again."""
+        with self._reply_lock:
+            self._provisional = (self.reply_value,)
+            self._replied = False
 
     @property
     def replied(self) -> bool:

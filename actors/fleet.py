@@ -35,10 +35,12 @@ from runtime.cancel import CancelScope
 from runtime.constants import TRUNK_NAME
 from runtime.digest import digest_tool_result
 from runtime.diskwarn import dir_size
+from runtime.durable import append_jsonl
 from runtime.events import Born, Died, Event, InboxRejected, Resources
 from runtime.executor import ExecutionSpec
 from runtime.fleet_yield import FleetYield, fleet_yield, write_result
 from runtime.inbox import AgentResult
+from runtime.invariants import commit_record
 from runtime.journal import SpawnJournal
 from runtime.park import Construction
 from runtime.probes import ResourceFigures, event_rows, resources
@@ -185,6 +187,25 @@ class Fleet:
         )
         ref.tell("drive")
 
+    def adopt_agent(self, spec: AgentSpec, provider: Provider) -> Agent:
+        """``resume``: register ``spec`` (``resume=True``: log and snapshot from the durable
+        files) in tree order and build it, without journalling a new spawn -- a child keeps the
+        slot it was admitted with (same environment id, a new shell pid, as after a rollback).
+        Launch with :meth:`launch_adopted` once the whole tree is registered."""
+        entry = self.registry.register(
+            spec.name, spec.parent, returns=not spec.interactive, interactive=spec.interactive
+        )
+        agent = self._build(replace(spec, fuel=entry.fuel, generation=entry.generation), provider, entry)
+        if spec.parent is None:
+            self.trunk = agent
+        else:
+            self._executors[spec.name] = AgentExecutor(agent)
+        return agent
+
+    def launch_adopted(self, agent: Agent) -> None:
+        """Start an adopted agent's drive loop (Born on the bus, as for a fresh one)."""
+        self._launch(agent)
+
     def cancel_all(self, cause: str) -> None:
         """Cancel the whole tree (Ctrl-C, close): every node's token and eval root."""
         if self.trunk is not None:
@@ -257,6 +278,8 @@ class Fleet:
 
     def run_shell(self, agent: Agent, script: str) -> ShellOutput:
         result = agent.shell.run(script).get()
+        if result.error is None and not result.rolled_back:  # drills: what this call committed
+            append_jsonl(self.session.record, commit_record(agent.name, result, agent.shell_pid()))
         notes: list[str] = []  # a rollback already says so in its error text
         content = digest_tool_result(
             result.value if result.error is None else None,

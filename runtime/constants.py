@@ -9,7 +9,7 @@ LARGE_BINDING_BYTES = 1 << 20
 """Writing a session binding whose encoding exceeds this emits one LargeBinding notice."""
 
 SETTLED_WORKER_RETENTION = 256
-"""A settled worker entry expires unclaimed this many ral calls after it was first observed settled."""
+"""A settled worker entry expires unclaimed this many ral calls after first seen settled."""
 
 INBOX_SOURCE_CAP = 64
 INBOX_TOTAL_CAP = 256

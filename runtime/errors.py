@@ -51,7 +51,8 @@ class FuelExhausted(ExarchError):
     def __init__(self, agent: str) -> None:
         self.agent = agent
         super().__init__(
-            f"spawn fuel exhausted: {agent} is at the depth limit; do the work in this agent instead"
+            f"spawn fuel exhausted: {agent} is at the depth limit; "
+            "do the work in this agent instead"
         )
 
 

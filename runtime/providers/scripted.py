@@ -80,6 +80,19 @@ class ScenarioPlayback:
             self._rounds[agent_name] = n + 1
         return n, (script[n] if n < len(script) else None)
 
+    def advance(self, agent_name: str, rounds: int) -> int:
+        """``resume``: move ``agent_name``'s cursor to at least ``rounds`` (the messages its
+        durable log shows were already played); never backwards. Returns the cursor."""
+        with self._lock:
+            n = max(self._rounds.get(agent_name, 0), rounds)
+            self._rounds[agent_name] = n
+            return n
+
+    def cursor(self, agent_name: str) -> int:
+        """Messages ``agent_name`` has consumed so far (its next round number)."""
+        with self._lock:
+            return self._rounds.get(agent_name, 0)
+
     def remaining(self, agent_name: str) -> int:
         """Scripted messages not yet consumed by ``agent_name``."""
         with self._lock:
