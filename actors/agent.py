@@ -28,7 +28,6 @@ synchronously by producers so a rejection reaches its sender.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -38,10 +37,10 @@ from actors.schedules import Schedules
 from runtime.cancel import Cancelled, CancelScope
 from runtime.compaction import compaction_due
 from runtime.constants import MAX_STEPS
-from runtime.digest import clip_agent_reply
+from runtime.digest import Section, clip_agent_reply, clip_section
 from runtime.diskwarn import DiskWarn
 from runtime.eventlog import AgentLog
-from runtime.events import Io, Notice, Resources, SystemNote
+from runtime.events import InboxRejected, Io, Notice, Resources, SystemNote
 from runtime.events import ProviderError as ProviderErrorEvent
 from runtime.inbox import (
     AgentMessage,
@@ -55,7 +54,15 @@ from runtime.inbox import (
     Nudge as InboxNudge,
 )
 from runtime.messages import AssistantMessage, ToolResult, admit_assistant
-from runtime.nudge import NudgeInputs, NudgeLatches, Outcome, Verdict, classify, decide
+from runtime.nudge import (
+    NudgeInputs,
+    NudgeKind,
+    NudgeLatches,
+    Outcome,
+    Verdict,
+    classify,
+    decide,
+)
 from runtime.park import Construction, ParkMode, park_mode, returns_for
 from runtime.prompt import build_system_prompt
 from runtime.providers.base import (
@@ -150,6 +157,7 @@ class Agent:
         """A headless trunk's first reply, turned back for self-verification; it stands if the
         agent ends without replying again (nothing the model delivered is lost)."""
         self._reply_lock = threading.Lock()
+        self._generation_floor = 0
         self.desk = AgentDesk(self)
         self.disk_warn = DiskWarn(
             fleet.config.disk_warn_bytes,
@@ -207,6 +215,16 @@ class Agent:
             self._provisional = (self.reply_value,)
             self._replied = False
 
+    def forget_before_clear(self, generation: int) -> None:
+        """``/clear``: the nudge latches (self-verify included), the turned-back reply and the
+        pins start over, and results stamped before ``generation`` are refused at admission
+        (one can already sit in the inbox behind the ``/clear`` that reaped its sender)."""
+        self.latches = NudgeLatches()
+        self.pins.clear()
+        self._generation_floor = generation
+        with self._reply_lock:
+            self._provisional = None
+
     @property
     def replied(self) -> bool:
         with self._reply_lock:
@@ -238,7 +256,7 @@ class Agent:
                 self.inbox.push(UserSteering(self.spec.prompt))
             while True:
                 self.stats.state = "idle"
-                self._drive_boundary()
+                self._ready_boundary()
                 item = self.inbox.next_or_idle(self.park_mode)
                 if item is None or self.terminated is not None:
                     if self.terminated is not None:
@@ -249,6 +267,7 @@ class Agent:
                 if ended is not None:
                     outcome = ended
                     break
+            outcome = self._provisional_stands(outcome)
         except Exception as e:  # a bug must end this agent cleanly, never strand the fleet
             outcome = AgentOutcome.FAILED
             self._note(f"agent failed: {type(e).__name__}: {e}")
@@ -259,8 +278,19 @@ class Agent:
         self.stats.state = outcome.value
         return outcome
 
-    def _drive_boundary(self) -> None:
-        """Drive's top: the ready-boundary housekeeping that is the agent's, not the shell's."""
+    def _provisional_stands(self, outcome: AgentOutcome) -> AgentOutcome:
+        """A reply turned back for self-verification stands when no second reply came."""
+        if outcome is not AgentOutcome.QUIESCED or self.replied or self._provisional is None:
+            return outcome
+        self.record_reply(self._provisional[0])
+        self._note("self-verification ended without a second reply; the first reply stands")
+        return AgentOutcome.REPLIED
+
+    def _ready_boundary(self) -> None:
+        """Ready-boundary housekeeping that is the agent's, not the shell's: the disk warning.
+
+        Run at drive's top and before every provider round-trip (the log is ReadyForUser at
+        both), so a long headless turn is checked too. Unconfigured it returns at once."""
         warning = self.disk_warn.check(self.shell_epoch())
         if warning is not None:
             self.fleet.publish(SystemNote(self.name, text=warning.text))
@@ -284,11 +314,17 @@ class Agent:
         if leftovers:
             self.fleet.record_undelivered(self, leftovers)
 
+    @property
+    def conversing(self) -> bool:
+        """Built to converse with its human: a capped or failed turn ends the turn, not it."""
+        return self.interactive and not self.returns
+
     # --- one turn ---------------------------------------------------------------------------
 
     def _turn(self, item: object) -> AgentOutcome | None:
         """Run one inbox turn; return an outcome if the agent must end."""
         if isinstance(item, InboxNudge):
+            # A queued runtime nudge is the same turn continuing: it resets nothing.
             self.log.append_nudge(item.kind, item.text)
         else:
             # A genuine turn boundary: latches and the sticky token reset.
@@ -299,14 +335,19 @@ class Agent:
             self.stats.turns += 1
             if not self._admit_input(item):
                 return None
+        turn = _Turn(self.provider.current())  # read once: a swap lands next turn
         while True:
-            loop = self._apply()
+            loop = self._apply(turn)
             if self.terminated is not None:
                 return AgentOutcome.CANCELLED
+            if self.spec.chat and loop is Outcome.END_TURN and self.returns:
+                # --chat has no tool, so no `reply`: a headless chat's answer is its text.
+                self.record_reply(turn.last_text)
+                return AgentOutcome.REPLIED
             decision = decide(
                 NudgeInputs(
                     outcome=loop,
-                    returns=self.returns,
+                    returns=self.returns and not self.spec.chat,
                     replied=self.replied,
                     pins=tuple(f"{k}: {v}" for k, v in self.pins.items()),
                     live_descendants=bool(self.fleet.registry.live_descendants(self.name)),
@@ -317,17 +358,17 @@ class Agent:
             self.latches = decision.latches
             if decision.verdict is Verdict.HONOUR_REPLY:
                 return AgentOutcome.REPLIED
-            if loop is Outcome.CAPPED:
-                return AgentOutcome.CAPPED
-            if loop is Outcome.PROVIDER_ERROR and self.parent is None and not self.interactive:
-                return AgentOutcome.FAILED
+            if loop is Outcome.CAPPED:  # terminal: re-driving would spend the ceiling again
+                return None if self.conversing else AgentOutcome.CAPPED
+            if loop is Outcome.PROVIDER_ERROR:  # a provider fact, never a nudge
+                return None if self.conversing else AgentOutcome.FAILED
             if decision.verdict is Verdict.CONTINUE_TURN:
+                if any(n.kind is NudgeKind.SELF_VERIFY for n in decision.nudges):
+                    self._turn_back_reply()
                 for n in decision.nudges:
                     self.log.append_nudge(n.kind.value, n.text)
                 self.latches = self.latches.after_self_nudge()
                 continue
-            if loop is Outcome.PROVIDER_ERROR and self.parent is not None:
-                return AgentOutcome.FAILED
             return None
 
     def _admit_input(self, item: object) -> bool:
@@ -338,6 +379,12 @@ class Agent:
             self.log.append_user(item.text)
         elif isinstance(item, Command):
             return self.fleet.slash_command(self, item.text.strip())
+        elif isinstance(item, AgentResult | Surface) and item.generation < self._generation_floor:
+            sender = item.child if isinstance(item, AgentResult) else None
+            self.fleet.bus.record_rejected(
+                InboxRejected.of(self.name, item, reason="stale generation", sender=sender)
+            )
+            return False
         elif isinstance(item, AgentResult):
             text = clip_agent_reply(
                 item.value if isinstance(item.value, str) else render(item.value)
@@ -362,19 +409,26 @@ class Agent:
 
     # --- apply ------------------------------------------------------------------------------
 
-    def _apply(self) -> Outcome:
-        provider = self.provider.current()  # read once: a swap lands next turn
+    def _apply(self, turn: _Turn) -> Outcome:
+        """Provider round-trips until the model stops calling tools (or the turn must stop).
+
+        ``turn`` carries the provider read at the top of the turn and the step count, which
+        spans self-nudges: MAX_STEPS bounds the whole turn, so an unbudgeted reminder loop
+        (a pin never unpinned) ends Capped instead of running forever."""
+        provider = turn.provider
         tools = () if self.spec.chat else (RAL_TOOL,)
-        steps = 0
         self.stats.in_flight = []  # this turn's provider events: what a release persists
         while True:
             if self.token.cancelled:
                 return Outcome.CANCELLED
+            self._ready_boundary()
             self._maybe_compact(provider)
-            if steps >= MAX_STEPS:
+            if self.token.cancelled:
+                return Outcome.CANCELLED
+            if turn.steps >= MAX_STEPS:
                 self._note(f"turn capped after {MAX_STEPS} provider round-trips")
                 return Outcome.CAPPED
-            steps += 1
+            turn.steps += 1
             self.stats.steps += 1
             raw: AssistantMessage
             try:
@@ -390,19 +444,19 @@ class Agent:
             except Truncated as t:
                 raw = t.partial
             except ProviderError as e:
-                self.fleet.publish(
-                    ProviderErrorEvent(self.name, error=type(e).__name__, message=str(e))
-                )
+                self.fleet.publish(ProviderErrorEvent(self.name, error=e.kind, message=str(e)))
                 return Outcome.PROVIDER_ERROR
             empty = raw.is_empty
-            msg = admit_assistant(raw)
+            msg = admit_assistant(raw)  # X2/X7 at the commit boundary
             self.log.append_assistant(msg)
             self._count_usage(msg)
             self.stats.in_flight.append({"committed": msg.to_dict()})
-            if msg.tool_calls:
+            turn.last_text = msg.text
+            if msg.tool_calls:  # MaxTokens with tool calls dispatches them (X6)
+                mark = self._reply_mark()
                 self._dispatch(msg)
-                if self.replied and self.returns:
-                    return Outcome.END_TURN
+                if self.returns and self._reply_mark() > mark:
+                    return Outcome.END_TURN  # reply ends a returning agent after its batch
                 continue
             return classify(msg.stop_reason.value, has_tool_calls=False, empty=empty)
 
@@ -428,7 +482,10 @@ class Agent:
             summary = provider.summarize(
                 self.log.render_transcript(), self.token, system=self.system
             )
-        except (Cancelled, ProviderError):
+        except Cancelled:
+            return
+        except ProviderError as e:
+            self.fleet.publish(ProviderErrorEvent(self.name, error=e.kind, message=str(e)))
             return
         self.log.apply_compaction(summary)
         self.fleet.publish(Notice(self.name, notice="Compacted", text="history compacted"))
@@ -436,24 +493,35 @@ class Agent:
     # --- dispatch ---------------------------------------------------------------------------
 
     def _dispatch(self, msg: AssistantMessage) -> None:
+        """The batch in order, every requested id answered once; then tool-boundary steering."""
         for call in msg.tool_calls:
+            script = call.script
             if self.token.cancelled:
-                result = ToolResult(call.id, "cancelled: the turn was interrupted", is_error=True)
-            elif call.name != "ral":
-                result = ToolResult(
-                    call.id, f"unknown tool {call.name!r}: the only tool is ral", is_error=True
+                result = self._refused(call.id, script, "cancelled: the turn was interrupted")
+            elif call.name != RAL_TOOL.name:
+                result = self._refused(
+                    call.id, script, f"unknown tool {call.name!r}: the only tool is ral"
+                )
+            elif script is None:
+                result = self._refused(
+                    call.id,
+                    None,
+                    "the ral call is missing its script: the arguments must be a JSON object "
+                    'with a string "script", e.g. {"script": "echo hi"}',
                 )
             else:
-                script = call.arguments.get("script") if isinstance(call.arguments, dict) else None
-                if not isinstance(script, str):
-                    result = ToolResult(
-                        call.id, "the ral tool takes one argument, script (a string)", is_error=True
-                    )
-                else:
-                    result = self.run_ral(call.id, script)
+                result = self.run_ral(call.id, script)
             self.log.append_tool_result(result)
         for steering in self.inbox.drain_steering():
             self.log.append_steering(steering.text)
+
+    def _refused(self, call_id: str, script: str | None, text: str) -> ToolResult:
+        """A call answered without running: the transcript records the same text."""
+        content = "[error]\n" + clip_section(text, Section.ERROR)
+        self.fleet.publish(
+            Io(self.name, call_id=call_id, script=script or "", value=content, error="error")
+        )
+        return ToolResult(call_id, content, is_error=True)
 
     def run_ral(self, call_id: str, script: str) -> ToolResult:
         """One ral tool call through the shell; the digest is what the model and transcript see."""
@@ -509,5 +577,10 @@ class Agent:
             return False
 
 
-def _monotonic() -> float:
-    return time.monotonic()
+@dataclass
+class _Turn:
+    """One turn's fixed provider (read once at its top) and its step count across nudges."""
+
+    provider: Provider
+    steps: int = 0
+    last_text: str = ""

@@ -134,6 +134,8 @@ class AgentExecutor:
     def cancel(self) -> CancelAck:
         if self._agent.done.is_set():
             return CancelAck("already-terminal", "the agent had already ended")
+        if self._outcome is not None:  # its own exit settles it; ``done`` is set only after
+            return CancelAck("accepted", "the agent acknowledged by ending")
         self._agent.cancel("cancel")
         if self._agent.done.wait(2.0):
             return CancelAck("accepted", "the agent acknowledged by ending")

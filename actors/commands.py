@@ -67,9 +67,9 @@ def _dispatch(fleet: Fleet, agent: Agent, head: str, rest: str) -> None:
 
 def clear_agent(fleet: Fleet, agent: Agent) -> None:
     """``/clear``: see the module docstring for the order and why it matters."""
-    fleet.registry.clear_subtree(agent.name)
+    generation = fleet.registry.clear_subtree(agent.name)
     agent.schedules.clear()
-    agent.pins.clear()
+    agent.forget_before_clear(generation)
     agent.shell.clear().get()
     if agent.log.pending_tool_calls:
         agent.log.settle_pending()

@@ -68,6 +68,10 @@ class FleetConfig:
     grants: Grants = field(default_factory=Grants)
     cwd: str | None = None
     sweep: SweepPolicy = field(default_factory=SweepPolicy)
+    lease_bound: float | None = None
+    """Idle-lease bound of returning sub-agents in seconds; ``None``: ``IDLE_LEASE_SECS``."""
+    clock: Callable[[], float] | None = None
+    """The registry's lease clock; ``None``: ``time.monotonic`` (injectable for tests)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,12 @@ class Fleet:
         self.config = config or FleetConfig()
         self._provider_for = provider_for
         self.bus = start_bus(session.transcript)
-        self._registry = start_registry(on_dropped=self.bus.record_rejected)
+        lease: dict[str, Any] = {}
+        if self.config.lease_bound is not None:
+            lease["lease_bound"] = self.config.lease_bound
+        if self.config.clock is not None:
+            lease["clock"] = self.config.clock
+        self._registry = start_registry(on_dropped=self.bus.record_rejected, **lease)
         self.registry = self._registry.core
         """The registry's thread-safe core: reads and the cascade never wait on a mailbox."""
         self.journal, _ = SpawnJournal.in_session(session.root)

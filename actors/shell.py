@@ -72,6 +72,9 @@ CANCEL_GRACE = 2.0
 """Seconds a cancelled run gets to unwind before its host is killed and the call rolled back.
 A ral run stops within 100 ms at a poll point; 2 s only ever catches a stuck native."""
 
+SNAPSHOT_FILE_EVERY = 32
+"""Calls between snapshot-file writes when only the ledger's clock moved (see _checkpoint)."""
+
 BOOT_TIMEOUT = 30.0
 """Seconds a fresh host may take to restore a snapshot before the boot is declared failed."""
 
@@ -253,6 +256,9 @@ class ShellActor(QuotaActor):
         self._context: dict[str, Any] = dict(self._initial_context)
         self._ledger_state: dict[str, Any] = {}
         self._durable: MobileSnapshot | None = None
+        self._file_dirty = True
+        self._file_epoch = -SNAPSHOT_FILE_EVERY
+        self._file_workers: dict[str, Any] | None = None
         self._epoch = 0
         self._run_id = 0
         self._closed = False
@@ -620,6 +626,7 @@ class ShellActor(QuotaActor):
         self._builder = builder
         self._context = dict(context)
         self._ledger_state = dict(ledger) if ledger else {}
+        self._file_dirty = True  # a fresh host (boot, clear, rollback): the file follows it
         deadline = time.monotonic() + BOOT_TIMEOUT
         snapshot: Frame | None = None
         while True:
@@ -646,11 +653,16 @@ class ShellActor(QuotaActor):
         if f is None:
             return []
         cache = self._builder.cache
-        for name, blob in dict(f.get("bindings") or {}).items():
+        changed = dict(f.get("bindings") or {})
+        removed = list(f.get("removed") or ())
+        for name, blob in changed.items():
             cache.adopt(name, blob, blob)
-        for name in f.get("removed") or ():
+        for name in removed:
             cache.drop(name)
-        self._context = dict(f["context"])
+        context = dict(f["context"])
+        if changed or removed or context != self._context:
+            self._file_dirty = True
+        self._context = context
         self._ledger_state = dict(f["ledger"])
         return []
 
@@ -673,14 +685,29 @@ class ShellActor(QuotaActor):
         return out
 
     def _checkpoint(self) -> None:
+        """Refresh the durable snapshot; write the file when anything a resume needs changed.
+
+        The in-memory durable snapshot (what a rollback restores) is refreshed at every clean
+        boundary. The file is rewritten when a binding, the context or the worker registry
+        changed, and at least every :data:`SNAPSHOT_FILE_EVERY` calls otherwise: between those
+        writes only the ledger's clock and stamps move, and a file whose stamps lag can only
+        *lengthen* a lease after a resume (the safe direction of seed 000). Measured: the
+        fsync'd write was ~490 of the ~680 µs of a trivial call.
+        """
+        workers = self._registry.to_state()
         snap = self._builder.checkpoint(
             epoch=self._epoch,
             context=self._context,
             ledger=self._ledger_state,
-            workers=self._registry.to_state(),
+            workers=workers,
         )
-        snap.write_atomic(self.snapshot_path)
         self._durable = snap
+        due = self._epoch - self._file_epoch >= SNAPSHOT_FILE_EVERY
+        if self._file_dirty or due or workers != self._file_workers:
+            snap.write_atomic(self.snapshot_path)
+            self._file_dirty = False
+            self._file_epoch = self._epoch
+            self._file_workers = workers
 
     def _rollback(self, reason: str, epoch: int) -> ToolResult:
         """Panic rollback: fresh host from the durable snapshot; the call's effects are gone."""

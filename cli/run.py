@@ -26,6 +26,16 @@ from runtime.providers import PROVIDER_NAMES
 @click.option("--chat", is_flag=True, help="No system prompt and no tool: a bare conversation.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Network providers: seconds to wait for the next byte of a reply (default 120).",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    help="Network providers: extra attempts on 408/429/5xx/transport failures (default 4).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def run_command(
     target: str,
@@ -37,6 +47,8 @@ def run_command(
     chat: bool,
     disk_warn_bytes: int | None,
     window_tokens: int | None,
+    timeout: float | None,
+    retries: int | None,
     as_json: bool,
 ) -> None:
     """Run a headless trunk on a scenario file (scripted) or a prompt (network provider)."""
@@ -55,6 +67,7 @@ def run_command(
         chat=chat,
         disk_warn_bytes=disk_warn_bytes,
         window_tokens=window_tokens,
+        provider_options=_network_options(provider, timeout, retries),
     )
     result = run_headless(spec)
     if as_json:
@@ -74,3 +87,19 @@ def run_command(
         if result.reply is not None:
             click.echo(result.reply)
     sys.exit(result.exit_code)
+
+
+def _network_options(
+    provider: str, timeout: float | None, retries: int | None
+) -> tuple[tuple[str, float | int], ...]:
+    """``--timeout`` / ``--retries`` as provider options; refused for the scripted provider,
+    which has no network (a flag that silently did nothing would hide a mistake)."""
+    options: list[tuple[str, float | int]] = []
+    if timeout is not None:
+        options.append(("read_timeout", timeout))
+        options.append(("connect_timeout", timeout))
+    if retries is not None:
+        options.append(("max_retries", retries))
+    if options and provider == "scripted":
+        raise click.UsageError("--timeout and --retries apply to the network providers only")
+    return tuple(options)

@@ -46,6 +46,8 @@ class RunSpec:
     chat: bool = False
     disk_warn_bytes: int | None = None
     window_tokens: int | None = None
+    provider_options: tuple[tuple[str, Any], ...] = ()
+    """Extra network-provider settings (``read_timeout``, ``max_retries``, ...)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ def provider_factory(spec: RunSpec) -> Callable[[str], Provider]:
     options: dict[str, Any] = {}
     if spec.window_tokens is not None:
         options["window_tokens"] = spec.window_tokens
+    options.update(spec.provider_options)
     try:
         base = make_provider(
             spec.provider,

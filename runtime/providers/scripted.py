@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.cancel import Cancelled, CancelScope
+from runtime.errors import ExarchError
 from runtime.messages import (
     AssistantMessage,
     StopReason,
@@ -52,6 +53,10 @@ from runtime.providers.base import (
 from runtime.providers.scenario import Scenario, ScriptedMessage, load_scenario
 
 _SUMMARY_CLIP = 200
+
+
+class UnknownScript(ExarchError):
+    """``/model NAME`` named no script of the scenario."""
 
 
 class ScenarioPlayback:
@@ -119,6 +124,23 @@ class ScriptedProvider(Provider):
 
     def for_agent(self, agent_name: str) -> ScriptedProvider:
         return self.playback.provider(agent_name)
+
+    def with_model(self, model: str) -> ScriptedProvider:
+        """``/model NAME``: play the scenario's ``[[agents.NAME]]`` script from now on.
+
+        The scripted provider's "models" are the scenario's scripts: the swapped provider
+        consumes the named script's messages (one cursor per script name, shared with an agent
+        of that name) and its call ids carry that name, so a transcript shows which answered.
+        Children forked afterwards still play their own names. A name with no script is
+        refused (:class:`UnknownScript`) rather than silently playing empty replies."""
+        if not self.playback.scenario.entries_for(model):
+            raise UnknownScript(
+                f"the scenario {self.playback.scenario.source} has no [[agents.{model}]] script "
+                "to switch to"
+            )
+        swapped = self.playback.provider(model)
+        swapped.model = model
+        return swapped
 
     def complete(
         self,

@@ -1,0 +1,408 @@
+"""``resume``: rebuild a fleet from its session directory after the whole control process died.
+
+The durable files are enough (SCENARIO.md): ``run.json`` says how the run was started, the spawn
+journal says which children were admitted and which reached a terminal record, each agent's
+``events.jsonl`` is its conversation and ``snapshot.msgpack`` its shell at the last clean call.
+
+Order, and why:
+
+1. **Plan** (:func:`plan_resume`, reads only): which agents were alive when the control process
+   died (``Born`` without ``Died``), which open journal slots can be *rebuilt* (dispatched, no
+   execution result yet, parent rebuilt too — tree order) and which must be *healed* with
+   ``resume_sweep`` semantics (a slot that finished but never settled, a slot whose environment
+   died with no parent left to resume it, a slot that never got an environment, a
+   retained-pending slot); each scripted agent's playback cursor; which child results never
+   reached their parent's log.
+2. **Reap**: any process the dead run named that still runs (pid + create time) is killed, so
+   no stale shell can write next to the rebuilt one.
+3. **Heal** the slots that will not be rebuilt: every one reaches its terminal record now.
+4. **Rebuild**: a ``Died`` (cause ``control process died``) closes each dead incarnation on the
+   bus, then the trunk and the rebuilt children are registered in tree order, each from its
+   durable files (:meth:`actors.fleet.Fleet.adopt_agent`); pending tool calls are settled as
+   interrupted; results the journal settled but the parent never logged are re-delivered (or
+   recorded as ``InboxRejected`` when the parent is gone); an agent that owed the model a
+   response gets one resume note; then every agent is launched.
+5. **Carry on** to the end exactly as ``run`` does, close (the release sweep) and write
+   ``result.json`` (``resumed: true``). Every child ends settled: ``neverSettled`` is 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.agent import AgentSpec
+from runtime.constants import TRUNK_NAME
+from runtime.durable import read_jsonl
+from runtime.errors import ExarchError, SnapshotRefused
+from runtime.events import Died, InboxRejected, SystemNote
+from runtime.fleet_yield import FleetYield
+from runtime.inbox import AgentResult, UserSteering
+from runtime.invariants import leftover_processes
+from runtime.journal import JOURNAL_NAME, NodeState, SpawnJournal, replay
+from runtime.messages import AssistantMessage
+from runtime.park import Construction
+from runtime.providers import make_provider
+from runtime.providers.base import Provider
+from runtime.providers.scenario import load_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.ral.values import render
+from runtime.session_dir import SessionDir
+from runtime.settlement import RetainedChild, adopt_local, release_sweep, spend_of
+from runtime.snapshot import MobileSnapshot
+
+RESUME_NOTE = (
+    "[system note] The run was resumed after its control process died. Any tool call that was "
+    "in flight is marked interrupted; your shell holds every binding of the calls that "
+    "completed. Continue where you left off."
+)
+CONTROL_DIED = "control process died"
+_CALL_ROUND = re.compile(r"_(\d+)_\d+$")
+
+
+class ResumeRefused(ExarchError):
+    """The session cannot be resumed (not a session, already finished, unreadable run.json)."""
+
+
+class NothingToResume(ResumeRefused):
+    """``result.json`` exists: the run already ended."""
+
+
+@dataclass
+class ResumePlan:
+    """What :func:`resume_run` will do; built from the files alone."""
+
+    root: Path
+    run: dict[str, Any]
+    alive_at_crash: list[str]
+    rebuild_trunk: bool
+    rebuild: list[str]  # children, tree order
+    finished: list[str]  # open, with an execution result: settle from it
+    orphaned: list[str]  # open, environment admitted, nobody left to resume it
+    no_environment: list[str]
+    retained: list[str]  # settled with retainedExecution pending
+    cursors: dict[str, int] = field(default_factory=dict)
+    trunk_outcome: str | None = None  # the trunk's Died outcome when it ended before the crash
+    redeliver: list[tuple[str, str]] = field(default_factory=list)  # (child, parent)
+    unreachable: list[tuple[str, str]] = field(default_factory=list)  # parent not resumed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "aliveAtCrash": self.alive_at_crash,
+            "rebuildTrunk": self.rebuild_trunk,
+            "rebuild": self.rebuild,
+            "finished": self.finished,
+            "orphaned": self.orphaned,
+            "noEnvironment": self.no_environment,
+            "retained": self.retained,
+            "cursors": self.cursors,
+            "redeliver": [list(x) for x in self.redeliver],
+            "unreachable": [list(x) for x in self.unreachable],
+        }
+
+
+@dataclass(frozen=True)
+class ResumeOutcome:
+    outcome: str
+    reply: str | None
+    fleet_yield: FleetYield
+    session: SessionDir
+    plan: ResumePlan
+
+
+def _events(root: Path, agent: str) -> list[dict[str, Any]]:
+    d = root / "agents" / agent
+    out: list[dict[str, Any]] = []
+    for p in sorted(d.glob("events*.jsonl")) if d.is_dir() else []:
+        out.extend(read_jsonl(p).records)
+    return out
+
+
+def played_rounds(root: Path, agent: str, transcript: list[dict[str, Any]]) -> int:
+    """How many provider round-trips ``agent`` already made: every ``complete`` leaves an
+    assistant event (a truncated reply too) or a ``ProviderError`` on the bus; scripted call ids
+    (``call_<agent>_<round>_<i>``) give a floor when the bus record was lost. A round cancelled
+    mid-``delay_ms`` leaves no trace and is replayed (the one known gap)."""
+    assistants = 0
+    top = -1
+    for r in _events(root, agent):
+        if r.get("kind") != "assistant":
+            continue
+        assistants += 1
+        for call in (r.get("message") or {}).get("tool_calls") or ():
+            m = _CALL_ROUND.search(str(call.get("id", "")))
+            if m:
+                top = max(top, int(m.group(1)))
+    errors = sum(
+        1 for r in transcript if r.get("kind") == "ProviderError" and r.get("agent") == agent
+    )
+    return max(assistants + errors, top + 1)
+
+
+def _result_logged(root: Path, parent: str, child: str) -> bool:
+    head = f"[agent {child} finished"
+    return any(
+        r.get("kind") == "user"
+        and r.get("source") == "agent_result"
+        and str(r.get("text", "")).startswith(head)
+        for r in _events(root, parent)
+    )
+
+
+def plan_resume(session_dir: str | os.PathLike[str]) -> ResumePlan:
+    """Read the session and decide (see the module docstring); raises :class:`ResumeRefused`."""
+    root = Path(session_dir).resolve()
+    if (root / "result.json").exists():
+        raise NothingToResume(f"{root}: result.json exists, the run already ended")
+    try:
+        run = json.loads((root / "run.json").read_text())
+    except FileNotFoundError:
+        raise ResumeRefused(f"{root}: no run.json, so nothing says how to restart it") from None
+    except (OSError, ValueError) as e:
+        raise ResumeRefused(f"{root}/run.json is unreadable: {e}") from e
+    transcript = read_jsonl(root / "transcript.jsonl").records
+    born = Counter(str(r.get("agent")) for r in transcript if r.get("kind") == "Born")
+    died = Counter(str(r.get("agent")) for r in transcript if r.get("kind") == "Died")
+    alive = sorted(a for a in born if born[a] > died[a])
+    state = replay(root / JOURNAL_NAME).state
+    trunk_events = root / "agents" / TRUNK_NAME / "events.jsonl"
+    rebuild_trunk = TRUNK_NAME in alive or (not born and trunk_events.exists())
+    resumed = {TRUNK_NAME} if rebuild_trunk else set()
+    rebuild: list[str] = []
+    finished: list[str] = []
+    orphaned: list[str] = []
+    no_env: list[str] = []
+    retained: list[str] = []
+    nodes = sorted(state.nodes.values(), key=lambda n: int(n.spawned["seq"]))
+    for n in nodes:
+        if not n.open:
+            continue
+        parent = n.spawned.get("parent")
+        if n.pending is not None:
+            retained.append(n.id)
+        elif n.environment is None:
+            no_env.append(n.id)
+        elif n.results:
+            finished.append(n.id)
+        elif "dispatched" in n.phases and parent in resumed and (root / "agents" / n.id).is_dir():
+            rebuild.append(n.id)
+            resumed.add(n.id)
+        else:
+            orphaned.append(n.id)
+    plan = ResumePlan(
+        root, run, alive, rebuild_trunk, rebuild, finished, orphaned, no_env, retained
+    )
+    for r in transcript:
+        if r.get("kind") == "Died" and r.get("agent") == TRUNK_NAME:
+            plan.trunk_outcome = str(r.get("outcome"))
+    for name in ([TRUNK_NAME] if rebuild_trunk else []) + rebuild:
+        plan.cursors[name] = played_rounds(root, name, transcript)
+    rejected = {
+        (str(r.get("agent")), str((r.get("message") or {}).get("child")))
+        for r in transcript
+        if r.get("kind") == "InboxRejected"
+    }
+    for n in nodes:
+        parent = n.spawned.get("parent")
+        if not isinstance(parent, str) or n.id in resumed:
+            continue
+        if (parent, n.id) in rejected or _result_logged(root, parent, n.id):
+            continue
+        (plan.redeliver if parent in resumed else plan.unreachable).append((n.id, parent))
+    return plan
+
+
+# --------------------------------------------------------------------------- doing it
+
+
+def _heal(journal: SpawnJournal, plan: ResumePlan) -> None:
+    """Close every slot that will not be rebuilt (``resume_sweep`` semantics)."""
+    sweep: list[RetainedChild] = []
+    for nid in plan.no_environment:
+        journal.settled(
+            nid,
+            "down",
+            reason="control process died before an environment was provisioned",
+            resumed=True,
+        )
+    for nid in plan.finished + plan.orphaned + plan.retained:
+        node = journal.state.nodes[nid]
+        ex = adopt_local(node)
+        if nid in plan.retained:
+            sweep.append(RetainedChild(nid, ex))
+            continue
+        outcome = (node.results[-1].get("outcome") if node.results else None) or "failed"
+        if outcome == "cancelled":
+            journal.cancelled(
+                nid,
+                ack="unknown",
+                detail="cancelled before the control process died; settled on resume",
+                spend=spend_of(None),
+                resumed=True,
+            )
+            continue
+        status = "done" if outcome in ("replied", "quiesced") else "down"
+        floor = (node.floor or {}).get("spend") or spend_of(None)
+        journal.reconciled(nid, spend=floor, reason="retained: controller-died")
+        journal.settled(
+            nid,
+            status,
+            retained="pending",
+            cause="controller-died",
+            reason=outcome if node.results else CONTROL_DIED,
+            resumed=True,
+        )
+        sweep.append(RetainedChild(nid, ex))
+    if sweep:
+        release_sweep(journal, sweep, retain="release")
+
+
+def _result_of(node: NodeState) -> AgentResult:
+    last = node.results[-1] if node.results else {}
+    terminal = node.terminal or {}
+    status = str(last.get("outcome") or ("cancelled" if terminal.get("kind") == "cancelled" else "failed"))
+    reply = last.get("reply")
+    return AgentResult(node.id, reply if reply is not None else "(no reply)", status=status)
+
+
+def _owes_a_response(agent: Any) -> bool:
+    """Whether the log ends where the model must speak next (not after an assistant message)."""
+    for ev in reversed(agent.log.events):
+        msg = ev.message()
+        if msg is not None:
+            return not isinstance(msg, AssistantMessage)
+    return True
+
+
+def _load_snapshot(path: Path) -> MobileSnapshot | None:
+    try:
+        return MobileSnapshot.load(path)
+    except SnapshotRefused:
+        return None
+
+
+def resume_run(
+    session_dir: str | os.PathLike[str],
+    *,
+    on_start: Callable[[Any], None] | None = None,
+    poll: Callable[[], bool] | None = None,
+) -> ResumeOutcome:
+    """Resume the run in ``session_dir`` to its end (see the module docstring).
+
+    ``poll`` is called while waiting; returning True cancels the whole tree (Ctrl-C)."""
+    from actors.fleet import Fleet, FleetConfig
+
+    plan = plan_resume(session_dir)
+    root = plan.root
+    session = SessionDir.at(root)
+    for proc in leftover_processes(root):
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    run = plan.run
+    playback: ScenarioPlayback | None = None
+    system: str | None = None
+    prompt = run.get("prompt")
+    if run.get("provider") == "scripted":
+        scenario = load_scenario(str(run["scenario"]))
+        playback = ScenarioPlayback(scenario)
+        system = scenario.system
+        prompt = prompt or scenario.prompt
+        pb = playback
+
+        def provider_for(name: str) -> Provider:
+            return make_provider("scripted", scenario=pb, agent_name=name)
+
+    else:
+        options: dict[str, Any] = {}
+        if run.get("windowTokens") is not None:
+            options["window_tokens"] = run["windowTokens"]
+        base = make_provider(
+            str(run["provider"]),
+            model=run.get("model"),
+            base_url=run.get("baseUrl"),
+            api_key=os.environ.get("EXARCH_API_KEY"),
+            **options,
+        )
+
+        def provider_for(name: str) -> Provider:
+            return base.for_agent(name)
+
+    if playback is not None:
+        for name, n in plan.cursors.items():
+            playback.advance(name, n)
+    fleet = Fleet(
+        session,
+        provider_for,
+        FleetConfig(disk_warn_bytes=run.get("diskWarnBytes"), cwd=run.get("cwd")),
+    )
+    outcome, reply = (plan.trunk_outcome or "failed"), None
+    try:
+        _heal(fleet.journal, plan)
+        for name in plan.alive_at_crash:
+            fleet.publish(Died(name, outcome="failed", cause=CONTROL_DIED))
+        agents = []
+        order = ([TRUNK_NAME] if plan.rebuild_trunk else []) + plan.rebuild
+        for name in order:
+            node = fleet.journal.state.nodes.get(name)
+            parent = node.spawned.get("parent") if node is not None else None
+            spec = AgentSpec(
+                name=name,
+                parent=parent,
+                construction=Construction.TRUNK if parent is None else Construction.FORK,
+                system=system if parent is None else None,
+                snapshot=_load_snapshot(session.snapshot(name)),
+                resume=True,
+            )
+            agent = fleet.adopt_agent(spec, provider_for(name))
+            if agent.log.pending_tool_calls:
+                agent.log.settle_pending()
+            agents.append(agent)
+        generation = fleet.registry.generation
+        for child, parent in plan.redeliver:
+            msg = _result_of(fleet.journal.state.nodes[child])
+            fleet.registry.deliver(
+                parent,
+                AgentResult(msg.child, msg.value, msg.status, generation),
+                sender=child,
+            )
+        for child, parent in plan.unreachable:
+            fleet.bus.record_rejected(
+                InboxRejected.of(
+                    parent,
+                    _result_of(fleet.journal.state.nodes[child]),
+                    reason="recipient ended",
+                    sender=child,
+                )
+            )
+        for agent in agents:
+            if agent.log.event_count == 0 and agent.parent is None and prompt:
+                agent.inbox.push(UserSteering(str(prompt)))
+            elif _owes_a_response(agent) and not agent.inbox.items():
+                agent.inbox.push(UserSteering(RESUME_NOTE))
+            fleet.publish(SystemNote(agent.name, text="resumed from the session directory"))
+        for agent in agents:
+            fleet.launch_adopted(agent)
+        if on_start is not None:
+            on_start(fleet)
+        trunk = fleet.trunk
+        while not fleet.wait_empty(0.1):
+            if poll is not None and poll():
+                fleet.cancel_all("interrupted")
+        if trunk is not None:
+            outcome = trunk.outcome.value if trunk.outcome is not None else "failed"
+            if trunk.replied:
+                value = trunk.reply_value
+                reply = value if isinstance(value, str) else render(value)
+    finally:
+        fleet.close()
+    fy = fleet.write_result(outcome, reply, resumed=True)
+    return ResumeOutcome(outcome, reply, fy, session, plan)

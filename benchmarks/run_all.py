@@ -1,0 +1,57 @@
+"""Run every benchmark in one go, side by side, and print their reports in order.
+
+    python benchmarks/run_all.py            # full figures (several minutes on 2 cores)
+    python benchmarks/run_all.py --quick    # a smoke run of each
+
+Each benchmark prints its own comparison (ratios against a floor measured in the same run), so
+the figures stay meaningful on a loaded or slower machine. Latest figures: docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+ORDER = [
+    ("ral_eval", "parse + elaborate + run per phrase at 1k/10k/100k phrases; harvest linearity"),
+    ("checkpoint_cost", "MobileSnapshot checkpoint with 10 / 1,000 / 100,000 bindings"),
+    ("shell_roundtrip", "trivial ral call through the ShellActor vs a bare msgpack echo"),
+    ("panic_to_ready", "SIGKILL of a shell to the next call's result"),
+    ("mailbox_throughput", "quota mailbox vs a plain pykka actor"),
+    ("cancel_cascade", "cancel cascade over 10 / 100 / 1,000 registry entries"),
+    ("cancel_cascade_shells", "cancel cascade with real shell processes at 10 / 100"),
+    ("agent_overhead", "one ral call through the whole stack vs the shell round trip"),
+    ("fleet_throughput", "10 / 50 / 200 agents x 50 ral calls: calls/s, memory per agent"),
+    ("recovery", "fault to the affected agent's next successful call"),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a smoke run of each benchmark")
+    ap.add_argument("only", nargs="*", help="run only these benchmarks (names as above)")
+    args = ap.parse_args()
+    failed = 0
+    for name, what in ORDER:
+        if args.only and name not in args.only:
+            continue
+        script = HERE / f"{name}.py"
+        if not script.exists():
+            print(f"=== {name}: missing ({what})")
+            continue
+        print(f"=== {name}: {what}", flush=True)
+        cmd = [sys.executable, str(script)] + (["--quick"] if args.quick else [])
+        t0 = time.monotonic()
+        rc = subprocess.call(cmd, cwd=HERE.parent)
+        print(f"--- {name}: exit {rc} in {time.monotonic() - t0:.1f} s\n", flush=True)
+        failed += rc != 0
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

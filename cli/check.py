@@ -1,0 +1,60 @@
+"""``exarch-actors check SESSION_DIR``: the invariant checker over a session directory.
+
+Exit codes: 0 when every invariant held (or was skipped), 1 when one is violated, 2 when the path
+is not a session directory.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from runtime.invariants import InvariantReport, NotASession, check_session
+
+_STYLE = {"held": "green", "violated": "bold red", "skipped": "dim"}
+
+
+def report_table(report: InvariantReport, title: str | None = None) -> Table:
+    """The invariants as a rich table (shared with ``drill``)."""
+    table = Table(title=title or f"invariants of {report.session}", expand=False)
+    table.add_column("invariant")
+    table.add_column("status")
+    table.add_column("checked", justify="right")
+    table.add_column("details")
+    for r in report.results:
+        lines = list(r.details) + [f"[dim]{n}[/dim]" for n in r.notes]
+        table.add_row(
+            r.name,
+            f"[{_STYLE[r.status]}]{r.status}[/]",
+            str(r.checked),
+            "\n".join(lines[:8]) + ("\n..." if len(lines) > 8 else ""),
+        )
+    return table
+
+
+@click.command("check")
+@click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+@click.option(
+    "--no-processes", is_flag=True, help="Skip the leftover-process invariant (another machine)."
+)
+def check_command(session_dir: str, as_json: bool, no_processes: bool) -> None:
+    """Check a session directory's invariants; exit 1 if any is violated."""
+    try:
+        report = check_session(session_dir, processes=not no_processes)
+    except NotASession as e:
+        raise click.UsageError(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        console = Console()
+        console.print(report_table(report))
+        verdict = "[green]all invariants held[/]" if report.ok else (
+            f"[bold red]{len(report.violated)} invariant(s) violated[/]"
+        )
+        console.print(verdict)
+    sys.exit(0 if report.ok else 1)

@@ -1,0 +1,290 @@
+"""What a chat tab shows, as pure data: transcript entries built from two ordered sources.
+
+A tab's transcript merges
+
+- the agent's **event log** (``agents/<name>/events.jsonl``, tailed by :class:`LogTail`): user
+  text, assistant text, each ral call as soon as the model asked for it, steering, nudges,
+  compaction and the ``cleared`` marker that opens a fresh generation; and
+- the fleet **bus**: the digested result of each ral call (``Io``), notices, system notes,
+  provider errors, ``/resources`` cards, inbox rejections, and the agent's end (``Died``).
+
+Ordering rule: before a bus event about agent X is applied, X's log is read up to the present
+(:meth:`Bridge` does this). An agent appends the assistant message that asks for a call before it
+runs the call, and runs it before it publishes its ``Io``, so a call's result can never be shown
+before the call. The same digest reaches the log as a ``tool_result``; whichever of the two comes
+first fills the call's entry and the other is ignored, so a result is shown exactly once.
+
+Everything here is pure and thread-agnostic; entries are frozen, so a batch of changes can cross
+from the bridge thread to the UI thread without sharing mutable state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+from runtime.events import (
+    Died,
+    Event,
+    InboxRejected,
+    Io,
+    Notice,
+    Overflow,
+    ProviderError,
+    Resources,
+    SystemNote,
+)
+
+EntryKind = Literal[
+    "user",
+    "steering",
+    "inbound",
+    "assistant",
+    "ral",
+    "nudge",
+    "note",
+    "notice",
+    "error",
+    "resources",
+    "compacted",
+    "cleared",
+    "ended",
+]
+
+RESULT_PREVIEW_LINES = 12
+"""Lines of a digested ral result shown in the transcript; the full digest is in events.jsonl."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One transcript item. ``key`` is unique within its tab (a ral call's key is its call id)."""
+
+    key: str
+    kind: EntryKind
+    text: str
+    result: str | None = None
+    is_error: bool = False
+    inherited: bool = False
+    """A branch's context imported from its parent at the fork (shown dimmed)."""
+
+    @property
+    def plain(self) -> str:
+        """The entry as plain text (what tests and the screen reader of the app read)."""
+        if self.kind == "ral":
+            tail = "running…" if self.result is None else self.result
+            return f"ral> {self.text}\n{tail}"
+        return self.text
+
+
+@dataclass(frozen=True)
+class Append:
+    agent: str
+    entry: Entry
+
+
+@dataclass(frozen=True)
+class Update:
+    agent: str
+    entry: Entry
+
+
+@dataclass(frozen=True)
+class Reset:
+    """The agent's context was cleared: nothing shown before this may stay on its tab."""
+
+    agent: str
+
+
+Change = Append | Update | Reset
+
+
+class Transcript:
+    """One agent's transcript state on the bridge side; returns the changes to show."""
+
+    def __init__(self, agent: str, *, inherited_before: str | None = None) -> None:
+        self.agent = agent
+        self._inherited_before = inherited_before
+        self._seq = 0
+        self._calls: dict[str, Entry] = {}
+
+    def _key(self) -> str:
+        self._seq += 1
+        return f"e{self._seq}"
+
+    def _new(self, kind: EntryKind, text: str, **kw: Any) -> Change:
+        return Append(self.agent, Entry(self._key(), kind, text, **kw))
+
+    # --- the event log -------------------------------------------------------------------
+
+    def on_record(self, rec: Mapping[str, Any]) -> list[Change]:
+        """Changes for one ``events.jsonl`` record."""
+        kind = rec.get("kind")
+        at = rec.get("at")
+        inherited = bool(
+            self._inherited_before is not None and isinstance(at, str) and at < self._inherited_before
+        )
+        text = str(rec.get("text", ""))
+        if kind == "user":
+            source = rec.get("source", "user")
+            if source == "user":
+                return [self._new("user", text, inherited=inherited)]
+            return [self._new("inbound", text, inherited=inherited)]
+        if kind == "steering":
+            return [self._new("steering", text, inherited=inherited)]
+        if kind == "nudge":
+            return [self._new("nudge", f"nudge ({rec.get('nudge', '?')}): {text}")]
+        if kind == "note":
+            return [self._new("note", text)]
+        if kind == "assistant":
+            return self._assistant(rec.get("message") or {}, inherited)
+        if kind == "tool_result":
+            msg = rec.get("message") or {}
+            return self._result(
+                str(msg.get("tool_call_id", "")),
+                str(msg.get("content", "")),
+                bool(msg.get("is_error")),
+            )
+        if kind == "compacted":
+            summary = str(rec.get("summary", ""))
+            return [
+                self._new(
+                    "compacted",
+                    f"history compacted ({rec.get('dropped', '?')} events summarised)\n{summary}",
+                )
+            ]
+        if kind == "cleared":
+            self._calls.clear()
+            return [Reset(self.agent), self._new("cleared", "context cleared")]
+        return []
+
+    def _assistant(self, msg: Mapping[str, Any], inherited: bool) -> list[Change]:
+        out: list[Change] = []
+        text = str(msg.get("text", ""))
+        if text.strip():
+            out.append(self._new("assistant", text, inherited=inherited))
+        for call in msg.get("tool_calls") or ():
+            cid = str(call.get("id", "")) or self._key()
+            args = call.get("arguments")
+            script = args.get("script") if isinstance(args, dict) else None
+            shown = script if isinstance(script, str) else json.dumps(args, ensure_ascii=False)
+            if call.get("name") != "ral":
+                shown = f"{call.get('name')} {shown}"
+            entry = Entry(cid, "ral", shown, inherited=inherited)
+            if cid in self._calls:  # seen already (a replayed record): never shown twice
+                continue
+            self._calls[cid] = entry
+            out.append(Append(self.agent, entry))
+        return out
+
+    def _result(self, cid: str, content: str, is_error: bool) -> list[Change]:
+        entry = self._calls.get(cid)
+        if entry is None:  # a result whose call the log never showed: shown on its own
+            orphan = Entry(cid or self._key(), "ral", "(call not shown)", preview(content), is_error)
+            self._calls[orphan.key] = orphan
+            return [Append(self.agent, orphan)]
+        if entry.result is not None:
+            return []
+        filled = replace(entry, result=preview(content), is_error=is_error)
+        self._calls[cid] = filled
+        return [Update(self.agent, filled)]
+
+    # --- the bus ------------------------------------------------------------------------
+
+    def on_event(self, ev: Event) -> list[Change]:
+        """Changes for one bus event about this agent (the log already read up to now)."""
+        if isinstance(ev, Io):
+            return self._result(ev.call_id, ev.value, ev.error is not None)
+        if isinstance(ev, Notice):
+            if ev.notice == "Cleared":
+                return []  # the log's ``cleared`` record already reset the tab
+            return [self._new("notice", f"{ev.notice}: {ev.text}" if ev.text else ev.notice)]
+        if isinstance(ev, SystemNote):
+            return [self._new("note", ev.text)]
+        if isinstance(ev, ProviderError):
+            return [self._new("error", f"provider error ({ev.error}): {ev.message}")]
+        if isinstance(ev, Resources):
+            return [self._new("resources", ev.card)]
+        if isinstance(ev, InboxRejected):
+            who = f" from {ev.sender}" if ev.sender else ""
+            return [
+                self._new(
+                    "error",
+                    f"undelivered {ev.message.get('type', 'message')}{who}: {ev.reason}"
+                    " (recorded in transcript.jsonl)",
+                )
+            ]
+        if isinstance(ev, Died):
+            cause = f" ({ev.cause})" if ev.cause else ""
+            return [self._new("ended", f"{self.agent} ended: {ev.outcome}{cause}")]
+        if isinstance(ev, Overflow):
+            return [self._new("note", f"the view missed {ev.missed} events; transcript.jsonl has them")]
+        return []
+
+
+def preview(content: str, lines: int = RESULT_PREVIEW_LINES) -> str:
+    """The digested result as the transcript shows it: at most ``lines`` lines."""
+    parts = content.rstrip("\n").split("\n")
+    if len(parts) <= lines:
+        return "\n".join(parts)
+    return "\n".join([*parts[:lines], f"… {len(parts) - lines} more lines in events.jsonl"])
+
+
+class LogTail:
+    """Incremental reader of one ``events.jsonl``; follows it across ``/clear``'s rotation.
+
+    ``/clear`` renames the current file to ``events.<n>.jsonl`` and starts a fresh one. The
+    open handle keeps reading the renamed file to its end, then the tail reopens the path, so
+    no record of either generation is missed. Only complete lines are parsed; a torn or
+    undecodable line is skipped (the durable reader reports it, this view does not).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._fh: BinaryIO | None = None
+        self._buf = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self._fh is None:
+            try:
+                self._fh = open(self.path, "rb")  # noqa: SIM115 - held across calls
+            except FileNotFoundError:
+                return out
+        out.extend(self._drain())
+        try:
+            current = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return out  # mid-rotation: the fresh file is not there yet
+        if current != os.fstat(self._fh.fileno()).st_ino:
+            out.extend(self._drain())  # the archived generation's last records
+            self._fh.close()
+            self._fh = open(self.path, "rb")  # noqa: SIM115
+            self._buf = b""
+            out.extend(self._drain())
+        return out
+
+    def _drain(self) -> list[dict[str, Any]]:
+        assert self._fh is not None
+        data = self._fh.read()
+        if not data:
+            return []
+        data = self._buf + data
+        *lines, self._buf = data.split(b"\n")
+        out: list[dict[str, Any]] = []
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+        return out
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

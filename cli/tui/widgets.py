@@ -1,0 +1,180 @@
+"""The chat app's widgets: a tab's transcript, the status line and the error line.
+
+Widgets only render: every figure they show was computed on the bridge thread
+(:mod:`cli.tui.bridge`), and none of them calls the fleet.
+"""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.panel import Panel
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from cli.tui.bridge import AgentStatus
+from cli.tui.model import Append, Change, Entry, Reset, Update
+
+_LABEL_STYLE = {
+    "user": ("you", "bold cyan"),
+    "steering": ("you (steering)", "bold cyan"),
+    "inbound": ("inbox", "bold magenta"),
+    "assistant": ("", ""),
+}
+
+
+def render_entry(entry: Entry, agent: str) -> RenderableType:
+    """One entry as rich renders it; user text is never parsed as markup."""
+    dim = " dim" if entry.inherited else ""
+    if entry.kind in ("user", "steering", "inbound"):
+        label, style = _LABEL_STYLE[entry.kind]
+        return Text.assemble((f"{label} › ", style + dim), (entry.text, dim.strip()))
+    if entry.kind == "assistant":
+        return Text.assemble((f"{agent} › ", "bold green" + dim), (entry.text, dim.strip()))
+    if entry.kind == "ral":
+        head = Text.assemble(("  ral ", "bold yellow" + dim), (entry.text, "yellow" + dim))
+        if entry.result is None:
+            body = Text("    running…", style="italic dim")
+        else:
+            style = "red" if entry.is_error else "dim"
+            body = Text("\n".join("    " + ln for ln in entry.result.split("\n")), style=style)
+        return Text.assemble(head, "\n", body)
+    if entry.kind == "resources":
+        return Panel(Text(entry.text), title="/resources", border_style="blue", expand=False)
+    if entry.kind == "error":
+        return Text(f"✗ {entry.text}", style="bold red")
+    if entry.kind == "ended":
+        return Text(f"■ {entry.text}", style="bold magenta")
+    if entry.kind == "cleared":
+        return Text(f"─── {entry.text} ───", style="bold blue")
+    if entry.kind == "compacted":
+        return Text(f"⋯ {entry.text}", style="blue")
+    return Text(f"· {entry.text}", style="italic dim")
+
+
+class EntryView(Static):
+    """One transcript entry; a ral call's view is updated in place when its result lands."""
+
+    DEFAULT_CSS = """
+    EntryView { margin: 0 0 1 0; }
+    EntryView.ral { margin: 0; }
+    """
+
+    def __init__(self, entry: Entry, agent: str) -> None:
+        super().__init__(render_entry(entry, agent), classes=entry.kind)
+        self.entry = entry
+        self.agent = agent
+
+    def set_entry(self, entry: Entry) -> None:
+        self.entry = entry
+        self.update(render_entry(entry, self.agent))
+
+
+class TranscriptView(VerticalScroll):
+    """A tab's transcript. Changes that arrive before it is mounted are applied at mount."""
+
+    DEFAULT_CSS = """
+    TranscriptView { height: 1fr; padding: 0 1; }
+    """
+
+    def __init__(self, agent: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.agent = agent
+        self._views: dict[str, EntryView] = {}
+        self._order: list[str] = []
+        self._pending: list[Change] = []
+        self._ready = False
+
+    def on_mount(self) -> None:
+        self._ready = True
+        pending, self._pending = self._pending, []
+        self.apply(pending)
+
+    def apply(self, changes: list[Change]) -> None:
+        if not self._ready:
+            self._pending.extend(changes)
+            return
+        at_end = self.max_scroll_y - self.scroll_y <= 2
+        new: list[EntryView] = []
+        for change in changes:
+            if isinstance(change, Reset):
+                for view in new:
+                    self._views.pop(view.entry.key, None)
+                new = []
+                for view in list(self._views.values()):
+                    view.remove()
+                self._views.clear()
+                self._order.clear()
+            elif isinstance(change, Append):
+                view = EntryView(change.entry, self.agent)
+                self._views[change.entry.key] = view
+                self._order.append(change.entry.key)
+                new.append(view)
+            elif isinstance(change, Update):
+                existing = self._views.get(change.entry.key)
+                if existing is not None:
+                    existing.set_entry(change.entry)
+        if new:
+            self.mount(*new)
+        if at_end:
+            self.call_after_refresh(self.scroll_end, animate=False)
+
+    def entries(self) -> list[Entry]:
+        """What the tab shows now, in order (also read by the tests)."""
+        return [self._views[k].entry for k in self._order if k in self._views] + [
+            c.entry for c in self._pending if isinstance(c, Append)
+        ]
+
+    def plain_text(self) -> str:
+        return "\n".join(e.plain for e in self.entries())
+
+
+def status_text(status: AgentStatus | None, name: str, *, ended: str | None, role: str) -> Text:
+    """The status line of the focused tab."""
+    if status is None:
+        tail = f"ended: {ended}" if ended else "starting…"
+        return Text.assemble((f" {name} ", "bold reverse"), f"  {tail}")
+    used = "?" if status.used_tokens is None else f"{status.used_tokens:,}"
+    window = "?" if status.window is None else f"{status.window:,}"
+    workers = "?" if status.running_workers is None else str(status.running_workers)
+    state_style = "bold yellow" if status.state == "working" else "green"
+    parts: list[tuple[str, str] | str] = [
+        (f" {name} ", "bold reverse"),
+        "  ",
+        (status.state, state_style),
+        f"  ·  {status.model}",
+        f"  ·  tokens {used} / {window}",
+        f"  ·  inbox {status.inbox}",
+        f"  ·  workers {workers} running",
+        f"  ·  sub-agents {status.live_children}",
+        f"  ·  turns {status.turns}",
+    ]
+    if role == "sub":
+        parts.append(("  ·  read-only", "dim"))
+    return Text.assemble(*parts)
+
+
+class StatusLine(Static):
+    DEFAULT_CSS = """
+    StatusLine { height: 1; background: $panel; color: $text; }
+    """
+
+
+class ErrorLine(Static):
+    """The last error (red) or info (dim) line; an error stays until the next one replaces it."""
+
+    DEFAULT_CSS = """
+    ErrorLine { height: 1; color: $text-muted; }
+    ErrorLine.error { color: $error; text-style: bold; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("", id=id)
+        self.text = ""
+        self.is_error = False
+
+    def show(self, text: str, *, error: bool) -> None:
+        self.text = text
+        self.is_error = error
+        self.set_class(error, "error")
+        self.update(Text(("✗ " if error else "") + text))

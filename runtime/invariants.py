@@ -1,0 +1,453 @@
+"""The invariant checker: what a finished session directory must prove, whatever failed.
+
+Pure: it reads the session's files (and, for the process invariant, the process table) and
+returns an :class:`InvariantReport`; it never writes. ``exarch-actors check`` and every drill
+call :func:`check_session`. Each invariant is *held*, *violated* or *skipped* (not applicable,
+e.g. the process check turned off), with the number of items it checked and the details of each
+violation:
+
+- ``settled`` — every spawned node has exactly one terminal journal record, the replayed
+  journal's ``neverSettled`` is 0, and ``result.json``'s fleet yield agrees with the replay.
+- ``committed`` — every binding a completed call committed (a ``Commit`` record in
+  ``record.jsonl``, written by the fleet after each clean call) is in that agent's final
+  ``snapshot.msgpack``, unless a later ``Prune`` record names it or a later ``/clear`` of that
+  agent explains it. A rollback explains nothing: it restores the durable snapshot, which holds
+  every committed binding.
+- ``rejections`` — no result vanished: each child's result is in its parent's event log (a user
+  event with source ``agent_result``, any generation) or in ``transcript.jsonl`` as
+  ``InboxRejected``.
+- ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation).
+- ``no-leftover-processes`` — no pid the run named (journal environment records, ``Commit``
+  records) still runs: matched with ``psutil`` *and* its create time, so a reused pid is not
+  blamed.
+- ``files-parse`` — every JSON-lines file reads; a torn last line is reported, not a violation
+  (the expected shape of a crash mid-append); a corrupt inner line, an unreadable
+  ``result.json``/``run.json`` or a refused snapshot is a violation.
+
+Times compared between files are the ISO ``"at"`` stamps (millisecond resolution). "Later" is
+``>=``: two facts of one agent in the same millisecond are written by one thread in order, so
+the tie can only hide a violation, never invent one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+from runtime.durable import read_jsonl
+from runtime.errors import ExarchError, SnapshotRefused
+from runtime.journal import JOURNAL_NAME, replay
+from runtime.snapshot import MobileSnapshot
+
+Status = Literal["held", "violated", "skipped"]
+
+INVARIANTS = (
+    "settled",
+    "committed",
+    "rejections",
+    "registry-empty",
+    "no-leftover-processes",
+    "files-parse",
+)
+
+PID_START_TOLERANCE = 1.0
+"""Seconds between a recorded and a live create time that still count as the same process
+(``pidStartedAt`` is rounded to 10 ms; psutil reports boot-relative clock ticks)."""
+
+_DETAIL_CAP = 50
+
+
+class NotASession(ExarchError):
+    """The path is not a session directory (no journal, transcript or agents directory)."""
+
+
+# --------------------------------------------------------------------------- the Commit record
+
+
+def commit_record(agent: str, result: Any, pid: int | None) -> dict[str, Any]:
+    """The ``Commit`` forensic record of one clean ral call (``result`` is the shell's
+    ToolResult: ``.epoch``, ``.defined``), with the shell pid that ran it and that pid's create
+    time, so the process invariant can find it later without blaming a reused pid."""
+    started: float | None = None
+    if pid:
+        try:
+            started = round(psutil.Process(pid).create_time(), 2)
+        except psutil.Error:
+            started = None
+    return {
+        "kind": "Commit",
+        "agent": agent,
+        "epoch": int(getattr(result, "epoch", 0)),
+        "defined": sorted(set(getattr(result, "defined", ()) or ())),
+        "pid": pid,
+        "pidStartedAt": started,
+    }
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@dataclass(frozen=True)
+class InvariantResult:
+    name: str
+    status: Status
+    checked: int
+    details: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "checked": self.checked,
+            "details": list(self.details),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class InvariantReport:
+    session: str
+    results: tuple[InvariantResult, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violated
+
+    @property
+    def violated(self) -> list[InvariantResult]:
+        return [r for r in self.results if r.status == "violated"]
+
+    @property
+    def held(self) -> list[InvariantResult]:
+        return [r for r in self.results if r.status == "held"]
+
+    def get(self, name: str) -> InvariantResult:
+        for r in self.results:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "ok": self.ok,
+            "checked": sum(1 for r in self.results if r.status != "skipped"),
+            "held": len(self.held),
+            "violated": len(self.violated),
+            "invariants": [r.to_json() for r in self.results],
+        }
+
+
+def _result(name: str, checked: int, bad: list[str], notes: Iterable[str] = ()) -> InvariantResult:
+    shown = bad[:_DETAIL_CAP] + ([f"... and {len(bad) - _DETAIL_CAP} more"] if len(bad) > _DETAIL_CAP else [])
+    return InvariantResult(name, "violated" if bad else "held", checked, tuple(shown), tuple(notes))
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass
+class _Session:
+    root: Path
+    damage: list[str] = field(default_factory=list)
+    torn: list[str] = field(default_factory=list)
+    cache: dict[Path, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def jsonl(self, path: Path) -> list[dict[str, Any]]:
+        if path not in self.cache:
+            read = read_jsonl(path)
+            rel = path.relative_to(self.root)
+            for d in read.damage:
+                where = f"{rel}:{d.line}"
+                if d.torn_tail:
+                    self.torn.append(f"{where}: torn last line ({len(d.text)} bytes) skipped")
+                else:
+                    self.damage.append(f"{where}: unreadable line {d.text[:60]!r}")
+            self.cache[path] = read.records
+        return self.cache[path]
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        return self.jsonl(self.root / "transcript.jsonl")
+
+    @property
+    def record(self) -> list[dict[str, Any]]:
+        return self.jsonl(self.root / "record.jsonl")
+
+    def agent_names(self) -> list[str]:
+        agents = self.root / "agents"
+        return sorted(p.name for p in agents.iterdir() if p.is_dir()) if agents.is_dir() else []
+
+    def event_logs(self, agent: str) -> list[Path]:
+        """Every generation of ``agent``'s event log (archives from /clear, then the current)."""
+        d = self.root / "agents" / agent
+        if not d.is_dir():
+            return []
+        return sorted(d.glob("events*.jsonl"))
+
+    def events(self, agent: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for p in self.event_logs(agent):
+            out.extend(self.jsonl(p))
+        return out
+
+    def result_json(self) -> dict[str, Any] | None:
+        p = self.root / "result.json"
+        try:
+            data = json.loads(p.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:
+            self.damage.append(f"result.json: unreadable ({e})")
+            return None
+        return data if isinstance(data, dict) else None
+
+
+def _by_kind(records: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("kind") == kind]
+
+
+def _at(r: dict[str, Any]) -> str:
+    return str(r.get("at") or "")
+
+
+# --------------------------------------------------------------------------- the invariants
+
+
+def _check_settled(s: _Session) -> InvariantResult:
+    rep = replay(s.root / JOURNAL_NAME, strict=False)
+    bad = [f"journal refused {type(e).__name__}: {e}" for e in rep.refused]
+    terminal_count: Counter[str] = Counter()
+    for r in rep.records:
+        if r["kind"] == "cancelled" or (
+            r["kind"] == "settled" and r.get("retainedExecution") != "pending"
+        ):
+            terminal_count[r["id"]] += 1
+    for nid, node in rep.state.nodes.items():
+        if node.open:
+            bad.append(f"{nid}: no terminal record (neverSettled)")
+        elif terminal_count[nid] != 1:
+            bad.append(f"{nid}: {terminal_count[nid]} terminal records")
+    result = s.result_json()
+    notes: list[str] = []
+    if result is None:
+        bad.append("result.json is missing: the run never finished (resume it)")
+    else:
+        fy = result.get("fleetYield") or {}
+        if fy.get("neverSettled") != 0:
+            bad.append(f"result.json fleetYield.neverSettled = {fy.get('neverSettled')!r}")
+        if fy.get("spawned") != len(rep.state.nodes):
+            bad.append(
+                f"result.json spawned {fy.get('spawned')!r} != journal {len(rep.state.nodes)}"
+            )
+        notes.append(f"outcome {result.get('outcome')!r}")
+    return _result("settled", len(rep.state.nodes), bad, notes)
+
+
+def _snapshot_names(s: _Session, agent: str) -> frozenset[str] | None:
+    p = s.root / "agents" / agent / "snapshot.msgpack"
+    try:
+        return MobileSnapshot.load(p).names()
+    except SnapshotRefused:
+        return None
+
+
+def _clears(s: _Session) -> dict[str, list[str]]:
+    """When each agent was cleared: ``Cleared`` notices and ``cleared`` log markers."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for r in _by_kind(s.transcript, "Notice"):
+        if r.get("notice") == "Cleared":
+            out[str(r.get("agent"))].append(_at(r))
+    for agent in s.agent_names():
+        for r in _by_kind(s.events(agent), "cleared"):
+            out[agent].append(_at(r))
+    return out
+
+
+def _check_committed(s: _Session) -> InvariantResult:
+    commits = _by_kind(s.record, "Commit")
+    prunes: dict[str, list[tuple[int, set[str]]]] = defaultdict(list)
+    for r in _by_kind(s.record, "Prune"):
+        prunes[str(r.get("agent"))].append((int(r.get("epoch") or 0), set(r.get("names") or ())))
+    clears = _clears(s)
+    snaps: dict[str, frozenset[str] | None] = {}
+    bad: list[str] = []
+    checked = 0
+    explained = 0
+    for c in commits:
+        agent = str(c.get("agent"))
+        if agent not in snaps:
+            snaps[agent] = _snapshot_names(s, agent)
+        names = snaps[agent]
+        epoch = int(c.get("epoch") or 0)
+        for name in c.get("defined") or ():
+            checked += 1
+            if names is not None and name in names:
+                continue
+            if any(pe >= epoch and name in pn for pe, pn in prunes[agent]):
+                explained += 1
+                continue
+            if any(at >= _at(c) for at in clears.get(agent, ())):
+                explained += 1
+                continue
+            why = "no readable snapshot" if names is None else "missing from the final snapshot"
+            bad.append(f"{agent}: {name!r} committed at epoch {epoch}: {why}")
+    notes = [f"{len(commits)} commits, {explained} bindings explained by Prune or /clear"]
+    return _result("committed", checked, bad, notes)
+
+
+def _result_logged(s: _Session, parent: str, child: str) -> bool:
+    head = f"[agent {child} finished"
+    return any(
+        r.get("kind") == "user"
+        and r.get("source") == "agent_result"
+        and str(r.get("text", "")).startswith(head)
+        for r in s.events(parent)
+    )
+
+
+def _check_rejections(s: _Session) -> InvariantResult:
+    rep = replay(s.root / JOURNAL_NAME, strict=False)
+    rejected: set[tuple[str, str]] = set()
+    rejected_count = 0
+    for r in _by_kind(s.transcript, "InboxRejected"):
+        rejected_count += 1
+        msg = r.get("message") or {}
+        child = msg.get("child") if isinstance(msg, dict) else None
+        if child is not None:
+            rejected.add((str(r.get("agent")), str(child)))
+    bad: list[str] = []
+    checked = 0
+    for nid, node in rep.state.nodes.items():
+        parent = node.spawned.get("parent")
+        if node.open or not isinstance(parent, str):
+            continue
+        checked += 1
+        if (parent, nid) in rejected or _result_logged(s, parent, nid):
+            continue
+        bad.append(f"{nid}: its result is neither in {parent}'s event log nor InboxRejected")
+    bad += [
+        f"InboxRejected at {_at(r)} for {r.get('agent')} carries no message"
+        for r in _by_kind(s.transcript, "InboxRejected")
+        if not r.get("message")
+    ]
+    return _result("rejections", checked, bad, [f"{rejected_count} InboxRejected records"])
+
+
+def _check_registry_empty(s: _Session) -> InvariantResult:
+    born: Counter[str] = Counter(str(r.get("agent")) for r in _by_kind(s.transcript, "Born"))
+    died: Counter[str] = Counter(str(r.get("agent")) for r in _by_kind(s.transcript, "Died"))
+    bad = [
+        f"{a}: {born[a]} Born, {died[a]} Died"
+        for a in sorted(set(born) | set(died))
+        if born[a] != died[a]
+    ]
+    return _result("registry-empty", sum(born.values()), bad)
+
+
+@dataclass(frozen=True)
+class RunProcess:
+    """A process the run named: who, its pid, and its recorded create time (None: unknown)."""
+
+    owner: str
+    pid: int
+    started_at: float | None
+
+
+def run_processes(session_dir: str | os.PathLike[str]) -> list[RunProcess]:
+    """Every process a session names (journal environments, Commit records), deduplicated."""
+    s = _Session(Path(session_dir))
+    out: dict[tuple[int, float | None], RunProcess] = {}
+    for r in read_jsonl(s.root / JOURNAL_NAME).records:
+        if r.get("kind") == "execution-admitted" and isinstance(r.get("pid"), int):
+            st = r.get("pidStartedAt")
+            key = (r["pid"], st if isinstance(st, int | float) else None)
+            out.setdefault(key, RunProcess(f"{r.get('id')} (journal)", key[0], key[1]))
+    for r in _by_kind(s.record, "Commit"):
+        if isinstance(r.get("pid"), int):
+            st = r.get("pidStartedAt")
+            key = (r["pid"], st if isinstance(st, int | float) else None)
+            out.setdefault(key, RunProcess(f"{r.get('agent')} (shell)", key[0], key[1]))
+    return list(out.values())
+
+
+def still_running(proc: RunProcess) -> bool:
+    """Whether ``proc`` is still on the machine (a zombie is not; a reused pid is not)."""
+    try:
+        p = psutil.Process(proc.pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if proc.started_at is None:
+            return False  # unverifiable: never blame a pid whose start time was not recorded
+        return abs(p.create_time() - proc.started_at) <= PID_START_TOLERANCE
+    except psutil.Error:
+        return False
+
+
+def leftover_processes(session_dir: str | os.PathLike[str]) -> list[RunProcess]:
+    return [p for p in run_processes(session_dir) if still_running(p)]
+
+
+def _check_processes(s: _Session) -> InvariantResult:
+    procs = run_processes(s.root)
+    bad = [f"{p.owner}: pid {p.pid} still running" for p in procs if still_running(p)]
+    unverifiable = sum(1 for p in procs if p.started_at is None)
+    notes = [f"{unverifiable} pids without a recorded start time"] if unverifiable else []
+    return _result("no-leftover-processes", len(procs), bad, notes)
+
+
+def _check_files(s: _Session) -> InvariantResult:
+    files = [s.root / "transcript.jsonl", s.root / "record.jsonl", s.root / JOURNAL_NAME]
+    for agent in s.agent_names():
+        files += s.event_logs(agent)
+    for f in files:
+        s.jsonl(f)
+    checked = len(files)
+    bad = list(s.damage)
+    run_json = s.root / "run.json"
+    if run_json.exists():
+        checked += 1
+        try:
+            json.loads(run_json.read_text())
+        except (OSError, ValueError) as e:
+            bad.append(f"run.json: unreadable ({e})")
+    for agent in s.agent_names():
+        p = s.root / "agents" / agent / "snapshot.msgpack"
+        if p.exists():
+            checked += 1
+            try:
+                MobileSnapshot.load(p)
+            except SnapshotRefused as e:
+                bad.append(f"agents/{agent}/snapshot.msgpack: {e}")
+    return _result("files-parse", checked, bad, s.torn)
+
+
+def check_session(
+    session_dir: str | os.PathLike[str], *, processes: bool = True
+) -> InvariantReport:
+    """Check every invariant of a finished session directory (see the module docstring)."""
+    root = Path(session_dir)
+    if not root.is_dir() or not any(
+        (root / n).exists() for n in ("transcript.jsonl", JOURNAL_NAME, "agents", "run.json")
+    ):
+        raise NotASession(f"{root} is not a session directory (no transcript, journal or agents)")
+    s = _Session(root)
+    results = [
+        _check_settled(s),
+        _check_committed(s),
+        _check_rejections(s),
+        _check_registry_empty(s),
+        _check_processes(s)
+        if processes
+        else InvariantResult("no-leftover-processes", "skipped", 0, (), ("turned off",)),
+    ]
+    results.append(_check_files(s))  # last: every file the others read is in its cache
+    return InvariantReport(str(root), tuple(results))

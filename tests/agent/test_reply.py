@@ -1,0 +1,104 @@
+"""``reply``: it ends a returning agent after its batch, cancels the agent's remaining
+descendants, and a headless trunk's first reply is turned back once for self-verification."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.agent.conftest import Run
+
+
+def test_the_headless_trunks_first_reply_is_turned_back_and_the_second_honoured(
+    run_scenario: Callable[..., Run],
+) -> None:
+    run = run_scenario(
+        """
+        [fleet]
+        prompt = "go"
+
+        [[agents.trunk]]
+        ral = ["reply 1"]
+
+        [[agents.trunk]]
+        ral = ["echo checking"]
+
+        [[agents.trunk]]
+        ral = ["reply 2"]
+
+        [[agents.trunk]]
+        ral = ["reply 3"]
+        """
+    )
+    assert run.code == 0, run.stderr
+    assert run.stdout.strip() == "2"
+    assert run.result["outcome"] == "replied" and run.result["reply"] == "2"
+    assert run.nudges() == ["self_verify"]
+    scripts = [r["script"] for r in run.kinds("transcript.jsonl", "Io")]
+    assert scripts == ["reply 1", "echo checking", "reply 2"], "a tool call after the turn-back "
+    "does not end the loop on the stale reply; the second reply does"
+
+
+def test_a_turned_back_reply_stands_when_the_trunk_never_replies_again(
+    run_scenario: Callable[..., Run],
+) -> None:
+    run = run_scenario(
+        """
+        [fleet]
+        prompt = "go"
+
+        [[agents.trunk]]
+        ral = ["reply 7"]
+        """
+    )
+    assert run.code == 0, run.stderr
+    assert run.result["outcome"] == "replied" and run.stdout.strip() == "7"
+    assert run.nudges()[0] == "self_verify"
+    assert "must_reply" in run.nudges()
+    notes = [n["text"] for n in run.kinds("transcript.jsonl", "SystemNote")]
+    assert any("first reply stands" in t for t in notes)
+
+
+def test_a_childs_reply_ends_it_after_its_batch_and_cancels_its_descendants(
+    run_scenario: Callable[..., Run],
+) -> None:
+    run = run_scenario(
+        """
+        [fleet]
+        prompt = "go"
+
+        [[agents.trunk]]
+        ral = ["agent kid 'work'"]
+
+        [[agents.trunk]]
+        text = "waiting for kid"
+
+        [[agents.trunk]]
+        ral = ["reply done"]
+        repeat = 2
+
+        [[agents.kid]]
+        ral = ["agent grandkid 'sleep for a long time'", "reply 5", "echo after-reply"]
+
+        [[agents.kid]]
+        ral = ["echo never"]
+
+        [[agents.grandkid]]
+        ral = ["sleep 30"]
+        """,
+        timeout=30,
+    )
+    assert run.code == 0, run.stderr
+    kid_scripts = [r["script"] for r in run.kinds("transcript.jsonl", "Io") if r["agent"] == "kid"]
+    assert kid_scripts == [
+        "agent grandkid 'sleep for a long time'",
+        "reply 5",
+        "echo after-reply",
+    ], "the batch finishes, then the agent ends: no further round-trip"
+    died = {d["agent"]: d for d in run.kinds("transcript.jsonl", "Died")}
+    assert died["kid"]["outcome"] == "replied"
+    assert died["grandkid"]["outcome"] == "cancelled"
+    journal = run.jsonl("spawn-journal.jsonl")
+    assert any(r["kind"] == "cancelled" and r["id"] == "grandkid" for r in journal)
+    assert run.result["fleetYield"]["neverSettled"] == 0
+    result = [e for e in run.events("trunk") if e.get("source") == "agent_result"]
+    assert "kid finished: replied" in result[0]["text"] and result[0]["text"].endswith("5")

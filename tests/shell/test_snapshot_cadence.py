@@ -1,0 +1,52 @@
+"""The snapshot file follows every committed change, and skips calls that change nothing a
+resume needs (only the ledger's clock moved) for at most SNAPSHOT_FILE_EVERY calls."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from actors.shell import SNAPSHOT_FILE_EVERY
+from runtime.snapshot import MobileSnapshot
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return (st.st_ino, st.st_mtime_ns)
+
+
+def test_a_call_that_binds_rewrites_the_file_and_a_pure_read_does_not(
+    start_shell: Callable[..., Any], tmp_path: Path
+) -> None:
+    shell = start_shell().proxy()
+    path = tmp_path / "agents" / "trunk" / "snapshot.msgpack"
+    shell.run("let x = 1").get()
+    after_bind = _stamp(path)
+    shell.run("add 1 2").get()
+    assert _stamp(path) == after_bind, "a call that changed nothing left the file alone"
+    shell.run("let y = 2").get()
+    assert _stamp(path) != after_bind
+    assert set(MobileSnapshot.load(path).names()) >= {"x", "y"}
+
+
+def test_a_cd_rewrites_the_file(start_shell: Callable[..., Any], tmp_path: Path) -> None:
+    shell = start_shell().proxy()
+    path = tmp_path / "agents" / "trunk" / "snapshot.msgpack"
+    shell.run("add 1 1").get()
+    before = _stamp(path)
+    shell.run(f"cd {tmp_path}").get()
+    assert _stamp(path) != before
+    assert MobileSnapshot.load(path).context["cwd"] == str(tmp_path)
+
+
+def test_the_file_catches_up_with_the_epoch_within_the_cadence(
+    start_shell: Callable[..., Any], tmp_path: Path
+) -> None:
+    shell = start_shell().proxy()
+    path = tmp_path / "agents" / "trunk" / "snapshot.msgpack"
+    for _ in range(SNAPSHOT_FILE_EVERY + 1):
+        shell.run("add 1 1").get()
+    epoch = shell.durable_snapshot().get().epoch
+    assert epoch - MobileSnapshot.load(path).epoch < SNAPSHOT_FILE_EVERY
