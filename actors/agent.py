@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+import pykka
+
 from actors.desk import AgentDesk
 from actors.schedules import Schedules
 from runtime.cancel import Cancelled, CancelScope
@@ -80,6 +82,10 @@ if TYPE_CHECKING:
     from runtime.inbox import Inbox
     from runtime.ral.context import DynamicContext
     from runtime.snapshot import MobileSnapshot
+
+
+_RUN_POLL = 0.05
+"""Seconds between interrupt re-sends while a run is in flight: half the 100 ms cancel bound."""
 
 
 class AgentOutcome(StrEnum):
@@ -184,8 +190,9 @@ class Agent:
         Read from the registry, which marks the whole cancelled subtree before it trips any
         token, so an interrupt (which only trips the token) is never mistaken for it."""
         entry = self.fleet.registry.lookup(self.name)
-        if entry is None:
-            return self._ended_cause
+        if entry is None:  # reaped mid-drive (clear_subtree deregisters at once): the eval
+            # root keeps the cascade's cause; once the drive has ended, its end cause stands
+            return self._ended_cause if self.outcome is not None else self.eval_root.reason
         return entry.cancel_cause
 
     def cancel(self, cause: str) -> None:
@@ -537,6 +544,20 @@ class Agent:
             )
         )
         return ToolResult(call_id, out.content, is_error=out.is_error)
+
+    def await_run(self, future: pykka.Future[Any]) -> Any:
+        """Wait for one shell run, re-sending an interrupt while the sticky token stands.
+
+        An interrupt can land between dispatch's token check and the run attaching to the
+        shell host, where :meth:`EvalRoot.interrupt` has no run to stop; re-sending it every
+        ``_RUN_POLL`` until the run returns closes that window. A finished run returns at
+        once: ``get`` wakes on the result, not on the poll."""
+        while True:
+            try:
+                return future.get(timeout=_RUN_POLL)
+            except pykka.Timeout:
+                if self.token.cancelled:
+                    self.eval_root.interrupt(self.token.reason or "interrupt")
 
     # --- helpers ----------------------------------------------------------------------------
 

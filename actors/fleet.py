@@ -204,7 +204,8 @@ class Fleet:
         entry = self.registry.register(
             spec.name, spec.parent, returns=not spec.interactive, interactive=spec.interactive
         )
-        agent = self._build(replace(spec, fuel=entry.fuel, generation=entry.generation), provider, entry)
+        spec = replace(spec, fuel=entry.fuel, generation=entry.generation)
+        agent = self._build(spec, provider, entry)
         if spec.parent is None:
             self.trunk = agent
         else:
@@ -286,7 +287,7 @@ class Fleet:
         return root, ref.proxy()
 
     def run_shell(self, agent: Agent, script: str) -> ShellOutput:
-        result = agent.shell.run(script).get()
+        result = agent.await_run(agent.shell.run(script))
         if result.error is None and not result.rolled_back:  # drills: what this call committed
             append_jsonl(self.session.record, commit_record(agent.name, result, agent.shell_pid()))
         notes: list[str] = []  # a rollback already says so in its error text

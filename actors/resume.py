@@ -267,7 +267,9 @@ def _heal(journal: SpawnJournal, plan: ResumePlan) -> None:
 def _result_of(node: NodeState) -> AgentResult:
     last = node.results[-1] if node.results else {}
     terminal = node.terminal or {}
-    status = str(last.get("outcome") or ("cancelled" if terminal.get("kind") == "cancelled" else "failed"))
+    status = str(
+        last.get("outcome") or ("cancelled" if terminal.get("kind") == "cancelled" else "failed")
+    )
     reply = last.get("reply")
     return AgentResult(node.id, reply if reply is not None else "(no reply)", status=status)
 

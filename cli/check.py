@@ -53,8 +53,10 @@ def check_command(session_dir: str, as_json: bool, no_processes: bool) -> None:
     else:
         console = Console()
         console.print(report_table(report))
-        verdict = "[green]all invariants held[/]" if report.ok else (
-            f"[bold red]{len(report.violated)} invariant(s) violated[/]"
+        verdict = (
+            "[green]all invariants held[/]"
+            if report.ok
+            else (f"[bold red]{len(report.violated)} invariant(s) violated[/]")
         )
         console.print(verdict)
     sys.exit(0 if report.ok else 1)

@@ -42,11 +42,12 @@ def resume_command(session_dir: str, as_json: bool) -> None:
     else:
         click.echo(f"session: {session_path(result.session)}", err=True)
         plan = result.plan
+        healed = len(plan.finished) + len(plan.orphaned) + len(plan.no_environment)
+        healed += len(plan.retained)
         click.echo(
             f"resumed: trunk {'rebuilt' if plan.rebuild_trunk else 'had ended'}, "
             f"{len(plan.rebuild)} children rebuilt, "
-            f"{len(plan.finished) + len(plan.orphaned) + len(plan.no_environment) + len(plan.retained)}"
-            f" slots healed, {len(plan.redeliver)} results re-delivered",
+            f"{healed} slots healed, {len(plan.redeliver)} results re-delivered",
             err=True,
         )
         click.echo(f"outcome: {outcome}", err=True)

@@ -45,8 +45,16 @@ CONTROL = ("control-kill",)
 FAULT_KINDS = SCRIPTED + LIVE + CONTROL
 
 RECOVERING = frozenset(
-    {"panic", "worker-kill", "truncated", "malformed-args", "empty-reply", "shell-kill",
-     "inbox-flood", "write-failure"}
+    {
+        "panic",
+        "worker-kill",
+        "truncated",
+        "malformed-args",
+        "empty-reply",
+        "shell-kill",
+        "inbox-flood",
+        "write-failure",
+    }
 )
 """Kinds after which the affected agent is expected to make another successful call (a
 provider error ends a child ``down``; a cancel ends it; a clear empties it)."""
@@ -108,7 +116,13 @@ def fault_schedule(
         if t >= duration:
             break
         out.append(
-            Fault(len(out), round(t, 4), rng.choice(kinds), rng.randrange(1 << 30), rng.randrange(1 << 30))
+            Fault(
+                len(out),
+                round(t, 4),
+                rng.choice(kinds),
+                rng.randrange(1 << 30),
+                rng.randrange(1 << 30),
+            )
         )
     return tuple(out)
 
@@ -157,9 +171,7 @@ class Placed:
 
 def place_scripted(faults: Iterable[Fault], agents: int, calls: int) -> list[Placed]:
     return [
-        Placed(f.target % agents, f.param % max(1, calls), f)
-        for f in faults
-        if f.kind in SCRIPTED
+        Placed(f.target % agents, f.param % max(1, calls), f) for f in faults if f.kind in SCRIPTED
     ]
 
 
@@ -177,10 +189,12 @@ def synthetic_scenario(
         f'prompt = "Drill: fan out to {agents} workers, collect their replies, reply."',
         "",
         "[[agents.trunk]]",
-        "ral = [" + ", ".join(
+        "ral = ["
+        + ", ".join(
             _toml_str(f"agent {child_name(i)} 'make {calls} calls, then reply'")
             for i in range(agents)
-        ) + "]",
+        )
+        + "]",
         "",
         "[[agents.trunk]]",
         'text = "waiting for workers"',
@@ -196,7 +210,11 @@ def synthetic_scenario(
         mine = sorted((p for p in placed if p.child == i), key=lambda p: (p.call, p.fault.seq))
         for k in range(calls):
             for p in (p for p in mine if p.call == k):
-                lines += [f"[[agents.{child_name(i)}]]", *_scripted_entry(p.fault.kind, p.fault.param), ""]
+                lines += [
+                    f"[[agents.{child_name(i)}]]",
+                    *_scripted_entry(p.fault.kind, p.fault.param),
+                    "",
+                ]
             script = f"let v{k} = {k}; sleep {secs}" if call_ms else f"let v{k} = {k}"
             lines += [f"[[agents.{child_name(i)}]]", f"ral = [{_toml_str(script)}]", ""]
         lines += [f"[[agents.{child_name(i)}]]", f'ral = ["reply {i}"]', ""]

@@ -79,6 +79,11 @@ class ChatApp(App[None]):
         start: Callable[[Fleet], Any] | None = None,
         quit_window: float = QUIT_WINDOW_SECS,
     ) -> None:
+        from actors.shell_host import ensure_fork_server
+
+        # Before textual swaps sys.stderr for its capture object (fileno -1): multiprocessing's
+        # resource tracker passes stderr's fd to its child and fails on -1.
+        ensure_fork_server()
         super().__init__()
         self.fleet = fleet
         self._start = start

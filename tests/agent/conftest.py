@@ -197,3 +197,15 @@ def live_fleet(tmp_path: Path) -> Iterator[Callable[..., Live]]:
     finally:
         for live in started:
             live.close()
+
+
+@pytest.fixture
+def protocol_server() -> Iterator[Any]:
+    """A real streaming HTTP server on 127.0.0.1 (tests/support/protocol_servers.py)."""
+    from tests.support.protocol_servers import ProtocolServer
+
+    s = ProtocolServer().start()
+    try:
+        yield s
+    finally:
+        s.stop()

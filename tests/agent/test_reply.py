@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from runtime.eventlog import AgentLog, ProtocolState
 from tests.agent.conftest import Run
 
 
@@ -100,5 +101,10 @@ def test_a_childs_reply_ends_it_after_its_batch_and_cancels_its_descendants(
     journal = run.jsonl("spawn-journal.jsonl")
     assert any(r["kind"] == "cancelled" and r["id"] == "grandkid" for r in journal)
     assert run.result["fleetYield"]["neverSettled"] == 0
+    for name in ("trunk", "kid", "grandkid"):  # the single exit leaves every log ready
+        log, report = AgentLog.load(run.session / "agents" / name / "events.jsonl")
+        assert log.state is ProtocolState.READY_FOR_USER and not report.protocol_anomalies
+    cancelled = [e for e in run.events("grandkid") if e["kind"] == "tool_result"]
+    assert len(cancelled) == 1 and "cancel" in cancelled[0]["message"]["content"]
     result = [e for e in run.events("trunk") if e.get("source") == "agent_result"]
     assert "kid finished: replied" in result[0]["text"] and result[0]["text"].endswith("5")

@@ -71,13 +71,19 @@ class Recorder:
                 if e.kind == kind and (agent is None or e.agent == agent)
             ]
 
-    def wait_for(self, kind: str, agent: str | None = None, timeout: float = 10.0) -> Any:
-        """The first ``kind`` event (of ``agent``), waiting for it to arrive."""
+    def wait_for(
+        self,
+        kind: str,
+        agent: str | None = None,
+        timeout: float = 10.0,
+        where: Callable[[Any], bool] = lambda _: True,
+    ) -> Any:
+        """The first ``kind`` event (of ``agent``, satisfying ``where``), waiting for it."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 for _, e in self.events:
-                    if e.kind == kind and (agent is None or e.agent == agent):
+                    if e.kind == kind and (agent is None or e.agent == agent) and where(e):
                         return e
                 left = deadline - time.monotonic()
                 if left <= 0:

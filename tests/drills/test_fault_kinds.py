@@ -1,0 +1,132 @@
+"""Each fault of the catalog, injected into a real fleet, and the invariants checked after."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli.drill import DrillConfig, run_drill
+from runtime.durable import read_jsonl
+from runtime.invariants import check_session
+from runtime.nemesis import Fault, Placed, synthetic_scenario
+from tests.drills.conftest import run_scenario_text
+
+
+def _one(kind: str, call: int = 1, param: int = 0) -> list[Placed]:
+    return [Placed(0, call, Fault(0, 0.0, kind, 0, param))]
+
+
+def _scripted_run(tmp: Path, kind: str) -> Path:
+    toml = synthetic_scenario(2, 3, call_ms=0, placed=_one(kind))
+    out = run_scenario_text(tmp, toml)
+    root = out.session.root
+    report = check_session(root)
+    assert report.ok, json.dumps(report.to_json(), indent=1)
+    return root
+
+
+def _kinds(root: Path, name: str, kind: str) -> list[dict]:
+    return [r for r in read_jsonl(root / name).records if r.get("kind") == kind]
+
+
+def _settled(root: Path, node: str) -> dict:
+    recs = [
+        r for r in read_jsonl(root / "spawn-journal.jsonl").records
+        if r["id"] == node and r["kind"] in ("settled", "cancelled")
+    ]
+    assert len(recs) == 1
+    return recs[0]
+
+
+def test_an_evaluator_panic_rolls_back_one_call_and_keeps_every_committed_binding(
+    tmp_path: Path,
+) -> None:
+    root = _scripted_run(tmp_path, "panic")
+    assert [r["agent"] for r in _kinds(root, "record.jsonl", "Rollback")] == ["worker-0"]
+    assert _settled(root, "worker-0")["status"] == "done"
+
+
+def test_a_worker_sigkilled_mid_run_fails_its_await_and_the_agent_carries_on(
+    tmp_path: Path,
+) -> None:
+    root = _scripted_run(tmp_path, "worker-kill")
+    errs = [r for r in _kinds(root, "transcript.jsonl", "Io") if r["error"]]
+    assert any("doomed" in r["script"] and "died" in r["value"] for r in errs)
+    assert _settled(root, "worker-0")["status"] == "done"
+
+
+@pytest.mark.parametrize("kind", ["stream-cut", "rate-limit"])
+def test_a_provider_failure_ends_the_child_down_and_still_settles_it(
+    tmp_path: Path, kind: str
+) -> None:
+    root = _scripted_run(tmp_path, kind)
+    assert any(r["agent"] == "worker-0" for r in _kinds(root, "transcript.jsonl", "ProviderError"))
+    assert _settled(root, "worker-0")["status"] == "down"
+    assert _settled(root, "worker-1")["status"] == "done"
+
+
+@pytest.mark.parametrize("kind", ["truncated", "malformed-args", "empty-reply"])
+def test_a_damaged_reply_is_repaired_and_the_child_still_replies(
+    tmp_path: Path, kind: str
+) -> None:
+    root = _scripted_run(tmp_path, kind)
+    assert _settled(root, "worker-0")["status"] == "done"
+    names = {n for c in _kinds(root, "record.jsonl", "Commit") if c["agent"] == "worker-0"
+             for n in c["defined"]}
+    assert {"v0", "v1", "v2"} <= names
+
+
+def _drill(tmp: Path, kind: str, *, seed: int = 3, duration: float = 1.5, rate: float = 6.0,
+           calls: int = 8) -> dict:
+    cfg = DrillConfig(seed, rate, (kind,), duration, agents=2, calls=calls, call_ms=30,
+                      root=tmp / "drill")
+    result = run_drill(cfg)
+    report = json.loads((tmp / "drill" / "drill-report.json").read_text())
+    assert result.ok, json.dumps(report["rounds"], indent=1)[:4000]
+    assert report["injectedByKind"].get(kind, 0) >= 1, report
+    return report
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_shell_mid_run_is_rolled_back_and_the_agent_recovers(tmp_path: Path) -> None:
+    report = _drill(tmp_path, "shell-kill")
+    hit = [a for a in report["applied"] if a["kind"] == "shell-kill" and "pid" in a["detail"]]
+    assert hit and any(a["recoverySecs"] is not None for a in hit)
+
+
+@pytest.mark.slow
+def test_an_inbox_flood_accepts_exactly_the_cap_and_rejects_the_rest_to_the_sender(
+    tmp_path: Path,
+) -> None:
+    report = _drill(tmp_path, "inbox-flood", rate=2.0)
+    floods = [a["detail"] for a in report["applied"] if "accepted" in a["detail"]]
+    assert floods
+    for d in floods:
+        assert d["accepted"] + d["rejected"] == 1000
+        assert d["accepted"] <= d["cap"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["cancel-storm", "clear-storm"])
+def test_cancel_and_clear_storms_during_activity_lose_nothing(tmp_path: Path, kind: str) -> None:
+    _drill(tmp_path, kind)
+
+
+@pytest.mark.slow
+def test_a_snapshot_write_failure_loses_nothing_committed(tmp_path: Path) -> None:
+    report = _drill(tmp_path, "write-failure")
+    assert any(a["detail"].get("window_secs") for a in report["applied"])
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_control_process_is_resumed_and_every_child_settles(
+    tmp_path: Path,
+) -> None:
+    report = _drill(tmp_path, "control-kill", rate=1.0, duration=1.0)
+    kills = [a for a in report["applied"] if a["kind"] == "control-kill"]
+    assert any(a["detail"].get("resumeExit") == 0 for a in kills), kills
+    for rnd in report["rounds"]:
+        settled = next(i for i in rnd["invariants"]["invariants"] if i["name"] == "settled")
+        assert settled["status"] == "held"

@@ -1,0 +1,163 @@
+"""The invariant checker over real session directories, healthy and damaged."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from runtime.durable import append_jsonl
+from runtime.invariants import NotASession, check_session, commit_record
+from runtime.snapshot import MobileSnapshot
+from tests.drills.conftest import run_scenario_text
+
+FANOUT = """
+[fleet]
+prompt = "go"
+
+[[agents.trunk]]
+ral = ["let a = 1", "agent kid 'work'"]
+
+[[agents.trunk]]
+text = "waiting"
+stop = "end_turn"
+
+[[agents.trunk]]
+ral = ["reply done"]
+
+[[agents.kid]]
+ral = ["let x = 1", "let y = 2"]
+
+[[agents.kid]]
+ral = ["reply ok"]
+"""
+
+
+@pytest.fixture
+def healthy(tmp_path: Path) -> Path:
+    out = run_scenario_text(tmp_path, FANOUT)
+    assert out.outcome == "replied"
+    return out.session.root
+
+
+def test_a_clean_fanout_holds_every_invariant_and_records_a_commit_per_clean_call(
+    healthy: Path,
+) -> None:
+    report = check_session(healthy)
+    assert report.ok, report.to_json()
+    assert {r.name for r in report.held} == {
+        "settled",
+        "committed",
+        "rejections",
+        "registry-empty",
+        "no-leftover-processes",
+        "files-parse",
+    }
+    commits = [
+        json.loads(line)
+        for line in (healthy / "record.jsonl").read_text().splitlines()
+        if '"Commit"' in line
+    ]
+    defined = {(c["agent"], n) for c in commits for n in c["defined"]}
+    assert {("trunk", "a"), ("kid", "x"), ("kid", "y")} <= defined
+    assert all(isinstance(c["pidStartedAt"], float) for c in commits)
+
+
+def test_a_committed_binding_missing_from_the_final_snapshot_is_a_violation(
+    healthy: Path,
+) -> None:
+    path = healthy / "agents" / "kid" / "snapshot.msgpack"
+    snap = MobileSnapshot.load(path)
+    bindings = {k: v for k, v in snap.bindings.items() if k != "y"}
+    MobileSnapshot(snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers)\
+        .write_atomic(path)
+    report = check_session(healthy)
+    committed = report.get("committed")
+    assert committed.status == "violated"
+    assert any("'y'" in d for d in committed.details)
+
+
+def test_a_prune_record_after_the_commit_explains_a_missing_binding(healthy: Path) -> None:
+    path = healthy / "agents" / "kid" / "snapshot.msgpack"
+    snap = MobileSnapshot.load(path)
+    bindings = {k: v for k, v in snap.bindings.items() if k != "y"}
+    MobileSnapshot(snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers)\
+        .write_atomic(path)
+    append_jsonl(healthy / "record.jsonl", {"kind": "Prune", "agent": "kid", "names": ["y"],
+                                            "epoch": 99})
+    assert check_session(healthy).get("committed").status == "held"
+
+
+def test_a_torn_tail_is_reported_but_is_not_a_violation(healthy: Path) -> None:
+    with (healthy / "transcript.jsonl").open("ab") as f:
+        f.write(b'{"kind": "Io", "agent": "tr')
+    files = check_session(healthy).get("files-parse")
+    assert files.status == "held"
+    assert any("torn" in n for n in files.notes)
+
+
+def test_a_corrupt_inner_line_is_a_violation(healthy: Path) -> None:
+    p = healthy / "agents" / "kid" / "events.jsonl"
+    lines = p.read_bytes().split(b"\n")
+    lines.insert(1, b"{not json")
+    p.write_bytes(b"\n".join(lines))
+    assert check_session(healthy).get("files-parse").status == "violated"
+
+
+def test_an_open_slot_and_a_missing_died_are_violations(healthy: Path) -> None:
+    append_jsonl(healthy / "spawn-journal.jsonl", {"kind": "spawned", "seq": 1000, "id": "ghost",
+                                                   "parent": "trunk"})
+    append_jsonl(healthy / "transcript.jsonl", {"kind": "Born", "agent": "ghost"})
+    report = check_session(healthy)
+    assert report.get("settled").status == "violated"
+    assert report.get("registry-empty").status == "violated"
+    assert any("ghost" in d for d in report.get("settled").details)
+
+
+def test_a_live_process_named_by_the_run_is_a_leftover_and_a_reused_pid_is_not(
+    healthy: Path,
+) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        class R:
+            epoch = 1
+            defined = ()
+
+        record = commit_record("kid", R(), proc.pid)
+        append_jsonl(healthy / "record.jsonl", record)
+        bad = check_session(healthy).get("no-leftover-processes")
+        assert bad.status == "violated" and str(proc.pid) in bad.details[0]
+        reused = {**record, "pidStartedAt": psutil.Process(proc.pid).create_time() - 3600}
+        (healthy / "record.jsonl").write_text(
+            "\n".join(
+                line for line in (healthy / "record.jsonl").read_text().splitlines()
+                if str(proc.pid) not in line
+            ) + "\n"
+        )
+        append_jsonl(healthy / "record.jsonl", reused)
+        assert check_session(healthy).get("no-leftover-processes").status == "held"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_directory_that_is_not_a_session_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(NotASession):
+        check_session(tmp_path)
+
+
+def test_check_command_exits_1_on_a_violation_and_prints_json(healthy: Path) -> None:
+    from click.testing import CliRunner
+
+    from cli.check import check_command
+
+    ok = CliRunner().invoke(check_command, [str(healthy), "--json"])
+    assert ok.exit_code == 0 and json.loads(ok.output)["ok"] is True
+    (healthy / "result.json").unlink()
+    bad = CliRunner().invoke(check_command, [str(healthy)])
+    assert bad.exit_code == 1
+    assert "violated" in bad.output

@@ -1,0 +1,81 @@
+"""Drive the chat app headless with textual's own pilot over a real fleet.
+
+Tests are plain sync functions that ``asyncio.run`` a scenario coroutine (no pytest-asyncio).
+:func:`chat` builds a real fleet — real shell processes, the scripted provider playing a scenario
+written to ``tmp_path`` — runs the app under ``App.run_test`` and always closes the fleet, so the
+suite's leak fixture sees every process reaped.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textual.pilot import Pilot
+
+from actors.fleet import Fleet, FleetConfig
+from cli.runner import RunSpec, provider_factory, read_scenario
+from cli.tui.app import ChatApp
+from runtime.providers.base import Provider
+from runtime.providers.scenario import Scenario
+from runtime.session_dir import SessionDir
+
+TIMEOUT = 10.0
+
+
+@dataclass
+class Chat:
+    app: ChatApp
+    pilot: Pilot[None]
+    fleet: Fleet
+
+    async def until(self, cond: Callable[[], Any], timeout: float = TIMEOUT, what: str = "") -> None:
+        """Wait for ``cond`` while the app keeps running; fail with the screen's state."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return
+            await self.pilot.pause(0.02)
+        tabs = {n: self.app.transcript_text(n) for n in self.app.tabs}
+        raise AssertionError(
+            f"timed out waiting for {what or cond}; error line {self.app.info_text!r}; tabs {tabs}"
+        )
+
+    async def say(self, text: str) -> None:
+        """Type ``text`` key by key into the input box and press Enter."""
+        await self.pilot.press(*("space" if c == " " else c for c in text), "enter")
+
+    def text(self, name: str = "trunk") -> str:
+        return self.app.transcript_text(name)
+
+
+@asynccontextmanager
+async def chat(
+    tmp_path: Path,
+    toml: str,
+    *,
+    provider_for: Callable[[Scenario], Callable[[str], Provider]] | None = None,
+    quit_window: float = 2.0,
+    size: tuple[int, int] = (120, 36),
+) -> AsyncIterator[Chat]:
+    path = tmp_path / "chat.toml"
+    path.write_text(textwrap.dedent(toml))
+    scenario = read_scenario(str(path))
+    spec = RunSpec(provider="scripted", prompt=None, scenario=scenario)
+    factory = provider_for(scenario) if provider_for is not None else provider_factory(spec)
+    fleet = Fleet(SessionDir.at(tmp_path / "session"), factory, FleetConfig(cwd=str(tmp_path)))
+    app = ChatApp(
+        fleet, start=lambda f: f.start_trunk(None, interactive=True), quit_window=quit_window
+    )
+    try:
+        async with app.run_test(size=size) as pilot:
+            c = Chat(app, pilot, fleet)
+            await c.until(lambda: app.focused_agent == "trunk", what="the trunk's tab")
+            yield c
+    finally:
+        app.control.close_fleet()

@@ -1,0 +1,370 @@
+"""The chat app driven headless by textual's pilot over a real fleet (scripted provider)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from runtime.cancel import CancelScope
+from runtime.errors import InboxFull
+from runtime.inbox import Command
+from runtime.messages import AssistantMessage, TranscriptItem
+from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
+from runtime.providers.scenario import Scenario
+from runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
+from tests.tui.conftest import Chat, chat
+
+
+def _ral(c: Chat, name: str, script: str) -> Any:
+    return next((e for e in c.app.entries(name) if e.kind == "ral" and e.text == script), None)
+
+
+def test_a_typed_prompt_reaches_the_trunk_and_its_scripted_reply_and_ral_call_appear(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with chat(
+            tmp_path,
+            """
+            [fleet]
+            prompt = "never sent without --send-prompt"
+
+            [[agents.trunk]]
+            text = "Let me look."
+            ral = ["echo checked"]
+
+            [[agents.trunk]]
+            text = "All done: checked."
+            """,
+        ) as c:
+            await c.say("hello there")
+            await c.until(lambda: "All done: checked." in c.text(), what="the reply")
+            kinds = [(e.kind, e.text) for e in c.app.entries("trunk")]
+            assert kinds[0] == ("user", "hello there")
+            assert ("assistant", "Let me look.") in kinds
+            call = _ral(c, "trunk", "echo checked")
+            assert call is not None and call.result is not None and "checked" in call.result
+            assert "never sent" not in c.text()
+            await c.until(lambda: "scripted:chat" in c.app.status_line, what="the status line")
+            assert "inbox 0" in c.app.status_line and "trunk" in c.app.status_line
+
+    asyncio.run(scenario())
+
+
+def test_branch_opens_a_focused_conversing_tab_that_answers_in_its_own_tab(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with chat(
+            tmp_path,
+            """
+            [[agents.trunk]]
+            text = "Trunk here."
+
+            [[agents."trunk-branch"]]
+            text = "Branch here, with the trunk's context."
+            """,
+        ) as c:
+            await c.say("first")
+            await c.until(lambda: "Trunk here." in c.text())
+            await c.say("/branch")
+            await c.until(lambda: c.app.focused_agent == "trunk-branch", what="the branch tab")
+            assert c.app.tabs["trunk-branch"].role == "branch"
+            await c.say("and you?")
+            await c.until(lambda: "Branch here" in c.text("trunk-branch"), what="the branch")
+            inherited = [e.text for e in c.app.entries("trunk-branch") if e.inherited]
+            assert "first" in inherited and "Trunk here." in inherited
+            own = [e.text for e in c.app.entries("trunk-branch") if not e.inherited]
+            assert "and you?" in own
+            assert "and you?" not in c.text("trunk") and "Branch here" not in c.text("trunk")
+            assert c.fleet.registry.is_live("trunk-branch")
+
+    asyncio.run(scenario())
+
+
+ESC_SCENARIO = """
+[[agents.trunk]]
+text = "A helper first, then a long wait."
+ral = ["agent helper 'work a while, then reply'", "sleep 30"]
+
+[[agents.helper]]
+ral = ["sleep 20"]
+"""
+
+
+def test_esc_during_a_long_sleep_stops_the_turn_quickly_while_an_earlier_sub_agent_keeps_running(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with chat(tmp_path, ESC_SCENARIO) as c:
+            await c.say("go")
+            await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None, what="the sleep")
+            await c.until(lambda: _ral(c, "helper", "sleep 20") is not None, what="helper")
+            await asyncio.sleep(0.3)  # let the sleep actually start in the shell host
+            assert _ral(c, "trunk", "sleep 30").result is None
+            t0 = time.monotonic()
+            await c.pilot.press("escape")
+            await c.until(lambda: _ral(c, "trunk", "sleep 30").result is not None, what="stop")
+            stopped_after = time.monotonic() - t0
+            assert stopped_after < 2.0, stopped_after
+            assert "cancelled" in _ral(c, "trunk", "sleep 30").result
+            await c.until(lambda: c.fleet.agents["trunk"].stats.state == "idle")
+            # the sub-agent spawned before the Esc is untouched and still working
+            assert c.fleet.registry.is_live("helper")
+            assert c.fleet.agents["helper"].stats.state == "working"
+            assert _ral(c, "helper", "sleep 20").result is None
+            assert "helper" not in c.app.ended and c.app.tabs["helper"].role == "sub"
+            # its tab is read-only: a typed line is refused on the error line, nothing sent
+            await c.pilot.press("ctrl+n")
+            assert c.app.focused_agent == "helper"
+            before = c.fleet.agents["helper"].inbox.depths()
+            await c.say("hello helper")
+            assert "read-only" in c.app.error_text
+            assert c.fleet.agents["helper"].inbox.depths() == before
+
+    asyncio.run(scenario())
+
+
+def test_clear_empties_the_tab_and_nothing_from_before_returns(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with chat(
+            tmp_path,
+            """
+            [[agents.trunk]]
+            text = "Remembering alpha."
+            ral = ["let secret = 'alpha-42'; echo stored"]
+
+            [[agents.trunk]]
+            text = "Stored alpha."
+
+            [[agents.trunk]]
+            text = "Checking what I remember."
+            ral = ["echo $secret"]
+
+            [[agents.trunk]]
+            text = "Nothing remembered."
+            """,
+        ) as c:
+            await c.say("remember alpha")
+            await c.until(lambda: "Stored alpha." in c.text())
+            await c.say("/clear")
+            await c.until(lambda: "context cleared" in c.text(), what="the clear")
+            assert "alpha" not in c.text()
+            await c.say("what do you remember?")
+            await c.until(lambda: "Nothing remembered." in c.text())
+            assert "alpha" not in c.text()
+            echo = _ral(c, "trunk", "echo $secret")
+            assert echo is not None and echo.is_error and "secret" in echo.result
+            context = c.fleet.agents["trunk"].log.render_transcript()
+            assert not any("alpha" in str(m) for m in context)
+
+    asyncio.run(scenario())
+
+
+def test_resources_shows_the_card_and_neither_it_nor_tab_focus_renews_anything(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with chat(
+            tmp_path,
+            """
+            [[agents.trunk]]
+            text = "Starting a helper."
+            ral = ["agent helper 'wait'"]
+
+            [[agents.trunk]]
+            text = "Helper started."
+
+            [[agents.helper]]
+            ral = ["sleep 20"]
+            """,
+        ) as c:
+            await c.say("start")
+            await c.until(lambda: "Helper started." in c.text())
+            await c.until(lambda: "helper" in c.app.tabs, what="the helper's tab")
+            tree = c.fleet.registry.tree
+            before = {n: tree.get(n).last_exchange for n in ("trunk", "helper")}
+            lease = c.fleet.registry.lookup("helper").lease
+            assert lease is not None
+            lease_before = lease.last_exchange
+            await c.say("/resources")
+            await c.until(
+                lambda: any(e.kind == "resources" for e in c.app.entries("trunk")),
+                what="the card",
+            )
+            card = next(e for e in c.app.entries("trunk") if e.kind == "resources").text
+            assert "resources of trunk" in card and "ui.tabs" in card
+            for _ in range(4):  # focus every tab and back: presentation only
+                await c.pilot.press("ctrl+n")
+            await c.pilot.press("ctrl+p", "ctrl+p")
+            assert {n: tree.get(n).last_exchange for n in ("trunk", "helper")} == before
+            assert c.fleet.registry.lookup("helper").lease.last_exchange == lease_before
+            assert not c.fleet.registry.engaged("helper")
+
+    asyncio.run(scenario())
+
+
+def test_model_on_the_scripted_provider_is_refused_in_a_note_and_the_trunk_lives_on(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with chat(
+            tmp_path,
+            """
+            [[agents.trunk]]
+            text = "Still here."
+            """,
+        ) as c:
+            await c.say("/model bigger")
+            await c.until(lambda: "/model refused" in c.text(), what="the refusal note")
+            await c.say("are you there?")
+            await c.until(lambda: "Still here." in c.text())
+
+    asyncio.run(scenario())
+
+
+class _Swappable(ScriptedProvider):
+    """The scripted provider plus ``with_model``; records which model served each round-trip."""
+
+    def __init__(self, playback: ScenarioPlayback, name: str, served: list[tuple[str, str]]):
+        super().__init__(playback, name)
+        self.served = served
+
+    def with_model(self, model: str) -> _Swappable:
+        p = _Swappable(self.playback, self.agent_name, self.served)
+        p.model = model
+        return p
+
+    def for_agent(self, agent_name: str) -> _Swappable:
+        return _Swappable(self.playback, agent_name, self.served)
+
+    def complete(
+        self,
+        transcript: Sequence[TranscriptItem],
+        *,
+        system: str | None = None,
+        tools: Sequence[ToolSpec] = (RAL_TOOL,),
+        cancel: CancelScope,
+        on_event: OnEvent | None = None,
+    ) -> AssistantMessage:
+        self.served.append((self.agent_name, self.model))
+        return super().complete(
+            transcript, system=system, tools=tools, cancel=cancel, on_event=on_event
+        )
+
+
+def test_model_swap_typed_mid_turn_lands_on_the_next_turn_never_mid_turn(tmp_path: Path) -> None:
+    served: list[tuple[str, str]] = []
+
+    def provider_for(scenario: Scenario) -> Callable[[str], Provider]:
+        playback = ScenarioPlayback(scenario)
+        return lambda name: _Swappable(playback, name, served)
+
+    async def scenario() -> None:
+        async with chat(
+            tmp_path,
+            """
+            [[agents.trunk]]
+            text = "Working."
+            ral = ["sleep 1"]
+
+            [[agents.trunk]]
+            text = "First turn done."
+
+            [[agents.trunk]]
+            text = "Second turn."
+            """,
+            provider_for=provider_for,
+        ) as c:
+            await c.say("one")
+            await c.until(lambda: _ral(c, "trunk", "sleep 1") is not None, what="the call")
+            await c.say("/model big-model")
+            await c.until(lambda: "First turn done." in c.text())
+            await c.until(lambda: "model set to big-model" in c.text(), what="the swap note")
+            assert served == [("trunk", "chat"), ("trunk", "chat")]
+            await c.say("two")
+            await c.until(lambda: "Second turn." in c.text())
+            assert served[-1] == ("trunk", "big-model")
+            await c.until(lambda: "big-model" in c.app.status_line, what="the status line")
+
+    asyncio.run(scenario())
+
+
+def test_a_slash_command_rejected_by_a_full_inbox_shows_on_the_error_line(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with chat(
+            tmp_path,
+            """
+            [[agents.trunk]]
+            ral = ["sleep 30"]
+            """,
+        ) as c:
+            await c.say("go")
+            await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None)
+            inbox = c.fleet.registry.lookup("trunk").inbox
+            queued = 0
+            try:
+                while queued < 1000:
+                    inbox.push(Command("/resources"))
+                    queued += 1
+            except InboxFull:
+                pass
+            assert queued == 64
+            await c.say("/compact")
+            await c.until(lambda: "/compact rejected" in c.app.error_text, what="the rejection")
+            assert "full" in c.app.error_text
+            assert inbox.depths()["command"] == 64
+
+    asyncio.run(scenario())
+
+
+def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Path) -> None:
+    pids: list[int] = []
+
+    async def scenario() -> None:
+        async with chat(
+            tmp_path,
+            """
+            [[agents.trunk]]
+            text = "A helper, then a long wait."
+            ral = ["agent helper 'wait'", "sleep 30"]
+
+            [[agents.helper]]
+            ral = ["sleep 30"]
+            """,
+            quit_window=0.5,
+        ) as c:
+            await c.say("go")
+            await c.until(lambda: _ral(c, "helper", "sleep 30") is not None)
+            await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None)
+            for agent in c.fleet.agents.values():
+                pid = agent.shell_pid()
+                assert pid is not None
+                pids.append(pid)
+            await asyncio.sleep(0.3)
+            await c.pilot.press("ctrl+c")
+            await c.until(lambda: _ral(c, "trunk", "sleep 30").result is not None)
+            await asyncio.sleep(0.6)  # past the quit window: the next Ctrl-C is a first one
+            assert c.app.is_running and c.fleet.registry.is_live("helper")
+            await c.pilot.press("ctrl+c")
+            await c.pilot.press("ctrl+c")
+            await c.until(lambda: not c.app.is_running, what="the app to exit")
+            assert c.app.control.closed
+            assert c.fleet.registry.is_empty()
+
+    asyncio.run(scenario())
+    assert pids and not [p for p in pids if psutil.pid_exists(p) and _alive(p)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
