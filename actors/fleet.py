@@ -159,9 +159,7 @@ class Fleet:
             system=system,
             context=ctx,
         )
-        entry = self.registry.register(
-            name, None, returns=not interactive, interactive=interactive
-        )
+        entry = self.registry.register(name, None, returns=not interactive, interactive=interactive)
         spec = replace(spec, fuel=entry.fuel)
         agent = self._build(spec, self._provider_for(name), entry)
         self.trunk = agent

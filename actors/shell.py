@@ -704,7 +704,25 @@ class ShellActor(QuotaActor):
         self._durable = snap
         due = self._epoch - self._file_epoch >= SNAPSHOT_FILE_EVERY
         if self._file_dirty or due or workers != self._file_workers:
-            snap.write_atomic(self.snapshot_path)
+            try:
+                snap.write_atomic(self.snapshot_path)
+            except OSError as e:
+                # The session directory refused the write (full disk, a path turned into a
+                # directory, permissions). The in-memory durable snapshot still holds every
+                # committed binding, so the call stands; the file stays dirty and the next
+                # checkpoint retries. Reported once per failed write, never silently.
+                self._file_dirty = True
+                self._deliver(
+                    (
+                        Notice(
+                            self.name,
+                            notice="SnapshotWriteFailed",
+                            text=f"snapshot write failed: {e}; will retry",
+                            data={"path": str(self.snapshot_path), "epoch": self._epoch},
+                        ),
+                    )
+                )
+                return
             self._file_dirty = False
             self._file_epoch = self._epoch
             self._file_workers = workers

@@ -8,6 +8,8 @@ Three clocks start at that call:
 
 - **tokens** — the last node's cooperative token reports cancelled (``CancelScope.on_cancel``):
   the registry cascade alone, the figure ``cancel_cascade.py`` measures without shells;
+- **evals** — no shell has a run in flight any more (every ral call came back from its host;
+  polled every 1 ms by a watcher thread);
 - **stopped** — the last agent's ``done`` is set: its ral call came back cancelled from the
   host, its drive returned, its spawn site settled it (terminal journal record, shell host shut
   down and reaped). This is "every node reports stopped";
@@ -41,7 +43,7 @@ from runtime.providers.scripted import ScenarioPlayback
 from runtime.session_dir import SessionDir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cancel_cascade import one_run, tree_shape  # noqa: E402  (a sibling script, not a package)
+from cancel_cascade import one_run, tree_shape
 
 BUSY = "sleep 30"
 
@@ -71,8 +73,8 @@ def _descendants() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True) if _alive(p.pid)}
 
 
-def one_shell_run(n: int, root: Path) -> tuple[float, float, float, float]:
-    """(build seconds, tokens, stopped, no process) for one tree of ``n`` busy shells."""
+def one_shell_run(n: int, root: Path) -> tuple[float, float, float, float, float]:
+    """(build seconds, tokens, evals, stopped, no process) for one tree of ``n`` busy shells."""
     parsed = parse_scenario(scenario(n), source=f"tree-{n}.toml")
     playback = ScenarioPlayback(parsed)
     fleet = Fleet(
@@ -102,8 +104,21 @@ def one_shell_run(n: int, root: Path) -> tuple[float, float, float, float]:
         for agent in agents:
             agent.token.on_cancel(stamp)
 
+        returned: list[float] = []
+
+        def watch_evals() -> None:  # 1 ms polls: cheap beside 2 cores' worth of unwinding
+            busy = {a.eval_root for a in agents}
+            while busy:
+                busy = {r for r in busy if r.busy}
+                if not busy:
+                    returned.append(time.perf_counter())
+                    return
+                time.sleep(0.001)
+
+        watcher = threading.Thread(target=watch_evals, daemon=True)
         t0 = time.perf_counter()
         reached = fleet.registry.cancel(TRUNK_NAME, "bench")
+        watcher.start()
         for agent in agents:
             if not agent.done.wait(30):
                 raise RuntimeError(f"{agent.name} did not stop")
@@ -113,9 +128,10 @@ def one_shell_run(n: int, root: Path) -> tuple[float, float, float, float]:
                 raise RuntimeError("processes survived the cascade")
             time.sleep(0.001)
         gone = time.perf_counter() - t0
-        assert len(reached) == n and len(stamps) == n
+        watcher.join()
+        assert len(reached) == n and len(stamps) == n and returned
         assert all(a.outcome is not None and a.outcome.value == "cancelled" for a in agents)
-        return build, max(stamps) - t0, stopped, gone
+        return build, max(stamps) - t0, returned[0] - t0, stopped, gone
     finally:
         fleet.close()
 
@@ -131,17 +147,20 @@ def main() -> None:
     ensure_fork_server()
     print(f"every shell busy in ral `{BUSY}`; median of {args.repeat} runs; ms from cancel()")
     print(
-        f"{'agents':>7}{'no-shell tokens':>17}{'tokens':>10}{'stopped':>10}"
+        f"{'agents':>7}{'no-shell tokens':>17}{'tokens':>10}{'evals':>10}{'stopped':>10}"
         f"{'no process':>12}{'stopped/no-shell':>18}{'build':>9}"
     )
     with tempfile.TemporaryDirectory() as d:
         for n in args.sizes:
             floor = statistics.median(one_run(n)[0] for _ in range(max(args.repeat, 3)))
             runs = [one_shell_run(n, Path(d) / f"s{n}-{i}") for i in range(args.repeat)]
-            build, tokens, stopped, gone = (statistics.median(r[k] for r in runs) for k in range(4))
+            build, tokens, evals, stopped, gone = (
+                statistics.median(r[k] for r in runs) for k in range(5)
+            )
             print(
-                f"{n:>7}{floor * 1e3:>14.3f} ms{tokens * 1e3:>7.2f} ms{stopped * 1e3:>7.1f} ms"
-                f"{gone * 1e3:>9.1f} ms{stopped / floor:>17.0f}x{build:>7.1f} s",
+                f"{n:>7}{floor * 1e3:>14.3f} ms{tokens * 1e3:>7.2f} ms{evals * 1e3:>7.1f} ms"
+                f"{stopped * 1e3:>7.1f} ms{gone * 1e3:>9.1f} ms{stopped / floor:>17.0f}x"
+                f"{build:>7.1f} s",
                 flush=True,
             )
 

@@ -32,25 +32,41 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="recovery-") as tmp:
         root = Path(args.keep) if args.keep else Path(tmp) / "drill"
         cfg = DrillConfig(
-            args.seed, args.rate, parse_faults(args.faults), args.duration,
-            args.agents, args.calls, args.call_ms, root=root,
+            args.seed,
+            args.rate,
+            parse_faults(args.faults),
+            args.duration,
+            args.agents,
+            args.calls,
+            args.call_ms,
+            root=root,
         )
         result = run_drill(cfg)
         report = result.to_json()
     rec = report["recovery"]
-    print(f"drill seed {args.seed}, {args.duration:.0f} s at {args.rate}/s, "
-          f"{args.agents} agents x {args.calls} calls, {len(report['rounds'])} rounds")
-    print(f"faults scheduled {len(report['schedule'])}, injected {len(report['applied'])}, "
-          f"not applied {len(report['notApplied'])}")
-    print(f"invariants checked {report['invariants']['checked']}, "
-          f"held {report['invariants']['held']}, violated {report['invariants']['violated']}")
-    print(f"recovery (fault -> next successful call): n={rec['recovered']} "
-          f"median {rec['medianSecs']} s, worst {rec['worstSecs']} s")
+    print(
+        f"drill seed {args.seed}, {args.duration:.0f} s at {args.rate}/s, "
+        f"{args.agents} agents x {args.calls} calls, {len(report['rounds'])} rounds"
+    )
+    print(
+        f"faults scheduled {len(report['schedule'])}, injected {len(report['applied'])}, "
+        f"not applied {len(report['notApplied'])}"
+    )
+    print(
+        f"invariants checked {report['invariants']['checked']}, "
+        f"held {report['invariants']['held']}, violated {report['invariants']['violated']}"
+    )
+    print(
+        f"recovery (fault -> next successful call): n={rec['recovered']} "
+        f"median {rec['medianSecs']} s, worst {rec['worstSecs']} s"
+    )
     print(f"{'kind':16} {'injected':>8} {'recovered':>9} {'median s':>9} {'worst s':>8}")
     for kind, n in sorted(report["injectedByKind"].items()):
         k = rec["byKind"].get(kind, {})
-        print(f"{kind:16} {n:8} {k.get('n', 0):9} {str(k.get('medianSecs', '-')):>9} "
-              f"{str(k.get('worstSecs', '-')):>8}")
+        print(
+            f"{kind:16} {n:8} {k.get('n', 0):9} {k.get('medianSecs', '-')!s:>9} "
+            f"{k.get('worstSecs', '-')!s:>8}"
+        )
     print(json.dumps({"recovery": rec, "invariants": report["invariants"]}))
 
 

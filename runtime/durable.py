@@ -12,6 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -136,11 +137,16 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     tmp = p.with_name(f".{p.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, p)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # a failed replace leaves no temp file behind
+        raise
     dfd = os.open(p.parent, os.O_RDONLY)
     try:
         os.fsync(dfd)

@@ -31,8 +31,12 @@ class FleetUnderFire(RuleBasedStateMachine):
         toml = synthetic_scenario(len(WORKERS), 12, call_ms=40)
         self.live: LiveRun = start_live(Path(self.tmp.name), toml)
         self.fleet = self.live.fleet
-        assert wait_for(lambda: all(self.fleet.registry.is_live(w) for w in WORKERS)
-                        or self.fleet.wait_empty(0), 10)
+        assert wait_for(
+            lambda: (
+                all(self.fleet.registry.is_live(w) for w in WORKERS) or self.fleet.wait_empty(0)
+            ),
+            10,
+        )
 
     def _alive(self, name: str) -> bool:
         return self.fleet is not None and self.fleet.registry.is_live(name)

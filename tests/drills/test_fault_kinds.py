@@ -33,7 +33,8 @@ def _kinds(root: Path, name: str, kind: str) -> list[dict]:
 
 def _settled(root: Path, node: str) -> dict:
     recs = [
-        r for r in read_jsonl(root / "spawn-journal.jsonl").records
+        r
+        for r in read_jsonl(root / "spawn-journal.jsonl").records
         if r["id"] == node and r["kind"] in ("settled", "cancelled")
     ]
     assert len(recs) == 1
@@ -68,20 +69,24 @@ def test_a_provider_failure_ends_the_child_down_and_still_settles_it(
 
 
 @pytest.mark.parametrize("kind", ["truncated", "malformed-args", "empty-reply"])
-def test_a_damaged_reply_is_repaired_and_the_child_still_replies(
-    tmp_path: Path, kind: str
-) -> None:
+def test_a_damaged_reply_is_repaired_and_the_child_still_replies(tmp_path: Path, kind: str) -> None:
     root = _scripted_run(tmp_path, kind)
     assert _settled(root, "worker-0")["status"] == "done"
-    names = {n for c in _kinds(root, "record.jsonl", "Commit") if c["agent"] == "worker-0"
-             for n in c["defined"]}
+    names = {
+        n
+        for c in _kinds(root, "record.jsonl", "Commit")
+        if c["agent"] == "worker-0"
+        for n in c["defined"]
+    }
     assert {"v0", "v1", "v2"} <= names
 
 
-def _drill(tmp: Path, kind: str, *, seed: int = 3, duration: float = 1.5, rate: float = 6.0,
-           calls: int = 8) -> dict:
-    cfg = DrillConfig(seed, rate, (kind,), duration, agents=2, calls=calls, call_ms=30,
-                      root=tmp / "drill")
+def _drill(
+    tmp: Path, kind: str, *, seed: int = 3, duration: float = 1.5, rate: float = 6.0, calls: int = 8
+) -> dict:
+    cfg = DrillConfig(
+        seed, rate, (kind,), duration, agents=2, calls=calls, call_ms=30, root=tmp / "drill"
+    )
     result = run_drill(cfg)
     report = json.loads((tmp / "drill" / "drill-report.json").read_text())
     assert result.ok, json.dumps(report["rounds"], indent=1)[:4000]

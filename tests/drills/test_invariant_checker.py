@@ -73,8 +73,9 @@ def test_a_committed_binding_missing_from_the_final_snapshot_is_a_violation(
     path = healthy / "agents" / "kid" / "snapshot.msgpack"
     snap = MobileSnapshot.load(path)
     bindings = {k: v for k, v in snap.bindings.items() if k != "y"}
-    MobileSnapshot(snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers)\
-        .write_atomic(path)
+    MobileSnapshot(
+        snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers
+    ).write_atomic(path)
     report = check_session(healthy)
     committed = report.get("committed")
     assert committed.status == "violated"
@@ -85,10 +86,12 @@ def test_a_prune_record_after_the_commit_explains_a_missing_binding(healthy: Pat
     path = healthy / "agents" / "kid" / "snapshot.msgpack"
     snap = MobileSnapshot.load(path)
     bindings = {k: v for k, v in snap.bindings.items() if k != "y"}
-    MobileSnapshot(snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers)\
-        .write_atomic(path)
-    append_jsonl(healthy / "record.jsonl", {"kind": "Prune", "agent": "kid", "names": ["y"],
-                                            "epoch": 99})
+    MobileSnapshot(
+        snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers
+    ).write_atomic(path)
+    append_jsonl(
+        healthy / "record.jsonl", {"kind": "Prune", "agent": "kid", "names": ["y"], "epoch": 99}
+    )
     assert check_session(healthy).get("committed").status == "held"
 
 
@@ -109,8 +112,10 @@ def test_a_corrupt_inner_line_is_a_violation(healthy: Path) -> None:
 
 
 def test_an_open_slot_and_a_missing_died_are_violations(healthy: Path) -> None:
-    append_jsonl(healthy / "spawn-journal.jsonl", {"kind": "spawned", "seq": 1000, "id": "ghost",
-                                                   "parent": "trunk"})
+    append_jsonl(
+        healthy / "spawn-journal.jsonl",
+        {"kind": "spawned", "seq": 1000, "id": "ghost", "parent": "trunk"},
+    )
     append_jsonl(healthy / "transcript.jsonl", {"kind": "Born", "agent": "ghost"})
     report = check_session(healthy)
     assert report.get("settled").status == "violated"
@@ -123,6 +128,7 @@ def test_a_live_process_named_by_the_run_is_a_leftover_and_a_reused_pid_is_not(
 ) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
+
         class R:
             epoch = 1
             defined = ()
@@ -134,9 +140,11 @@ def test_a_live_process_named_by_the_run_is_a_leftover_and_a_reused_pid_is_not(
         reused = {**record, "pidStartedAt": psutil.Process(proc.pid).create_time() - 3600}
         (healthy / "record.jsonl").write_text(
             "\n".join(
-                line for line in (healthy / "record.jsonl").read_text().splitlines()
+                line
+                for line in (healthy / "record.jsonl").read_text().splitlines()
                 if str(proc.pid) not in line
-            ) + "\n"
+            )
+            + "\n"
         )
         append_jsonl(healthy / "record.jsonl", reused)
         assert check_session(healthy).get("no-leftover-processes").status == "held"

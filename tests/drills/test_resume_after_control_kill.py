@@ -62,15 +62,25 @@ def _kill_mid_run(tmp_path: Path) -> Path:
     session = tmp_path / "session"
     env = {**os.environ, "EXARCH_FAULTS": "1"}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from cli.main import main; main()", "run", str(scenario),
-         "--session-dir", str(session)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        [
+            sys.executable,
+            "-c",
+            "from cli.main import main; main()",
+            "run",
+            str(scenario),
+            "--session-dir",
+            str(session),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
     )
     try:
         events = session / "agents" / "slow" / "events.jsonl"
         assert wait_for(
-            lambda: "quick" in _settled_ids(session) and "sleep 30" in (
-                events.read_text() if events.exists() else ""
+            lambda: (
+                "quick" in _settled_ids(session)
+                and "sleep 30" in (events.read_text() if events.exists() else "")
             ),
             20,
         )
@@ -98,7 +108,8 @@ def test_resume_after_sigkill_of_the_control_process_finishes_with_every_child_s
     report = check_session(session)
     assert report.ok, json.dumps(report.to_json(), indent=1)
     trunk_results = [
-        r for r in read_jsonl(session / "agents" / "trunk" / "events.jsonl").records
+        r
+        for r in read_jsonl(session / "agents" / "trunk" / "events.jsonl").records
         if r.get("source") == "agent_result"
     ]
     assert sorted(r["text"].split()[1] for r in trunk_results) == ["quick", "slow"]

@@ -11,8 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+from e2e_support import (
+    FleetRun,
+    fleet_factory,
+    wait_until,
+)
+
 from runtime.inbox import Command
-from tests.fleet_e2e.conftest import FleetRun, wait_until
+
+fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 
 SCENARIO = """
 [fleet]

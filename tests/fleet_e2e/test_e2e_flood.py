@@ -12,14 +12,22 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+import pytest
+from e2e_support import (
+    FleetRun,
+    fleet_factory,
+    wait_until,
+)
+
 from runtime.constants import INBOX_SOURCE_CAP
-from tests.fleet_e2e.conftest import FleetRun, wait_until
+
+fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 
 FLOOD = 10_000
 
 COUNT = (
     "fold { |acc, i| "
-    "try { message victim \"m $i\"; put $acc accepted (add $acc[accepted] 1) } "
+    'try { message victim "m $i"; put $acc accepted (add $acc[accepted] 1) } '
     "catch e { if (contains (get $e message) 'inbox full') "
     "{ put $acc full (add $acc[full] 1) } "
     "else { put $acc other (append $acc[other] (get $e message)) } } } "
@@ -71,15 +79,13 @@ def test_ten_thousand_messages_at_a_busy_agent_accept_exactly_the_source_cap_and
     assert "inbox full" in refusal and "victim" in refusal, refusal
     assert f"cap of {INBOX_SOURCE_CAP} for source agent_message" in refusal, refusal
     assert victim.inbox.depths()["agent_message"] == INBOX_SOURCE_CAP
-    queued = [item.text for item in victim.inbox.items()]
-    assert queued == [f"m {i}" for i in range(INBOX_SOURCE_CAP)]  # the first 64, in order
+    queued = [(type(m).__name__, getattr(m, "text", None)) for m in victim.inbox.items()]
+    assert queued == [("AgentMessage", f"m {i}") for i in range(INBOX_SOURCE_CAP)]  # first 64
     assert victim.eval_root.busy  # still in its sleep: nothing drained
 
     run.close()
     unread = [
-        r
-        for r in run.transcript()
-        if r["kind"] == "InboxRejected" and r["agent"] == "victim"
+        r for r in run.transcript() if r["kind"] == "InboxRejected" and r["agent"] == "victim"
     ]
     assert len(unread) == INBOX_SOURCE_CAP
     assert {r["reason"] for r in unread} == {"recipient ended"}

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.fleet_e2e.conftest import FleetRun, wait_until
+import pytest
+from e2e_support import (
+    FleetRun,
+    fleet_factory,
+    wait_until,
+)
+
+fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 
 SCENARIO = """
 [fleet]
@@ -66,7 +73,5 @@ def test_the_desk_refuses_agent_at_depth_three_catchably_and_registers_nothing(
     died = {r["agent"]: r["outcome"] for r in run.transcript() if r["kind"] == "Died"}
     assert {k: died[k] for k in ("a", "b", "c")} == {"a": "replied", "b": "replied", "c": "replied"}
     assert not any(r["id"] == "d" for r in run.journal())
-    replies = {
-        r["id"]: r.get("reply") for r in run.journal() if r["kind"] == "execution-result"
-    }
+    replies = {r["id"]: r.get("reply") for r in run.journal() if r["kind"] == "execution-result"}
     assert replies == {"a": "a done", "b": "b done", "c": "c done"}

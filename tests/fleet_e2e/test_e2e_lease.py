@@ -13,10 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+from e2e_support import (
+    FakeClock,
+    FleetRun,
+    fleet_factory,
+    wait_until,
+)
+
 from actors.fleet import FleetConfig
 from actors.registry import DEADLINE
 from runtime.inbox import Command
-from tests.fleet_e2e.conftest import FakeClock, FleetRun, wait_until
+
+fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 
 BOUND = 100.0
 
@@ -114,9 +123,7 @@ def test_steer_renews_the_idle_lease_while_message_and_a_resources_probe_do_not(
     clock.set(80.0)
     fleet.registry.steer("steered", "keep at it")  # a human message: the only renewal
     fleet.registry.steer("trunk", "ping messaged")  # the trunk's ral sends `message`
-    wait_until(
-        lambda: messaged.inbox.depths()["agent_message"] == 1, what="message delivered"
-    )
+    wait_until(lambda: messaged.inbox.depths()["agent_message"] == 1, what="message delivered")
     trunk.inbox.push(Command("/resources"))  # the probe of the trunk: reads its children's leases
     messaged.inbox.push(Command("/resources"))  # queued behind its busy turn: renews nothing
     probe = run.recorder.wait_for("Resources", "trunk")

@@ -16,8 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from e2e_support import (
+    FleetRun,
+    alive,
+    descendants,
+    fleet_factory,
+    wait_until,
+)
 
-from tests.fleet_e2e.conftest import FleetRun, alive, descendants, wait_until
+fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 
 SCENARIO = """
 [fleet]

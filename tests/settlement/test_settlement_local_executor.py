@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import IGNORE_TERM, SLEEP, pid_gone, wait_until
+from settlement_support import IGNORE_TERM, SLEEP, pid_gone, wait_until
 
 import runtime.executor as executor_mod
 from runtime.executor import (

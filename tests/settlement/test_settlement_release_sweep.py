@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SLEEP, kill_hard, pid_gone, wait_until
+from settlement_support import SLEEP, kill_hard, pid_gone, wait_until
 
 from runtime.executor import (
     Backoff,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SLEEP, pid_gone
+from settlement_support import SLEEP, pid_gone
 
 from runtime.executor import Backoff, ExecutionSpec, LocalProcessExecutor
 from runtime.fleet_yield import fleet_yield

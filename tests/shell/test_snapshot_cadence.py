@@ -50,3 +50,21 @@ def test_the_file_catches_up_with_the_epoch_within_the_cadence(
         shell.run("add 1 1").get()
     epoch = shell.durable_snapshot().get().epoch
     assert epoch - MobileSnapshot.load(path).epoch < SNAPSHOT_FILE_EVERY
+
+
+def test_a_refused_snapshot_write_keeps_the_call_reports_it_and_retries_next_checkpoint(
+    start_shell: Callable[..., Any], tmp_path: Path, notices: Any
+) -> None:
+    shell = start_shell(notice_sink=notices).proxy()
+    path = tmp_path / "agents" / "trunk" / "snapshot.msgpack"
+    shell.run("let before = 1").get()
+    path.unlink()
+    path.mkdir()  # the rename onto the snapshot path now fails
+    result = shell.run("let during = 2").get()
+    assert result.error is None and "during" in result.defined
+    assert "SnapshotWriteFailed" in notices.kinds()
+    assert not list(path.parent.glob(".snapshot.msgpack.*.tmp")), "no temp file left behind"
+    assert shell.run("add 1 1").get().error is None
+    path.rmdir()
+    shell.run("add 2 2").get()  # the next checkpoint retries: the file is still dirty
+    assert {"before", "during"} <= set(MobileSnapshot.load(path).names())

@@ -77,5 +77,7 @@ async def chat(
             c = Chat(app, pilot, fleet)
             await c.until(lambda: app.focused_agent == "trunk", what="the trunk's tab")
             yield c
+            print("F", time.monotonic())
+        print("G", time.monotonic())
     finally:
         app.control.close_fleet()

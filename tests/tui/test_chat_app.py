@@ -329,6 +329,7 @@ def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Pat
     pids: list[int] = []
 
     async def scenario() -> None:
+        print("start", time.monotonic())
         async with chat(
             tmp_path,
             """
@@ -341,9 +342,12 @@ def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Pat
             """,
             quit_window=0.5,
         ) as c:
+            print("entered", time.monotonic())
             await c.say("go")
+            print("said", time.monotonic())
             await c.until(lambda: _ral(c, "helper", "sleep 30") is not None)
             await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None)
+            print("running", time.monotonic())
             for agent in c.fleet.agents.values():
                 pid = agent.shell_pid()
                 assert pid is not None
@@ -358,6 +362,8 @@ def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Pat
             await c.until(lambda: not c.app.is_running, what="the app to exit")
             assert c.app.control.closed
             assert c.fleet.registry.is_empty()
+            print("D", time.monotonic())
+        print("E", time.monotonic())
 
     asyncio.run(scenario())
     assert pids and not [p for p in pids if psutil.pid_exists(p) and _alive(p)]

@@ -1,9 +1,13 @@
-"""Fixtures for the fleet end to end: a real :class:`actors.fleet.Fleet` in-process, driven by a
-scripted scenario, with real shell host processes, real workers and real external programs.
+"""Helpers for the fleet end to end: a real :class:`actors.fleet.Fleet` in-process, driven by
+a scripted scenario, with real shell host processes, real workers and real external programs.
 
 ``fleet_of(toml, ...)`` builds the fleet and guarantees ``close()`` at teardown (which cancels
 whatever still runs, so a failing test still reaps every process it started). ``Recorder``
 subscribes to the bus and stamps each event with ``time.perf_counter()`` on arrival.
+
+There is deliberately no ``conftest.py`` here: tests elsewhere do ``from conftest import``, and a
+conftest loaded after theirs (several paths on one pytest command line) would shadow it. Each
+test module declares ``fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)`` instead.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 
 from actors.bus import Subscription
 from actors.fleet import Fleet, FleetConfig
@@ -147,8 +150,9 @@ def descendants() -> set[int]:
         return set()
 
 
-@pytest.fixture
-def fleet_of(tmp_path: Path) -> Iterator[Callable[..., FleetRun]]:
+def fleet_factory(tmp_path: Path) -> Iterator[Callable[..., FleetRun]]:
+    """The ``fleet_of`` fixture's body: ``fleet_of(toml, config)`` builds a fleet, closed at
+    teardown (which cancels whatever still runs, so a failing test still reaps its processes)."""
     runs: list[FleetRun] = []
 
     def build(toml: str, config: FleetConfig | None = None) -> FleetRun:
