@@ -266,6 +266,8 @@ class Agent:
                 self._ready_boundary()
                 item = self.inbox.next_or_idle(self.park_mode)
                 if item is None or self.terminated is not None:
+                    if item is not None:  # popped but never admitted: recorded, not lost
+                        self.fleet.record_undelivered(self, [item])
                     if self.terminated is not None:
                         outcome = AgentOutcome.CANCELLED
                     break
@@ -317,9 +319,18 @@ class Agent:
         except Exception:
             pass
         self.schedules.clear(close=True)
-        leftovers = self.inbox.items()
-        if leftovers:
-            self.fleet.record_undelivered(self, leftovers)
+        self.record_leftovers()
+
+    def record_leftovers(self) -> None:
+        """Remove and record the inbox items no turn will admit (never silently lost).
+
+        Called at the single exit and again by the spawn site once the agent is deregistered:
+        a result delivered in between is in the inbox, not yet refused by the registry."""
+        items = []
+        while (item := self.inbox.try_pop()) is not None:
+            items.append(item)
+        if items:
+            self.fleet.record_undelivered(self, items)
 
     @property
     def conversing(self) -> bool:
@@ -338,6 +349,7 @@ class Agent:
             self.latches = self.latches.at_turn_boundary()
             self.token.reset()
             if self.terminated is not None:
+                self.fleet.record_undelivered(self, [item])
                 return AgentOutcome.CANCELLED
             self.stats.turns += 1
             if not self._admit_input(item):

@@ -455,6 +455,7 @@ class Fleet:
             self.stop_shell(agent)  # idempotent: a child's teardown already closed it
             self.registry.cancel_descendants(agent.name, "parent ended")
             self.registry.deregister(agent.name)
+            agent.record_leftovers()  # delivered between the agent's exit and deregister
             self.publish(Died(agent.name, outcome=outcome.value, cause=agent.terminated))
             with self._lock:
                 self._actors.pop(agent.name, None)

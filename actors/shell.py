@@ -303,6 +303,7 @@ class ShellActor(QuotaActor):
             return
         self._closed = True
         self._cancel_workers("shell closed")
+        self._flush_snapshot()
         host, self._host = self._host, None
         if host is not None:
             host.data.try_send("shutdown")
@@ -683,6 +684,29 @@ class ShellActor(QuotaActor):
                 )
             out.append(Notice(self.name, notice=kind, text=str(n.get("text") or ""), data=data))
         return out
+
+    def _flush_snapshot(self) -> None:
+        """At close: a file left dirty by a refused write is retried with backoff (about 1.5 s
+        in all) before the failure is reported; there is no later checkpoint to retry it."""
+        if not self._file_dirty or self._durable is None:
+            return
+        delay, error = 0.05, None
+        for _ in range(6):
+            try:
+                self._durable.write_atomic(self.snapshot_path)
+                self._file_dirty = False
+                return
+            except OSError as e:
+                error = e
+                time.sleep(delay)
+                delay *= 2
+        failed = Notice(
+            self.name,
+            notice="SnapshotWriteFailed",
+            text=f"final snapshot write failed: {error}",
+            data={"path": str(self.snapshot_path)},
+        )
+        self._deliver((failed,))
 
     def _checkpoint(self) -> None:
         """Refresh the durable snapshot; write the file when anything a resume needs changed.

@@ -74,6 +74,8 @@ def chat_command(
     finally:
         app.control.close_fleet("quit")  # idempotent: a no-op when the app already closed it
     trunk = fleet.trunk
-    outcome = trunk.outcome.value if trunk is not None and trunk.outcome is not None else "cancelled"
+    outcome = (
+        trunk.outcome.value if trunk is not None and trunk.outcome is not None else "cancelled"
+    )
     fleet.write_result(outcome, None)
     click.echo(f"session: {session_path(session)}", err=True)

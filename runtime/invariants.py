@@ -280,6 +280,15 @@ def _check_committed(s: _Session) -> InvariantResult:
     for r in _by_kind(s.record, "Prune"):
         prunes[str(r.get("agent"))].append((int(r.get("epoch") or 0), set(r.get("names") or ())))
     clears = _clears(s)
+    # A final snapshot write the runtime could not make (and said so) explains what the file
+    # lacks: the loss was reported, not silent. Nothing else does.
+    unwritable = {
+        str(r.get("agent"))
+        for r in _by_kind(s.transcript, "Notice")
+        if r.get("notice") == "SnapshotWriteFailed"
+        and str(r.get("text", "")).startswith("final snapshot write failed")
+    }
+    reported = 0
     snaps: dict[str, frozenset[str] | None] = {}
     bad: list[str] = []
     checked = 0
@@ -300,9 +309,14 @@ def _check_committed(s: _Session) -> InvariantResult:
             if any(at >= _at(c) for at in clears.get(agent, ())):
                 explained += 1
                 continue
+            if agent in unwritable:
+                reported += 1
+                continue
             why = "no readable snapshot" if names is None else "missing from the final snapshot"
             bad.append(f"{agent}: {name!r} committed at epoch {epoch}: {why}")
     notes = [f"{len(commits)} commits, {explained} bindings explained by Prune or /clear"]
+    if reported:
+        notes.append(f"{reported} bindings not in the file: its final write failed, reported")
     return _result("committed", checked, bad, notes)
 
 

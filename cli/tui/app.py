@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
 from cli.tui.bridge import (
@@ -64,7 +64,7 @@ class ChatApp(App[None]):
     TabPane { padding: 0; }
     Input { dock: bottom; margin: 0 0 1 0; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "interrupt", "Interrupt turn", priority=True),
         Binding("ctrl+c", "ctrl_c", "Interrupt · twice: quit", priority=True),
         Binding("ctrl+n", "next_tab", "Next tab", priority=True),
@@ -187,7 +187,9 @@ class ChatApp(App[None]):
         await tabbed.add_pane(TabPane(label, view, id=pane_id))
         # A branch the human just made from the focused tab is where they want to be; a
         # sub-agent's tab never steals focus.
-        if self.focused_agent is None or (info.role == "branch" and info.parent == self.focused_agent):
+        if self.focused_agent is None or (
+            info.role == "branch" and info.parent == self.focused_agent
+        ):
             tabbed.active = pane_id
             self._set_focus(info.name)
 

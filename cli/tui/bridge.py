@@ -181,19 +181,20 @@ class Bridge:
     def _on_event(self, ev: Event, batch: _Batch) -> None:
         if isinstance(ev, Born):
             role: Role = "trunk" if ev.parent is None else "branch" if ev.interactive else "sub"
-            view = Transcript(ev.agent, inherited_before=ev.at if role == "branch" else None)
-            self._views[ev.agent] = view
+            self._views[ev.agent] = Transcript(
+                ev.agent, inherited_before=ev.at if role == "branch" else None
+            )
             self._tails[ev.agent] = LogTail(self.fleet.session.events(ev.agent))
             batch.born.append(TabInfo(ev.agent, ev.parent, role))
             self._catch_up(ev.agent, batch)
             return
-        view = self._views.get(ev.agent)
-        if view is None:
+        existing = self._views.get(ev.agent)
+        if existing is None:
             if isinstance(ev, ProviderError | InboxRejected):
                 batch.alerts.append(f"{ev.agent}: {getattr(ev, 'message', '') or ev.kind}")
             return
         self._catch_up(ev.agent, batch)  # the ordering rule of cli.tui.model
-        batch.changes.extend(view.on_event(ev))
+        batch.changes.extend(existing.on_event(ev))
         if isinstance(ev, ProviderError):
             batch.alerts.append(f"{ev.agent}: provider error ({ev.error}): {ev.message}")
         elif isinstance(ev, InboxRejected):

@@ -125,7 +125,9 @@ class Transcript:
         kind = rec.get("kind")
         at = rec.get("at")
         inherited = bool(
-            self._inherited_before is not None and isinstance(at, str) and at < self._inherited_before
+            self._inherited_before is not None
+            and isinstance(at, str)
+            and at < self._inherited_before
         )
         text = str(rec.get("text", ""))
         if kind == "user":
@@ -183,7 +185,9 @@ class Transcript:
     def _result(self, cid: str, content: str, is_error: bool) -> list[Change]:
         entry = self._calls.get(cid)
         if entry is None:  # a result whose call the log never showed: shown on its own
-            orphan = Entry(cid or self._key(), "ral", "(call not shown)", preview(content), is_error)
+            orphan = Entry(
+                cid or self._key(), "ral", "(call not shown)", preview(content), is_error
+            )
             self._calls[orphan.key] = orphan
             return [Append(self.agent, orphan)]
         if entry.result is not None:
@@ -221,7 +225,9 @@ class Transcript:
             cause = f" ({ev.cause})" if ev.cause else ""
             return [self._new("ended", f"{self.agent} ended: {ev.outcome}{cause}")]
         if isinstance(ev, Overflow):
-            return [self._new("note", f"the view missed {ev.missed} events; transcript.jsonl has them")]
+            return [
+                self._new("note", f"the view missed {ev.missed} events; transcript.jsonl has them")
+            ]
         return []
 
 

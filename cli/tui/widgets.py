@@ -91,7 +91,7 @@ class TranscriptView(VerticalScroll):
         self.apply(pending)
 
     def apply(self, changes: list[Change]) -> None:
-        if not self._ready or not self.is_mounted:
+        if not self._ready or not self.is_attached:
             self._pending.extend(changes)
             return
         at_end = self.max_scroll_y - self.scroll_y <= 2

@@ -34,7 +34,9 @@ class Chat:
     pilot: Pilot[None]
     fleet: Fleet
 
-    async def until(self, cond: Callable[[], Any], timeout: float = TIMEOUT, what: str = "") -> None:
+    async def until(
+        self, cond: Callable[[], Any], timeout: float = TIMEOUT, what: str = ""
+    ) -> None:
         """Wait for ``cond`` while the app keeps running; fail with the screen's state."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -77,7 +79,5 @@ async def chat(
             c = Chat(app, pilot, fleet)
             await c.until(lambda: app.focused_agent == "trunk", what="the trunk's tab")
             yield c
-            print("F", time.monotonic())
-        print("G", time.monotonic())
     finally:
         app.control.close_fleet()
