@@ -11,13 +11,22 @@ Three nested loops, the same for trunk and child:
 - **drive** — the lifetime: pull the next turn from the inbox with the park verdict
   re-evaluated on every wake; a genuine turn boundary resets the nudge latches and the sticky
   token (a self-nudge resets neither); ``reply`` ends a returning agent after its batch; the
-  single exit settles any pending tool call so the log is always ready for the next user message.
-- **apply** — provider round-trips: the provider is read once per turn (a swap lands next turn);
-  compaction is checked before every request; every reply is admitted (X2/X7) before it is
-  committed; MaxTokens without a tool call appends the partial and ends the loop as truncated;
-  MAX_STEPS ends the turn as Capped.
-- **dispatch** — the tool-call batch in order, every id answered; then steering that arrived
-  mid-turn is appended after the complete batch.
+  single exit settles any pending tool call so the log is always ready for the next user message,
+  and records every inbox item no turn admitted.
+- **apply** — provider round-trips: the provider is read once per *turn*, self-nudges included
+  (a swap or ``/model`` lands next turn, never mid-turn); the disk warning and compaction are
+  checked before every request; every reply is admitted (X2/X7) before it is committed;
+  MaxTokens without a tool call appends the partial and ends the loop as truncated (a continue
+  nudge follows), with tool calls it dispatches them; MAX_STEPS (250) bounds the whole turn
+  across self-nudges and ends it Capped, which no nudge re-drives.
+- **dispatch** — the tool-call batch in order, every id answered exactly once (an unknown tool
+  or a call without a ``script`` is answered with an error, and the transcript's Io records the
+  same text); then steering that arrived mid-turn is appended after the complete batch.
+
+Reply rules: a headless trunk's first reply is turned back once for self-verification (the
+reply is no longer standing, so the next tool batch does not end the loop on it); the second is
+honoured; if the trunk ends without replying again, the first stands. ``--chat`` has no tool and
+so no ``reply``: a headless chat trunk's answer is the text of its final message.
 
 The drive loop runs on the agent actor's own thread as one long message; the actor's quota
 mailbox carries only control (Cancel / Interrupt trip the tokens at put time, in the sender's
@@ -277,6 +286,8 @@ class Agent:
                     outcome = ended
                     break
             outcome = self._provisional_stands(outcome)
+        except Cancelled:  # a poll point outside apply (a slash command's summarise, ...)
+            outcome = AgentOutcome.CANCELLED
         except Exception as e:  # a bug must end this agent cleanly, never strand the fleet
             outcome = AgentOutcome.FAILED
             self._note(f"agent failed: {type(e).__name__}: {e}")

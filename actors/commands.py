@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from runtime.cancel import Cancelled
 from runtime.errors import ExarchError
 from runtime.events import Notice, SystemNote
 
@@ -84,6 +85,12 @@ def compact_agent(fleet: Fleet, agent: Agent) -> None:
         fleet.publish(SystemNote(agent.name, text="/compact refused: tool results pending"))
         return
     provider = agent.provider.current()
-    summary = provider.summarize(agent.log.render_transcript(), agent.token, system=agent.system)
+    try:
+        summary = provider.summarize(
+            agent.log.render_transcript(), agent.token, system=agent.system
+        )
+    except Cancelled:
+        fleet.publish(SystemNote(agent.name, text="/compact interrupted: nothing was dropped"))
+        return
     agent.log.apply_compaction(summary)
     fleet.publish(Notice(agent.name, notice="Compacted", text="history compacted on request"))

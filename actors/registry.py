@@ -365,13 +365,10 @@ class FleetRegistry:
 
     def steer(self, name: str, text: str) -> Outcome:
         """Deliver a human message: engaged, and the idle lease renewed (the only renewal)."""
-        with self._lock:
+        with self._lock:  # pushed under the lock: never into the inbox of an agent that ended
             self.tree.get(name)
-            inbox = self._handles[name].inbox
-        outcome = inbox.push(UserSteering(text))  # user source: never refused
-        with self._lock:
-            if self.tree.is_live(name):
-                self.tree.record_exchange(name)
+            outcome = self._handles[name].inbox.push(UserSteering(text))  # never refused
+            self.tree.record_exchange(name)
         return outcome
 
     def record_exchange(self, name: str) -> None:
@@ -384,10 +381,9 @@ class FleetRegistry:
     def message(self, sender: str, name: str, text: str | AgentMessage) -> Outcome:
         """Model-facing message: renews nothing. Raises InboxFull, UnknownAgent or AgentEnded."""
         msg = text if isinstance(text, AgentMessage) else AgentMessage(sender, text)
-        with self._lock:
+        with self._lock:  # pushed under the lock: never into the inbox of an agent that ended
             self.tree.get(name)
-            inbox = self._handles[name].inbox
-        return inbox.push(msg)
+            return self._handles[name].inbox.push(msg)
 
     def deliver(
         self,
@@ -405,14 +401,16 @@ class FleetRegistry:
         """
         stamp = msg.generation if stamp is None else stamp
         sender = sender if sender is not None else getattr(msg, "child", None)
-        with self._lock:
-            if not self.tree.is_live(recipient):
-                return self._drop(recipient, msg, "recipient ended", sender, "ended")
-            if self.tree.is_stale(recipient, stamp):
-                return self._drop(recipient, msg, "stale generation", sender, "stale")
-            inbox = self._handles[recipient].inbox
+        # The push happens under the registry lock: a recipient deregistering concurrently
+        # either sees the item in its inbox (and records it if it cannot take it) or this call
+        # sees it ended and records it here. Inbox.push never calls back into the registry.
         try:
-            inbox.push(msg)
+            with self._lock:
+                if not self.tree.is_live(recipient):
+                    return self._drop(recipient, msg, "recipient ended", sender, "ended")
+                if self.tree.is_stale(recipient, stamp):
+                    return self._drop(recipient, msg, "stale generation", sender, "stale")
+                self._handles[recipient].inbox.push(msg)
         except InboxFull as full:
             event = InboxRejected.of(
                 recipient, msg, reason="inbox full", cap=full.cap, total=full.total, sender=sender

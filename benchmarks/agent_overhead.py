@@ -14,6 +14,7 @@ boundary — plus the shell round trip itself (pykka mailbox, run frame, evaluat
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
@@ -24,15 +25,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.fleet import Fleet, FleetConfig  # noqa: E402
-from actors.shell import ShellActor  # noqa: E402
-from actors.shell_host import ensure_fork_server  # noqa: E402
-from runtime.cancel import CancelScope  # noqa: E402
-from runtime.messages import AssistantMessage, TranscriptItem  # noqa: E402
-from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec  # noqa: E402
-from runtime.providers.scenario import parse_scenario  # noqa: E402
-from runtime.providers.scripted import ScenarioPlayback  # noqa: E402
-from runtime.session_dir import SessionDir  # noqa: E402
+from actors.fleet import Fleet, FleetConfig
+from actors.shell import ShellActor
+from actors.shell_host import ensure_fork_server
+from runtime.cancel import CancelScope
+from runtime.messages import AssistantMessage, TranscriptItem
+from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.session_dir import SessionDir
 
 WARMUP = 20
 
@@ -88,7 +89,7 @@ repeat = 2
             assert trunk.stats.ral_calls == calls + WARMUP + 2, trunk.stats
         finally:
             fleet.close()
-    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
     return gaps[WARMUP : WARMUP + calls]
 
 

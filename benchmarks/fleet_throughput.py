@@ -34,14 +34,14 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.fleet import Fleet, FleetConfig  # noqa: E402
-from runtime.cancel import CancelScope  # noqa: E402
-from runtime.messages import AssistantMessage, TranscriptItem  # noqa: E402
-from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec  # noqa: E402
-from actors.shell_host import ensure_fork_server  # noqa: E402
-from runtime.providers.scenario import parse_scenario  # noqa: E402
-from runtime.providers.scripted import ScenarioPlayback  # noqa: E402
-from runtime.session_dir import SessionDir  # noqa: E402
+from actors.fleet import Fleet, FleetConfig
+from actors.shell_host import ensure_fork_server
+from runtime.cancel import CancelScope
+from runtime.messages import AssistantMessage, TranscriptItem
+from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.session_dir import SessionDir
 
 MiB = 1024 * 1024
 
@@ -108,11 +108,20 @@ class Sampler:
 
 
 class Gated(Provider):
-    """The scripted provider behind a starting gate: the first request waits for ``gate``."""
+    """The scripted provider behind a starting gate: the first request waits for ``gate``.
 
-    def __init__(self, inner: Provider, gate: threading.Event) -> None:
+    The trunk's own gate is open; the children it forks (``for_agent``, the spawn site's
+    path) wait at ``child_gate``."""
+
+    def __init__(
+        self, inner: Provider, gate: threading.Event, child_gate: threading.Event | None = None
+    ) -> None:
         self.inner, self.gate, self.waited = inner, gate, False
+        self.child_gate = child_gate or gate
         self.name, self.model, self.window_tokens = inner.name, inner.model, inner.window_tokens
+
+    def for_agent(self, agent_name: str) -> Provider:
+        return Gated(self.inner.for_agent(agent_name), self.child_gate)
 
     def complete(
         self,
@@ -132,24 +141,38 @@ class Gated(Provider):
         )
 
 
+def wait_all_gated(fleet: Fleet, n: int) -> None:
+    """Until every child is live and waiting at the gate (its first request in flight)."""
+    deadline = time.monotonic() + 120
+    while True:
+        kids = [a for a in list(fleet.agents.values()) if a.parent is not None]
+        if len(kids) == n and all(a.stats.steps >= 1 for a in kids):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("children did not reach the gate in 2 minutes")
+        time.sleep(0.01)
+
+
 def run(n: int, calls: int) -> dict[str, float]:
     playback = ScenarioPlayback(parse_scenario(scenario(n, calls)))
     gate = threading.Event()
 
+    opened = threading.Event()
+    opened.set()
+
     def provider_for(name: str) -> Provider:
-        p = playback.provider(name)
-        return p if name == "trunk" else Gated(p, gate)
+        return Gated(playback.provider(name), opened, gate)
 
     with tempfile.TemporaryDirectory() as d:
         fleet = Fleet(SessionDir.at(d), provider_for, FleetConfig())
         try:
             trunk = fleet.start_trunk(None, interactive=True)
-            trunk.provider.swap(playback.provider("trunk"))
             base_rss, _, base_uss = Sampler.sample(uss=True)
             sampler = Sampler().start()
             for i in range(n):
                 child = fleet.spawn_child(trunk, f"worker-{i:03d}", "make calls", None)
                 assert child["status"] == "started"
+            wait_all_gated(fleet, n)
             gate_rss, gate_procs, gate_uss = Sampler.sample(uss=True)
             t0 = time.perf_counter()
             gate.set()

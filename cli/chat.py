@@ -63,7 +63,15 @@ def chat_command(
         disk_warn_bytes=disk_warn_bytes,
         window_tokens=window_tokens,
     )
-    factory = provider_factory(spec)  # a bad flag or a missing key fails before the screen
+    try:
+        factory = provider_factory(spec)  # a bad flag or a missing key fails before the screen
+    except click.UsageError as e:
+        if scenario is not None:
+            raise
+        raise click.UsageError(
+            f"{e.message}\n(no model at hand? a scripted conversation needs no network: "
+            "exarch-actors chat examples/chat.toml)"
+        ) from None
     prompt = loaded.prompt if send_prompt and loaded is not None else None
     system = loaded.system if loaded is not None else None
     session = SessionDir.at(session_dir) if session_dir else SessionDir.new()

@@ -48,6 +48,16 @@ QUIT_WINDOW_SECS = 2.0
 
 _GLYPH = {"trunk": "●", "branch": "⎇", "sub": "◦"}
 
+_HINTS = {
+    "trunk": (
+        "You are talking to {name}; it waits for you between turns. Enter sends (typing while "
+        "it works steers it after its current tool calls). Esc interrupts its turn, Ctrl-N / "
+        "Ctrl-P switch tabs, Ctrl-C twice quits."
+    ),
+    "branch": "{name}: a conversing branch of {parent}, with its context and authority.",
+    "sub": "{name}: a sub-agent of {parent}. This tab is read-only: watch its work here.",
+}
+
 
 class ChatApp(App[None]):
     """The interactive frontend over one :class:`actors.fleet.Fleet`.
@@ -182,6 +192,8 @@ class ChatApp(App[None]):
         self._names[pane_id] = info.name
         view = TranscriptView(info.name)
         self.views[info.name] = view
+        hint = _HINTS[info.role].format(name=info.name, parent=info.parent)
+        view.apply([Append(info.name, Entry("hint", "note", hint))])
         label = self._label(info.name)
         self._labels[info.name] = label
         await tabbed.add_pane(TabPane(label, view, id=pane_id))
@@ -195,13 +207,11 @@ class ChatApp(App[None]):
 
     def _with_frontend_rows(self, agent: str, entry: Entry) -> Entry:
         """Rows for what the frontend itself owns, appended at render time (probe-convention)."""
-        rows = [
-            ("ui.tabs", len(self.tabs)),
-            ("ui.entries", len(self.entries(agent))),
-            ("ui.bus_missed", self.bridge.missed),
-        ]
-        extra = "\n".join(f"  {k:<22}  {v}" for k, v in rows)
-        return Entry(entry.key, entry.kind, f"{entry.text}\n{extra}")
+        rows = (
+            f"  ui.tabs {len(self.tabs)}  ·  ui.entries {len(self.entries(agent))}"
+            f"  ·  ui.bus_missed {self.bridge.missed}"
+        )
+        return Entry(entry.key, entry.kind, f"{entry.text}\n{rows}")
 
     def _label(self, name: str) -> str:
         info = self.tabs[name]

@@ -74,7 +74,10 @@ class AgentStatus:
     window: int | None
     inbox: int
     running_workers: int | None
-    live_children: int
+    sub_agents: int
+    """Live returning descendants (delegated work)."""
+    branches: int
+    """Live conversing descendants (``/branch`` tabs)."""
     turns: int
     ral_calls: int
 
@@ -132,6 +135,7 @@ class Bridge:
         self.app = app
         self._sub = fleet.bus.subscribe(name="chat-ui")
         self._views: dict[str, Transcript] = {}
+        self._roles: dict[str, Role] = {}
         self._tails: dict[str, LogTail] = {}
         self._probes: dict[str, Any] = {}
         self._workers: dict[str, int | None] = {}
@@ -181,8 +185,11 @@ class Bridge:
     def _on_event(self, ev: Event, batch: _Batch) -> None:
         if isinstance(ev, Born):
             role: Role = "trunk" if ev.parent is None else "branch" if ev.interactive else "sub"
+            self._roles[ev.agent] = role
             self._views[ev.agent] = Transcript(
-                ev.agent, inherited_before=ev.at if role == "branch" else None
+                ev.agent,
+                inherited_before=ev.at if role == "branch" else None,
+                inherited_from=ev.parent,
             )
             self._tails[ev.agent] = LogTail(self.fleet.session.events(ev.agent))
             batch.born.append(TabInfo(ev.agent, ev.parent, role))
@@ -225,9 +232,10 @@ class Bridge:
             provider = agent.provider.current()
             try:
                 inbox = sum(agent.inbox.depths().values())
-                children = len(registry.live_descendants(name))
+                below = registry.live_descendants(name)
             except ExarchError:
                 continue
+            branches = sum(1 for n in below if self._roles.get(n) == "branch")
             out[name] = AgentStatus(
                 name=name,
                 state=agent.stats.state,
@@ -236,7 +244,8 @@ class Bridge:
                 window=provider.window_tokens,
                 inbox=inbox,
                 running_workers=self._running_workers(name, agent),
-                live_children=children,
+                sub_agents=len(below) - branches,
+                branches=branches,
                 turns=agent.stats.turns,
                 ral_calls=agent.stats.ral_calls,
             )

@@ -52,6 +52,7 @@ EntryKind = Literal[
     "resources",
     "compacted",
     "cleared",
+    "separator",
     "ended",
 ]
 
@@ -70,6 +71,8 @@ class Entry:
     is_error: bool = False
     inherited: bool = False
     """A branch's context imported from its parent at the fork (shown dimmed)."""
+    speaker: str | None = None
+    """Who said an assistant entry, when not the tab's agent (a branch's inherited context)."""
 
     @property
     def plain(self) -> str:
@@ -105,9 +108,20 @@ Change = Append | Update | Reset
 class Transcript:
     """One agent's transcript state on the bridge side; returns the changes to show."""
 
-    def __init__(self, agent: str, *, inherited_before: str | None = None) -> None:
+    def __init__(
+        self,
+        agent: str,
+        *,
+        inherited_before: str | None = None,
+        inherited_from: str | None = None,
+    ) -> None:
+        """``inherited_before``: a branch's ``Born`` stamp; log records stamped up to it are the
+        context it imported from ``inherited_from`` at the fork (a branch starts with no prompt,
+        so its own first record waits for a human or a message, well after its birth)."""
         self.agent = agent
         self._inherited_before = inherited_before
+        self._parent = inherited_from or "its parent"
+        self._in_inherited = False
         self._seq = 0
         self._calls: dict[str, Entry] = {}
 
@@ -122,13 +136,23 @@ class Transcript:
 
     def on_record(self, rec: Mapping[str, Any]) -> list[Change]:
         """Changes for one ``events.jsonl`` record."""
-        kind = rec.get("kind")
         at = rec.get("at")
         inherited = bool(
             self._inherited_before is not None
             and isinstance(at, str)
-            and at < self._inherited_before
+            and at <= self._inherited_before  # ms stamps: the last import can share Born's
         )
+        marks: list[Change] = []
+        if inherited and not self._in_inherited:
+            self._in_inherited = True
+            marks.append(self._new("separator", f"context inherited from {self._parent}"))
+        elif not inherited and self._in_inherited:
+            self._in_inherited = False
+            marks.append(self._new("separator", f"{self.agent} branched from {self._parent}"))
+        return marks + self._on_record(rec, inherited)
+
+    def _on_record(self, rec: Mapping[str, Any], inherited: bool) -> list[Change]:
+        kind = rec.get("kind")
         text = str(rec.get("text", ""))
         if kind == "user":
             source = rec.get("source", "user")
@@ -167,7 +191,8 @@ class Transcript:
         out: list[Change] = []
         text = str(msg.get("text", ""))
         if text.strip():
-            out.append(self._new("assistant", text, inherited=inherited))
+            speaker = self._parent if inherited else None
+            out.append(self._new("assistant", text, inherited=inherited, speaker=speaker))
         for call in msg.get("tool_calls") or ():
             cid = str(call.get("id", "")) or self._key()
             args = call.get("arguments")

@@ -30,7 +30,8 @@ def render_entry(entry: Entry, agent: str) -> RenderableType:
         label, style = _LABEL_STYLE[entry.kind]
         return Text.assemble((f"{label} › ", style + dim), (entry.text, dim.strip()))
     if entry.kind == "assistant":
-        return Text.assemble((f"{agent} › ", "bold green" + dim), (entry.text, dim.strip()))
+        speaker = entry.speaker or agent
+        return Text.assemble((f"{speaker} › ", "bold green" + dim), (entry.text, dim.strip()))
     if entry.kind == "ral":
         head = Text.assemble(("  ral ", "bold yellow" + dim), (entry.text, "yellow" + dim))
         if entry.result is None:
@@ -45,7 +46,7 @@ def render_entry(entry: Entry, agent: str) -> RenderableType:
         return Text(f"✗ {entry.text}", style="bold red")
     if entry.kind == "ended":
         return Text(f"■ {entry.text}", style="bold magenta")
-    if entry.kind == "cleared":
+    if entry.kind in ("cleared", "separator"):
         return Text(f"─── {entry.text} ───", style="bold blue")
     if entry.kind == "compacted":
         return Text(f"⋯ {entry.text}", style="blue")
@@ -57,7 +58,6 @@ class EntryView(Static):
 
     DEFAULT_CSS = """
     EntryView { margin: 0 0 1 0; }
-    EntryView.ral { margin: 0; }
     """
 
     def __init__(self, entry: Entry, agent: str) -> None:
@@ -140,17 +140,19 @@ def status_text(status: AgentStatus | None, name: str, *, ended: str | None, rol
     state_style = "bold yellow" if status.state == "working" else "green"
     parts: list[tuple[str, str] | str] = [
         (f" {name} ", "bold reverse"),
-        "  ",
+        " ",
         (status.state, state_style),
-        f"  ·  {status.model}",
-        f"  ·  tokens {used} / {window}",
-        f"  ·  inbox {status.inbox}",
-        f"  ·  workers {workers} running",
-        f"  ·  sub-agents {status.live_children}",
-        f"  ·  turns {status.turns}",
+        f" · {status.model}",
+        f" · tokens {used}/{window}",
+        f" · inbox {status.inbox}",
+        f" · workers {workers} running",
+        f" · sub-agents {status.sub_agents}",
     ]
+    if status.branches:
+        parts.append(f" · branches {status.branches}")
+    parts.append(f" · turns {status.turns}")
     if role == "sub":
-        parts.append(("  ·  read-only", "dim"))
+        parts.append((" · read-only", "dim"))
     return Text.assemble(*parts)
 
 

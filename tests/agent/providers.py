@@ -60,7 +60,11 @@ class Recording(Provider):
         )
 
     def summarize(
-        self, transcript: Sequence[TranscriptItem], cancel: CancelScope, *, system: str | None = None
+        self,
+        transcript: Sequence[TranscriptItem],
+        cancel: CancelScope,
+        *,
+        system: str | None = None,
     ) -> str:
         if self.before_summarize is not None:
             self.before_summarize(self)

@@ -49,7 +49,9 @@ def test_non_json_tool_arguments_are_committed_as_an_empty_object_and_answered_a
     assert result["is_error"] is True
     assert "missing its script" in str(result["content"])
     io = [r for r in run.kinds("transcript.jsonl", "Io") if r["call_id"] == "call_trunk_0_0"]
-    assert [r["value"] for r in io] == [result["content"]], "the transcript shows what the model saw"
+    assert [r["value"] for r in io] == [result["content"]], (
+        "the transcript shows what the model saw"
+    )
 
 
 def test_an_empty_assistant_reply_is_committed_with_the_stub_and_repaired_by_a_nudge(
@@ -93,7 +95,9 @@ def test_every_requested_tool_id_gets_exactly_one_result_in_request_order(
     )
     assert run.code == 0, run.stderr
     events = run.events("trunk")
-    asked = [c["id"] for e in events if e["kind"] == "assistant" for c in e["message"]["tool_calls"]]
+    asked = [
+        c["id"] for e in events if e["kind"] == "assistant" for c in e["message"]["tool_calls"]
+    ]
     answered = [e["message"]["tool_call_id"] for e in events if e["kind"] == "tool_result"]
     assert answered == asked
     assert len(set(answered)) == len(answered)

@@ -13,7 +13,11 @@ from tests.agent.conftest import Run, exarch
 @pytest.mark.parametrize(
     ("toml", "where", "what"),
     [
-        ('[fleet]\nprompt = "x"\n[[agents.trunk]]\nral = [1, 2]\n', ":4:", "agents.trunk[0].ral[0]"),
+        (
+            '[fleet]\nprompt = "x"\n[[agents.trunk]]\nral = [1, 2]\n',
+            ":4:",
+            "agents.trunk[0].ral[0]",
+        ),
         ('[fleet]\nprompt = "x"\n[[agents.trunk]\ntext = "y"\n', ":3:", "invalid TOML"),
         ('[fleet]\nprompt = "x"\n\n[[agents.t]]\nrepeat = -1\n', ":5:", "agents.t[0].repeat"),
         ('[fleet]\nprompt = "x"\n[[agents.t]]\nerror = "meteor"\n', ":4:", "agents.t[0].error"),

@@ -28,7 +28,9 @@ def test_a_disk_ceiling_warns_once_per_excursion_checked_every_32_calls(
     run = run_scenario(HUNDRED_CALLS, "--disk-warn-bytes", "1")
     assert run.code == 0, run.stderr
     records = run.jsonl("transcript.jsonl")
-    warnings = [i for i, r in enumerate(records) if r["kind"] == "SystemNote" and "disk" in r["text"]]
+    warnings = [
+        i for i, r in enumerate(records) if r["kind"] == "SystemNote" and "disk" in r["text"]
+    ]
     assert len(warnings) == 1, "one warning for one excursion (checks at 32, 64, 96 stay latched)"
     ios_before = sum(1 for r in records[: warnings[0]] if r["kind"] == "Io")
     assert ios_before == DISK_WARN_CHECK_INTERVAL, "measured after the 32nd call, not before"
@@ -81,7 +83,9 @@ def test_an_armed_schedule_parks_the_agent_until_it_wakes_it(
     assert len(wakeups) == 1 and "time to check" in wakeups[0]["text"]
     nudges_before = [e["nudge"] for e in events[: events.index(wakeups[0])] if e["kind"] == "nudge"]
     assert nudges_before == ["must_reply"] * 3
-    unschedule = [r for r in run.kinds("transcript.jsonl", "Io") if r["script"] == "unschedule tick"]
+    unschedule = [
+        r for r in run.kinds("transcript.jsonl", "Io") if r["script"] == "unschedule tick"
+    ]
     assert unschedule[0]["value"] == "[value]\ntrue"
 
 

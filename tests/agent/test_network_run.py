@@ -5,10 +5,14 @@ times out into a ProviderError; ``--chat`` sends no system prompt and no tool.""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from tests.agent.conftest import exarch, read_records
+from tests.agent.conftest import ROOT, exarch, read_records
 from tests.support.protocol_servers import (
     Exchange,
     ProtocolServer,
@@ -180,27 +184,21 @@ def test_chat_sends_no_system_prompt_and_no_tool_and_prints_the_answer(
 def test_a_model_swap_on_a_network_provider_keeps_the_endpoint_and_changes_the_model(
     protocol_server: ProtocolServer,
 ) -> None:
-    from runtime.providers import make_provider
+    from runtime.providers.anthropic import AnthropicProvider
+    from runtime.providers.openai import OpenAIProvider
 
-    p = make_provider("openai", model="a", base_url=protocol_server.url + "/v1", api_key="k")
-    q = getattr(p, "with_model")("b")  # noqa: B009
+    p = OpenAIProvider(model="a", base_url=protocol_server.url + "/v1", api_key="k")
+    q = p.with_model("b")
     assert (p.model, q.model) == ("a", "b")
     assert q.base_url == p.base_url and q.api_key == p.api_key and q is not p
-    r = make_provider("anthropic", model="a", base_url=protocol_server.url, api_key="k")
-    s = getattr(r, "with_model")("b")  # noqa: B009
+    r = AnthropicProvider(model="a", base_url=protocol_server.url, api_key="k")
+    s = r.with_model("b")
     assert (r.model, s.model, s.name) == ("a", "b", "anthropic")
 
 
 def test_a_stream_that_never_ends_is_cancelled_by_ctrl_c_and_the_run_exits_130(
     protocol_server: ProtocolServer, tmp_path: Path
 ) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    from tests.agent.conftest import ROOT
-
     head = openai_chunks(text="thinking", done=False)[:2]
     keepalive = openai_chunks(text="...", done=False)[1]
     protocol_server.script(Exchange(chunks=head, forever=keepalive, interval=0.02))

@@ -14,7 +14,12 @@ CLEAR = """
 prompt = "go"
 
 [[agents.trunk]]
-ral = ["let keep = 41", "agent kid 'wait for a long time'", "schedule tick 60 'wake up'", "pin goal 'g'"]
+ral = [
+  "let keep = 41",
+  "agent kid 'wait for a long time'",
+  "schedule tick 60 'wake up'",
+  "pin goal 'g'",
+]
 
 [[agents.trunk]]
 text = "set up"

@@ -190,14 +190,24 @@ def test_slash_model_sent_mid_turn_is_applied_at_the_boundary_and_answers_the_ne
     live.wait_events(lambda ev: _in_flight(ev, "sleep 0.4"))
     live.steer("/model alt")
     live.wait_idle(2)
-    ids = [c["id"] for e in live.events() if e["kind"] == "assistant" for c in e["message"]["tool_calls"]]
+    ids = [
+        c["id"]
+        for e in live.events()
+        if e["kind"] == "assistant"
+        for c in e["message"]["tool_calls"]
+    ]
     assert ids == ["call_trunk_0_0", "call_trunk_1_0"], "the running turn kept its provider"
     assert "steering" not in [e["kind"] for e in live.events()], "a slash line is not steering"
     notes = [n["text"] for n in live.kinds("SystemNote")]
     assert any("model set to alt" in t for t in notes)
     live.steer("carry on")
     live.wait_idle(3)
-    ids = [c["id"] for e in live.events() if e["kind"] == "assistant" for c in e["message"]["tool_calls"]]
+    ids = [
+        c["id"]
+        for e in live.events()
+        if e["kind"] == "assistant"
+        for c in e["message"]["tool_calls"]
+    ]
     assert ids[-1] == "call_alt_0_0"
     assert live.events()[-1]["message"]["text"] == "alt done"
 

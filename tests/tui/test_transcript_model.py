@@ -48,9 +48,12 @@ def test_a_ral_result_is_shown_exactly_once_whether_the_io_event_or_the_log_reco
     changes = t.on_record(_assistant("looking", ("c1", "echo hi")))
     io = Io("trunk", call_id="c1", script="echo hi", value="[stdout]\nhi")
     record = _result("c1", "[stdout]\nhi")
-    first, second = (t.on_event(io), t.on_record(record))
-    if not io_first:
-        first, second = (t.on_record(record), t.on_event(io))
+    if io_first:
+        first = t.on_event(io)
+        second = t.on_record(record)
+    else:
+        first = t.on_record(record)
+        second = t.on_event(io)
     assert [type(c) for c in first] == [Update]
     assert second == []
     changes += first + second
@@ -76,12 +79,20 @@ def test_the_cleared_record_resets_the_tab_so_nothing_before_it_is_shown() -> No
     assert not any("alpha" in e.plain for e in shown.values())
 
 
-def test_a_branch_marks_the_context_it_imported_before_its_birth_as_inherited() -> None:
-    t = Transcript("b", inherited_before="2026-01-01T00:00:01.000Z")
-    old = t.on_record({"kind": "user", "text": "old", "at": "2026-01-01T00:00:00.999Z"})
+def test_a_branch_shows_the_context_it_imported_before_its_birth_as_its_parents() -> None:
+    t = Transcript("b", inherited_before="2026-01-01T00:00:01.000Z", inherited_from="trunk")
+    old = t.on_record({"kind": "user", "text": "old", "at": "2026-01-01T00:00:00.998Z"})
+    said = t.on_record({**_assistant("trunk said"), "at": "2026-01-01T00:00:00.999Z"})
     new = t.on_record({"kind": "user", "text": "new", "at": "2026-01-01T00:00:01.500Z"})
-    assert isinstance(old[0], Append) and old[0].entry.inherited
-    assert isinstance(new[0], Append) and not new[0].entry.inherited
+    shown = [c.entry for c in old + said + new if isinstance(c, Append)]
+    assert [(e.kind, e.text, e.inherited) for e in shown] == [
+        ("separator", "context inherited from trunk", False),
+        ("user", "old", True),
+        ("assistant", "trunk said", True),
+        ("separator", "b branched from trunk", False),
+        ("user", "new", False),
+    ]
+    assert shown[2].speaker == "trunk"
 
 
 def test_died_adds_an_ended_entry_naming_outcome_and_cause() -> None:
