@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from runtime.errors import ExarchError, FuelExhausted, InboxFull, NameTaken, UnknownAgent
+from runtime.errors import ExarchError
 from runtime.prompt import advertised_verbs
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.values import UNIT, render
@@ -58,13 +58,9 @@ class AgentDesk:
                 return getattr(self, "_" + verb.replace("-", "_"))(verb, args)
         except DeskRefusal:
             raise
-        except FuelExhausted as e:
-            raise DeskRefusal(f"spawn fuel exhausted: {e}") from None
-        except InboxFull as e:
-            raise DeskRefusal(f"inbox full: {e}") from None
-        except (NameTaken, UnknownAgent) as e:
-            raise DeskRefusal(str(e)) from None
         except ExarchError as e:
+            # Typed refusals already say what state refused (``spawn fuel exhausted: ...``,
+            # ``inbox full: ...``, ``name taken: ...``): the ral error carries them verbatim.
             raise DeskRefusal(str(e)) from None
 
     # --- verbs -----------------------------------------------------------------------------

@@ -158,7 +158,10 @@ class ChatApp(App[None]):
     # --- fleet → screen ------------------------------------------------------------------
 
     async def on_fleet_update(self, msg: FleetUpdate) -> None:
-        tabbed = self.query_one(TabbedContent)
+        found = self.query(TabbedContent)
+        if not found:  # a batch that arrives while the screen is torn down (quit) has no view
+            return
+        tabbed = found.first()
         for info in msg.born:
             await self._open_tab(tabbed, info)
         by_agent: dict[str, list[Change]] = {}
@@ -234,7 +237,10 @@ class ChatApp(App[None]):
 
     def _refresh_status(self) -> None:
         name = self.focused_agent
-        line = self.query_one(StatusLine)
+        found = self.query(StatusLine)
+        if not found:  # the screen is being torn down (quit) while a batch still arrives
+            return
+        line = found.first()
         if name is None:
             line.update(Text(" starting…"))
             return
@@ -258,7 +264,9 @@ class ChatApp(App[None]):
             )
 
     def _show(self, text: str, *, error: bool) -> None:
-        self.query_one(ErrorLine).show(text, error=error)
+        found = self.query(ErrorLine)
+        if found:
+            found.first().show(text, error=error)
 
     def on_control_result(self, msg: ControlResult) -> None:
         self._show(msg.text, error=msg.error)
