@@ -31,6 +31,17 @@ ORDER = [
 ]
 
 
+QUICK_ARGS: dict[str, list[str]] = {
+    "cancel_cascade": ["--sizes", "10", "100", "--repeat", "2"],
+    "checkpoint_cost": [],
+    "mailbox_throughput": ["--n", "2000", "--repeat", "1"],
+    "panic_to_ready": ["5", "20"],
+    "shell_roundtrip": ["200"],
+    "recovery": ["--duration", "5"],
+}
+"""Smoke arguments for benchmarks whose own options are not ``--quick``."""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a smoke run of each benchmark")
@@ -45,7 +56,8 @@ def main() -> int:
             print(f"=== {name}: missing ({what})")
             continue
         print(f"=== {name}: {what}", flush=True)
-        cmd = [sys.executable, str(script)] + (["--quick"] if args.quick else [])
+        quick = QUICK_ARGS.get(name, ["--quick"]) if args.quick else []
+        cmd = [sys.executable, str(script), *quick]
         t0 = time.monotonic()
         rc = subprocess.call(cmd, cwd=HERE.parent)
         print(f"--- {name}: exit {rc} in {time.monotonic() - t0:.1f} s\n", flush=True)
