@@ -30,6 +30,11 @@ Invariants:
 - **Cancel.** :class:`EvalRoot` bypasses the mailbox: it writes to the host's control path and
   cancels every worker (their scopes are its children). A host that does not stop within
   :data:`CANCEL_GRACE` is killed and the call rolled back.
+
+The values and the cancel handle this actor hands out live in :mod:`actors.shell_types`; the
+worker operations (spawn, await, cancel, the sweep) in :mod:`actors.shell_workers`; the durable
+snapshot's checkpoint and file cadence in :mod:`actors.shell_snapshot`. Public names are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -38,23 +43,27 @@ import contextlib
 import inspect
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from actors.frames import ChannelClosed, Frame
 from actors.mailbox import QuotaActor
-from actors.shell_host import (
-    FORK_VERBS,
-    ChildProcess,
-    frame_error_text,
-    host_main,
+from actors.process import ChildProcess
+from actors.shell_host import FORK_VERBS, frame_error_text, host_main
+from actors.shell_snapshot import SNAPSHOT_FILE_EVERY, ShellSnapshots
+from actors.shell_types import (
+    EvalRoot,
+    ShellBootFailed,
+    ShellClosed,
+    ShellProbe,
+    ToolResult,
+    _Run,
 )
-from actors.worker import WorkerLink, start_worker
-from runtime.cancel import POLL_INTERVAL, CancelScope
+from actors.shell_workers import ShellWorkers
+from actors.worker import WorkerLink
+from runtime.cancel import POLL_INTERVAL
 from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
 from runtime.durable import append_jsonl
 from runtime.errors import ExarchError
@@ -64,7 +73,6 @@ from runtime.snapshot import MobileSnapshot, SnapshotBuilder
 from runtime.worker_registry import (
     WORKER_BACKSTOP_SECS,
     WORKER_IDLE_CALLS,
-    UnknownWorker,
     WorkerRegistry,
 )
 
@@ -72,144 +80,23 @@ CANCEL_GRACE = 2.0
 """Seconds a cancelled run gets to unwind before its host is killed and the call rolled back.
 A ral run stops within 100 ms at a poll point; 2 s only ever catches a stuck native."""
 
-SNAPSHOT_FILE_EVERY = 32
-"""Calls between snapshot-file writes when only the ledger's clock moved (see _checkpoint)."""
+__all__ = [
+    "BOOT_TIMEOUT",
+    "CANCEL_GRACE",
+    "SNAPSHOT_FILE_EVERY",
+    "EvalRoot",
+    "ShellActor",
+    "ShellBootFailed",
+    "ShellClosed",
+    "ShellProbe",
+    "ToolResult",
+]
 
 BOOT_TIMEOUT = 30.0
 """Seconds a fresh host may take to restore a snapshot before the boot is declared failed."""
 
 
-class ShellBootFailed(ExarchError):
-    """A shell host process could not be started or could not restore its snapshot."""
-
-
-class ShellClosed(ExarchError):
-    """The shell was closed; start a new one."""
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """What one ral tool call returned, as the agent sees it."""
-
-    value: str
-    """The value's display rendering (``render``)."""
-    stdout: str = ""
-    stderr: str = ""
-    error: str | None = None
-    """``line:col message`` of the ral error, the cancellation, or the panic; None on success."""
-    error_kind: str | None = None
-    """``syntax`` | ``elaboration`` | ``runtime`` | ``cancelled`` | ``panic``."""
-    referenced: frozenset[str] = frozenset()
-    defined: tuple[str, ...] = ()
-    compiled: bool = True
-    rolled_back: bool = False
-    epoch: int = 0
-    notices: tuple[Notice, ...] = ()
-    """Notices this call produced (also delivered to the ``notice_sink`` when one is installed)."""
-
-
-@dataclass(frozen=True)
-class ShellProbe:
-    """Read-only figures for the /resources card; taking them renews nothing."""
-
-    epoch: int
-    running_workers: int
-    settled_workers: int
-    nearest_worker_reap_calls: int | None
-    nearest_worker_backstop_secs: float | None
-    live_bindings: int
-    baseline_bindings: int
-    pinned_bindings: int
-    nearest_binding_expiry_calls: int | None
-    bytes_held: int
-    """Encoded bytes of the leased (model-written) bindings."""
-    snapshot_bindings_bytes: int
-    """Encoded bytes of every session binding in the durable snapshot."""
-    host_pid: int | None = None
-
-
-class EvalRoot:
-    """The shell's durable cancel root: a thread-safe handle the registry trips directly.
-
-    ``cancel`` is sticky (the registry's cascade): it cancels the run in flight through the
-    host's control path, cancels every worker (each worker's scope is a child of :attr:`scope`),
-    and refuses later runs as cancelled until ``clear`` re-chains a fresh root. ``interrupt``
-    stops only the run in flight (a per-tab Esc) and leaves the workers running.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.scope = CancelScope()
-        self._host: ChildProcess | None = None
-        self._run_id: int | None = None
-        self._cancel_at: float | None = None
-        self.scope.on_cancel(self._on_root_cancelled)
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        self.scope.cancel(reason)
-
-    def interrupt(self, reason: str = "interrupt") -> None:
-        self._cancel_run(reason)
-
-    @property
-    def cancelled(self) -> bool:
-        return self.scope.cancelled
-
-    @property
-    def reason(self) -> str | None:
-        return self.scope.reason
-
-    @property
-    def busy(self) -> bool:
-        """Whether a run is in flight on the host (a cancel now reaches it)."""
-        with self._lock:
-            return self._run_id is not None
-
-    def _on_root_cancelled(self) -> None:
-        self._cancel_run(self.scope.reason or "cancelled")
-
-    def _cancel_run(self, reason: str) -> None:
-        with self._lock:
-            host, run_id = self._host, self._run_id
-            if host is None or run_id is None:
-                return
-            if self._cancel_at is None:
-                self._cancel_at = time.monotonic()
-        host.ctl.try_send("cancel", run=run_id, reason=reason)
-
-    def _attach(self, host: ChildProcess, run_id: int) -> None:
-        with self._lock:
-            self._host, self._run_id, self._cancel_at = host, run_id, None
-        if self.scope.cancelled:  # tripped while the run frame was on its way
-            self._cancel_run(self.scope.reason or "cancelled")
-
-    def _detach(self) -> None:
-        with self._lock:
-            self._run_id, self._cancel_at = None, None
-
-    def _cancel_requested_at(self) -> float | None:
-        with self._lock:
-            return self._cancel_at
-
-    def _rechain(self) -> None:
-        """``clear``: a fresh scope, so no cancellation residue is carried forward."""
-        scope = CancelScope()
-        scope.on_cancel(self._on_root_cancelled)
-        with self._lock:
-            self.scope = scope
-
-
-@dataclass
-class _Run:
-    """What the pump collected for one run."""
-
-    result: Frame | None = None
-    snapshot: Frame | None = None
-    panic: str | None = None
-    awaits: dict[int, str] = field(default_factory=dict)
-
-
-class ShellActor(QuotaActor):
+class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
     """One agent's shell (see the module docstring for the surface and invariants)."""
 
     def __init__(
@@ -471,122 +358,6 @@ class ShellActor(QuotaActor):
         except Exception as e:  # a desk bug must not take the shell down
             return {"refusal": f"{verb} failed: {type(e).__name__}: {e}"}
 
-    def _spawn(self, f: Frame) -> dict[str, Any]:
-        self._spawned_this_run += 1
-        wid = f"w{self._epoch}-{self._spawned_this_run}"
-        link, ref = start_worker(
-            wid,
-            f["closure"],
-            dict(f["context"]),
-            faults=self._faults,
-            on_settle=self._wake,
-        )
-        scope = self.eval_root.scope.child()
-        scope.on_cancel(lambda: link.cancel(scope.reason or "cancelled"))
-        self._links[wid] = link
-        self._worker_refs[wid] = ref
-        self._registry.register(wid, self._epoch, time.time())
-        return {"worker": wid}
-
-    def _await(self, host: ChildProcess, eid: int, wid: str, got: _Run) -> None:
-        self._sync_settled()
-        if self._registry.get(wid) is None:
-            host.data.send("answer", id=eid, error=str(UnknownWorker(wid)))
-            return
-        self._registry.touch(wid, self._epoch)
-        if wid not in self._links:
-            self._registry.claim(wid)
-            host.data.send(
-                "answer",
-                id=eid,
-                error=f"worker {wid} was lost: its process ended with an earlier control process",
-            )
-            return
-        got.awaits[eid] = wid
-        self._answer_settled_awaits(host, got)
-
-    def _answer_settled_awaits(self, host: ChildProcess, got: _Run) -> None:
-        for eid, wid in list(got.awaits.items()):
-            link = self._links.get(wid)
-            if link is None or not link.done.is_set():
-                continue
-            del got.awaits[eid]
-            self._sync_settled()
-            with contextlib.suppress(UnknownWorker):
-                self._registry.claim(wid)
-            self._links.pop(wid, None)
-            self._worker_refs.pop(wid, None)
-            err = link.error_text()
-            out = link.outcome
-            io = {"stdout": out.stdout, "stderr": out.stderr} if out is not None else {}
-            if err is not None or out is None or out.value is None:
-                host.data.try_send(
-                    "answer", id=eid, error=err or f"worker {wid} gave no value", **io
-                )
-            else:
-                host.data.try_send("answer", id=eid, value=out.value, **io)
-
-    def _cancel_worker(self, wid: str) -> dict[str, Any]:
-        if self._registry.get(wid) is None:
-            return {"error": str(UnknownWorker(wid))}
-        self._registry.touch(wid, self._epoch)
-        link = self._links.get(wid)
-        if link is not None:
-            link.cancel("cancelled by cancel")
-        return {"ok": True}
-
-    def _wake(self, _wid: str) -> None:
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"\0")
-
-    # -- workers -------------------------------------------------------------------------------
-
-    def _sync_settled(self) -> None:
-        for wid, link in self._links.items():
-            if link.done.is_set() and self._registry.is_running(wid):
-                self._registry.settle(wid)
-
-    def _sweep(self, epoch: int) -> list[Notice]:
-        """The retention sweep right after each run: Reap notices and records."""
-        self._sync_settled()
-        notices: list[Notice] = []
-        for reap in self._registry.advance(epoch, time.time()):
-            link = self._links.pop(reap.worker, None)
-            self._worker_refs.pop(reap.worker, None)
-            if link is not None and reap.reason != "retention":
-                link.cancel(f"reaped: {reap.reason}")
-            append_jsonl(
-                self.record_path,
-                {
-                    "kind": "Reap",
-                    "agent": self.name,
-                    "worker": reap.worker,
-                    "reason": reap.reason,
-                    "epoch": reap.epoch,
-                    "detail": reap.detail,
-                },
-            )
-            notices.append(
-                Notice(
-                    self.name,
-                    notice="Reap",
-                    text=f"worker {reap.worker} reaped ({reap.reason}): {reap.detail}",
-                    data={"worker": reap.worker, "reason": reap.reason, "epoch": reap.epoch},
-                )
-            )
-        return notices
-
-    def _cancel_workers(self, reason: str) -> None:
-        """Explicit destruction outranks every lease: cancel and stop every registered worker."""
-        for link in self._links.values():
-            link.cancel(reason)
-        for ref in self._worker_refs.values():
-            with contextlib.suppress(Exception):
-                ref.stop(block=True, timeout=10.0)
-        self._links.clear()
-        self._worker_refs.clear()
-        self._registry.clear()
-
     # -- snapshots, boot, rollback -------------------------------------------------------------
 
     def _boot(
@@ -650,23 +421,6 @@ class ShellActor(QuotaActor):
             elif frame.kind == "panic":
                 raise ShellBootFailed(f"shell {self.name}: restore failed: {frame.get('reason')}")
 
-    def _apply_snapshot(self, f: Frame | None) -> list[Notice]:
-        if f is None:
-            return []
-        cache = self._builder.cache
-        changed = dict(f.get("bindings") or {})
-        removed = list(f.get("removed") or ())
-        for name, blob in changed.items():
-            cache.adopt(name, blob, blob)
-        for name in removed:
-            cache.drop(name)
-        context = dict(f["context"])
-        if changed or removed or context != self._context:
-            self._file_dirty = True
-        self._context = context
-        self._ledger_state = dict(f["ledger"])
-        return []
-
     def _host_notices(self, raw: list[dict[str, Any]]) -> list[Notice]:
         out: list[Notice] = []
         for n in raw:
@@ -684,72 +438,6 @@ class ShellActor(QuotaActor):
                 )
             out.append(Notice(self.name, notice=kind, text=str(n.get("text") or ""), data=data))
         return out
-
-    def _flush_snapshot(self) -> None:
-        """At close: a file left dirty by a refused write is retried with backoff (about 1.5 s
-        in all) before the failure is reported; there is no later checkpoint to retry it."""
-        if not self._file_dirty or self._durable is None:
-            return
-        delay, error = 0.05, None
-        for _ in range(6):
-            try:
-                self._durable.write_atomic(self.snapshot_path)
-                self._file_dirty = False
-                return
-            except OSError as e:
-                error = e
-                time.sleep(delay)
-                delay *= 2
-        failed = Notice(
-            self.name,
-            notice="SnapshotWriteFailed",
-            text=f"final snapshot write failed: {error}",
-            data={"path": str(self.snapshot_path)},
-        )
-        self._deliver((failed,))
-
-    def _checkpoint(self) -> None:
-        """Refresh the durable snapshot; write the file when anything a resume needs changed.
-
-        The in-memory durable snapshot (what a rollback restores) is refreshed at every clean
-        boundary. The file is rewritten when a binding, the context or the worker registry
-        changed, and at least every :data:`SNAPSHOT_FILE_EVERY` calls otherwise: between those
-        writes only the ledger's clock and stamps move, and a file whose stamps lag can only
-        *lengthen* a lease after a resume (the safe direction of seed 000). Measured: the
-        fsync'd write was ~490 of the ~680 µs of a trivial call.
-        """
-        workers = self._registry.to_state()
-        snap = self._builder.checkpoint(
-            epoch=self._epoch,
-            context=self._context,
-            ledger=self._ledger_state,
-            workers=workers,
-        )
-        self._durable = snap
-        due = self._epoch - self._file_epoch >= SNAPSHOT_FILE_EVERY
-        if self._file_dirty or due or workers != self._file_workers:
-            try:
-                snap.write_atomic(self.snapshot_path)
-            except OSError as e:
-                # The session directory refused the write (full disk, a path turned into a
-                # directory, permissions). The in-memory durable snapshot still holds every
-                # committed binding, so the call stands; the file stays dirty and the next
-                # checkpoint retries. Reported once per failed write, never silently.
-                self._file_dirty = True
-                self._deliver(
-                    (
-                        Notice(
-                            self.name,
-                            notice="SnapshotWriteFailed",
-                            text=f"snapshot write failed: {e}; will retry",
-                            data={"path": str(self.snapshot_path), "epoch": self._epoch},
-                        ),
-                    )
-                )
-                return
-            self._file_dirty = False
-            self._file_epoch = self._epoch
-            self._file_workers = workers
 
     def _rollback(self, reason: str, epoch: int) -> ToolResult:
         """Panic rollback: fresh host from the durable snapshot; the call's effects are gone."""
@@ -797,7 +485,7 @@ class ShellActor(QuotaActor):
             with contextlib.suppress(Exception):
                 sink(n)
 
-    # -- clear, probe, fork --------------------------------------------------------------------
+    # -- clear, probe --------------------------------------------------------------------------
 
     def clear(self) -> None:
         """Cancel every worker first, then replace the host with a fresh, re-armed shell.
@@ -842,23 +530,6 @@ class ShellActor(QuotaActor):
             else 0,
             host_pid=self._host.pid if self._host is not None else None,
         )
-
-    def fork_snapshot(self) -> MobileSnapshot:
-        """The durable scope + context for a child agent; its ledger seals all as baseline."""
-        durable = self._durable
-        assert durable is not None
-        return MobileSnapshot(
-            agent=self.name,
-            epoch=0,
-            bindings=dict(durable.bindings),
-            context=dict(durable.context),
-            ledger={},
-            workers={},
-        )
-
-    def durable_snapshot(self) -> MobileSnapshot | None:
-        """The last durable snapshot (what a rollback would restore)."""
-        return self._durable
 
     def host_pid(self) -> int | None:
         return self._host.pid if self._host is not None else None

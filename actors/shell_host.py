@@ -21,353 +21,47 @@ Protocol (host's view):
 - While a run is in flight, the Desk and the WorkerBackend send ``enquiry`` frames and block
   for the matching ``answer``; a cancel of the run makes the host send ``abandon`` and unwind.
 
-Process start (measured on the 2-core dev box: start a real host, restore an empty scope, run
-``1``, read the result; 11 starts after a warm-up, median/worst): forkserver with the ral modules
-preloaded **10.2 / 28.9 ms**, spawn 76.5 / 80.3 ms. Plain fork is unsafe here: the control
-process runs pykka threads. So every host and worker starts from one preloaded fork server
-(:func:`process_context`), without re-importing ``__main__`` (:class:`_NoMainPopen`).
+Hosts start from the preloaded fork server of :mod:`actors.process`, which also holds the
+control side's :class:`ChildProcess` handle and the host-side :class:`CancelListener`; they are
+re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import multiprocessing
 import os
-import signal
-import socket
-import threading
-from collections.abc import Callable
-from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
-from multiprocessing.connection import Connection, wait
-from multiprocessing.context import BaseContext, ForkServerProcess, set_spawning_popen
-from multiprocessing.process import BaseProcess
+from multiprocessing.connection import Connection
 from typing import Any
 
-import psutil
-
 from actors.frames import Channel, ChannelClosed, Frame
+from actors.process import (
+    PRELOAD,
+    CancelListener,
+    ChildProcess,
+    become_group_leader,
+    ensure_fork_server,
+    process_context,
+    report_programs,
+)
 from runtime.cancel import POLL_INTERVAL, Cancelled
 
-PRELOAD = ["actors.shell_host", "actors.worker", "runtime.ral.session", "runtime.ral.codec"]
-"""Modules the fork server imports once, so a new host or worker starts warm."""
+__all__ = [
+    "FORK_VERBS",
+    "PRELOAD",
+    "CancelListener",
+    "ChildProcess",
+    "HostCore",
+    "become_group_leader",
+    "ensure_fork_server",
+    "error_fields",
+    "frame_error_text",
+    "host_main",
+    "process_context",
+    "report_programs",
+]
 
 FORK_VERBS = frozenset({"agent"})
 """Desk verbs that fork a child agent: their enquiry carries the live scope (seed 001's
 ``Shell::fork_into_nursery``: the child inherits every binding made so far, this run's too)."""
-
-_ctx_lock = threading.Lock()
-_ctx: BaseContext | None = None
-
-
-def process_context() -> BaseContext:
-    """The forkserver context with :data:`PRELOAD` set (once per control process)."""
-    global _ctx
-    with _ctx_lock:
-        if _ctx is None:
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(PRELOAD)
-            _ctx = ctx
-        return _ctx
-
-
-class _NoMainPopen(popen_forkserver.Popen):
-    """``popen_forkserver.Popen`` without re-importing ``__main__`` in the child.
-
-    Every target here lives in an importable module, so the child never needs the parent's main
-    script; the stdlib would otherwise re-run it in each new host (under pytest that imports
-    pytest; under an unguarded script it raises the "bootstrapping phase" error). The body is
-    the stdlib's ``_launch`` (CPython 3.11) with the two main-module keys dropped.
-    """
-
-    def _launch(self, process_obj: Any) -> None:
-        prep_data = spawn.get_preparation_data(process_obj._name)
-        prep_data.pop("init_main_from_path", None)
-        prep_data.pop("init_main_from_name", None)
-        buf = io.BytesIO()
-        set_spawning_popen(self)
-        try:
-            reduction.dump(prep_data, buf)
-            reduction.dump(process_obj, buf)
-        finally:
-            set_spawning_popen(None)
-        self.sentinel, w = forkserver.connect_to_new_process(self._fds)  # type: ignore[attr-defined]
-        _parent_w = os.dup(w)
-        self.finalizer = util.Finalize(
-            self,
-            util.close_fds,  # type: ignore[attr-defined]
-            (_parent_w, self.sentinel),
-        )
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
-
-
-class _Process(ForkServerProcess):
-    @staticmethod
-    def _Popen(process_obj: Any) -> Any:
-        return _NoMainPopen(process_obj)
-
-
-def ensure_fork_server() -> None:
-    """Start the fork server (and multiprocessing's resource tracker) now rather than at the
-    first shell. Test suites call this from a session fixture so the long-lived helper
-    processes are not mistaken for a test's leak."""
-    process_context()
-    forkserver.ensure_running()
-
-
-# -- the control side's handle on one child process ------------------------------------------
-
-
-class ChildProcess:
-    """A host or worker process with its data and cancel channels (control side).
-
-    The child makes itself a process-group leader first thing, so :meth:`kill` takes down the
-    external programs it started too (a SIGKILLed evaluator cannot kill them itself).
-    """
-
-    def __init__(self, target: Callable[..., Any], *, name: str) -> None:
-        ctx = process_context()
-        data_here, data_there = ctx.Pipe(duplex=True)
-        ctl_here, ctl_there = ctx.Pipe(duplex=True)
-        self.data = Channel(data_here)
-        self.ctl = Channel(ctl_here)
-        self.proc: BaseProcess = _Process(
-            target=target, args=(data_there, ctl_there), name=name, daemon=True
-        )
-        self.proc.start()
-        data_there.close()
-        ctl_there.close()
-        self.pid: int = self.proc.pid or 0
-        self._known: dict[int, psutil.Process] = {}
-
-    @property
-    def sentinel(self) -> int:
-        return self.proc.sentinel
-
-    def alive(self) -> bool:
-        return self.proc.exitcode is None and self.proc.is_alive()
-
-    def wait_frame(self, timeout: float | None, extra: tuple[Any, ...] = ()) -> list[Any]:
-        """Block until the data channel is readable, the process exits, or an ``extra`` object
-        (anything with ``fileno``) is readable. Returns the ready objects."""
-        return wait([self.data.conn, self.proc.sentinel, *extra], timeout)
-
-    def adopt_program(self, pid: int) -> None:
-        """Remember an external program the child started (reported by a ``notice`` frame).
-
-        The ral evaluator starts each program in a new session (so a cancel can kill its whole
-        group), which also takes it out of the child's group: a SIGKILLed host would orphan it.
-        The child reports every program the moment it starts (:func:`report_programs`), so a
-        rollback can kill what the dead host left running.
-        """
-        if pid in self._known:
-            return
-        try:
-            self._known[pid] = psutil.Process(pid)
-        except psutil.Error:
-            pass  # already gone
-
-    def note_children(self) -> None:
-        """Adopt the child's current children (a live child, about to be killed)."""
-        for pid in _children_of(self.pid):
-            self.adopt_program(pid)
-
-    def kill(self) -> None:
-        """SIGKILL the child, its process group and every program it started; idempotent."""
-        if self.proc.exitcode is None:
-            self.note_children()
-        for pid in (self.pid, *self._known):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
-        for p in self._known.values():
-            try:
-                if p.is_running():  # psutil checks the create time: never a reused pid
-                    p.kill()
-            except psutil.Error:
-                pass
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, OSError):
-            pass
-
-    def reap(self, grace: float = 2.0) -> int | None:
-        """Close the channels and join the process, killing it if it outlives ``grace``."""
-        self.proc.join(grace)
-        # kill() also takes down programs a dead host left behind (SIGKILL, os._exit)
-        self.kill()
-        self.proc.join(5.0)
-        self.data.close()
-        self.ctl.close()
-        code = self.proc.exitcode
-        try:
-            self.proc.close()
-        except ValueError:
-            pass
-        return code
-
-
-def _children_of(pid: int) -> list[int]:
-    """Direct children of ``pid`` from ``/proc`` (cheap: no scan of every process)."""
-    out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                out.extend(int(x) for x in fh.read().split())
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-# -- shared by host and worker processes ----------------------------------------------------
-
-
-def report_programs(data: Channel) -> None:
-    """In a host or worker process: tie every external program's life to this process.
-
-    Wraps ``subprocess.Popen`` for this process only (the evaluator looks it up at call time):
-
-    - the program is started with ``PR_SET_PDEATHSIG = SIGKILL`` (Linux), so the kernel kills it
-      the moment this process dies, however it dies -- no window in which a SIGKILLed host
-      leaves it running;
-    - its pid is announced with a ``notice`` frame, so the control side can also kill the
-      program's own process group (its children) at a rollback.
-    """
-    import subprocess
-
-    base = subprocess.Popen
-    die_with_parent = _pdeathsig_setter()
-
-    class _Reported(base):  # type: ignore[valid-type,misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            if die_with_parent is not None and kwargs.get("preexec_fn") is None:
-                kwargs["preexec_fn"] = die_with_parent
-            super().__init__(*args, **kwargs)
-            data.try_send("notice", program=self.pid)
-
-    subprocess.Popen = _Reported  # type: ignore[misc]
-
-
-def _pdeathsig_setter() -> Callable[[], None] | None:
-    """A preexec function that makes the child die with this process (None off Linux).
-
-    It only calls ``prctl`` and ``getppid`` (async-signal-safe system calls) in the forked
-    child; the ``getppid`` check closes the race of the parent dying before ``prctl`` ran.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def die_with_parent() -> None:
-        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return die_with_parent
-
-
-def become_group_leader() -> None:
-    try:
-        os.setpgid(0, 0)
-    except OSError:
-        pass
-
-
-class CancelListener:
-    """Reads the control path in its own thread and cancels the run it names.
-
-    ``cancel`` frames carry the run id they target (``None`` = whatever is in flight). Because a
-    cancel may overtake the ``run`` frame it targets, a cancel for a run not yet started is
-    remembered and applied when that run begins; while the targeted run is in flight the
-    listener re-trips ``session.cancel`` every poll interval, closing the window between a run
-    starting and its scope existing. Between cancels the thread blocks (no idle wake-ups: a
-    host costs nothing while its agent thinks).
-    """
-
-    def __init__(self, ctl: Channel, cancel: Callable[[str], None]) -> None:
-        self._ctl = ctl
-        self._cancel = cancel
-        self._lock = threading.Lock()
-        self._current: int | None = None
-        self._max_cancelled = -1
-        self._reason = "cancelled"
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_w.setblocking(False)
-        self.event = threading.Event()
-        """Set while the current run is cancelled; enquiry waits poll it."""
-        self.peer_gone = threading.Event()
-        threading.Thread(target=self._loop, name="cancel-listener", daemon=True).start()
-
-    def begin(self, run_id: int) -> None:
-        with self._lock:
-            self._current = run_id
-            pending = run_id <= self._max_cancelled
-            if pending:
-                self.event.set()
-            else:
-                self.event.clear()
-        if pending:
-            self._cancel(self._reason)
-            with contextlib.suppress(OSError):
-                self._wake_w.send(b"\0")  # the listener starts re-tripping this run
-
-    def end(self) -> None:
-        with self._lock:
-            self._current = None
-            self.event.clear()
-
-    def _live(self) -> bool:
-        with self._lock:
-            return self._current is not None and self.event.is_set()
-
-    def _loop(self) -> None:
-        while True:
-            live = self._live()
-            ready = wait([self._ctl.conn, self._wake_r], POLL_INTERVAL if live else None)
-            if self._wake_r in ready:
-                with contextlib.suppress(OSError):
-                    self._wake_r.recv(4096)
-            if self._ctl.conn not in ready:
-                if self._live():
-                    self._cancel(self._reason)
-                continue
-            try:
-                frame = self._ctl.recv()
-            except ChannelClosed:
-                self.peer_gone.set()
-                self._reason = "control side gone"
-                self.event.set()
-                self._cancel(self._reason)
-                return
-            except Exception:
-                continue
-            if frame.kind != "cancel":
-                continue
-            target = frame.get("run")
-            reason = str(frame.get("reason") or "cancelled")
-            with self._lock:
-                self._reason = reason
-                if target is None:
-                    hit = self._current is not None
-                else:
-                    self._max_cancelled = max(self._max_cancelled, int(target))
-                    hit = self._current is not None and self._current <= int(target)
-                if hit:
-                    self.event.set()
-            if hit:
-                self._cancel(reason)
 
 
 # -- the host process ------------------------------------------------------------------------

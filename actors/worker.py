@@ -31,14 +31,13 @@ from typing import Any
 
 from actors.frames import Channel, ChannelClosed
 from actors.mailbox import QuotaActor
-from actors.shell_host import (
+from actors.process import (
     CancelListener,
     ChildProcess,
     become_group_leader,
-    error_fields,
-    frame_error_text,
     report_programs,
 )
+from actors.shell_host import error_fields, frame_error_text
 from runtime.cancel import POLL_INTERVAL
 
 BODY_NAME = "__spawn_body"

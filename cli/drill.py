@@ -11,6 +11,8 @@ schedule up front; the drill delivers each fault when its time comes:
 - ``control-kill`` runs that round in a child process (``exarch-actors run``), SIGKILLs it, and
   finishes it with ``exarch-actors resume``.
 
+Live faults are applied, recorded and measured by ``cli/drill_faults.py``.
+
 After every round ``runtime/invariants.py`` checks the round's directory; the drill adds two
 checks of its own (a flood's accounting, and no stray child process of the drill). Recovery is
 measured from each fault to the affected agent's next successful ral call (``Io`` without error
@@ -21,10 +23,8 @@ violated, 2 on bad input.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
-import random
 import signal
 import statistics
 import subprocess
@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +42,20 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from runtime.constants import INBOX_SOURCE_CAP, TRUNK_NAME
+from cli.drill_faults import (
+    FLOOD,
+    WRITE_FAILURE_SECS,
+    Applied,
+    LiveNemesis,
+    measure_recovery,
+    ok_calls,
+    round_times,
+)
 from runtime.durable import atomic_write_bytes, read_jsonl
-from runtime.errors import ExarchError, InboxFull
-from runtime.inbox import Command
-from runtime.invariants import InvariantReport, InvariantResult, check_session
+from runtime.invariants import InvariantReport, InvariantResult, NotASession, check_session
 from runtime.nemesis import (
     CONTROL,
     LIVE,
-    RECOVERING,
     SCRIPTED,
     BadFaults,
     Fault,
@@ -63,8 +68,15 @@ from runtime.nemesis import (
 )
 from runtime.session_dir import SessionDir
 
-FLOOD = 1000
-WRITE_FAILURE_SECS = 0.15
+__all__ = [
+    "FLOOD",
+    "WRITE_FAILURE_SECS",
+    "Applied",
+    "DrillConfig",
+    "DrillResult",
+    "drill_command",
+    "run_drill",
+]
 
 
 @dataclass(frozen=True)
@@ -78,29 +90,6 @@ class DrillConfig:
     call_ms: int = 20
     scenario: str | None = None
     root: Path = Path(".")
-
-
-@dataclass
-class Applied:
-    """One fault as delivered: when (wall clock), to whom, what it did."""
-
-    fault: Fault
-    round: int
-    agent: str | None
-    wall: float
-    detail: dict[str, Any] = field(default_factory=dict)
-    recovery: float | None = None
-    outcome: str = "applied"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.fault.to_json(),
-            "round": self.round,
-            "agent": self.agent,
-            "detail": self.detail,
-            "recoverySecs": None if self.recovery is None else round(self.recovery, 4),
-            "outcome": self.outcome,
-        }
 
 
 @dataclass
@@ -172,139 +161,6 @@ class DrillResult:
         }
 
 
-# --------------------------------------------------------------------------- reading a round
-
-
-def _epoch(at: str) -> float:
-    return _dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
-
-
-def _ok_calls(root: Path) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = defaultdict(list)
-    for r in read_jsonl(root / "transcript.jsonl").records:
-        if r.get("kind") == "Io" and r.get("error") is None and r.get("at"):
-            out[str(r.get("agent"))].append(_epoch(str(r["at"])))
-    return out
-
-
-def _round_times(root: Path, agent: str) -> list[float]:
-    """When each provider round-trip of ``agent`` ended: an assistant event or a ProviderError
-    (every scripted round leaves exactly one), in order, so index n is scripted message n."""
-    times: list[float] = []
-    d = root / "agents" / agent
-    for p in sorted(d.glob("events*.jsonl")) if d.is_dir() else []:
-        times += [_epoch(r["at"]) for r in read_jsonl(p).records if r.get("kind") == "assistant"]
-    times += [
-        _epoch(r["at"])
-        for r in read_jsonl(root / "transcript.jsonl").records
-        if r.get("kind") == "ProviderError" and r.get("agent") == agent
-    ]
-    return sorted(times)
-
-
-def _measure(applied: list[Applied], root: Path) -> None:
-    ok = _ok_calls(root)
-    for a in applied:
-        if a.agent is None:
-            continue
-        after = [t for t in ok.get(a.agent, []) if t > a.wall]
-        if after:
-            a.recovery = min(after) - a.wall
-            a.outcome = "recovered"
-        elif a.fault.kind in RECOVERING:
-            a.outcome = "no later successful call (agent ended)"
-        else:
-            a.outcome = "agent ended (expected for this kind)"
-
-
-# --------------------------------------------------------------------------- live faults
-
-
-class _LiveNemesis:
-    """Applies live faults to one in-process fleet."""
-
-    def __init__(self, fleet: Any, round_no: int) -> None:
-        self.fleet = fleet
-        self.round = round_no
-
-    def _live(self, *, trunk: bool) -> list[str]:
-        names = sorted(self.fleet.registry.names())
-        return [n for n in names if trunk or n != TRUNK_NAME]
-
-    def apply(self, f: Fault) -> Applied | None:
-        rng = random.Random(f.param)
-        live = self._live(trunk=f.kind == "shell-kill")
-        if not live:
-            return None
-        name = live[f.target % len(live)]
-        if f.kind == "write-failure" and not self.fleet.session.snapshot(name).exists():
-            return None  # its shell has not checkpointed yet: hit it once it has
-        a = Applied(f, self.round, name, time.time())
-        try:
-            getattr(self, "_" + f.kind.replace("-", "_"))(a, name, rng)
-        except (ExarchError, KeyError, OSError, psutil.Error) as e:
-            a.detail["error"] = f"{type(e).__name__}: {e}"
-        return a
-
-    def _shell_kill(self, a: Applied, name: str, _rng: random.Random) -> None:
-        agent = self.fleet.agents[name]
-        pid = agent.shell_pid()
-        a.detail["pid"] = pid
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-
-    def _inbox_flood(self, a: Applied, name: str, _rng: random.Random) -> None:
-        accepted = rejected = 0
-        for j in range(FLOOD):
-            try:
-                self.fleet.registry.message("nemesis", name, f"flood {j}")
-                accepted += 1
-            except InboxFull:
-                rejected += 1
-        a.detail.update(sent=FLOOD, accepted=accepted, rejected=rejected, cap=INBOX_SOURCE_CAP)
-
-    def _cancel_storm(self, a: Applied, name: str, rng: random.Random) -> None:
-        live = self._live(trunk=False)
-        picked = sorted({name, *rng.sample(live, min(len(live), rng.randint(0, 2)))})
-        a.detail["cancelled"] = {
-            n: self.fleet.registry.cancel(n, "drill cancel storm") for n in picked
-        }
-
-    def _clear_storm(self, a: Applied, name: str, rng: random.Random) -> None:
-        live = self._live(trunk=False)
-        picked = sorted({name, *rng.sample(live, min(len(live), rng.randint(0, 1)))})
-        sent = {}
-        for n in picked:
-            entry = self.fleet.registry.lookup(n)
-            if entry is None:
-                continue
-            try:
-                entry.inbox.push(Command("/clear"))
-                sent[n] = "queued"
-            except InboxFull as e:
-                sent[n] = f"refused: {e}"
-        a.detail["clear"] = sent
-
-    def _write_failure(self, a: Applied, name: str, _rng: random.Random) -> None:
-        """The agent's snapshot path becomes a directory for a moment: the atomic rename of a
-        checkpoint onto it fails (as root, a read-only mode bit would not stop a write)."""
-        path = self.fleet.session.snapshot(name)
-        aside = path.with_name(".snapshot.msgpack.drill-aside")
-        had = path.exists()
-        if had:
-            os.replace(path, aside)
-        os.mkdir(path)
-        time.sleep(WRITE_FAILURE_SECS)
-        os.rmdir(path)
-        if had:
-            if path.exists():  # a checkpoint landed after the window: it is newer
-                aside.unlink()
-            else:
-                os.replace(aside, path)
-        litter = [p.name for p in path.parent.glob(".snapshot.msgpack.*.tmp")]
-        a.detail.update(window_secs=WRITE_FAILURE_SECS, tmp_litter=litter)
-
-
 # --------------------------------------------------------------------------- rounds
 
 
@@ -355,7 +211,7 @@ def _run_in_process(
     th.start()
     ready.wait(30)
     fleet = holder.get("fleet")
-    nem = _LiveNemesis(fleet, rnd) if fleet is not None else None
+    nem = LiveNemesis(fleet, rnd) if fleet is not None else None
     while th.is_alive():
         now = time.monotonic() - start
         while nem is not None and live and live[0].at <= now and th.is_alive():
@@ -416,7 +272,7 @@ def _run_killed_and_resumed(
         a.detail["resumeExit"] = resumed
         if r.returncode not in (0, 1):
             a.detail["resumeStderr"] = r.stderr[-2000:]
-        later = [t for ts in _ok_calls(session).values() for t in ts if t > a.wall]
+        later = [t for ts in ok_calls(session).values() for t in ts if t > a.wall]
         if later:
             a.recovery = min(later) - a.wall
             a.outcome = "recovered (resume)"
@@ -498,7 +354,7 @@ def run_drill(cfg: DrillConfig, *, on_progress: Any = None) -> DrillResult:
         wall_start = time.time() - (time.monotonic() - start - t0)
         for p in placed:
             agent = f"worker-{p.child}"
-            times = _round_times(session, agent)
+            times = round_times(session, agent)
             n = _script_index(p, placed, cfg.calls)
             at = times[n] if n < len(times) else None
             applied.append(
@@ -512,7 +368,7 @@ def run_drill(cfg: DrillConfig, *, on_progress: Any = None) -> DrillResult:
             )
             if at is None:
                 applied[-1].outcome = "not reached (agent ended first)"
-        _measure(applied[before:], session)
+        measure_recovery(applied[before:], session)
         for a in applied[before:]:
             if a.fault.kind == "inbox-flood" and "accepted" in a.detail:
                 d = a.detail
@@ -529,7 +385,15 @@ def run_drill(cfg: DrillConfig, *, on_progress: Any = None) -> DrillResult:
                         ),
                     )
                 )
-        report = check_session(session)
+        try:
+            report = check_session(session)
+        except NotASession as e:
+            # A round that left no session directory lost everything it was given: a
+            # violation to report, never a reason for the drill itself to crash.
+            report = InvariantReport(
+                str(session),
+                (InvariantResult("session-written", "violated", 1, (str(e),)),),
+            )
         reports.append(report)
         rounds.append({"round": rnd, "dir": str(session), **info, "invariants": report.to_json()})
         if on_progress is not None:

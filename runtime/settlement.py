@@ -41,12 +41,12 @@ from runtime.executor import (
     Executor,
     Grace,
     InFlight,
-    LocalProcessExecutor,
     PreSpawnRefusal,
     Receipt,
     surface,
 )
 from runtime.journal import JournalError, NodeState, SpawnJournal
+from runtime.local_executor import LocalProcessExecutor
 
 RetainAtSettlement = Literal["keep", "release"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from settlement_support import IGNORE_TERM, SLEEP, pid_gone, wait_until
 
-import runtime.executor as executor_mod
+import runtime.local_executor as executor_mod
 from runtime.executor import (
     Backoff,
     CompletionGate,
