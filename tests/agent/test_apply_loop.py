@@ -284,8 +284,11 @@ def test_an_exhausted_transport_in_a_child_fails_the_child_without_a_nudge_and_t
 
         [[agents.kid]]
         error = "transport"
+        delay_ms = 400
         """
     )
+    # delay_ms: the kid fails only after the trunk has parked waiting for it; failing sooner
+    # would let the trunk finish (and record the kid's result as undeliverable) first.
     assert run.code == 0, run.stderr
     errors = run.kinds("transcript.jsonl", "ProviderError")
     assert [(e["agent"], e["error"]) for e in errors] == [("kid", "transport")]
