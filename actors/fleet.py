@@ -287,7 +287,8 @@ class Fleet:
     def run_shell(self, agent: Agent, script: str) -> ShellOutput:
         result = agent.await_run(agent.shell.run(script))
         if result.error is None and not result.rolled_back:  # drills: what this call committed
-            append_jsonl(self.session.record, commit_record(agent.name, result, agent.shell_pid()))
+            pid = result.host_pid if result.host_pid is not None else agent.shell_pid()
+            append_jsonl(self.session.record, commit_record(agent.name, result, pid))
         notes: list[str] = []  # a rollback already says so in its error text
         content = digest_tool_result(
             result.value if result.error is None else None,

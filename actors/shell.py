@@ -222,9 +222,8 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         self._checkpoint()
         notices = result.notices + tuple(reaps)
         self._deliver(notices)
-        if reaps:
-            result = _replace(result, notices=notices)
-        return result
+        host_pid = self._host.pid if self._host is not None else None
+        return _replace(result, notices=notices, host_pid=host_pid)
 
     def _run_on_host(self, script: str, epoch: int) -> ToolResult:
         host = self._host

@@ -51,6 +51,8 @@ class ToolResult:
     epoch: int = 0
     notices: tuple[Notice, ...] = ()
     """Notices this call produced (also delivered to the ``notice_sink`` when one is installed)."""
+    host_pid: int | None = None
+    """The shell host that holds the state after this call (a new one after a rollback)."""
 
 
 @dataclass(frozen=True)
