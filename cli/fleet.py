@@ -35,7 +35,12 @@ _STATE_STYLE = {
 def render_tree(fleet: Any) -> Tree:
     """The spawn tree as rich renders it: state, turns, tokens and settlement per agent."""
     agents = dict(fleet.agents)
-    settled = {nid: rec.get("kind") for nid, rec in fleet.journal.state.terminal_records().items()}
+    settled = {
+        nid: " ".join(
+            str(x) for x in (rec.get("kind"), rec.get("status"), rec.get("retainedExecution")) if x
+        )
+        for nid, rec in fleet.journal.state.terminal_records().items()
+    }
     children: dict[str | None, list[str]] = {}
     for name, agent in agents.items():
         children.setdefault(agent.parent, []).append(name)
