@@ -10,6 +10,8 @@ and closes the fleet; ``result.json`` records the trunk's outcome.
 
 from __future__ import annotations
 
+from importlib import resources
+
 import click
 
 from cli.runner import RunSpec, provider_factory, read_scenario, session_path
@@ -23,7 +25,8 @@ from runtime.session_dir import SessionDir
     "--provider",
     type=click.Choice(PROVIDER_NAMES),
     default=None,
-    help="Model provider (default: scripted with a SCENARIO, else openai).",
+    help="Model provider (default: scripted with a SCENARIO; no SCENARIO and no --model: the "
+    "packaged scripted demo; else openai).",
 )
 @click.option("--model", help="Model name for openai/anthropic.")
 @click.option("--base-url", help="Endpoint base URL (local servers: llama.cpp, vLLM, Ollama).")
@@ -47,6 +50,10 @@ def chat_command(
     from actors.fleet import Fleet, FleetConfig
     from cli.tui.app import ChatApp
 
+    if provider is None and scenario is None and model is None:
+        # Nothing chosen: the packaged scripted demo, so the bare command always opens the UI.
+        scenario = str(resources.files("cli.tui").joinpath("demo.toml"))
+        click.echo("no model given: playing the scripted demo (see --provider / --model)", err=True)
     if provider is None:
         provider = "scripted" if scenario is not None else "openai"
     loaded = read_scenario(scenario) if scenario is not None else None

@@ -127,3 +127,16 @@ def test_log_tail_reads_only_complete_lines_and_follows_the_clear_rotation(
     append_jsonl(path, {"kind": "user", "text": "three"})
     assert [r["text"] for r in tail.read()] == ["three"]
     tail.close()
+
+
+def test_the_packaged_demo_plays_the_same_script_as_the_chat_example() -> None:
+    from importlib import resources
+    from pathlib import Path
+
+    from runtime.providers.scenario import load_scenario, parse_scenario
+
+    root = Path(__file__).resolve().parents[2]
+    demo = resources.files("cli.tui").joinpath("demo.toml").read_text()
+    packaged = parse_scenario(demo, source="demo.toml")
+    example = load_scenario(root / "examples" / "chat.toml")
+    assert packaged.agents == example.agents and packaged.patterns == example.patterns
