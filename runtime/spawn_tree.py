@@ -20,6 +20,7 @@ Nothing here is thread-safe or touches a thread: ``actors/registry_core.py`` hol
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +42,22 @@ class AgentEnded(UnknownAgent):
     def __init__(self, name: str) -> None:
         ExarchError.__init__(
             self, f"agent ended: {name!r} is no longer running; nothing can be delivered to it"
+        )
+        self.name = name
+
+
+AGENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+"""An agent's name is its identity and its directory name in the session: letters, digits,
+``_``, ``-`` and ``.``, not starting with ``.`` or ``-``, at most 64 characters."""
+
+
+class BadAgentName(ExarchError):
+    """A name that cannot identify an agent (it would also be unsafe as a directory name)."""
+
+    def __init__(self, name: object) -> None:
+        super().__init__(
+            f"bad agent name {name!r}: use 1-64 letters, digits, '_', '-' or '.', "
+            "starting with a letter, digit or '_'"
         )
         self.name = name
 
@@ -155,8 +172,8 @@ class SpawnTree:
         ``parent.fuel - 1``. A child of a cancelled parent inherits the cancel cause (a cancel
         that arrived mid-fork), so the caller trips the child's token at once.
         """
-        if not name or not isinstance(name, str):
-            raise ValueError(f"an agent name must be a non-empty string, not {name!r}")
+        if not isinstance(name, str) or not AGENT_NAME.fullmatch(name):
+            raise BadAgentName(name)
         if name in self._by_name:
             raise NameTaken(name)
         parent_node: Node | None = None

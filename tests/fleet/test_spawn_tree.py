@@ -131,3 +131,19 @@ def test_a_child_registered_under_a_cancelled_parent_inherits_the_cause() -> Non
     tree.register("p", returns=True)
     tree.mark_cancelled(tree.subtree("p"), "agent-cancel")
     assert tree.register("late", "p", returns=True).cancel_cause == "agent-cancel"
+
+
+@pytest.mark.parametrize("name", ["", "bad/name", "..", ".hidden", "-flag", "x" * 65, "a b", "é"])
+def test_a_name_that_cannot_identify_an_agent_is_refused_with_a_typed_error(name: str) -> None:
+    from runtime.spawn_tree import BadAgentName
+
+    tree = SpawnTree()
+    with pytest.raises(BadAgentName):
+        tree.register(name, returns=False)
+    assert tree.is_empty()
+
+
+@pytest.mark.parametrize("name", ["trunk", "w-1", "lo", "a.b", "_x", "x" * 64, "worker-12"])
+def test_ordinary_agent_names_register(name: str) -> None:
+    tree = SpawnTree()
+    assert tree.register(name, returns=False).name == name
