@@ -26,8 +26,9 @@ from runtime.executor import (
 
 
 def _ready(ex: LocalProcessExecutor) -> None:
-    assert ex.execution is not None
-    wait_until(lambda: (Path(ex.execution.scratch) / "ready").exists())  # type: ignore[union-attr]
+    execution = ex.execution
+    assert execution is not None
+    wait_until(lambda: (Path(execution.scratch) / "ready").exists())
 
 
 def test_teardown_with_grace_terminates_a_live_process_and_removes_its_scratch(spawn) -> None:
@@ -164,13 +165,15 @@ def test_retry_wrapper_gives_up_after_its_attempts_with_the_typed_refusal(scratc
 def test_completion_gate_settles_a_done_child_without_its_deliverable_as_down(spawn) -> None:
     gate = CompletionGate(spawn((sys.executable, "-c", "pass")), scratch_file_deliverable("out"))
     res = gate.result(5.0)
+    assert res is not None
     assert res.status == "down" and "out missing" in res.reason
 
 
 def test_completion_gate_passes_a_done_child_with_its_deliverable(scratch_root, reap) -> None:
     gate = CompletionGate(reap(LocalProcessExecutor(scratch_root)), scratch_file_deliverable("out"))
     gate.execute(ExecutionSpec("n", argv=(sys.executable, "-c", "open('out','w').write('x')")))
-    assert gate.result(5.0).status == "done"
+    res = gate.result(5.0)
+    assert res is not None and res.status == "done"
     assert gate.teardown(1.0).destroyed
 
 

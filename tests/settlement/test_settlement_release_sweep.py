@@ -198,7 +198,9 @@ def test_a_child_killed_before_release_settles_unconfirmed_with_its_turn_and_sna
     holder: dict[str, LocalProcessExecutor] = {}
 
     def in_flight() -> InFlight:
-        scratch = Path(holder["ex"].execution.scratch)
+        execution = holder["ex"].execution
+        assert execution is not None
+        scratch = Path(execution.scratch)
         return InFlight(3, tuple(events), str(scratch / "snapshot.msgpack"))
 
     ex = reap(LocalProcessExecutor(scratch_root, in_flight_source=in_flight))
@@ -263,6 +265,7 @@ def test_a_fan_out_of_50_children_with_random_crashes_ends_with_never_settled_0(
         plan[node] = (fate, ex)
     for fate, ex in plan.values():
         if "crash" in fate:
+            assert ex.execution is not None
             os.kill(ex.execution.pid, signal.SIGKILL)
     retained = []
     for node, (fate, ex) in plan.items():

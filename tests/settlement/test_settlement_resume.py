@@ -180,6 +180,7 @@ def test_resume_never_kills_a_process_that_reused_the_recorded_pid(tmp_path: Pat
     lines = [json.loads(x) for x in j.path.read_text().splitlines()]
     for r in lines:
         if r.get("phase") == "environment":
+            assert e.pid_started_at is not None
             r["pidStartedAt"] = e.pid_started_at - 1000
     j.path.write_text("".join(json.dumps(r) + "\n" for r in lines))
     report = resume_sweep(j.path, policy=FAST)

@@ -194,5 +194,5 @@ def test_an_allowlist_wrapper_is_caught_by_the_same_check() -> None:
 def test_private_attributes_are_not_forwarded() -> None:
     wrapped = RetryPreSpawnRefusals(Recording())
     with pytest.raises(AttributeError):
-        _ = wrapped._calls_that_do_not_exist  # type: ignore[attr-defined]
+        _ = wrapped._calls_that_do_not_exist
     assert "release_retained" in dir(wrapped)

@@ -189,7 +189,9 @@ def test_resources_shows_the_card_and_neither_it_nor_tab_focus_renews_anything(
             await c.until(lambda: "helper" in c.app.tabs, what="the helper's tab")
             tree = c.fleet.registry.tree
             before = {n: tree.get(n).last_exchange for n in ("trunk", "helper")}
-            lease = c.fleet.registry.lookup("helper").lease
+            entry = c.fleet.registry.lookup("helper")
+            assert entry is not None and entry.lease is not None
+            lease = entry.lease
             assert lease is not None
             lease_before = lease.last_exchange
             await c.say("/resources")
@@ -203,7 +205,9 @@ def test_resources_shows_the_card_and_neither_it_nor_tab_focus_renews_anything(
                 await c.pilot.press("ctrl+n")
             await c.pilot.press("ctrl+p", "ctrl+p")
             assert {n: tree.get(n).last_exchange for n in ("trunk", "helper")} == before
-            assert c.fleet.registry.lookup("helper").lease.last_exchange == lease_before
+            entry = c.fleet.registry.lookup("helper")
+            assert entry is not None and entry.lease is not None
+            assert entry.lease.last_exchange == lease_before
             assert not c.fleet.registry.engaged("helper")
 
     asyncio.run(scenario())
@@ -308,7 +312,9 @@ def test_a_slash_command_rejected_by_a_full_inbox_shows_on_the_error_line(
         ) as c:
             await c.say("go")
             await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None)
-            inbox = c.fleet.registry.lookup("trunk").inbox
+            trunk_entry = c.fleet.registry.lookup("trunk")
+            assert trunk_entry is not None
+            inbox = trunk_entry.inbox
             queued = 0
             try:
                 while queued < 1000:
