@@ -14,7 +14,6 @@ never empty or whitespace-only, and ``tool_use.input`` is always an object.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -127,15 +126,6 @@ class AnthropicProvider(HttpStreamingProvider):
         if status == 529:
             return RateLimited, True
         return super().classify_status(status)
-
-    def with_model(self, model: str) -> AnthropicProvider:
-        """``/model NAME``: the same endpoint, key, timeouts and retries with another model.
-
-        A new object, so a turn already holding this provider keeps its model to the end."""
-        clone = copy.copy(self)
-        clone.model = model
-        clone.extra_headers = dict(self.extra_headers)
-        return clone
 
     def build_request(
         self,

@@ -20,6 +20,7 @@ One round-trip is a POST whose reply streams as server-sent events. Invariants:
 
 from __future__ import annotations
 
+import copy
 import email.utils
 import errno
 import http.client
@@ -34,7 +35,7 @@ import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 from runtime.cancel import Cancelled, CancelScope
@@ -207,6 +208,15 @@ class HttpStreamingProvider(Provider):
         self.max_tokens = max_tokens
         self.window_tokens = window_tokens
         self.extra_headers = dict(extra_headers or {})
+
+    def with_model(self, model: str) -> Self:
+        """``/model NAME``: the same endpoint, key, timeouts and retries with another model.
+
+        A new object, so a turn already holding this provider keeps its model to the end."""
+        clone = copy.copy(self)
+        clone.model = model
+        clone.extra_headers = dict(self.extra_headers)
+        return clone
 
     # -- protocol hooks ------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ often report ``stop`` for tool calls.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -111,15 +110,6 @@ class OpenAIProvider(HttpStreamingProvider):
     def __init__(self, *, include_usage: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.include_usage = include_usage
-
-    def with_model(self, model: str) -> OpenAIProvider:
-        """``/model NAME``: the same endpoint, key, timeouts and retries with another model.
-
-        A new object, so a turn already holding this provider keeps its model to the end."""
-        clone = copy.copy(self)
-        clone.model = model
-        clone.extra_headers = dict(self.extra_headers)
-        return clone
 
     def build_request(
         self,
