@@ -36,6 +36,7 @@ synchronously by producers so a rejection reaches its sender.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -92,6 +93,8 @@ if TYPE_CHECKING:
     from runtime.ral.context import DynamicContext
     from runtime.snapshot import MobileSnapshot
 
+
+log = logging.getLogger(__name__)
 
 _RUN_POLL = 0.05
 """Seconds between interrupt re-sends while a run is in flight: half the 100 ms cancel bound."""
@@ -327,8 +330,8 @@ class Agent:
         try:
             if self.log.pending_tool_calls:
                 self.log.settle_pending()
-        except Exception:
-            pass
+        except Exception:  # the exit must still disarm schedules and record leftovers
+            log.exception("agent %s: settling pending tool calls at exit failed", self.name)
         self.schedules.clear(close=True)
         self.record_leftovers()
 

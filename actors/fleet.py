@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -58,6 +59,8 @@ from runtime.settlement import (
     settle_child,
 )
 from runtime.snapshot import MobileSnapshot
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,7 @@ class Fleet:
         for ref in refs:
             try:
                 ref.stop(block=True, timeout=5.0)
-            except Exception:
+            except Exception:  # already stopped (ActorDeadError): the state wanted
                 pass
         self._registry.stop()
         self.bus.stop()
@@ -300,14 +303,20 @@ class Fleet:
         return ShellOutput(content, result.error is not None or result.rolled_back)
 
     def stop_shell(self, agent: Agent) -> None:
+        """Idempotent: a shell already stopped (``pykka.ActorDeadError``) is the state wanted;
+        any other failure is logged, and the stop is still attempted."""
         try:
             agent.shell.close().get(timeout=10.0)
-        except Exception:
+        except pykka.ActorDeadError:
             pass
+        except Exception:
+            log.exception("closing %s's shell failed", agent.name)
         try:
             agent.shell.actor_ref.stop(block=True, timeout=5.0)
-        except Exception:
+        except pykka.ActorDeadError:
             pass
+        except Exception:
+            log.exception("stopping %s's shell actor failed", agent.name)
 
     def message(self, sender: str, name: str, text: str) -> None:
         """Model-facing: renews nothing; InboxFull / UnknownAgent reach the sending script."""

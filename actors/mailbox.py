@@ -76,7 +76,7 @@ def _resolve_absorbed(envelopes: tuple[Any, ...], outcome: Outcome) -> None:
             try:
                 reply_to.set(Coalesced(outcome))
             except queue.Full:
-                pass
+                pass  # a pykka future holds one value: it was already answered, nothing is lost
 
 
 class QuotaMailbox:

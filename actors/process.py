@@ -35,7 +35,7 @@ from typing import Any
 
 import psutil
 
-from actors.frames import Channel, ChannelClosed
+from actors.frames import Channel, ChannelClosed, FrameError
 from runtime.cancel import POLL_INTERVAL
 
 PRELOAD = ["actors.shell_host", "actors.worker", "runtime.ral.session", "runtime.ral.codec"]
@@ -337,7 +337,9 @@ class CancelListener:
                 self.event.set()
                 self._cancel(self._reason)
                 return
-            except Exception:
+            except FrameError:
+                # An undecodable frame names no run, so there is nothing it could cancel; the
+                # next well-formed frame (or the channel closing) is still acted on.
                 continue
             if frame.kind != "cancel":
                 continue

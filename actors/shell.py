@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import os
 import socket
 import time
@@ -75,6 +76,8 @@ from runtime.worker_registry import (
     WORKER_IDLE_CALLS,
     WorkerRegistry,
 )
+
+log = logging.getLogger(__name__)
 
 CANCEL_GRACE = 2.0
 """Seconds a cancelled run gets to unwind before its host is killed and the call rolled back.
@@ -481,8 +484,10 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         if sink is None:
             return
         for n in notices:
-            with contextlib.suppress(Exception):
+            try:
                 sink(n)
+            except Exception:  # one failing sink call must not lose the notices after it
+                log.exception("notice sink failed; notice not delivered: %r", n)
 
     # -- clear, probe --------------------------------------------------------------------------
 

@@ -341,7 +341,7 @@ class HostCore:
         for name, value in self.session.bindings().items():
             try:
                 blobs[name] = encode_value(value)
-            except Exception:
+            except Exception:  # a builtin value cannot leave this process (see _on_define)
                 continue
         return {"bindings": blobs, "context": self.session.context.to_dict()}
 

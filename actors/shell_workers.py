@@ -160,7 +160,7 @@ class ShellWorkers:
         for link in self._links.values():
             link.cancel(reason)
         for ref in self._worker_refs.values():
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # already stopped: its link settled above
                 ref.stop(block=True, timeout=10.0)
         self._links.clear()
         self._worker_refs.clear()

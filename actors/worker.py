@@ -21,6 +21,7 @@ the value only, as RAL.md says).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -39,6 +40,8 @@ from actors.process import (
 )
 from actors.shell_host import error_fields, frame_error_text
 from runtime.cancel import POLL_INTERVAL
+
+log = logging.getLogger(__name__)
 
 BODY_NAME = "__spawn_body"
 """The session name the worker binds the shipped closure to before applying it."""
@@ -164,8 +167,8 @@ class WorkerLink:
         if self._on_settle is not None:
             try:
                 self._on_settle(self.id)
-            except Exception:
-                pass
+            except Exception:  # the outcome is already kept above; only the notification failed
+                log.exception("on_settle hook failed for worker %s", self.id)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def spend_of(executor: object | None) -> dict[str, Any]:
     if fn is not None:
         try:
             acc = fn()
-        except Exception:
+        except Exception:  # a failing meter reports unknown spend (all None), never zero
             acc = Accounting()
     return acc.to_json()
 

@@ -232,7 +232,7 @@ class ChatApp(App[None]):
                 self._labels[name] = label
                 try:
                     tabbed.get_tab(pane_id).label = label
-                except Exception:
+                except Exception:  # the tab was removed since: nothing left to label
                     pass
 
     def _refresh_status(self) -> None:

@@ -270,7 +270,7 @@ class Bridge:
         else:
             try:
                 self._probes[name] = agent.shell.probe()
-            except Exception:
+            except Exception:  # the shell is gone: the card keeps its last probe (display only)
                 pass
         return self._workers.get(name)
 

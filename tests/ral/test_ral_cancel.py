@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
@@ -27,6 +28,13 @@ def _start(session: Session, src: str) -> tuple[threading.Thread, list[RunResult
     return t, out
 
 
+def _reached(tmp_path: Path) -> tuple[str, Callable[[], bool]]:
+    """A ral phrase that creates a marker file, and the condition that it has run: the run is
+    past the phrase before it (no fixed sleep guesses how long that takes)."""
+    marker = tmp_path / "reached"
+    return f"/usr/bin/touch '{marker}'", marker.exists
+
+
 def _sleep_children() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if p.name() == "sleep"]
 
@@ -38,10 +46,10 @@ def _gone(p: psutil.Process) -> bool:
         return True
 
 
-def test_cancelling_a_running_sleep_stops_it_within_100ms(session: Session) -> None:
-    t, out = _start(session, "echo before; sleep 10; echo after")
-    _wait_for(lambda: session.running and session._run_scope is not None)
-    time.sleep(0.02)  # let the run reach the sleep
+def test_cancelling_a_running_sleep_stops_it_within_100ms(session: Session, tmp_path: Path) -> None:
+    touch, reached = _reached(tmp_path)
+    t, out = _start(session, f"echo before; {touch}; sleep 10; echo after")
+    _wait_for(reached)
     t0 = time.monotonic()
     session.cancel()
     t.join(2)
@@ -76,10 +84,12 @@ def test_cancelling_kills_the_programs_whole_process_group(session: Session) -> 
     assert out[0].error is not None and out[0].error.kind == "cancelled"
 
 
-def test_cancelling_a_busy_loop_stops_it_within_100ms(session: Session) -> None:
-    t, out = _start(session, "let n = 0; for i in (range 10000000) { let n = add $n 1 }")
-    _wait_for(lambda: session.running)
-    time.sleep(0.05)
+def test_cancelling_a_busy_loop_stops_it_within_100ms(session: Session, tmp_path: Path) -> None:
+    touch, reached = _reached(tmp_path)
+    t, out = _start(
+        session, f"let n = 0; {touch}; for i in (range 10000000) {{ let n = add $n 1 }}"
+    )
+    _wait_for(reached)
     t0 = time.monotonic()
     session.cancel()
     t.join(2)
@@ -87,20 +97,22 @@ def test_cancelling_a_busy_loop_stops_it_within_100ms(session: Session) -> None:
     assert out[0].error is not None and out[0].error.kind == "cancelled"
 
 
-def test_cancellation_is_not_catchable_by_try(session: Session) -> None:
-    t, out = _start(session, "try { sleep 10 } catch e { 'caught' }")
-    _wait_for(lambda: session._run_scope is not None)
-    time.sleep(0.02)
+def test_cancellation_is_not_catchable_by_try(session: Session, tmp_path: Path) -> None:
+    touch, reached = _reached(tmp_path)
+    t, out = _start(session, f"try {{ {touch}; sleep 10 }} catch e {{ 'caught' }}")
+    _wait_for(reached)  # the cancel lands inside the try
     session.cancel()
     t.join(2)
     assert out[0].error is not None and out[0].error.kind == "cancelled"
     assert out[0].value != "caught"
 
 
-def test_cancelling_while_awaiting_a_worker_stops_the_await(session: Session) -> None:
-    t, out = _start(session, "let h = spawn { sleep 10 }; await $h")
-    _wait_for(lambda: "h" in session.session_names())
-    time.sleep(0.02)
+def test_cancelling_while_awaiting_a_worker_stops_the_await(
+    session: Session, tmp_path: Path
+) -> None:
+    touch, reached = _reached(tmp_path)
+    t, out = _start(session, f"let h = spawn {{ sleep 10 }}; {touch}; await $h")
+    _wait_for(lambda: reached() and "h" in session.session_names())
     t0 = time.monotonic()
     session.cancel()
     t.join(2)
@@ -137,12 +149,12 @@ def test_cancelling_the_root_scope_cancels_running_workers() -> None:
         s.close()
 
 
-def test_fault_hang_blocks_until_cancelled() -> None:
+def test_fault_hang_blocks_until_cancelled(tmp_path: Path) -> None:
     s = Session(faults=True)
     try:
-        t, out = _start(s, "fault hang")
-        _wait_for(lambda: s._run_scope is not None)
-        time.sleep(0.02)
+        touch, reached = _reached(tmp_path)
+        t, out = _start(s, f"{touch}; fault hang")
+        _wait_for(reached)
         t0 = time.monotonic()
         s.cancel()
         t.join(2)
