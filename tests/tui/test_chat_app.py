@@ -105,7 +105,7 @@ def test_esc_during_a_long_sleep_stops_the_turn_quickly_while_an_earlier_sub_age
             await c.say("go")
             await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None, what="the sleep")
             await c.until(lambda: _ral(c, "helper", "sleep 20") is not None, what="helper")
-            await asyncio.sleep(0.3)  # let the sleep actually start in the shell host
+            await c.until(lambda: c.fleet.agents["trunk"].eval_root.busy, what="the run")
             assert _ral(c, "trunk", "sleep 30").result is None
             t0 = time.monotonic()
             await c.pilot.press("escape")
@@ -351,7 +351,9 @@ def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Pat
             await c.say("go")
             await c.until(lambda: _ral(c, "helper", "sleep 30") is not None)
             await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None)
-            await asyncio.sleep(0.3)
+            await c.until(
+                lambda: all(a.eval_root.busy for a in c.fleet.agents.values()), what="the runs"
+            )
             started.update(_descendants() - before)
             await c.pilot.press("ctrl+c")
             await c.until(lambda: _ral(c, "trunk", "sleep 30").result is not None)
