@@ -57,20 +57,27 @@ def _run_interruptibly(session: Session, source: str) -> RunResult:
     """Run on a helper thread so Ctrl-C on the main thread becomes ``session.cancel``."""
     box: list[RunResult] = []
     failure: list[BaseException] = []
+    done = threading.Event()
 
     def target() -> None:
         try:
             box.append(session.run(source))
         except BaseException as e:  # an internal panic: re-raised on the main thread
             failure.append(e)
+        finally:
+            done.set()
 
     t = threading.Thread(target=target, name="ral-run", daemon=True)
     t.start()
-    while t.is_alive():
+    # Wait on an Event, not Thread.join: a KeyboardInterrupt landing inside join() can leave
+    # CPython 3.11's thread marked finished while it still runs (seen here: Ctrl-C during
+    # `sleep 5` made the REPL read an empty result and crash).
+    while not done.is_set():
         try:
-            t.join(0.1)
+            done.wait(0.1)
         except KeyboardInterrupt:
             session.cancel("interrupted")
+    t.join()
     if failure:
         raise failure[0]
     return box[0]
