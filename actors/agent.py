@@ -314,12 +314,10 @@ class Agent:
 
         Run at drive's top and before every provider round-trip (the log is ReadyForUser at
         both), so a long headless turn is checked too. Unconfigured it returns at once."""
-        warning = self.disk_warn.check(self.shell_epoch())
+        # ral_calls is +1 per ral tool call, like the shell's epoch: the seed's one drum.
+        warning = self.disk_warn.check(self.stats.ral_calls)
         if warning is not None:
             self.fleet.publish(SystemNote(self.name, text=warning.text))
-
-    def shell_epoch(self) -> int:
-        return self.stats.ral_calls
 
     def _exit(self) -> None:
         """The single exit: settle pending calls (turn-ends-ready) and disarm schedules.
@@ -419,9 +417,7 @@ class Agent:
             )
             return False
         elif isinstance(item, AgentResult):
-            text = clip_agent_reply(
-                item.value if isinstance(item.value, str) else render(item.value)
-            )
+            text = clip_agent_reply(render(item.value))
             self.log.append_user(
                 f"[agent {item.child} finished: {item.status}]\n{text}", source="agent_result"
             )

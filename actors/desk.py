@@ -26,10 +26,6 @@ if TYPE_CHECKING:
     from runtime.snapshot import MobileSnapshot
 
 
-def _text(v: Any) -> str:
-    return v if isinstance(v, str) else render(v)
-
-
 def _arity(verb: str, args: list[Any], n: int) -> None:
     if len(args) != n:
         raise DeskRefusal(f"{verb} takes {n} argument{'s' if n != 1 else ''}, got {len(args)}")
@@ -67,17 +63,17 @@ class AgentDesk:
 
     def _agent_verb(self, verb: str, args: list[Any], fork: MobileSnapshot | None) -> Any:
         _arity(verb, args, 2)
-        name, prompt = _text(args[0]), _text(args[1])
+        name, prompt = render(args[0]), render(args[1])
         return self._agent.fleet.spawn_child(self._agent, name, prompt, fork)
 
     def _message(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 2)
-        self._agent.fleet.message(self._agent.name, _text(args[0]), _text(args[1]))
+        self._agent.fleet.message(self._agent.name, render(args[0]), render(args[1]))
         return UNIT
 
     def _agent_cancel(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 1)
-        return self._agent.cancel_descendant(_text(args[0]))
+        return self._agent.cancel_descendant(render(args[0]))
 
     def _reply(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 1)
@@ -86,7 +82,7 @@ class AgentDesk:
 
     def _schedule(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 3)
-        sid, seconds, prompt = _text(args[0]), args[1], _text(args[2])
+        sid, seconds, prompt = render(args[0]), args[1], render(args[2])
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
             raise DeskRefusal("schedule SECONDS must be a non-negative number")
         self._agent.schedules.arm(sid, float(seconds), prompt)
@@ -94,13 +90,13 @@ class AgentDesk:
 
     def _unschedule(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 1)
-        return self._agent.schedules.disarm(_text(args[0]))
+        return self._agent.schedules.disarm(render(args[0]))
 
     def _pin(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 2)
-        self._agent.pins[_text(args[0])] = _text(args[1])
+        self._agent.pins[render(args[0])] = render(args[1])
         return UNIT
 
     def _unpin(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 1)
-        return self._agent.pins.pop(_text(args[0]), None) is not None
+        return self._agent.pins.pop(render(args[0]), None) is not None

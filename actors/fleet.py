@@ -32,7 +32,6 @@ from actors.bus import start_bus
 from actors.mailbox import QuotaActor
 from actors.registry import Entry, start_registry
 from actors.shell import EvalRoot, ShellActor
-from runtime.cancel import CancelScope
 from runtime.constants import TRUNK_NAME
 from runtime.digest import digest_tool_result
 from runtime.diskwarn import dir_size
@@ -485,7 +484,7 @@ class Fleet:
             events=[],
             snapshot=str(snap) if snap.exists() else None,
             outcome=outcome.value,
-            reply=self.describe(agent.reply_value) if agent.replied else None,
+            reply=render(agent.reply_value) if agent.replied else None,
             eventLog=str(self.session.events(agent.name)),
         )
         if outcome is AgentOutcome.CANCELLED:
@@ -521,10 +520,3 @@ class Fleet:
         """Inbox items still queued when their agent ended: recorded, never silently lost."""
         for item in items:
             self.bus.record_rejected(InboxRejected.of(agent.name, item, reason="recipient ended"))
-
-    def describe(self, value: Any) -> str:
-        return value if isinstance(value, str) else render(value)
-
-
-def unused(_: CancelScope) -> None:  # pragma: no cover - keeps the import for type readers
-    return None

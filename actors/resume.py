@@ -403,7 +403,7 @@ def resume_run(
             outcome = trunk.outcome.value if trunk.outcome is not None else "failed"
             if trunk.replied:
                 value = trunk.reply_value
-                reply = value if isinstance(value, str) else render(value)
+                reply = render(value)
     finally:
         fleet.close()
     fy = fleet.write_result(outcome, reply, resumed=True)

@@ -146,7 +146,7 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
             outcome = "cancelled"
         if trunk.replied:
             value = trunk.reply_value
-            reply = value if isinstance(value, str) else render(value)
+            reply = render(value)
     finally:
         fleet.close()
     fy = fleet.write_result(outcome, reply)

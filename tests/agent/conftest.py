@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from runtime.durable import read_jsonl
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,18 +86,6 @@ def run_scenario(tmp_path: Path) -> Callable[..., Run]:
         return Run(p.returncode, p.stdout, p.stderr, session)
 
     return run
-
-
-def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``pred`` until it is truthy (a condition wait, never a bare sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 @dataclass

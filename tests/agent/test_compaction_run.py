@@ -8,8 +8,9 @@ from typing import Any
 
 from runtime.compaction import SUMMARY_PREAMBLE
 from runtime.messages import UserMessage
-from tests.agent.conftest import Live, Run, wait_for
+from tests.agent.conftest import Live, Run
 from tests.agent.providers import Recording
+from tests.support.waiting import wait_for
 
 SCENARIO = """
 [fleet]

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from runtime.constants import DISK_WARN_CHECK_INTERVAL
-from tests.agent.conftest import Live, Run, wait_for
+from tests.agent.conftest import Live, Run
+from tests.support.waiting import wait_for
 
 HUNDRED_CALLS = """
 [fleet]

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.messages import UserMessage
-from tests.agent.conftest import Live, read_records, wait_for
+from tests.agent.conftest import Live, read_records
 from tests.agent.providers import Recording
+from tests.support.waiting import wait_for
 
 CLEAR = """
 [fleet]

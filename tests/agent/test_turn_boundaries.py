@@ -7,8 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.messages import ToolResult, UserMessage
-from tests.agent.conftest import Live, Run, wait_for
+from tests.agent.conftest import Live, Run
 from tests.agent.providers import Recording
+from tests.support.waiting import wait_for
 
 
 def _in_flight(events: list[dict[str, Any]], script: str) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,14 +70,3 @@ def start_live(tmp: Path, toml: str, name: str = "live") -> LiveRun:
     live.thread.start()
     assert live.started.wait(30)
     return live
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()

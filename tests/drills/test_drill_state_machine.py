@@ -18,7 +18,8 @@ from runtime.errors import ExarchError, InboxFull
 from runtime.inbox import Command
 from runtime.invariants import check_session
 from runtime.nemesis import synthetic_scenario
-from tests.drills.conftest import LiveRun, start_live, wait_for
+from tests.drills.conftest import LiveRun, start_live
+from tests.support.waiting import eventually
 
 WORKERS = ("worker-0", "worker-1")
 
@@ -31,7 +32,7 @@ class FleetUnderFire(RuleBasedStateMachine):
         toml = synthetic_scenario(len(WORKERS), 12, call_ms=40)
         self.live: LiveRun = start_live(Path(self.tmp.name), toml)
         self.fleet = self.live.fleet
-        assert wait_for(
+        assert eventually(
             lambda: (
                 all(self.fleet.registry.is_live(w) for w in WORKERS) or self.fleet.wait_empty(0)
             ),
@@ -90,7 +91,7 @@ class FleetUnderFire(RuleBasedStateMachine):
         if not root.exists():
             return
         # a /clear between the shell reset and its marker is a few ms: re-read before blaming
-        ok = wait_for(lambda: check_session(root, live=True).ok, 2.0)
+        ok = eventually(lambda: check_session(root, live=True).ok, 2.0)
         assert ok, json.dumps(check_session(root, live=True).to_json(), indent=1)
 
     def teardown(self) -> None:

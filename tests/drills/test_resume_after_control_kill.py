@@ -16,7 +16,7 @@ from runtime.durable import read_jsonl
 from runtime.invariants import check_session
 from runtime.providers.scenario import load_scenario
 from runtime.providers.scripted import ScenarioPlayback
-from tests.drills.conftest import wait_for
+from tests.support.waiting import eventually
 
 SCENARIO = """
 [fleet]
@@ -77,7 +77,7 @@ def _kill_mid_run(tmp_path: Path) -> Path:
     )
     try:
         events = session / "agents" / "slow" / "events.jsonl"
-        assert wait_for(
+        assert eventually(
             lambda: (
                 "quick" in _settled_ids(session)
                 and "sleep 30" in (events.read_text() if events.exists() else "")

@@ -125,15 +125,6 @@ class FleetRun:
             self.recorder.close()
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``cond`` every 5 ms (a condition on other threads' state, never a bare sleep)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(0.005)
-
-
 def alive(pid: int) -> bool:
     """Whether ``pid`` is a running process (a zombie awaiting its reaper does not count)."""
     try:

@@ -24,10 +24,10 @@ from e2e_support import (
     alive,
     descendants,
     fleet_factory,
-    wait_until,
 )
 
 from actors.agent import Agent
+from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 

@@ -15,10 +15,10 @@ import pytest
 from e2e_support import (
     FleetRun,
     fleet_factory,
-    wait_until,
 )
 
 from runtime.inbox import Command
+from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 

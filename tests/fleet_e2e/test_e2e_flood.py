@@ -16,10 +16,10 @@ import pytest
 from e2e_support import (
     FleetRun,
     fleet_factory,
-    wait_until,
 )
 
 from runtime.constants import INBOX_SOURCE_CAP
+from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 

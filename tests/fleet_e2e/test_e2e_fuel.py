@@ -15,8 +15,9 @@ import pytest
 from e2e_support import (
     FleetRun,
     fleet_factory,
-    wait_until,
 )
+
+from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 

@@ -18,12 +18,12 @@ from e2e_support import (
     FakeClock,
     FleetRun,
     fleet_factory,
-    wait_until,
 )
 
 from actors.fleet import FleetConfig
 from actors.registry import DEADLINE
 from runtime.inbox import Command
+from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 

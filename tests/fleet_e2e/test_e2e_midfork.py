@@ -21,8 +21,9 @@ from e2e_support import (
     alive,
     descendants,
     fleet_factory,
-    wait_until,
 )
+
+from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
 

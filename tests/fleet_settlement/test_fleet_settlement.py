@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from runtime.providers import make_provider
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.session_dir import SessionDir
+from tests.support.waiting import wait_for as _wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,14 +49,6 @@ def journal_of() -> Iterator[Any]:
         return read_jsonl(session / "spawn-journal.jsonl").records
 
     yield read
-
-
-def _wait_for(cond: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def test_a_child_killed_before_release_settles_release_unconfirmed_and_keeps_its_work(

@@ -11,14 +11,7 @@ import psutil
 
 from runtime.cancel import CancelScope
 from runtime.ral.session import RunResult, Session
-
-
-def _wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.002)
+from tests.support.waiting import wait_for as _wait_for
 
 
 def _start(session: Session, src: str) -> tuple[threading.Thread, list[RunResult]]:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from settlement_support import IGNORE_TERM, SLEEP, kill_hard, pid_gone, wait_until  # noqa: F401
+from settlement_support import IGNORE_TERM, SLEEP, kill_hard, pid_gone  # noqa: F401
 
 from runtime.executor import ExecutionSpec, LocalProcessExecutor
 from runtime.journal import SpawnJournal

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable
 
 import psutil
 
@@ -20,14 +18,6 @@ IGNORE_TERM = (
     "pathlib.Path('ready').write_text('1')\n"
     "time.sleep(60)\n",
 )
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
 
 
 def pid_gone(pid: int) -> bool:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from settlement_support import IGNORE_TERM, SLEEP, pid_gone, wait_until
+from settlement_support import IGNORE_TERM, SLEEP, pid_gone
 
 import runtime.local_executor as executor_mod
 from runtime.executor import (
@@ -23,6 +23,7 @@ from runtime.executor import (
     RetryPreSpawnRefusals,
     scratch_file_deliverable,
 )
+from tests.support.waiting import wait_for as wait_until
 
 
 def _ready(ex: LocalProcessExecutor) -> None:

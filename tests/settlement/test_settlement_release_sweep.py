@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from settlement_support import SLEEP, kill_hard, pid_gone, wait_until
+from settlement_support import SLEEP, kill_hard, pid_gone
 
 from runtime.executor import (
     Backoff,
@@ -39,6 +39,7 @@ from runtime.settlement import (
     retain_at_settlement,
     settle_child,
 )
+from tests.support.waiting import wait_for as wait_until
 
 FAST = SweepPolicy(Backoff(attempts=3, base=0.01), grace=1.0)
 

@@ -6,7 +6,8 @@ import time
 from typing import Any
 
 import psutil
-from shell_helpers import wait_for
+
+from tests.support.waiting import wait_for
 
 BOUND = 0.100
 

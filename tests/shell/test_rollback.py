@@ -9,9 +9,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from shell_helpers import wait_for
 
 from runtime.durable import read_jsonl
+from tests.support.waiting import wait_for
 
 
 def _records(tmp_path: Path, kind: str) -> list[dict]:

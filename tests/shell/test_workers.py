@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import psutil
-from shell_helpers import wait_for
 
 from runtime.durable import read_jsonl
+from tests.support.waiting import wait_for
 
 
 def _reaps(tmp_path: Path) -> list[dict]:

@@ -1,0 +1,38 @@
+"""Waiting on a condition: the one polling helper every test directory uses.
+
+Tests synchronise on observable state (a file, a process, a registry entry), never on a bare
+sleep; these poll every few milliseconds and fail with what they were waiting for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_for(
+    cond: Callable[[], Any],
+    timeout: float = 10.0,
+    what: str = "condition",
+    *,
+    interval: float = 0.005,
+) -> Any:
+    """Poll ``cond`` until it is truthy and return its value; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s")
+        time.sleep(interval)
+
+
+def eventually(cond: Callable[[], Any], timeout: float = 10.0) -> bool:
+    """Whether ``cond`` becomes truthy within ``timeout`` (for asserting it with a message)."""
+    try:
+        wait_for(cond, timeout)
+    except AssertionError:
+        return bool(cond())
+    return True
