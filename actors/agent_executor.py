@@ -31,6 +31,7 @@ from runtime.executor import (
     Observation,
     Receipt,
 )
+from runtime.fleet_yield import settlement_status
 
 if TYPE_CHECKING:
     from actors.agent import Agent, AgentOutcome
@@ -80,8 +81,8 @@ class AgentExecutor:
         if not self._agent.done.wait(timeout):
             return None
         outcome = self._agent.outcome
-        ok = outcome is not None and outcome.value in ("replied", "quiesced")
-        return ExecutionResult("done" if ok else "down", None, outcome.value if outcome else "")
+        value = outcome.value if outcome is not None else None
+        return ExecutionResult(settlement_status(value), None, value or "")
 
     def teardown(self, grace: float | Literal["brutal-kill", "infinity"]) -> Receipt:
         with self._lock:

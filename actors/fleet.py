@@ -22,7 +22,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import pykka
 
@@ -38,7 +38,7 @@ from runtime.diskwarn import dir_size
 from runtime.durable import append_jsonl
 from runtime.events import Born, Died, Event, InboxRejected, Resources
 from runtime.executor import ExecutionSpec
-from runtime.fleet_yield import FleetYield, fleet_yield, write_result
+from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, write_result
 from runtime.inbox import AgentResult
 from runtime.invariants import commit_record
 from runtime.journal import SpawnJournal
@@ -490,8 +490,7 @@ class Fleet:
         if outcome is AgentOutcome.CANCELLED:
             cancel_child(self.journal, agent.name, executor)
         else:
-            ok = outcome in (AgentOutcome.REPLIED, AgentOutcome.QUIESCED)
-            status: Literal["done", "down"] = "done" if ok else "down"
+            status = settlement_status(outcome.value)
             observable = executor.observable()
             settle_child(
                 self.journal,

@@ -43,7 +43,7 @@ from runtime.constants import TRUNK_NAME
 from runtime.durable import read_jsonl
 from runtime.errors import ExarchError, SnapshotRefused
 from runtime.events import Died, InboxRejected, SystemNote
-from runtime.fleet_yield import FleetYield
+from runtime.fleet_yield import FleetYield, settlement_status
 from runtime.inbox import AgentResult, UserSteering
 from runtime.invariants import leftover_processes
 from runtime.journal import JOURNAL_NAME, NodeState, SpawnJournal, replay
@@ -248,7 +248,7 @@ def _heal(journal: SpawnJournal, plan: ResumePlan) -> None:
                 resumed=True,
             )
             continue
-        status = "done" if outcome in ("replied", "quiesced") else "down"
+        status = settlement_status(outcome)
         floor = (node.floor or {}).get("spend") or spend_of(None)
         journal.reconciled(nid, spend=floor, reason="retained: controller-died")
         journal.settled(

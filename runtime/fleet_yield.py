@@ -16,13 +16,23 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from runtime.durable import atomic_write_bytes, now_iso
 from runtime.errors import ExarchError
 from runtime.journal import SettlementState
 
 OUTCOMES = ("replied", "quiesced", "capped", "cancelled", "failed")
+NORMAL_ENDS = frozenset({"replied", "quiesced"})
+"""The outcomes of an agent that ended normally: its node settles ``done`` and a run that ends
+this way exits 0. Every other end (capped, cancelled, failed) is ``down`` / non-zero."""
+
+
+def settlement_status(outcome: str | None) -> Literal["done", "down"]:
+    """The ``settled`` status of a child that ended with ``outcome``."""
+    return "done" if outcome in NORMAL_ENDS else "down"
+
+
 RESULT_NAME = "result.json"
 
 

@@ -75,3 +75,20 @@ def test_write_result_refuses_an_unknown_outcome_and_keeps_the_old_file(tmp_path
     with pytest.raises(BadOutcome, match="'finished'"):
         write_result(tmp_path, "finished", None, fleet_yield(journal.state))
     assert path.read_bytes() == old
+
+
+@pytest.mark.parametrize(
+    ("outcome", "status"),
+    [
+        ("replied", "done"),
+        ("quiesced", "done"),
+        ("capped", "down"),
+        ("failed", "down"),
+        ("cancelled", "down"),
+        (None, "down"),
+    ],
+)
+def test_only_a_normal_end_settles_a_child_done(outcome: str | None, status: str) -> None:
+    from runtime.fleet_yield import settlement_status
+
+    assert settlement_status(outcome) == status
