@@ -32,7 +32,7 @@ from actors.bus import start_bus
 from actors.mailbox import QuotaActor
 from actors.registry import Entry, start_registry
 from actors.shell import EvalRoot, ShellActor
-from runtime.constants import TRUNK_NAME
+from runtime.constants import SCRATCH_ENV, TRUNK_NAME
 from runtime.digest import digest_tool_result
 from runtime.diskwarn import dir_size
 from runtime.durable import append_jsonl
@@ -152,6 +152,8 @@ class Fleet:
         name: str = TRUNK_NAME,
     ) -> Agent:
         ctx = DynamicContext(cwd=self.config.cwd or os.getcwd(), grants=self.config.grants)
+        ctx.env[SCRATCH_ENV] = self._scratch_for(name)
+        self.session.scratch(name).mkdir(parents=True, exist_ok=True)
         spec = AgentSpec(
             name=name,
             construction=Construction.TRUNK,
@@ -167,6 +169,11 @@ class Fleet:
         self.trunk = agent
         self._launch(agent)
         return agent
+
+    def _scratch_for(self, name: str) -> str:
+        """``$EXARCH_SCRATCH`` in the agent's shell: its scratch directory. A child's is made
+        by its executor at admission and removed at teardown; the trunk's is made here."""
+        return str(self.session.scratch(name).resolve())
 
     def _build(self, spec: AgentSpec, provider: Provider, entry: Entry) -> Agent:
         """Construct the node and attach its shell's eval root; deregister if that fails."""
@@ -398,6 +405,7 @@ class Fleet:
                 inherited = DynamicContext.from_dict(dict(snapshot.context))
                 narrowed = inherited.grants.meet(self.config.grants)
                 ctx = DynamicContext(inherited.cwd, dict(inherited.env), narrowed)
+                ctx.env[SCRATCH_ENV] = self._scratch_for(name)  # its own, not the parent's
                 snapshot = replace(snapshot, context=ctx.to_dict())
             spec = AgentSpec(
                 name=name,

@@ -295,10 +295,15 @@ def resume_run(
     *,
     on_start: Callable[[Any], None] | None = None,
     poll: Callable[[], bool] | None = None,
+    connection: dict[str, Any] | None = None,
 ) -> ResumeOutcome:
     """Resume the run in ``session_dir`` to its end (see the module docstring).
 
-    ``poll`` is called while waiting; returning True cancels the whole tree (Ctrl-C)."""
+    ``poll`` is called while waiting; returning True cancels the whole tree (Ctrl-C).
+    ``connection`` overrides what ``run.json`` says of a network provider (``model``,
+    ``base_url``, ``api_key``, constructor options such as ``read_timeout``); the key is never in
+    ``run.json``, so without ``api_key`` it comes from the provider's variable. A provider that
+    cannot be built (no key for the hosted service) refuses the resume."""
     from actors.fleet import Fleet, FleetConfig
 
     plan = plan_resume(session_dir)
@@ -327,13 +332,11 @@ def resume_run(
         options: dict[str, Any] = {}
         if run.get("windowTokens") is not None:
             options["window_tokens"] = run["windowTokens"]
-        base = make_provider(
-            str(run["provider"]),
-            model=run.get("model"),
-            base_url=run.get("baseUrl"),
-            api_key=os.environ.get("EXARCH_API_KEY"),
-            **options,
-        )
+        given = {"model": run.get("model"), "base_url": run.get("baseUrl"), **(connection or {})}
+        try:
+            base = make_provider(str(run["provider"]), **given, **options)
+        except (ExarchError, ValueError) as e:
+            raise ResumeRefused(f"cannot rebuild the {run['provider']} provider: {e}") from None
 
         def provider_for(name: str) -> Provider:
             return base.for_agent(name)

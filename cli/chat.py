@@ -14,42 +14,44 @@ from importlib import resources
 
 import click
 
+from cli.provider_options import ProviderChoice, provider_options
 from cli.runner import RunSpec, provider_factory, read_scenario, session_path
-from runtime.providers import PROVIDER_NAMES
 from runtime.session_dir import SessionDir
 
 
 @click.command("chat")
 @click.argument("scenario", required=False, metavar="[SCENARIO.toml]")
-@click.option(
-    "--provider",
-    type=click.Choice(PROVIDER_NAMES),
-    default=None,
-    help="Model provider (default: scripted with a SCENARIO; no SCENARIO and no --model: the "
-    "packaged scripted demo; else openai).",
+@provider_options(
+    "Model provider (default: scripted with a SCENARIO; no SCENARIO and no --model: the "
+    "packaged scripted demo; else openai)."
 )
-@click.option("--model", help="Model name for openai/anthropic.")
-@click.option("--base-url", help="Endpoint base URL (local servers: llama.cpp, vLLM, Ollama).")
-@click.option("--api-key", envvar="EXARCH_API_KEY", help="API key (else the provider's env var).")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the run.")
 @click.option("--send-prompt", is_flag=True, help="Send the scenario's [fleet] prompt first.")
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 def chat_command(
     scenario: str | None,
-    provider: str | None,
-    model: str | None,
-    base_url: str | None,
-    api_key: str | None,
+    connection: ProviderChoice,
     session_dir: str | None,
     send_prompt: bool,
     window_tokens: int | None,
     disk_warn_bytes: int | None,
 ) -> None:
-    """Talk to an interactive trunk in a terminal UI: one tab per agent."""
+    """Talk to an interactive trunk in a terminal UI: one tab per agent. With no SCENARIO and
+    no --model (and so a bare `exarch-actors`) it plays a packaged scripted demo: no network,
+    no key. Enter sends; a line starting with `/` is a command (/branch, /clear, /compact,
+    /model NAME, /resources, /close, /quit); Esc interrupts the focused agent; Ctrl-C twice
+    quits. See docs/chat.md.
+
+    \b
+    Exit codes:
+      0    you quit (result.json records the trunk's outcome)
+      2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
+    """
     from actors.fleet import Fleet, FleetConfig
     from cli.tui.app import ChatApp
 
+    provider, model = connection.provider, connection.model
     if provider is None and scenario is None and model is None:
         # Nothing chosen: the packaged scripted demo, so the bare command always opens the UI.
         scenario = str(resources.files("cli.tui").joinpath("demo.toml"))
@@ -64,11 +66,12 @@ def chat_command(
         prompt=None,
         scenario=loaded if provider == "scripted" else None,
         model=model,
-        base_url=base_url,
-        api_key=api_key,
+        base_url=connection.base_url,
+        api_key=connection.api_key,
         session_dir=session_dir,
         disk_warn_bytes=disk_warn_bytes,
         window_tokens=window_tokens,
+        provider_options=connection.network_options(provider),
     )
     try:
         factory = provider_factory(spec)  # a bad flag or a missing key fails before the screen

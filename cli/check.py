@@ -43,7 +43,15 @@ def report_table(report: InvariantReport, title: str | None = None) -> Table:
     "--no-processes", is_flag=True, help="Skip the leftover-process invariant (another machine)."
 )
 def check_command(session_dir: str, as_json: bool, no_processes: bool) -> None:
-    """Check a session directory's invariants; exit 1 if any is violated."""
+    """Check the invariants of a SESSION_DIR (what `run`, `fleet`, `chat`, `resume` or a drill
+    round left): every child settled once, no process left behind, append-only files intact.
+
+    \b
+    Exit codes:
+      0    every invariant held (or was skipped)
+      1    an invariant is violated (the table says which, and where)
+      2    the path is not a session directory
+    """
     try:
         report = check_session(session_dir, processes=not no_processes)
     except NotASession as e:

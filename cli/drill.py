@@ -480,8 +480,20 @@ def invariant_table(result: DrillResult) -> Table:
 
 @click.command("drill")
 @click.argument("scenario", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option("--agents", type=click.IntRange(1, 200), default=3, show_default=True)
-@click.option("--calls", type=click.IntRange(1, 1000), default=5, show_default=True)
+@click.option(
+    "--agents",
+    type=click.IntRange(1, 200),
+    default=3,
+    show_default=True,
+    help="Children of the synthetic fan-out (no SCENARIO).",
+)
+@click.option(
+    "--calls",
+    type=click.IntRange(1, 1000),
+    default=5,
+    show_default=True,
+    help="ral calls per synthetic child (no SCENARIO).",
+)
 @click.option(
     "--call-ms",
     type=click.IntRange(0, 10_000),
@@ -489,7 +501,7 @@ def invariant_table(result: DrillResult) -> Table:
     show_default=True,
     help="Each synthetic call sleeps this long (keeps agents busy to be hit).",
 )
-@click.option("--seed", type=int, required=True)
+@click.option("--seed", type=int, required=True, help="Fixes the whole fault schedule.")
 @click.option("--rate", type=float, default=2.0, show_default=True, help="Faults per second.")
 @click.option(
     "--faults",
@@ -512,7 +524,17 @@ def drill_command(
     session_dir: str | None,
     as_json: bool,
 ) -> None:
-    """Run a fleet while a seeded nemesis injects faults; check the invariants after each round."""
+    """Run fleets for --duration seconds while a seeded nemesis injects faults; check the
+    invariants after each round. Each round plays SCENARIO if given (as written: only live
+    faults hit it), else a synthetic fan-out of --agents children with --calls ral calls each.
+    Rounds and drill-report.json go to --session-dir (default .exarch/sessions/<id>/).
+
+    \b
+    Exit codes:
+      0    every invariant held in every round
+      1    an invariant was violated (the tables say which round)
+      2    bad input: an unknown fault kind, a bad flag, an unreadable SCENARIO
+    """
     try:
         kinds = parse_faults(faults)
         fault_schedule(seed, rate, kinds, duration)

@@ -2,38 +2,30 @@
 
 The view is drawn with rich's ``Live`` (a refreshing tree, no full-screen takeover), because a
 fleet run is a batch job whose scrollback a user wants to keep; textual's full-screen app is the
-interactive frontend's tool. Off a terminal (CI, a pipe) the view is skipped and only the final
-yield is printed.
+interactive frontend's tool. Each node is the same status line ``run`` draws
+(``cli/run_report.py``) plus its settlement record. Off a terminal (CI, a pipe) the view is
+skipped; what is printed around it is ``run``'s, plus the fleet-yield table.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 from rich.tree import Tree
 
-from cli.runner import RunSpec, read_scenario, run_headless, session_path
-
-_STATE_STYLE = {
-    "working": "bold yellow",
-    "idle": "cyan",
-    "replied": "green",
-    "quiesced": "green",
-    "cancelled": "magenta",
-    "failed": "red",
-    "capped": "red",
-    "starting": "dim",
-}
+from cli.provider_options import ProviderChoice, output_options, provider_options
+from cli.run_report import RunReporter, agent_line
+from cli.runner import run_headless, session_path, spec_for
 
 
-def render_tree(fleet: Any) -> Tree:
-    """The spawn tree as rich renders it: state, turns, tokens and settlement per agent."""
+def render_tree(report: RunReporter) -> Tree:
+    """The spawn tree as rich renders it: each agent's status line and settlement record."""
+    fleet = report.fleet
     agents = dict(fleet.agents)
     settled = {
         nid: " ".join(
@@ -45,17 +37,12 @@ def render_tree(fleet: Any) -> Tree:
     for name, agent in agents.items():
         children.setdefault(agent.parent, []).append(name)
 
-    def label(name: str) -> str:
-        a = agents[name]
-        s = a.stats
-        style = _STATE_STYLE.get(s.state, "")
-        tokens = f"{s.input_tokens + s.output_tokens} tok" if s.tokens_known else "tok ?"
+    def label(name: str) -> Text:
+        line = agent_line(report, agents[name])
         settle = settled.get(name)
-        tail = f" · {settle}" if settle else ""
-        return (
-            f"[bold]{name}[/] [{style}]{s.state}[/] · turns {s.turns} · calls {s.ral_calls}"
-            f" · {tokens}{tail}"
-        )
+        if settle:
+            line.append(f" · {settle}", style="dim")
+        return line
 
     root = Tree(f"fleet · {session_path(fleet.session)}")
 
@@ -81,51 +68,37 @@ def yield_table(fy: dict[str, Any]) -> Table:
 
 
 @click.command("fleet")
-@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.argument("target", metavar="SCENARIO.toml|PROMPT")
+@provider_options("Model provider (default: scripted for a SCENARIO.toml, else openai).")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the run.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object, no live view.")
 @click.option("--no-live", is_flag=True, help="Skip the live view even on a terminal.")
-def fleet_command(scenario: str, session_dir: str | None, as_json: bool, no_live: bool) -> None:
-    """Run a multi-agent SCENARIO with a live spawn-tree view, then print the fleet yield."""
-    spec = RunSpec(
-        provider="scripted", prompt=None, scenario=read_scenario(scenario), session_dir=session_dir
-    )
-    console = Console(stderr=True)
-    live_ok = console.is_terminal and not as_json and not no_live
-    live: Live | None = None
+@output_options
+def fleet_command(
+    target: str,
+    connection: ProviderChoice,
+    session_dir: str | None,
+    no_live: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Run a multi-agent SCENARIO.toml (or a PROMPT for a real model) with a live spawn-tree
+    view, then print the fleet yield (spawned, done, down, cancelled, never settled).
 
-    def on_start(fleet: Any) -> None:
-        nonlocal live
-        if live_ok:
-            live = Live(
-                get_renderable=lambda: render_tree(fleet),
-                console=console,
-                refresh_per_second=8,
-                transient=False,
-            )
-            live.start()
+    Prints what `run` prints (session first, the trunk's errors, outcome, reply); the tree
+    replaces run's agent lines, and the fleet-yield table comes before the outcome.
 
-    try:
-        result = run_headless(spec, on_start=on_start)
-    finally:
-        if live is not None:
-            live.stop()
+    \b
+    Exit codes:
+      0    the trunk replied or quiesced
+      1    the run failed (the `error:` line says why) or was capped
+      2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
+      130  cancelled: Ctrl-C cancels the whole tree and leaves no process behind
+    """
+    spec = spec_for(target, connection, session_dir=session_dir)
+    report = RunReporter(as_json=as_json, quiet=quiet, live=not no_live, view=render_tree)
+    result = run_headless(spec, observer=report)
     fy = result.fleet_yield.to_json()
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "outcome": result.outcome,
-                    "reply": result.reply,
-                    "session": str(result.session.root),
-                    "fleetYield": fy,
-                }
-            )
-        )
-    else:
-        console.print(yield_table(fy))
-        click.echo(f"session: {session_path(result.session)}", err=True)
-        click.echo(f"outcome: {result.outcome}", err=True)
-        if result.reply is not None:
-            click.echo(result.reply)
+    if not report.silent:
+        Console(stderr=True).print(yield_table(fy))
+    report.finish(result.outcome, result.reply, result.session, fy)
     sys.exit(result.exit_code)

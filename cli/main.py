@@ -15,13 +15,13 @@ import click
 _SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     # name: (module, attribute, one-line help)
     "ral": ("cli.ral", "ral_command", "Run ral: a REPL, a one-liner (-c) or a file."),
-    "run": ("cli.run", "run_command", "Run a headless trunk on a scenario or a prompt."),
+    "run": ("cli.run", "run_command", "Run a trunk on a scenario or a prompt; print its reply."),
     "fleet": (
         "cli.fleet",
         "fleet_command",
-        "Run a scenario with a live spawn-tree view.",
+        "Run a scenario or a prompt with a live spawn-tree view.",
     ),
-    "drill": ("cli.drill", "drill_command", "Break a live fleet on purpose and check invariants."),
+    "drill": ("cli.drill", "drill_command", "Break a fleet on purpose; check its invariants."),
     "check": ("cli.check", "check_command", "Check a session directory's invariants."),
     "resume": ("cli.resume", "resume_command", "Resume a run from its session directory."),
     "chat": ("cli.chat", "chat_command", "Talk to a conversing trunk in a terminal UI."),
@@ -44,14 +44,38 @@ class _LazyGroup(click.Group):
         module, attr, _ = entry
         cmd = getattr(importlib.import_module(module), attr)
         assert isinstance(cmd, click.Command)
+        cmd.short_help = cmd.short_help or _SUBCOMMANDS[cmd_name][2]  # the table's one line
         return cmd
 
 
-@click.group(cls=_LazyGroup, invoke_without_command=True)
+@click.group(
+    cls=_LazyGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every subcommand
+)
 @click.version_option(package_name="exarch-actors")
 @click.pass_context
 def main(ctx: click.Context, **_: Any) -> None:
-    """exarch-actors: fleets of LLM agents, each with a persistent ral shell."""
+    """exarch-actors: fleets of LLM agents, each with a persistent ral shell.
+
+    With no command, `exarch-actors` opens the chat UI on a packaged scripted demo (no
+    network, no key). `exarch-actors COMMAND -h` shows a command's options, what it prints
+    and its exit codes.
+
+    \b
+    First steps:
+      exarch-actors run examples/fanout.toml     a scripted fleet: prints 499500
+      exarch-actors                              the chat UI on the scripted demo
+      exarch-actors run --provider openai --model M "a prompt"       a real model
+      exarch-actors check .exarch/sessions/<id>  check what a run left behind
+
+    \b
+    Exit codes (each command's -h has its own list):
+      0    success: the trunk replied or quiesced; all invariants held
+      1    a failed or capped run, a ral error, a violated invariant
+      2    bad input: a usage error, an unreadable file, a missing API key
+      130  cancelled by Ctrl-C
+    """
     if ctx.invoked_subcommand is None:
         if _LazyGroup._available("chat"):
             ctx.invoke(_LazyGroup().get_command(ctx, "chat") or click.Command("noop"))

@@ -157,7 +157,14 @@ def ral_command(
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
 ) -> None:
-    """Run ral: a REPL, a one-liner (-c), a FILE, or a script piped on stdin."""
+    """Run ral: a REPL, a one-liner (-c), a FILE, or a script piped on stdin.
+
+    \b
+    Exit codes:
+      0    success (the REPL: you left it with Ctrl-D)
+      1    a ral error at run time, or the run was cancelled (Ctrl-C)
+      2    refused before running (a syntax or elaboration error), or bad input
+    """
     grants = Grants(
         frozenset(grant_exec) if grant_exec else None,
         tuple(os.path.abspath(r) for r in grant_root) if grant_root else None,

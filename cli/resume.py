@@ -1,47 +1,66 @@
 """``exarch-actors resume SESSION_DIR``: rebuild a run whose control process died and finish it.
 
-Exit codes as ``run``: 0 replied or quiesced, 1 failed or capped, 2 when the directory cannot be
-resumed (not a session, no run.json, already finished), 130 when cancelled.
+The provider is the one ``run.json`` names; ``--model``, ``--base-url``, ``--api-key``,
+``--timeout`` and ``--retries`` override it (the key is never written to ``run.json``: it comes
+from the flag or the provider's usual variable). Output and exit codes as ``run``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 import click
 
 from actors.resume import ResumeRefused, resume_run
-from cli.runner import EXIT_CODES, session_path, sigint_cancels
+from cli.provider_options import ProviderChoice, output_options, provider_options
+from cli.run_report import RunReporter
+from cli.runner import EXIT_CODES, sigint_cancels
 
 
 @click.command("resume")
 @click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
-def resume_command(session_dir: str, as_json: bool) -> None:
-    """Resume a run from its session directory after the control process died."""
+@provider_options(None)
+@output_options
+def resume_command(
+    session_dir: str, connection: ProviderChoice, as_json: bool, quiet: bool
+) -> None:
+    """Resume a run from its SESSION_DIR after the control process died, and finish it.
+
+    The provider and model are those of the run (its run.json); the options override the model,
+    endpoint and key of a network run. Prints what `run` prints, plus one `resumed:` line (what
+    was rebuilt and healed).
+
+    \b
+    Exit codes:
+      0    the trunk replied or quiesced
+      1    the run failed (the `error:` line says why) or was capped
+      2    the directory cannot be resumed (not a session, no run.json, already finished), a
+           bad flag, or no API key for the hosted service
+      130  cancelled: Ctrl-C cancels the whole tree and leaves no process behind
+    """
+    overrides = _connection_overrides(session_dir, connection)
+    report = RunReporter(as_json=as_json, quiet=quiet)
     hit = {"cancel": False}
     with sigint_cancels(lambda: hit.__setitem__("cancel", True)) as interrupted:
+
+        def poll() -> bool:
+            report.tick()
+            return interrupted.is_set()
+
         try:
-            result = resume_run(session_dir, poll=interrupted.is_set)
+            result = resume_run(
+                session_dir, on_start=report.attach, poll=poll, connection=overrides
+            )
         except ResumeRefused as e:
             raise click.UsageError(str(e)) from None
+        finally:
+            report.detach()
     outcome = "cancelled" if interrupted.is_set() else result.outcome
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "outcome": outcome,
-                    "reply": result.reply,
-                    "session": str(result.session.root),
-                    "plan": result.plan.to_json(),
-                    "fleetYield": result.fleet_yield.to_json(),
-                }
-            )
-        )
-    else:
-        click.echo(f"session: {session_path(result.session)}", err=True)
-        plan = result.plan
+    plan = result.plan
+    if not report.silent:
         healed = len(plan.finished) + len(plan.orphaned) + len(plan.no_environment)
         healed += len(plan.retained)
         click.echo(
@@ -50,7 +69,30 @@ def resume_command(session_dir: str, as_json: bool) -> None:
             f"{healed} slots healed, {len(plan.redeliver)} results re-delivered",
             err=True,
         )
-        click.echo(f"outcome: {outcome}", err=True)
-        if result.reply is not None:
-            click.echo(result.reply)
+    report.finish(
+        outcome, result.reply, result.session, result.fleet_yield.to_json(), plan=plan.to_json()
+    )
     sys.exit(EXIT_CODES.get(outcome, 1))
+
+
+def _connection_overrides(session_dir: str, connection: ProviderChoice) -> dict[str, Any]:
+    """The flags given, as :func:`actors.resume.resume_run`'s ``connection``; provider flags on
+    a scripted run are refused rather than ignored."""
+    try:
+        run = json.loads((Path(session_dir) / "run.json").read_text())
+        provider = str(run["provider"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}  # resume_run refuses the directory with the precise reason
+    given = {
+        "model": connection.model,
+        "base_url": connection.base_url,
+        "api_key": connection.api_key,
+    }
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    if provider == "scripted" and overrides:
+        raise click.UsageError(
+            "this run used the scripted provider: --model, --base-url and --api-key apply to "
+            "network runs"
+        )
+    overrides.update(connection.network_options(provider))
+    return overrides

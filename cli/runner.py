@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
@@ -28,6 +28,9 @@ from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.ral.values import render
 from runtime.session_dir import SessionDir
+
+if TYPE_CHECKING:
+    from cli.provider_options import ProviderChoice
 
 EXIT_CODES = {"replied": 0, "quiesced": 0, "failed": 1, "capped": 1, "cancelled": 130}
 
@@ -63,13 +66,44 @@ class RunOutcome:
 
 
 def read_scenario(path: str) -> Scenario:
-    """Load a scenario or exit 2 with the file position of what is wrong."""
+    """Load a scenario or exit 2 with the file position of what is wrong; each unknown key is a
+    ``warning: FILE:LINE: key.path: unknown key (ignored)`` line on stderr (a typo is never
+    silently lost, and never fatal: more fields are welcome)."""
     try:
-        return load_scenario(path)
+        scenario = load_scenario(path)
     except ScenarioError as e:
         raise click.UsageError(str(e)) from None
     except OSError as e:
         raise click.UsageError(f"cannot read scenario {path}: {e.strerror or e}") from None
+    for warning in scenario.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return scenario
+
+
+def spec_for(
+    target: str, connection: ProviderChoice, *, chat: bool = False, **settings: Any
+) -> RunSpec:
+    """The :class:`RunSpec` of ``run`` / ``fleet``: a ``.toml`` target is a scenario played by
+    the scripted provider (with a network ``--provider`` its ``[fleet]`` prompt and system prompt
+    go to the real model), any other target is a prompt for ``--provider`` (default openai)."""
+    is_scenario = target.endswith(".toml")
+    provider = connection.provider or ("scripted" if is_scenario else "openai")
+    scenario = read_scenario(target) if is_scenario else None
+    if provider == "scripted" and scenario is None:
+        raise click.UsageError("the scripted provider plays a scenario file (SCENARIO.toml)")
+    return RunSpec(
+        provider=provider,
+        prompt=(scenario.prompt if scenario is not None else target)
+        if provider != "scripted"
+        else None,
+        scenario=scenario,
+        model=connection.model,
+        base_url=connection.base_url,
+        api_key=connection.api_key,
+        chat=chat,
+        provider_options=connection.network_options(provider),
+        **settings,
+    )
 
 
 def provider_factory(spec: RunSpec) -> Callable[[str], Provider]:
@@ -114,11 +148,31 @@ def sigint_cancels(cancel: Callable[[], None]) -> Iterator[threading.Event]:
         signal.signal(signal.SIGINT, previous)
 
 
-def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None) -> RunOutcome:
-    """Run a headless trunk to its end and write ``result.json``."""
+class RunObserver(Protocol):
+    """What watches a run from the waiting thread (``cli/run_report.py``: the live status)."""
+
+    def attach(self, fleet: Any) -> None:
+        """The fleet exists and no agent has started: subscribe to its bus here."""
+
+    def tick(self) -> None:
+        """Called about every 0.1 s while the run goes on."""
+
+    def detach(self) -> None:
+        """The fleet has closed (every event is published), or the run raised."""
+
+
+def run_headless(
+    spec: RunSpec,
+    *,
+    on_start: Callable[[Any], None] | None = None,
+    observer: RunObserver | None = None,
+) -> RunOutcome:
+    """Run a headless trunk to its end and write ``result.json``.
+
+    What can be refused (a bad flag, a missing API key, no prompt) is refused before the
+    session directory is created, so a refused run leaves nothing behind."""
     from actors.fleet import Fleet, FleetConfig
 
-    session = SessionDir.at(spec.session_dir) if spec.session_dir else SessionDir.new()
     prompt = spec.prompt
     system = None
     if spec.scenario is not None:
@@ -126,21 +180,22 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
         system = spec.scenario.system
     if not prompt:
         raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
+    factory = provider_factory(spec)
+    session = SessionDir.at(spec.session_dir) if spec.session_dir else SessionDir.new()
     write_run_spec(session, spec)
-    fleet = Fleet(
-        session,
-        provider_factory(spec),
-        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes),
-    )
+    fleet = Fleet(session, factory, FleetConfig(disk_warn_bytes=spec.disk_warn_bytes))
     outcome = "failed"
     reply: str | None = None
     try:
+        if observer is not None:
+            observer.attach(fleet)
         trunk = fleet.start_trunk(prompt, chat=spec.chat, system=system)
         if on_start is not None:
             on_start(fleet)
         with sigint_cancels(lambda: fleet.cancel_all("interrupted")) as interrupted:
             while not fleet.wait_empty(0.1):
-                pass
+                if observer is not None:
+                    observer.tick()
         outcome = trunk.outcome.value if trunk.outcome is not None else "failed"
         if interrupted.is_set():
             outcome = "cancelled"
@@ -148,7 +203,11 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
             value = trunk.reply_value
             reply = render(value)
     finally:
-        fleet.close()
+        try:
+            fleet.close()
+        finally:
+            if observer is not None:
+                observer.detach()
     fy = fleet.write_result(outcome, reply)
     return RunOutcome(outcome, reply, fy, session)
 

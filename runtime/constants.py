@@ -37,3 +37,8 @@ AGENT_REPLY_CAP = 20 * 1024
 """A child's reply shown to its parent: the same budget as a value."""
 
 TRUNK_NAME = "trunk"
+
+SCRATCH_ENV = "EXARCH_SCRATCH"
+"""The shell variable naming an agent's own scratch directory (``scratch/<name>/`` of the
+session): temporary files go there, not to /tmp, so a run leaves nothing outside its session
+directory (a child's is removed with its environment)."""

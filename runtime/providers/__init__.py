@@ -8,7 +8,7 @@ child's handle with ``parent_handle.current().for_agent(child_name)``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.errors import ExarchError
 from runtime.providers.base import (
@@ -31,6 +31,9 @@ from runtime.providers.base import (
 )
 from runtime.providers.scenario import Scenario, ScriptedMessage, load_scenario, parse_scenario
 from runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
+
+if TYPE_CHECKING:
+    from runtime.providers.http import HttpStreamingProvider
 
 PROVIDER_NAMES = ("scripted", "openai", "anthropic")
 
@@ -55,7 +58,8 @@ def make_provider(
     :class:`ScenarioPlayback`, or a path); the result plays ``agent_name``'s script. ``openai`` and
     ``anthropic`` need ``model``; ``options`` go to their constructors (``connect_timeout``,
     ``read_timeout``, ``max_retries``, ``backoff_base``, ``backoff_max``, ``max_tokens``,
-    ``window_tokens``, ...).
+    ``window_tokens``, ...). With no key (``api_key``, else the provider's variable) for the
+    hosted service they raise :class:`UnknownProvider` at once.
     """
     if name == "scripted":
         if scenario is None:
@@ -72,14 +76,22 @@ def make_provider(
 
         if not model:
             raise UnknownProvider("the openai provider needs --model")
-        return OpenAIProvider(model=model, base_url=base_url, api_key=api_key, **options)
+        return _keyed(OpenAIProvider(model=model, base_url=base_url, api_key=api_key, **options))
     if name == "anthropic":
         from runtime.providers.anthropic import AnthropicProvider
 
         if not model:
             raise UnknownProvider("the anthropic provider needs --model")
-        return AnthropicProvider(model=model, base_url=base_url, api_key=api_key, **options)
+        return _keyed(AnthropicProvider(model=model, base_url=base_url, api_key=api_key, **options))
     raise UnknownProvider(f"unknown provider {name!r}; expected one of {', '.join(PROVIDER_NAMES)}")
+
+
+def _keyed(provider: HttpStreamingProvider) -> Provider:
+    """Refuse a hosted service with no key at once: retrying a request that cannot succeed
+    only hides the reason (a local server at another base URL may need no key)."""
+    if provider.missing_key is not None:
+        raise UnknownProvider(provider.missing_key)
+    return provider
 
 
 __all__ = [

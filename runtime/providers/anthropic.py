@@ -121,6 +121,7 @@ class AnthropicProvider(HttpStreamingProvider):
     name = "anthropic"
     default_base_url = "https://api.anthropic.com"
     api_key_env = "ANTHROPIC_API_KEY"
+    base_url_env = "ANTHROPIC_BASE_URL"
 
     def classify_status(self, status: int) -> tuple[type[ProviderError], bool]:
         if status == 529:

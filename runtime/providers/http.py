@@ -178,6 +178,8 @@ class HttpStreamingProvider(Provider):
 
     default_base_url = ""
     api_key_env = ""
+    base_url_env = ""
+    """The variable naming the endpoint when no ``base_url`` is given (the SDKs' own name)."""
 
     def __init__(
         self,
@@ -196,7 +198,9 @@ class HttpStreamingProvider(Provider):
         extra_headers: dict[str, str] | None = None,
     ) -> None:
         self.model = model
-        self.base_url = (base_url or self.default_base_url).rstrip("/")
+        self.base_url = (
+            base_url or os.environ.get(self.base_url_env) or self.default_base_url
+        ).rstrip("/")
         self.endpoint = Endpoint.parse(self.base_url)
         self.api_key = api_key if api_key is not None else os.environ.get(self.api_key_env)
         self.connect_timeout = connect_timeout
@@ -208,6 +212,16 @@ class HttpStreamingProvider(Provider):
         self.max_tokens = max_tokens
         self.window_tokens = window_tokens
         self.extra_headers = dict(extra_headers or {})
+
+    @property
+    def missing_key(self) -> str | None:
+        """Why this provider cannot work at all, or ``None``: no key for the hosted service.
+
+        A custom endpoint (a local server) may need no key, so only the provider's own hosted
+        URL is refused up front; anywhere else a 401/403 fails the first request instead."""
+        if self.api_key or self.base_url != self.default_base_url.rstrip("/"):
+            return None
+        return f"no API key: set {self.api_key_env} or pass --api-key"
 
     def with_model(self, model: str) -> Self:
         """``/model NAME``: the same endpoint, key, timeouts and retries with another model.

@@ -106,6 +106,7 @@ class OpenAIProvider(HttpStreamingProvider):
     name = "openai"
     default_base_url = "https://api.openai.com/v1"
     api_key_env = "OPENAI_API_KEY"
+    base_url_env = "OPENAI_BASE_URL"
 
     def __init__(self, *, include_usage: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)

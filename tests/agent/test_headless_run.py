@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
-from pathlib import Path
 
 from tests.agent.conftest import ROOT, Run
 
@@ -26,11 +24,11 @@ def test_the_readme_fanout_example_replies_with_the_verified_total(
     assert born == died == {"trunk", "lo", "hi"}
     for name in ("trunk", "lo", "hi"):
         assert (run.session / "agents" / name / "snapshot.msgpack").is_file()
-    work = [r for r in run.kinds("transcript.jsonl", "Io") if "mktemp" in r["script"]]
+    work = [r for r in run.kinds("transcript.jsonl", "Io") if "EXARCH_SCRATCH" in r["script"]]
     assert work, "the trunk's first call is recorded on the bus"
-    tmp = Path(work[0]["value"].split("\n")[-1].strip())
-    if tmp.is_dir() and tmp.name.startswith("tmp"):
-        shutil.rmtree(tmp, ignore_errors=True)
+    scratch = (run.session / "scratch" / "trunk").resolve()
+    assert work[0]["value"].split("\n")[-1].strip() == str(scratch)
+    assert sorted(p.name for p in scratch.iterdir()) == ["hi.sum", "lo.sum"]
 
 
 def test_a_trunk_that_never_replies_is_nudged_to_reply_and_then_quiesces(

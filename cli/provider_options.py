@@ -1,0 +1,127 @@
+"""The model-provider options every running command shares (``run``, ``fleet``, ``chat``,
+``resume``), declared once as a click decorator so the commands cannot drift apart.
+
+:func:`provider_options` adds ``--provider``, ``--model``, ``--base-url``, ``--api-key``,
+``--timeout`` and ``--retries`` and hands them to the command as one frozen
+:class:`ProviderChoice` (keyword ``connection``), so a command's signature does not grow with
+every provider flag. Where a value comes from when a flag is absent is the provider's own rule
+(``runtime/providers/http.py``): the key from ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``, the
+endpoint from ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``, else the hosted service.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+import click
+
+from runtime.providers import PROVIDER_NAMES
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+KEY_HELP = (
+    "API key (else OPENAI_API_KEY / ANTHROPIC_API_KEY; a local server at --base-url needs none)."
+)
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    """The provider flags as given; ``None`` means "not given" (a default applies)."""
+
+    provider: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout: float | None = None
+    retries: int | None = None
+
+    @property
+    def network_flags(self) -> tuple[str, ...]:
+        """The network-only flags that were given (for refusing them on ``scripted``)."""
+        given = (("--timeout", self.timeout), ("--retries", self.retries))
+        return tuple(flag for flag, value in given if value is not None)
+
+    def network_options(self, provider: str) -> tuple[tuple[str, float | int], ...]:
+        """``--timeout`` / ``--retries`` as provider options; refused for the scripted provider,
+        which has no network (a flag that silently did nothing would hide a mistake)."""
+        options: list[tuple[str, float | int]] = []
+        if self.timeout is not None:
+            options.append(("read_timeout", self.timeout))
+            options.append(("connect_timeout", self.timeout))
+        if self.retries is not None:
+            options.append(("max_retries", self.retries))
+        if options and provider == "scripted":
+            raise click.UsageError("--timeout and --retries apply to the network providers only")
+        return tuple(options)
+
+
+_FIELDS = tuple(f.name for f in fields(ProviderChoice))
+
+
+def provider_options(provider_help: str | None) -> Callable[[F], F]:
+    """Add the shared provider flags; the command receives them as ``connection``.
+
+    ``provider_help`` is the command's own ``--provider`` text (each command has its own
+    default: a scenario means ``scripted``, a prompt ``openai``); ``None`` leaves ``--provider``
+    out (``resume``: a run resumes on the provider its ``run.json`` names)."""
+    options = (
+        [
+            click.option(
+                "--provider", type=click.Choice(PROVIDER_NAMES), default=None, help=provider_help
+            )
+        ]
+        if provider_help is not None
+        else []
+    )
+    options += [
+        click.option("--model", help="Model name for openai/anthropic."),
+        click.option(
+            "--base-url",
+            help="Endpoint base URL, e.g. a local server: http://127.0.0.1:8080/v1 "
+            "(llama.cpp, vLLM, Ollama).",
+        ),
+        click.option("--api-key", help=KEY_HELP),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            help="Network providers: seconds to wait for the next byte of a reply (default 120).",
+        ),
+        click.option(
+            "--retries",
+            type=click.IntRange(min=0),
+            help="Network providers: extra attempts on 408/429/5xx and transport failures "
+            "(default 4; 401/403 and other 4xx are never retried).",
+        ),
+    ]
+
+    def decorate(f: F) -> F:
+        @functools.wraps(f)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            choice = ProviderChoice(**{name: kwargs.pop(name, None) for name in _FIELDS})
+            return f(*args, connection=choice, **kwargs)
+
+        wrapped: Any = command
+        for option in reversed(options):
+            wrapped = option(wrapped)
+        return wrapped
+
+    return decorate
+
+
+def output_options(f: F) -> F:
+    """``--json`` and ``--quiet``, shared by the commands that print a run's outcome."""
+    f = click.option(
+        "--quiet",
+        "-q",
+        is_flag=True,
+        help="For scripts: print only the reply (stdout) and errors (stderr).",
+    )(f)
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print exactly one JSON object on stdout (outcome, reply, session, error, ...).",
+    )(f)
