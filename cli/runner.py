@@ -187,12 +187,16 @@ def run_headless(
     outcome = "failed"
     reply: str | None = None
     try:
-        if observer is not None:
-            observer.attach(fleet)
-        trunk = fleet.start_trunk(prompt, chat=spec.chat, system=system)
-        if on_start is not None:
-            on_start(fleet)
+        # Ctrl-C is caught from the first line printed on: before the trunk exists it is
+        # remembered and cancels the trunk as soon as it does.
         with sigint_cancels(lambda: fleet.cancel_all("interrupted")) as interrupted:
+            if observer is not None:
+                observer.attach(fleet)
+            trunk = fleet.start_trunk(prompt, chat=spec.chat, system=system)
+            if interrupted.is_set():
+                fleet.cancel_all("interrupted")
+            if on_start is not None:
+                on_start(fleet)
             while not fleet.wait_empty(0.1):
                 if observer is not None:
                     observer.tick()

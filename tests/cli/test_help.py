@@ -1,0 +1,80 @@
+"""``-h`` everywhere, exit codes in every command's help, the shared provider options."""
+
+from __future__ import annotations
+
+import re
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from cli.main import main
+from tests.support.terminal import ROOT
+
+EXIT_CODES = {
+    "ral": {0, 1, 2},
+    "run": {0, 1, 2, 130},
+    "fleet": {0, 1, 2, 130},
+    "resume": {0, 1, 2, 130},
+    "chat": {0, 2},
+    "drill": {0, 1, 2},
+    "check": {0, 1, 2},
+}
+PROVIDER_FLAGS = ("--model", "--base-url", "--api-key", "--timeout", "--retries")
+
+
+def _commands() -> list[str]:
+    assert isinstance(main, click.Group)
+    return main.list_commands(click.Context(main))
+
+
+def _help(*args: str) -> str:
+    result = CliRunner().invoke(main, [*args, "-h"], prog_name="exarch-actors")
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_dash_h_shows_the_help_of_the_group_and_of_every_command() -> None:
+    assert "Usage: exarch-actors [OPTIONS] [COMMAND]" in _help()
+    for name in _commands():
+        out = _help(name)
+        assert out.startswith(f"Usage: exarch-actors {name}"), out
+        assert "-h, --help" in out
+
+
+def test_every_command_lists_its_exit_codes_in_its_help() -> None:
+    assert set(_commands()) == set(EXIT_CODES), "a new command documents its exit codes here too"
+    for name, codes in EXIT_CODES.items():
+        out = _help(name)
+        assert "Exit codes:" in out, f"{name} -h says nothing of its exit codes"
+        section = out.split("Exit codes:", 1)[1].split("Options:", 1)[0]
+        listed = {int(m) for m in re.findall(r"^\s+(\d+)\s{2,}\S", section, re.MULTILINE)}
+        assert listed == codes, f"{name}: {sorted(listed)}"
+
+
+def test_the_top_level_help_says_a_bare_command_opens_the_chat_demo() -> None:
+    out = " ".join(_help().split())
+    assert "With no command, `exarch-actors` opens the chat UI on a packaged scripted demo" in out
+    assert "exarch-actors run examples/fanout.toml" in out
+
+
+def test_drill_help_documents_its_optional_scenario_argument() -> None:
+    out = _help("drill")
+    assert out.startswith("Usage: exarch-actors drill [OPTIONS] [SCENARIO]")
+    assert "Each round plays SCENARIO if given" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("name", ["run", "fleet", "chat", "resume"])
+def test_every_running_command_takes_the_shared_provider_options(name: str) -> None:
+    out = _help(name)
+    for flag in PROVIDER_FLAGS:
+        assert flag in out, f"{name} lacks {flag}"
+    assert ("--provider" in out) is (name != "resume"), "resume keeps the run's provider"
+    assert "OPENAI_API_KEY" in out and "EXARCH_API_KEY" not in out
+
+
+def test_chat_refuses_network_flags_on_a_scripted_conversation_before_the_screen_opens() -> None:
+    example = str(ROOT / "examples" / "chat.toml")
+    result = CliRunner().invoke(main, ["chat", example, "--timeout", "5"])
+    assert result.exit_code == 2
+    assert "--timeout and --retries apply to the network providers only" in result.output
