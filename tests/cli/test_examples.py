@@ -1,0 +1,120 @@
+"""Every example in examples/ does what its header documents and leaves nothing behind: no file
+in the temporary directory it would use (``TMPDIR``), nothing in the working directory but the
+session directory.
+
+An example documents itself in its header comment::
+
+    #   exarch-actors run examples/fanout.toml
+    #   prints: 499500
+    #   fleet yield: spawned 3, done 2, down 1      (optional)
+
+The headless examples are run with exactly that command (plus ``--json`` to read the outcome);
+the chat example is driven through its first scripted exchange in the real chat UI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.agent.conftest import exarch
+from tests.support.terminal import ROOT
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+COMMAND = re.compile(r"^#\s+exarch-actors (\w+) (examples/\S+\.toml)\s*$", re.MULTILINE)
+PRINTS = re.compile(r"^#\s+prints: (.+)$", re.MULTILINE)
+YIELD = re.compile(r"^#\s+fleet yield: (.+)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Documented:
+    command: str
+    path: str
+    prints: str | None
+    fleet_yield: dict[str, int]
+
+
+def documented(example: Path) -> Documented:
+    text = example.read_text()
+    (command,) = COMMAND.findall(text) or [None]
+    assert command is not None, f"{example.name} documents no `exarch-actors CMD` line"
+    prints = PRINTS.search(text)
+    fy = YIELD.search(text)
+    counts = {}
+    if fy is not None:
+        for part in fy.group(1).split(","):
+            key, value = part.split()
+            counts[key] = int(value)
+    return Documented(command[0], command[1], prints.group(1) if prints else None, counts)
+
+
+def _leftovers(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.iterdir())
+
+
+def test_every_example_documents_its_command_and_what_it_prints() -> None:
+    assert EXAMPLES, "examples/ is not empty"
+    for example in EXAMPLES:
+        doc = documented(example)
+        assert doc.path == f"examples/{example.name}"
+        assert doc.command in ("run", "fleet", "chat")
+        if doc.command != "chat":
+            assert doc.prints, f"{example.name} does not say what it prints"
+
+
+HEADLESS = [e for e in EXAMPLES if documented(e).command != "chat"]
+
+
+@pytest.mark.parametrize("example", HEADLESS, ids=[e.stem for e in HEADLESS])
+def test_a_headless_example_prints_what_it_documents_and_leaves_nothing_outside_its_session(
+    example: Path, tmp_path: Path
+) -> None:
+    doc = documented(example)
+    cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    p = exarch(
+        [doc.command, str(ROOT / doc.path), "--json"],
+        cwd=cwd,
+        env={"TMPDIR": str(tmp)},
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    record = json.loads(p.stdout)
+    assert record["reply"] == doc.prints
+    for key, value in doc.fleet_yield.items():
+        assert record["fleetYield"][key] == value, key
+    assert _leftovers(tmp) == [], "nothing in the temporary directory"
+    session = Path(record["session"])
+    assert session.parent == cwd / ".exarch" / "sessions"
+    assert _leftovers(cwd) == [".exarch"]
+    assert _leftovers(cwd / ".exarch" / "sessions") == [session.name]
+
+
+def test_the_chat_example_answers_its_first_message_and_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.providers.scenario import load_scenario
+    from tests.tui.conftest import chat
+
+    example = ROOT / "examples" / "chat.toml"
+    assert documented(example).command == "chat"
+    answer = load_scenario(example).agents["trunk"][1].text
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))  # the shells' environment is copied from this one
+
+    async def scenario() -> None:
+        async with chat(tmp_path, example.read_text()) as c:
+            await c.say("hello")
+            await c.until(lambda: answer in c.text(), what="the scripted answer")
+            assert "entries here" in c.text()
+
+    asyncio.run(scenario())
+    assert _leftovers(tmp) == []
+    assert _leftovers(tmp_path) == ["chat.toml", "session", "tmp"]
