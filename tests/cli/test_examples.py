@@ -67,7 +67,7 @@ def test_every_example_documents_its_command_and_what_it_prints() -> None:
             assert doc.prints, f"{example.name} does not say what it prints"
 
 
-HEADLESS = [e for e in EXAMPLES if documented(e).command != "chat"]
+HEADLESS = [e for e in EXAMPLES if "exarch-actors chat" not in e.read_text()]
 
 
 @pytest.mark.parametrize("example", HEADLESS, ids=[e.stem for e in HEADLESS])
