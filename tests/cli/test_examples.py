@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.agent.conftest import exarch
+from tests.agent.conftest import Run, exarch
 from tests.support.terminal import ROOT
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
@@ -118,3 +119,50 @@ def test_the_chat_example_answers_its_first_message_and_leaves_nothing_behind(
     asyncio.run(scenario())
     assert _leftovers(tmp) == []
     assert _leftovers(tmp_path) == ["chat.toml", "session", "tmp"]
+
+
+def test_each_agent_finds_its_own_scratch_directory_in_exarch_scratch(
+    run_scenario: Callable[..., Run],
+) -> None:
+    run = run_scenario(
+        """
+        [fleet]
+        prompt = "x"
+        [[agents.trunk]]
+        ral = ["env EXARCH_SCRATCH", "agent kid 'look'"]
+        [[agents.trunk]]
+        text = "waiting"
+        stop = "end_turn"
+        [[agents.trunk]]
+        ral = ["reply done"]
+        [[agents.trunk]]
+        ral = ["reply done"]
+        [[agents.kid]]
+        ral = ["env EXARCH_SCRATCH", "reply ok"]
+        """
+    )
+    assert run.code == 0, run.stderr
+    seen = {
+        r["agent"]: r["value"].removeprefix("[value]\n")
+        for r in run.kinds("transcript.jsonl", "Io")
+        if r["script"] == "env EXARCH_SCRATCH"
+    }
+    scratch = (run.session / "scratch").resolve()
+    assert seen == {"trunk": str(scratch / "trunk"), "kid": str(scratch / "kid")}
+    assert _leftovers(scratch) == ["trunk"], "a child's scratch goes with its environment"
+
+
+def test_the_readme_first_run_prints_what_the_readme_shows(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## First five minutes", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```text\n\$ exarch-actors ([^\n]+)\n(.*?)```", section, re.DOTALL)
+    assert block is not None, "the README shows a first run and what it prints"
+    args, shown = block.group(1).split(), block.group(2).splitlines()
+    (tmp_path / "examples").mkdir()
+    for arg in args:
+        if arg.startswith("examples/"):
+            (tmp_path / arg).write_bytes((ROOT / arg).read_bytes())
+    p = exarch(args, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    session = re.sub(r"(\.exarch/sessions/)\S+", r"\1<id>", p.stderr)
+    assert session.splitlines() + p.stdout.splitlines() == shown
