@@ -95,7 +95,9 @@ def fleet_command(
       130  cancelled: Ctrl-C cancels the whole tree and leaves no process behind
     """
     spec = spec_for(target, connection, session_dir=session_dir)
-    report = RunReporter(as_json=as_json, quiet=quiet, live=not no_live, view=render_tree)
+    report = RunReporter(
+        as_json=as_json, quiet=quiet, live=not no_live, view=render_tree, keep_view=True
+    )
     result = run_headless(spec, observer=report)
     fy = result.fleet_yield.to_json()
     if not report.silent:

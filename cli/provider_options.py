@@ -117,7 +117,7 @@ def output_options(f: F) -> F:
         "--quiet",
         "-q",
         is_flag=True,
-        help="For scripts: print only the reply (stdout) and errors (stderr).",
+        help="For scripts: print only the reply (stdout), and warnings and errors (stderr).",
     )(f)
     return click.option(
         "--json",

@@ -84,8 +84,12 @@ class RunReporter:
         quiet: bool = False,
         live: bool = True,
         view: Callable[[RunReporter], RenderableType] | None = None,
+        keep_view: bool = False,
     ) -> None:
+        """``keep_view``: leave the last frame on screen (``fleet``'s tree) instead of clearing
+        the status when the run ends (``run``: its outcome and reply follow)."""
         self.as_json = as_json
+        self.keep_view = keep_view
         self.quiet = quiet
         self.console = Console(stderr=True, highlight=False)
         self.show_live = (
@@ -125,7 +129,7 @@ class RunReporter:
                 get_renderable=lambda: self.view(self),
                 console=self.console,
                 refresh_per_second=4,
-                transient=True,
+                transient=not self.keep_view,
             )
             self._live.start()
 

@@ -2,7 +2,8 @@
 its end, write ``result.json``, and map the outcome to the exit code of SCENARIO.md.
 
 Exit codes: 0 when the trunk replied or quiesced normally, 1 on a failed or capped run, 2 on bad
-input (an unreadable scenario, a bad flag), 130 when cancelled (Ctrl-C).
+input (an unreadable scenario, a bad flag, no API key for the hosted service), 130 when cancelled
+(Ctrl-C). What is printed is ``cli/run_report.py``'s.
 """
 
 from __future__ import annotations
