@@ -117,7 +117,7 @@ def output_options(f: F) -> F:
         "--quiet",
         "-q",
         is_flag=True,
-        help="For scripts: print only the reply (stdout), and warnings and errors (stderr).",
+        help="For scripts: only the reply on stdout; on stderr only warnings and the error.",
     )(f)
     return click.option(
         "--json",

@@ -44,8 +44,9 @@ def run_command(
       stderr  error: WHY (the trunk's last provider error when it did not reply)
       stdout  the reply (a trunk that never called `reply`: its last text, with a note)
 
-    --quiet keeps only the reply and the warning, note and error lines; --json prints one JSON
-    object on stdout instead (outcome, reply, lastText, error, session, fleetYield).
+    --quiet keeps only the reply (or the last text and its note), the scenario's warnings and
+    the error line; --json prints one JSON object on stdout instead (outcome, reply, lastText,
+    error, session, fleetYield) and keeps stderr as --quiet does.
 
     \b
     Exit codes:
