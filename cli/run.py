@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from cli.grants import grant_options
 from cli.runner import RunSpec, read_scenario, run_headless, session_path
 from runtime.providers import PROVIDER_NAMES
 
@@ -36,6 +37,7 @@ from runtime.providers import PROVIDER_NAMES
     type=click.IntRange(min=0),
     help="Network providers: extra attempts on 408/429/5xx/transport failures (default 4).",
 )
+@grant_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def run_command(
     target: str,
@@ -49,6 +51,8 @@ def run_command(
     window_tokens: int | None,
     timeout: float | None,
     retries: int | None,
+    grant_exec: tuple[str, ...],
+    grant_root: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Run a headless trunk on a scenario file (scripted) or a prompt (network provider)."""
@@ -68,6 +72,8 @@ def run_command(
         disk_warn_bytes=disk_warn_bytes,
         window_tokens=window_tokens,
         provider_options=_network_options(provider, timeout, retries),
+        grant_exec=grant_exec,
+        grant_root=grant_root,
     )
     result = run_headless(spec)
     if as_json:

@@ -26,6 +26,7 @@ from runtime.providers import make_provider
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
+from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
 from runtime.session_dir import SessionDir
 
@@ -48,6 +49,9 @@ class RunSpec:
     window_tokens: int | None = None
     provider_options: tuple[tuple[str, Any], ...] = ()
     """Extra network-provider settings (``read_timeout``, ``max_retries``, ...)."""
+    grant_exec: tuple[str, ...] = ()
+    grant_root: tuple[str, ...] = ()
+    """``--grant-exec`` / ``--grant-root`` as given (:func:`cli.grants.fleet_policy` resolves)."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +121,9 @@ def sigint_cancels(cancel: Callable[[], None]) -> Iterator[threading.Event]:
 def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None) -> RunOutcome:
     """Run a headless trunk to its end and write ``result.json``."""
     from actors.fleet import Fleet, FleetConfig
+    from cli.grants import fleet_policy
 
+    grants = fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)  # before any effect
     session = SessionDir.at(spec.session_dir) if spec.session_dir else SessionDir.new()
     prompt = spec.prompt
     system = None
@@ -126,11 +132,11 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
         system = spec.scenario.system
     if not prompt:
         raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
-    write_run_spec(session, spec)
+    write_run_spec(session, spec, grants)
     fleet = Fleet(
         session,
         provider_factory(spec),
-        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes),
+        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes, grants=grants),
     )
     outcome = "failed"
     reply: str | None = None
@@ -153,8 +159,9 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
     return RunOutcome(outcome, reply, fy, session)
 
 
-def write_run_spec(session: SessionDir, spec: RunSpec) -> None:
-    """``run.json``: what ``resume`` needs to rebuild the run (never the API key)."""
+def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | None = None) -> None:
+    """``run.json``: what ``resume`` needs to rebuild the run (never the API key). The grants
+    are written resolved, so a resumed run keeps exactly them instead of resolving again."""
     data = {
         "provider": spec.provider,
         "prompt": spec.prompt,
@@ -167,6 +174,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec) -> None:
         "diskWarnBytes": spec.disk_warn_bytes,
         "windowTokens": spec.window_tokens,
         "cwd": str(Path.cwd()),
+        "grants": (grants or GrantPolicy()).to_dict(),
     }
     atomic_write_bytes(session.root / "run.json", json.dumps(data, indent=2).encode())
 
