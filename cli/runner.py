@@ -67,13 +67,17 @@ class RunOutcome:
 
 
 def read_scenario(path: str) -> Scenario:
-    """Load a scenario or exit 2 with the file position of what is wrong."""
+    """Load a scenario or exit 2 with the file position of what is wrong; each unknown key is
+    printed as a warning (a mistyped ``[grants]`` key would otherwise grant silently more)."""
     try:
-        return load_scenario(path)
+        scenario = load_scenario(path)
     except ScenarioError as e:
         raise click.UsageError(str(e)) from None
     except OSError as e:
         raise click.UsageError(f"cannot read scenario {path}: {e.strerror or e}") from None
+    for w in scenario.warnings:
+        click.echo(f"warning: {w}", err=True)
+    return scenario
 
 
 def provider_factory(spec: RunSpec) -> Callable[[str], Provider]:
