@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.agent.conftest import Run
+from runtime.durable import read_jsonl
+from runtime.ral.grants import GrantPolicy, Grants
+from tests.agent.conftest import Live, Run, exarch
+from tests.support.waiting import wait_for
 
 PROBE = (
     "concat (try { printf exec-ok } catch e { $e[message] }) ' | '"
@@ -189,3 +195,136 @@ def test_a_mistyped_key_in_a_grants_table_is_printed_as_a_warning(
     run = run_scenario(_scenario(tmp_path, '\n[grants.kid]\nroot = ["R"]\n'))
     assert run.code == 0, run.stderr
     assert "grants.kid.root: unknown key (ignored)" in run.stderr
+
+
+BRANCH = """
+[[agents.trunk]]
+ral = ["try { ls / } catch e { $e[message] }"]
+
+[[agents.trunk]]
+text = "trunk here"
+
+[[agents."trunk-branch"]]
+ral = ["concat (printf exec-ok) ' | ' (try { ls / } catch e { $e[message] })"]
+
+[[agents."trunk-branch"]]
+text = "branch here"
+
+[[agents."trunk-branch"]]
+ral = ["concat (printf exec-ok) ' | ' (try { ls / } catch e { $e[message] })"]
+
+[[agents."trunk-branch"]]
+text = "branch again"
+"""
+
+
+def _io_values(live: Live, agent: str) -> list[str]:
+    return [str(r["value"]) for r in live.kinds("Io") if r["agent"] == agent]
+
+
+def test_a_branch_is_narrowed_by_its_table_and_stays_narrowed_after_clear(
+    live_fleet: Callable[..., Live],
+) -> None:
+    """A branch forks its parent's snapshot; a matching table narrows it, and ``/clear``
+    (which reboots its shell from the initial context) must not hand it back full grants."""
+    policy = GrantPolicy(
+        Grants.granting(exec=["printf", "ls"]),
+        (("trunk-branch", Grants.granting(exec=["printf"])),),
+    )
+    live = live_fleet(BRANCH, grants=policy)
+    live.steer("hello")
+    live.wait_idle(1)
+    assert "not granted" not in _io_values(live, "trunk")[0]
+    live.steer("/branch")
+    wait_for(lambda: "trunk-branch" in live.fleet.agents, 10, "the branch")
+    for turn, note in ((1, "go"), (2, "again")):
+        if turn == 2:
+            live.steer("/clear", agent="trunk-branch")
+        live.steer(note, agent="trunk-branch")
+        live.wait_idle(turn, agent="trunk-branch")
+        values = _io_values(live, "trunk-branch")
+        assert len(values) == turn, values
+        value = values[-1]
+        assert value.endswith("exec-ok | not granted: exec ls"), (turn, value)
+
+
+RESUMED = """
+[fleet]
+prompt = "go"
+
+[grants.late]
+exec = []
+
+[[agents.trunk]]
+ral = ["agent slow 'x'"]
+
+[[agents.trunk]]
+text = "waiting"
+stop = "end_turn"
+repeat = 2
+
+[[agents.trunk]]
+ral = ["reply 'done'"]
+
+[[agents.slow]]
+ral = ["sleep 30"]
+
+[[agents.slow]]
+ral = ["agent late 'probe'"]
+
+[[agents.slow]]
+text = "waiting"
+stop = "end_turn"
+repeat = 2
+
+[[agents.slow]]
+ral = ["reply 'slow done'"]
+
+[[agents.late]]
+ral = ["reply (concat (try { printf exec-ok } catch e { $e[message] }))"]
+"""
+
+
+def test_a_resumed_run_keeps_the_grants_resolved_when_it_began(tmp_path: Path) -> None:
+    """After SIGKILL of the control process, ``resume`` reads the resolved grants from
+    run.json: a child first spawned after the resume is still narrowed by its table."""
+    from actors.resume import resume_run
+
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(RESUMED)
+    session = tmp_path / "session"
+    args = ["run", str(scenario), "--session-dir", str(session), "--grant-exec", "printf"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from cli.main import main; main()", *args],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        events = session / "agents" / "slow" / "events.jsonl"
+        wait_for(lambda: events.exists() and "sleep 30" in events.read_text(), 30, "slow's sleep")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    out = resume_run(session)
+    assert out.outcome == "replied", out
+    late = [
+        r
+        for r in read_jsonl(session / "spawn-journal.jsonl").records
+        if r["kind"] == "execution-result" and r["id"] == "late"
+    ]
+    assert [r["reply"] for r in late] == ["not granted: exec printf"]
+
+
+def test_chat_refuses_a_grant_it_cannot_make_with_exit_2_before_the_screen_opens(
+    tmp_path: Path,
+) -> None:
+    scenario = tmp_path / "chat.toml"
+    scenario.write_text('[[agents.trunk]]\ntext = "hi"\n')
+    p = exarch(
+        ["chat", str(scenario), "--grant-exec", "no-such-prog-x9", "--session-dir", "s"],
+        cwd=tmp_path,
+    )
+    assert p.returncode == 2
+    assert "--grant-exec: cannot grant exec no-such-prog-x9: not found on PATH" in p.stderr
+    assert not (tmp_path / "s").exists()
