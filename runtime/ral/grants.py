@@ -100,10 +100,14 @@ class Grants:
         if not isinstance(self.exec, frozenset):
             object.__setattr__(self, "exec", frozenset(self.exec))
         by_name: dict[str, ExecGrant] = {}
-        for g in sorted(self.exec):  # sorted: a clash (only in hand-built grants) is settled alike
+        for g in sorted(self.exec):  # sorted: of two paths to one file, the same one runs
             if not isinstance(g, ExecGrant):
                 raise TypeError(f"exec grants are resolved ExecGrant entries, not {g!r}")
-            by_name.setdefault(g.name, g)
+            other = by_name.setdefault(g.name, g)
+            if other.real != g.real:  # a bare name must mean one file, or a meet could swap it
+                raise GrantUnresolvable(
+                    f"exec {g.path}", f"{other.path} is already granted as {g.name}"
+                )
         self._by_name.update(by_name)
 
     @classmethod
@@ -128,21 +132,13 @@ class Grants:
         """Make grants from program names/paths and directories, resolving each once, now.
 
         Raises :class:`GrantUnresolvable` for a program not found, a root that is not a
-        directory, or two programs that would answer to the same bare name."""
+        directory, or two different files that would answer to the same bare name."""
         cwd = cwd or os.getcwd()
         entries: list[ExecGrant] | None = None
         if exec is not None:
             entries = []
-            seen: dict[str, ExecGrant] = {}
             for spec in exec:
-                g = resolve_program(spec, search_path=search_path, cwd=cwd)
-                other = seen.get(g.name)
-                if other is not None and other.real != g.real:
-                    raise GrantUnresolvable(
-                        f"exec {spec}", f"{other.path} is already granted as {g.name}"
-                    )
-                seen[g.name] = g
-                entries.append(g)
+                entries.append(resolve_program(spec, search_path=search_path, cwd=cwd))
         real_roots: list[str] | None = None
         if roots is not None:
             real_roots = []
