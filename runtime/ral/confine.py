@@ -19,6 +19,12 @@ name again, so a link swapped between the check and the use cannot redirect it:
 Directory walks (:func:`walk_tree`, :func:`open_below`) never follow a link at all: every open is
 ``O_NOFOLLOW`` relative to a descriptor that descends from the checked top directory, so a walk
 stays inside the real tree it started in and cannot loop.
+
+Cost, measured in one run on a loaded 2-core machine (a root four components deep): 1000
+``read-text`` calls took 0.33 s against 0.24 s for the old ``realpath`` + ``open`` (one
+``openat`` per component instead of the kernel's own walk); ``grep-files`` over 1000 files took
+0.15 s against 0.25 s and ``explore-dir`` over 1050 entries 8 ms against 17 ms (descriptor-
+relative opens and ``scandir`` instead of ``os.walk`` plus a path open per file).
 """
 
 from __future__ import annotations
