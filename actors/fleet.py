@@ -45,8 +45,9 @@ from runtime.journal import SpawnJournal
 from runtime.park import Construction
 from runtime.probes import ResourceFigures, event_rows, resources
 from runtime.providers.base import Provider
-from runtime.ral.context import DynamicContext, Grants
+from runtime.ral.context import DynamicContext
 from runtime.ral.errors import DeskRefusal
+from runtime.ral.grants import GrantPolicy, Grants
 from runtime.ral.values import render
 from runtime.session_dir import SessionDir
 from runtime.settlement import (
@@ -67,7 +68,8 @@ class FleetConfig:
     """Run-wide settings."""
 
     disk_warn_bytes: int | None = None
-    grants: Grants = field(default_factory=Grants)
+    grants: GrantPolicy = field(default_factory=GrantPolicy)
+    """Every agent's grants: the command line's, narrowed per agent by the scenario's tables."""
     cwd: str | None = None
     sweep: SweepPolicy = field(default_factory=SweepPolicy)
     lease_bound: float | None = None
@@ -135,6 +137,8 @@ class Fleet:
         self._actors: dict[str, pykka.ActorRef[Any]] = {}
         self._executors: dict[str, AgentExecutor] = {}
         self._retained: list[RetainedChild] = []
+        self._granted: dict[str, Grants] = {}
+        """Each agent's grants as this process decided them (:meth:`_granted_spec`)."""
         self.trunk: Agent | None = None
         self._empty = threading.Event()
         self._empty.set()
@@ -151,7 +155,7 @@ class Fleet:
         system: str | None = None,
         name: str = TRUNK_NAME,
     ) -> Agent:
-        ctx = DynamicContext(cwd=self.config.cwd or os.getcwd(), grants=self.config.grants)
+        ctx = DynamicContext(cwd=self.config.cwd or os.getcwd())
         ctx.env[SCRATCH_ENV] = self._scratch_for(name)
         self.session.scratch(name).mkdir(parents=True, exist_ok=True)
         spec = AgentSpec(
@@ -175,9 +179,32 @@ class Fleet:
         by its executor at admission and removed at teardown; the trunk's is made here."""
         return str(self.session.scratch(name).resolve())
 
+    def _granted_spec(self, spec: AgentSpec) -> AgentSpec:
+        """Decide the agent's grants, once, for every way an agent is made (trunk, fork,
+        branch, resume): the policy's for its name met with its parent's (as recorded here, not
+        as its shell reports them) and with whatever its snapshot carries. A meet of meets, so
+        never wider than the parent, the command line or any matching scenario table. The
+        grants go into both the initial context and the snapshot, so a shell rebuilt from
+        either (a rollback, ``/clear``) keeps them."""
+        parent = self._granted.get(spec.parent) if spec.parent is not None else None
+        grants = self.config.grants.for_agent(spec.name, parent)
+        snap = spec.snapshot
+        base = spec.context
+        if snap is not None and snap.context:
+            base = DynamicContext.from_dict(dict(snap.context))
+        if base is None:
+            base = DynamicContext(cwd=self.config.cwd or os.getcwd())
+        grants = grants.meet(base.grants)
+        ctx = DynamicContext(base.cwd, dict(base.env), grants)
+        if snap is not None and snap.context:
+            snap = replace(snap, context=ctx.to_dict())
+        self._granted[spec.name] = grants
+        return replace(spec, context=ctx, snapshot=snap)
+
     def _build(self, spec: AgentSpec, provider: Provider, entry: Entry) -> Agent:
         """Construct the node and attach its shell's eval root; deregister if that fails."""
         try:
+            spec = self._granted_spec(spec)
             agent = Agent(self, spec, provider, entry)
         except BaseException:
             self.registry.deregister(spec.name)
@@ -396,15 +423,13 @@ class Fleet:
         """The ``agent NAME PROMPT`` verb: register, fork, admit, launch; a start receipt.
 
         ``fork`` is the parent's live scope at the fork point; the child's grants are the
-        parent's narrowed by the fleet's base grants (a meet: never wider)."""
+        parent's narrowed by the fleet's policy (a meet: never wider; :meth:`_granted_spec`)."""
         entry = self.registry.register(name, parent.name, returns=True, interactive=False)
         try:
             snapshot = fork
             ctx = None
             if snapshot is not None and snapshot.context:
-                inherited = DynamicContext.from_dict(dict(snapshot.context))
-                narrowed = inherited.grants.meet(self.config.grants)
-                ctx = DynamicContext(inherited.cwd, dict(inherited.env), narrowed)
+                ctx = DynamicContext.from_dict(dict(snapshot.context))
                 ctx.env[SCRATCH_ENV] = self._scratch_for(name)  # its own, not the parent's
                 snapshot = replace(snapshot, context=ctx.to_dict())
             spec = AgentSpec(

@@ -53,6 +53,7 @@ from runtime.providers import make_provider
 from runtime.providers.base import Provider
 from runtime.providers.scenario import load_scenario
 from runtime.providers.scripted import ScenarioPlayback
+from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
 from runtime.session_dir import SessionDir
 from runtime.settlement import RetainedChild, adopt_local, release_sweep, spend_of
@@ -347,7 +348,11 @@ def resume_run(
     fleet = Fleet(
         session,
         provider_for,
-        FleetConfig(disk_warn_bytes=run.get("diskWarnBytes"), cwd=run.get("cwd")),
+        FleetConfig(
+            disk_warn_bytes=run.get("diskWarnBytes"),
+            cwd=run.get("cwd"),
+            grants=GrantPolicy.from_dict(run.get("grants")),  # as resolved when the run began
+        ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), None
     try:

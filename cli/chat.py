@@ -14,6 +14,7 @@ from importlib import resources
 
 import click
 
+from cli.grants import fleet_policy, grant_options
 from cli.provider_options import ProviderChoice, provider_options
 from cli.runner import RunSpec, provider_factory, read_scenario, session_path
 from runtime.session_dir import SessionDir
@@ -29,6 +30,7 @@ from runtime.session_dir import SessionDir
 @click.option("--send-prompt", is_flag=True, help="Send the scenario's [fleet] prompt first.")
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
+@grant_options
 def chat_command(
     scenario: str | None,
     connection: ProviderChoice,
@@ -36,6 +38,8 @@ def chat_command(
     send_prompt: bool,
     window_tokens: int | None,
     disk_warn_bytes: int | None,
+    grant_exec: tuple[str, ...],
+    grant_root: tuple[str, ...],
 ) -> None:
     """Talk to an interactive trunk in a terminal UI: one tab per agent. With no SCENARIO and
     no --model (and so a bare `exarch-actors`) it plays a packaged scripted demo: no network,
@@ -73,6 +77,7 @@ def chat_command(
         window_tokens=window_tokens,
         provider_options=connection.network_options(provider),
     )
+    grants = fleet_policy(grant_exec, grant_root, spec.scenario)
     try:
         factory = provider_factory(spec)  # a bad flag or a missing key fails before the screen
     except click.UsageError as e:
@@ -85,7 +90,7 @@ def chat_command(
     prompt = loaded.prompt if send_prompt and loaded is not None else None
     system = loaded.system if loaded is not None else None
     session = SessionDir.at(session_dir) if session_dir else SessionDir.new()
-    fleet = Fleet(session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes))
+    fleet = Fleet(session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes, grants=grants))
     app = ChatApp(fleet, start=lambda f: f.start_trunk(prompt, interactive=True, system=system))
     try:
         app.run()

@@ -3,7 +3,8 @@
 Exit status: 0 success, 1 ral error (runtime or cancelled), 2 refused before running (syntax or
 elaboration) or bad input. ``--json`` prints exactly one JSON object
 ``{"value", "stdout", "stderr", "error"}``. Grants are full by default; ``--grant-exec`` and
-``--grant-root`` narrow them. Ctrl-C cancels the run in flight (the REPL then continues); the REPL
+``--grant-root`` narrow them (resolved once, here: a program not on PATH or a root that is not a
+directory exits 2). Ctrl-C cancels the run in flight (the REPL then continues); the REPL
 never expires a binding.
 """
 
@@ -18,7 +19,8 @@ from typing import Any
 
 import click
 
-from runtime.ral.context import DynamicContext, Grants
+from cli.grants import grant_options, grants_from_flags
+from runtime.ral.context import DynamicContext
 from runtime.ral.errors import RalSyntaxError
 from runtime.ral.lexer import tokenize
 from runtime.ral.session import RunResult, Session
@@ -148,8 +150,7 @@ def _repl(session: Session) -> int:
 @click.option("-c", "script", metavar="SCRIPT", help="Run SCRIPT and exit.")
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the result.")
-@click.option("--grant-exec", multiple=True, metavar="PROG", help="Allow only these programs.")
-@click.option("--grant-root", multiple=True, metavar="DIR", help="Confine file builtins here.")
+@grant_options
 def ral_command(
     script: str | None,
     file: str | None,
@@ -165,10 +166,7 @@ def ral_command(
       1    a ral error at run time, or the run was cancelled (Ctrl-C)
       2    refused before running (a syntax or elaboration error), or bad input
     """
-    grants = Grants(
-        frozenset(grant_exec) if grant_exec else None,
-        tuple(os.path.abspath(r) for r in grant_root) if grant_root else None,
-    )
+    grants = grants_from_flags(grant_exec, grant_root)
     session = Session(context=DynamicContext(grants=grants))
     try:
         if script is not None and file is not None:

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from cli.grants import grant_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
 from cli.runner import run_headless, spec_for
@@ -21,6 +22,7 @@ from cli.runner import run_headless, spec_for
 @click.option("--chat", is_flag=True, help="No system prompt and no tool: a bare conversation.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
+@grant_options
 @output_options
 def run_command(
     target: str,
@@ -29,6 +31,8 @@ def run_command(
     chat: bool,
     disk_warn_bytes: int | None,
     window_tokens: int | None,
+    grant_exec: tuple[str, ...],
+    grant_root: tuple[str, ...],
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -62,6 +66,8 @@ def run_command(
         session_dir=session_dir,
         disk_warn_bytes=disk_warn_bytes,
         window_tokens=window_tokens,
+        grant_exec=grant_exec,
+        grant_root=grant_root,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

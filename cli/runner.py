@@ -27,6 +27,7 @@ from runtime.providers import make_provider
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
+from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
 from runtime.session_dir import SessionDir
 
@@ -52,6 +53,9 @@ class RunSpec:
     window_tokens: int | None = None
     provider_options: tuple[tuple[str, Any], ...] = ()
     """Extra network-provider settings (``read_timeout``, ``max_retries``, ...)."""
+    grant_exec: tuple[str, ...] = ()
+    grant_root: tuple[str, ...] = ()
+    """``--grant-exec`` / ``--grant-root`` as given (:func:`cli.grants.fleet_policy` resolves)."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +177,9 @@ def run_headless(
     What can be refused (a bad flag, a missing API key, no prompt) is refused before the
     session directory is created, so a refused run leaves nothing behind."""
     from actors.fleet import Fleet, FleetConfig
+    from cli.grants import fleet_policy
 
+    grants = fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)  # before any effect
     prompt = spec.prompt
     system = None
     if spec.scenario is not None:
@@ -183,8 +189,12 @@ def run_headless(
         raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
     factory = provider_factory(spec)
     session = SessionDir.at(spec.session_dir) if spec.session_dir else SessionDir.new()
-    write_run_spec(session, spec)
-    fleet = Fleet(session, factory, FleetConfig(disk_warn_bytes=spec.disk_warn_bytes))
+    write_run_spec(session, spec, grants)
+    fleet = Fleet(
+        session,
+        factory,
+        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes, grants=grants),
+    )
     outcome = "failed"
     reply: str | None = None
     try:
@@ -217,8 +227,9 @@ def run_headless(
     return RunOutcome(outcome, reply, fy, session)
 
 
-def write_run_spec(session: SessionDir, spec: RunSpec) -> None:
-    """``run.json``: what ``resume`` needs to rebuild the run (never the API key)."""
+def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | None = None) -> None:
+    """``run.json``: what ``resume`` needs to rebuild the run (never the API key). The grants
+    are written resolved, so a resumed run keeps exactly them instead of resolving again."""
     data = {
         "provider": spec.provider,
         "prompt": spec.prompt,
@@ -231,6 +242,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec) -> None:
         "diskWarnBytes": spec.disk_warn_bytes,
         "windowTokens": spec.window_tokens,
         "cwd": str(Path.cwd()),
+        "grants": (grants or GrantPolicy()).to_dict(),
     }
     atomic_write_bytes(session.root / "run.json", json.dumps(data, indent=2).encode())
 

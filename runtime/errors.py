@@ -64,6 +64,16 @@ class NotGranted(ExarchError):
         super().__init__(f"not granted: {what}")
 
 
+class GrantUnresolvable(ExarchError):
+    """A grant cannot be made: a program that is not an executable file on PATH, or a root that
+    is not a directory. Raised when the grant is made (the command line exits 2), never later."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what = what
+        self.reason = reason
+        super().__init__(f"cannot grant {what}: {reason}")
+
+
 class SnapshotRefused(ExarchError):
     """A snapshot file is corrupt or of a foreign format version; the previous one is kept."""
 

@@ -7,6 +7,12 @@ max_tokens, got "stopp"``. The line of a schema error is found by scanning the s
 ``[[agents.NAME]]`` header of that entry; when the scenario uses inline tables the key path alone
 locates it. Unknown keys are not errors (more fields are welcome) but are reported in
 ``Scenario.warnings`` with their position, so a typo is never silently lost.
+
+``[grants.PATTERN]`` tables narrow the grants of every agent whose name is PATTERN or matches it
+as a glob (``exec`` programs, ``roots`` directories). Parsing keeps the names as written;
+:meth:`Scenario.resolve_grants` resolves them once, in the control process (a name not on PATH
+is a :class:`ScenarioError` with the table's position), so a resumed run reuses what was
+resolved instead of resolving again.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import ScenarioError
+from runtime.errors import GrantUnresolvable, ScenarioError
 from runtime.messages import StopReason
+from runtime.ral.grants import Grants
 
 ERROR_KINDS = ("rate_limit", "transport", "truncated", "timeout", "malformed")
 """SCENARIO.md names the first three; ``timeout`` and ``malformed`` are extras."""
@@ -30,6 +37,7 @@ _MESSAGE_KEYS = frozenset(
     {"text", "ral", "stop", "repeat", "usage_tokens", "fn_arguments", "delay_ms", "error"}
 )
 _FLEET_KEYS = frozenset({"prompt", "window_tokens", "system"})
+_GRANT_KEYS = ("exec", "roots")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
@@ -57,6 +65,18 @@ class FleetConfig:
 
 
 @dataclass(frozen=True)
+class GrantTable:
+    """One ``[grants.PATTERN]`` table as written: ``None`` leaves that part unnarrowed."""
+
+    pattern: str
+    exec: tuple[str, ...] | None = None
+    roots: tuple[str, ...] | None = None
+    where: tuple[str, str] = ("", "")
+    """``FILE:LINE`` of the ``exec`` and the ``roots`` key (``FILE`` alone when written inline),
+    for diagnostics."""
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A parsed scenario. ``agents`` keys are exact names; ``patterns`` are globs in file order."""
 
@@ -65,6 +85,7 @@ class Scenario:
     patterns: tuple[tuple[str, tuple[ScriptedMessage, ...]], ...] = ()
     source: str = "<scenario>"
     warnings: tuple[str, ...] = ()
+    grants: tuple[GrantTable, ...] = ()
 
     @property
     def prompt(self) -> str | None:
@@ -88,6 +109,22 @@ class Scenario:
             if fnmatch.fnmatchcase(agent_name, pattern):
                 return entries
         return ()
+
+    def resolve_grants(
+        self, *, cwd: str, search_path: str | None = None
+    ) -> tuple[tuple[str, Grants], ...]:
+        """Each ``[grants.PATTERN]`` table made into grants, resolved now (relative roots against
+        ``cwd``, programs on ``search_path``, default this process's PATH)."""
+        out = []
+        for t in self.grants:
+            try:
+                g = Grants.granting(t.exec, t.roots, search_path=search_path, cwd=cwd)
+            except GrantUnresolvable as e:
+                i = 0 if e.what.startswith("exec ") else 1
+                key, where = _GRANT_KEYS[i], t.where[i]
+                raise ScenarioError(f"{where}: grants.{_quote(t.pattern)}.{key}: {e}") from None
+            out.append((t.pattern, g))
+        return tuple(out)
 
     def script_for(self, agent_name: str) -> tuple[ScriptedMessage, ...]:
         """The messages ``agent_name`` plays, in order, with ``repeat`` expanded in place."""
@@ -159,6 +196,14 @@ class _Parser:
             seen += 1
         return None
 
+    def _table_line(self, table: str, name: str) -> int | None:
+        """1-based line of the ``[TABLE.NAME]`` header (None when written inline)."""
+        for n, line in enumerate(self.lines, 1):
+            m = re.match(rf"\s*\[\s*{table}\s*\.\s*(.+?)\s*\]\s*(#.*)?$", line)
+            if m and _unquote(m.group(1)) == name:
+                return n
+        return None
+
     def _key_line(self, start: int | None, key: str) -> int | None:
         if start is None:
             return None
@@ -188,7 +233,7 @@ class _Parser:
 
     def scenario(self, doc: dict[str, Any]) -> Scenario:
         for key in doc:
-            if key not in ("fleet", "agents"):
+            if key not in ("fleet", "agents", "grants"):
                 self.warn(self._section_line(key), key, "unknown top-level key (ignored)")
         fleet = self.fleet(doc.get("fleet", {}))
         agents_doc = doc.get("agents", {})
@@ -202,13 +247,48 @@ class _Parser:
                 patterns.append((name, parsed))
             else:
                 exact[name] = parsed
+        grants = self.grants(doc.get("grants", {}))
         return Scenario(
             fleet=fleet,
             agents=exact,
             patterns=tuple(patterns),
             source=self.source,
             warnings=tuple(self.warnings),
+            grants=grants,
         )
+
+    def grants(self, doc: Any) -> tuple[GrantTable, ...]:
+        if not isinstance(doc, dict):
+            raise self.fail(self._section_line("grants"), "grants", "expected a table of names")
+        return tuple(self.grant_table(name, table) for name, table in doc.items())
+
+    def grant_table(self, name: str, table: Any) -> GrantTable:
+        path = f"grants.{_quote(name)}"
+        line = self._table_line("grants", name)
+        if not name:
+            raise self.fail(line, path, "an agent name cannot be empty")
+        if not isinstance(table, dict):
+            raise self.fail(line, path, _expected(f"a table ([{path}])", table))
+        for key in table:
+            if key not in _GRANT_KEYS:
+                self.warn(self._key_line(line, key), f"{path}.{key}", "unknown key (ignored)")
+        parts: dict[str, tuple[str, ...] | None] = {}
+        for key in _GRANT_KEYS:
+            v = table.get(key)
+            if v is not None and (
+                not isinstance(v, list) or not all(isinstance(x, str) and x for x in v)
+            ):
+                raise self.fail(
+                    self._key_line(line, key),
+                    f"{path}.{key}",
+                    _expected("a list of non-empty strings", v),
+                )
+            parts[key] = None if v is None else tuple(v)
+        where = []
+        for key in _GRANT_KEYS:
+            n = self._key_line(line, key)
+            where.append(f"{self.source}:{n}" if n else self.source)
+        return GrantTable(name, parts["exec"], parts["roots"], (where[0], where[1]))
 
     def fleet(self, table: Any) -> FleetConfig:
         line = self._section_line("fleet")

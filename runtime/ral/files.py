@@ -1,8 +1,14 @@
 """File builtins, confined to the granted roots (``not granted: ...`` outside them).
 
+Every builtin reaches the filesystem only through :mod:`runtime.ral.confine`: links are resolved
+one component at a time and whatever leads outside the roots is refused, and the descriptor that
+was checked is the one used (no check-then-open race). Directory walks (``explore-dir``,
+``grep-files``) never follow a link: ``explore-dir`` lists one as ``name@``, ``grep-files`` skips
+it (as ``grep -r`` does); only the PATH argument itself is resolved.
+
 Listings skip hidden entries (names starting with ``.``) and are capped so a stray
 ``explore-dir /`` cannot produce an unbounded value; a cap is always announced in the output.
-Writes are atomic (temp file + ``os.replace``), keeping the file's mode.
+Writes are atomic (temp file + ``rename`` in the checked directory), keeping the file's mode.
 """
 
 from __future__ import annotations
@@ -10,9 +16,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from runtime.ral import confine
 from runtime.ral.errors import RalError
 from runtime.ral.values import UNIT, render, type_name
 
@@ -25,57 +34,53 @@ LIST_CAP = 5000
 GREP_MAX_FILE = 4 << 20
 """Files larger than 4 MiB are skipped by ``grep-files`` (logs and blobs, not source)."""
 
+_GREP_OPEN = os.O_RDONLY | os.O_NONBLOCK
+"""``O_NONBLOCK``: opening a FIFO met in a walk must not wait for a writer (it is then skipped)."""
 
-def _read_text(full: str, shown: str, who: str) -> str:
+
+@contextmanager
+def refusals(what: str, shown: Any, verb: str) -> Iterator[None]:
+    """Map confinement and OS failures to ral errors: ``not granted: WHAT PATH (why)`` and
+    ``WHAT: cannot VERB PATH: reason``."""
     try:
-        with open(full, "rb") as fh:
-            data = fh.read()
+        yield
+    except confine.Outside as e:
+        raise RalError(f"not granted: {what} {shown} ({e.why})") from None
     except OSError as e:
-        raise RalError(f"{who}: cannot read {shown}: {e.strerror or e}") from None
-    return data.decode("utf-8", "replace")
+        raise RalError(f"{what}: cannot {verb} {shown}: {e.strerror or e}") from None
 
 
-def _write_atomic(full: str, data: str, shown: str, who: str) -> None:
-    d = os.path.dirname(full) or "."
-    try:
-        mode = os.stat(full).st_mode & 0o7777 if os.path.exists(full) else None
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".ral-edit-")
+def read_bytes(it: Interp, p: Any, what: str) -> bytes:
+    """The content of the file ``p`` leads to, inside the roots."""
+    full = it.path(p, what)
+    with refusals(what, p, "read"):
+        return confine.read_bytes(full, it.ctx.grants.roots)
+
+
+def _read_text(it: Interp, p: Any, what: str) -> str:
+    return read_bytes(it, p, what).decode("utf-8", "replace")
+
+
+def _write_text(it: Interp, p: Any, data: str, what: str) -> None:
+    full = it.path(p, what)
+    with refusals(what, p, "write"):
+        confine.write_atomic(full, data.encode("utf-8"), it.ctx.grants.roots)
+
+
+def _open_dir(it: Interp, shown: str, what: str) -> int:
+    full = it.path(shown, what)
+    with refusals(what, shown, "open"):
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-                fh.write(data)
-            if mode is not None:
-                os.chmod(tmp, mode)
-            os.replace(tmp, full)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-    except OSError as e:
-        raise RalError(f"{who}: cannot write {shown}: {e.strerror or e}") from None
-
-
-def _walk(root: str) -> list[tuple[str, bool]]:
-    """(relative path, is_dir) under ``root``, sorted, hidden entries skipped."""
-    out: list[tuple[str, bool]] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        rel = os.path.relpath(dirpath, root)
-        for d in dirnames:
-            out.append((os.path.normpath(os.path.join(rel, d)), True))
-        for f in sorted(filenames):
-            if not f.startswith("."):
-                out.append((os.path.normpath(os.path.join(rel, f)), False))
-        if len(out) > LIST_CAP * 4:
-            break
-    out.sort()
-    return out
+            fd, _ = confine.open_dir(full, it.ctx.grants.roots)
+        except NotADirectoryError:
+            raise RalError(f"{what}: not a directory: {shown}") from None
+        except FileNotFoundError:
+            raise RalError(f"{what}: no such file or directory: {shown}") from None
+    return fd
 
 
 def view_text(it: Interp, a: list[Any]) -> Any:
-    full = it.path(a[0], "view-text")
-    s = _read_text(full, str(a[0]), "view-text")
+    s = _read_text(it, a[0], "view-text")
     if len(a) == 1:
         return s
     if len(a) != 3 or type(a[1]) is not int or type(a[2]) is not int:
@@ -88,11 +93,13 @@ def view_text(it: Interp, a: list[Any]) -> Any:
 
 def explore_dir(it: Interp, a: list[Any]) -> Any:
     shown = str(a[0]) if a else "."
-    full = it.path(shown, "explore-dir")
-    if not os.path.isdir(full):
-        raise RalError(f"explore-dir: not a directory: {shown}")
-    entries = _walk(full)
-    lines = [p + "/" if is_dir else p for p, is_dir in entries[:LIST_CAP]]
+    fd = _open_dir(it, shown, "explore-dir")
+    try:
+        entries = confine.walk_tree(fd, LIST_CAP * 4)
+    finally:
+        os.close(fd)
+    suffix = {"dir": "/", "link": "@", "file": ""}
+    lines = [p + suffix[kind] for p, kind in entries[:LIST_CAP]]
     if len(entries) > LIST_CAP:
         lines.append(f"... (listing capped at {LIST_CAP} entries)")
     return "\n".join(lines)
@@ -107,70 +114,83 @@ def grep_files(it: Interp, a: list[Any]) -> Any:
         raise RalError(f"grep-files: bad pattern: {e}") from None
     shown = str(a[1]) if len(a) > 1 else "."
     full = it.path(shown, "grep-files")
-    if os.path.isfile(full):
-        files = [(full, shown)]
-    elif os.path.isdir(full):
-        files = [(os.path.join(full, p), p) for p, is_dir in _walk(full) if not is_dir]
-    else:
-        raise RalError(f"grep-files: no such file or directory: {shown}")
-    hits: list[str] = []
-    for path, rel in files:
-        if it.stop:
-            from runtime.ral.compile import check_cancel
-
-            check_cancel(it)
+    roots = it.ctx.grants.roots
+    with refusals("grep-files", shown, "read"):
         try:
-            if os.path.getsize(path) > GREP_MAX_FILE:
-                continue
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        if b"\0" in data[:8192]:
-            continue  # binary
-        for n, line in enumerate(data.decode("utf-8", "replace").split("\n"), 1):
-            if pat.search(line):
-                hits.append(f"{rel}:{n}:{line}")
-                if len(hits) >= LIST_CAP:
-                    hits.append(f"... (matches capped at {LIST_CAP})")
-                    return "\n".join(hits)
+            top, _ = confine.open_dir(full, roots)
+        except NotADirectoryError:  # one file (links resolved, confined like read-text)
+            fd = confine.open_file(full, roots, _GREP_OPEN)
+            return "\n".join(_grep_fd(fd, pat, shown, []))
+        except FileNotFoundError:
+            raise RalError(f"grep-files: no such file or directory: {shown}") from None
+    hits: list[str] = []
+    try:
+        for rel, kind in confine.walk_tree(top, LIST_CAP * 4):
+            if kind != "file":
+                continue  # directories are walked; links are never followed
+            it.poll()
+            try:
+                fd = confine.open_below(top, rel, _GREP_OPEN)
+            except OSError:
+                continue  # gone, unreadable, or swapped to a link since the walk
+            _grep_fd(fd, pat, rel, hits)
+            if len(hits) > LIST_CAP:
+                break
+    finally:
+        os.close(top)
     return "\n".join(hits)
 
 
+def _grep_fd(fd: int, pat: re.Pattern[str], rel: str, hits: list[str]) -> list[str]:
+    """Append ``rel:line:text`` for each matching line of the open file ``fd`` (closed here);
+    non-regular, large and binary files are skipped. Past :data:`LIST_CAP` a cap line ends it."""
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > GREP_MAX_FILE:
+            return hits
+        try:
+            data = fh.read()
+        except OSError:
+            return hits
+    if b"\0" in data[:8192]:
+        return hits  # binary
+    for n, line in enumerate(data.decode("utf-8", "replace").split("\n"), 1):
+        if pat.search(line):
+            hits.append(f"{rel}:{n}:{line}")
+            if len(hits) >= LIST_CAP:
+                hits.append(f"... (matches capped at {LIST_CAP})")
+                return hits
+    return hits
+
+
 def edit_replace(it: Interp, a: list[Any]) -> Any:
-    full = it.path(a[0], "edit-replace")
     old, new = a[1], a[2]
     if type(old) is not str or type(new) is not str:
         raise RalError("edit-replace: OLD and NEW must be strings")
     if not old:
         raise RalError("edit-replace: OLD is empty")
-    s = _read_text(full, str(a[0]), "edit-replace")
+    s = _read_text(it, a[0], "edit-replace")
     n = s.count(old)
     if n != 1:
         raise RalError(
             f"edit-replace: OLD occurs {n} times in {a[0]}; it must occur exactly once"
             + (" (add surrounding lines to make it unique)" if n > 1 else "")
         )
-    _write_atomic(full, s.replace(old, new, 1), str(a[0]), "edit-replace")
+    _write_text(it, a[0], s.replace(old, new, 1), "edit-replace")
     return UNIT
 
 
 def edit_hash(it: Interp, a: list[Any]) -> Any:
-    full = it.path(a[0], "edit-hash")
-    try:
-        with open(full, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except OSError as e:
-        raise RalError(f"edit-hash: cannot read {a[0]}: {e.strerror or e}") from None
+    return hashlib.sha256(read_bytes(it, a[0], "edit-hash")).hexdigest()
 
 
 def read_text(it: Interp, a: list[Any]) -> Any:
-    return _read_text(it.path(a[0], "read-text"), str(a[0]), "read-text")
+    return _read_text(it, a[0], "read-text")
 
 
 def write_text(it: Interp, a: list[Any]) -> Any:
     data = a[1] if type(a[1]) is str else render(a[1])
-    _write_atomic(it.path(a[0], "write-text"), data, str(a[0]), "write-text")
+    _write_text(it, a[0], data, "write-text")
     return UNIT
 
 

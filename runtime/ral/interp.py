@@ -1,10 +1,12 @@
 """The runtime state of one evaluation (a session run, or a worker) and its effects on the world:
 external programs and ``use``.
 
-External programs run with argv (never a shell), in the context's cwd and env, in their own
-process group (``start_new_session``) so that cancelling kills the whole group. The evaluator
-polls the cancel scope every :data:`runtime.cancel.POLL_INTERVAL` (10 ms) while a program runs,
-which keeps the 100 ms cancellation bound with a 10x margin.
+Under exec grants a head runs exactly the file its grant resolved when it was made
+(:meth:`runtime.ral.grants.Grants.program`); the session's ``PATH`` is consulted only when every
+program is allowed. External programs run with argv (never a shell), in the context's cwd and
+env, in their own process group (``start_new_session``) so that cancelling kills the whole
+group. The evaluator polls the cancel scope every :data:`runtime.cancel.POLL_INTERVAL` (10 ms)
+while a program runs, which keeps the 100 ms cancellation bound with a 10x margin.
 """
 
 from __future__ import annotations
@@ -108,22 +110,25 @@ class Interp:
 
     # -- paths and files -----------------------------------------------------------------
     def path(self, p: Any, what: str) -> str:
-        """An absolute path for a file builtin, refused outside the granted roots."""
+        """The absolute, lexically normalised path a file builtin names (``a/link/..`` is ``a``).
+
+        Not yet confined: open it only through :mod:`runtime.ral.confine` (``files.py``), which
+        resolves links and refuses anything outside the granted roots at the moment of use."""
         if type(p) is not str:
             raise RalError(f"{what}: a path must be a string, not {render(p)}")
         full = os.path.normpath(os.path.join(self.ctx.cwd, os.path.expanduser(p)))
-        if not self.ctx.grants.allows_path(full):
-            raise RalError(f"not granted: {what} {p} (outside the granted roots)")
         return full
 
     def use_file(self, p: Any, line: int, col: int) -> Any:
         """``use PATH``: run a file in a fresh frame below the session scope; its harvest counts."""
-        full = self.path(p, "use")
+        from runtime.ral.files import read_bytes  # files builds its natives from this module
+
         try:
-            with open(full, encoding="utf-8") as fh:
-                text = fh.read()
-        except (OSError, UnicodeDecodeError) as e:
+            text = read_bytes(self, p, "use").decode("utf-8")
+        except UnicodeDecodeError as e:
             raise RalError(f"use: cannot read {p}: {_reason(e)}", line, col) from None
+        except RalError as e:
+            raise RalError(e.message, line, col) from None
         rho = self.session_vars
         outer = Scope("session", set(rho), None) if rho is not None else None
         scope = Scope("frame", set(), outer)
@@ -156,15 +161,16 @@ class Interp:
     # -- external programs ---------------------------------------------------------------
     def run_program(self, name: str, argv: list[Any], line: int, col: int) -> Any:
         ctx = self.ctx
-        if "/" in name:
+        resolved: str | None
+        if ctx.grants.exec is not None:  # the granted file itself; the session's PATH is moot
+            resolved = ctx.grants.program(name, ctx.cwd)
+            if resolved is None:
+                raise RalError(f"not granted: exec {name}", line, col)
+        elif "/" in name:
             cand = os.path.normpath(os.path.join(ctx.cwd, name))
-            resolved: str | None = (
-                cand if os.path.isfile(cand) and os.access(cand, os.X_OK) else None
-            )
+            resolved = cand if os.path.isfile(cand) and os.access(cand, os.X_OK) else None
         else:
             resolved = shutil.which(name, path=ctx.env.get("PATH", os.defpath))
-        if not ctx.grants.allows_exec(name, resolved):
-            raise RalError(f"not granted: exec {name}", line, col)
         if resolved is None:
             raise RalError(f"unknown command {name} (not a binding, builtin or program)", line, col)
         args: list[str | bytes] = [name]

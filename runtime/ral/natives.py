@@ -14,10 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.errors import ExarchError
+from runtime.ral import confine
 from runtime.ral.compile import apply, check_cancel
 from runtime.ral.context import Desk
 from runtime.ral.errors import DeskRefusal, InternalPanic, RalError
-from runtime.ral.files import FILE_NATIVES
+from runtime.ral.files import FILE_NATIVES, refusals
 from runtime.ral.interp import Interp, Native
 from runtime.ral.values import (
     UNIT,
@@ -428,8 +429,11 @@ def _fold(it: Interp, a: list[Any]) -> Any:
 def _cd(it: Interp, a: list[Any]) -> Any:
     target = text(a[0]) if a else it.ctx.env.get("HOME", "/")
     full = it.path(target, "cd")
-    if not os.path.isdir(full):
-        raise RalError(f"cd: no such directory: {target}")
+    with refusals("cd", target, "enter"):
+        try:
+            confine.real_dir(full, it.ctx.grants.roots)
+        except (FileNotFoundError, NotADirectoryError):
+            raise RalError(f"cd: no such directory: {target}") from None
     it.ctx.cwd = full
     return UNIT
 

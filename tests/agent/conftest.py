@@ -138,7 +138,8 @@ class Live:
 
 @pytest.fixture
 def live_fleet(tmp_path: Path) -> Iterator[Callable[..., Live]]:
-    """Start a fleet in-process: ``live_fleet(toml, interactive=True, wrap=None, ...)``.
+    """Start a fleet in-process: ``live_fleet(toml, interactive=True, wrap=None, grants=None,
+    ...)``.
 
     ``wrap(provider) -> provider`` lets a test record or alter what each agent's provider does.
     An interactive trunk parks for its human between turns; drive it with :meth:`Live.steer`.
@@ -158,6 +159,7 @@ def live_fleet(tmp_path: Path) -> Iterator[Callable[..., Live]]:
         disk_warn_bytes: int | None = None,
         prompt: str | None = None,
         chat: bool = False,
+        grants: Any = None,
     ) -> Live:
         path = tmp_path / "scenario.toml"
         text = textwrap.dedent(toml)
@@ -169,7 +171,10 @@ def live_fleet(tmp_path: Path) -> Iterator[Callable[..., Live]]:
             return wrap(p) if wrap is not None else p
 
         session = SessionDir.at(tmp_path / f"session{len(started)}")
-        fleet = Fleet(session, provider_for, FleetConfig(disk_warn_bytes=disk_warn_bytes))
+        config = FleetConfig(disk_warn_bytes=disk_warn_bytes)
+        if grants is not None:  # a runtime.ral.grants.GrantPolicy
+            config = FleetConfig(disk_warn_bytes=disk_warn_bytes, grants=grants)
+        fleet = Fleet(session, provider_for, config)
         live = Live(fleet, session.root, None, extra={"playback": playback})
         started.append(live)
         live.trunk = fleet.start_trunk(

@@ -172,3 +172,71 @@ def test_load_scenario_reports_positions_against_the_real_path(tmp_path: Path) -
     f.write_text('[[agents.trunk]]\nerror = "nope"\n')
     with pytest.raises(ScenarioError, match=rf"^{f}:2: agents\.trunk\[0\]\.error"):
         load_scenario(f)
+
+
+GRANTS = """\
+[fleet]
+prompt = "p"
+
+[grants."*"]
+roots = ["."]
+
+[grants.trunk]
+exec = ["printf", "ls"]
+root = ["typo"]
+
+[grants."worker-*"]
+exec = []
+"""
+
+
+def test_grants_tables_are_read_per_name_or_pattern_with_names_kept_as_written() -> None:
+    s = parse_scenario(GRANTS, source="g.toml")
+    assert [(t.pattern, t.exec, t.roots) for t in s.grants] == [
+        ("*", None, (".",)),
+        ("trunk", ("printf", "ls"), None),
+        ("worker-*", (), None),
+    ]
+    assert s.warnings == ("g.toml:9: grants.trunk.root: unknown key (ignored)",)
+
+
+def test_grants_tables_resolve_programs_and_roots_once_against_the_given_cwd(
+    tmp_path: Path,
+) -> None:
+    tables = dict(parse_scenario(GRANTS).resolve_grants(cwd=str(tmp_path)))
+    assert tables["*"].roots == (str(tmp_path.resolve()),)
+    trunk_exec = tables["trunk"].exec
+    assert trunk_exec is not None and {g.name for g in trunk_exec} == {"printf", "ls"}
+    assert all(g.path.startswith("/") for g in trunk_exec)
+    assert tables["worker-*"].exec == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('exec = "printf"', "g.toml:2: grants.trunk.exec: expected a list of non-empty strings"),
+        ("roots = [1]", "g.toml:2: grants.trunk.roots: expected a list of non-empty strings"),
+        ('exec = [""]', "g.toml:2: grants.trunk.exec: expected a list of non-empty strings"),
+    ],
+)
+def test_a_malformed_grants_table_names_its_key_path_and_line(body: str, message: str) -> None:
+    with pytest.raises(ScenarioError, match=f"^{__import__('re').escape(message)}"):
+        parse_scenario(f"[grants.trunk]\n{body}\n", source="g.toml")
+
+
+def test_grants_that_are_not_tables_are_refused_with_their_key_path() -> None:
+    with pytest.raises(ScenarioError, match=r"^g\.toml: grants\.trunk: expected a table"):
+        parse_scenario("[grants]\ntrunk = 3\n", source="g.toml")
+    with pytest.raises(ScenarioError, match=r"^g\.toml: grants: expected a table of names"):
+        parse_scenario("grants = 3\n", source="g.toml")
+
+
+def test_a_grants_table_naming_a_missing_program_is_refused_at_its_line(tmp_path: Path) -> None:
+    s = parse_scenario(
+        '\n[grants.kid]\nroots = ["."]\nexec = ["no-such-prog-x9"]\n', source="g.toml"
+    )
+    with pytest.raises(
+        ScenarioError,
+        match=r"^g\.toml:4: grants\.kid\.exec: cannot grant exec no-such-prog-x9: not found",
+    ):
+        s.resolve_grants(cwd=str(tmp_path))

@@ -256,7 +256,7 @@ def test_a_non_zero_exit_is_a_catchable_error_naming_program_and_code(session: S
 def test_a_program_outside_the_grants_is_not_granted(session: Session) -> None:
     from runtime.ral.context import Grants
 
-    session.context.grants = Grants(exec=frozenset({"printf"}))
+    session.context.grants = Grants.granting(exec=["printf"])
     assert ok(session, "printf ok") == "ok"
     r = session.run("ls")
     assert r.error is not None and r.error.message == "not granted: exec ls"

@@ -41,7 +41,7 @@ class CountingCodec:
 
 
 def context() -> DynamicContext:
-    return DynamicContext(cwd="/work", env={"A": "1"}, grants=Grants(exec=frozenset({"ls"})))
+    return DynamicContext(cwd="/work", env={"A": "1"}, grants=Grants.granting(exec=["ls"]))
 
 
 def make_snapshot(codec: CountingCodec, bindings: dict[str, Any] | None = None) -> MobileSnapshot:
