@@ -70,7 +70,9 @@ from runtime.nemesis import (
     fault_schedule,
     owed_kinds,
     parse_faults,
-    place_scripted,
+    plan_scripted,
+    script_index,
+    sure_calls,
     synthetic_scenario,
 )
 from runtime.session_dir import SessionDir
@@ -282,10 +284,13 @@ def run_drill(
         session = cfg.root / f"round-{rnd:03d}"
         scenario_path = cfg.root / f"round-{rnd:03d}.toml"
         placed: list[Placed] = []
+        sure = cfg.agents * cfg.calls  # a given scenario: the flags' estimate of its calls
         if cfg.scenario is not None:
             scenario_path.write_bytes(Path(cfg.scenario).read_bytes())
         else:
-            placed = place_scripted(mine, cfg.agents, cfg.calls)
+            placed, later = plan_scripted(mine, cfg.agents, cfg.calls)
+            scripted += later
+            sure = sure_calls(cfg.agents, cfg.calls, placed)
             scenario_path.write_text(
                 synthetic_scenario(cfg.agents, cfg.calls, call_ms=cfg.call_ms, placed=placed)
             )
@@ -294,7 +299,7 @@ def run_drill(
         if kill is not None:
             control.remove(kill)
             info, killed = run_killed_and_resumed(
-                scenario_path, session, kill, cfg.agents * cfg.calls, rnd, feed, stop
+                scenario_path, session, kill, sure, rnd, feed, stop
             )
             control_secs += time.monotonic() - start - t0
             if killed.landed:
@@ -348,7 +353,7 @@ def _played(
     for p in placed:
         agent = child_name(p.child)
         times = round_times(session, agent)
-        n = _script_index(p, placed, calls)
+        n = script_index(p, placed, calls)
         if n >= len(times):
             missed.append(p.fault)
             continue
@@ -393,19 +398,6 @@ def _wait_no_strays(timeout: float = 3.0) -> list[int]:
         time.sleep(0.05)
         stray = _stray_children()
     return stray
-
-
-def _script_index(p: Placed, placed: list[Placed], calls: int) -> int:
-    """Position of ``p``'s message in its child's script (faults before call k, then call k)."""
-    mine = sorted((q for q in placed if q.child == p.child), key=lambda q: (q.call, q.fault.seq))
-    n = 0
-    for k in range(calls):
-        for q in (q for q in mine if q.call == k):
-            if q is p:
-                return n
-            n += 1 + (q.fault.param % 3 if q.fault.kind == "rate-limit" else 0)
-        n += 1
-    return n
 
 
 # --------------------------------------------------------------------------- the command

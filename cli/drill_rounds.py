@@ -210,16 +210,17 @@ def run_killed_and_resumed(
     scenario: Path,
     session: Path,
     f: Fault,
-    total_calls: int,
+    sure_calls: int,
     rnd: int,
     feed: LiveFeed,
     stop: Interrupt,
 ) -> tuple[dict[str, Any], Applied]:
     """Run the round in a child process, SIGKILL it once ``f.param`` picks how far in (after
-    the k-th ral call on the bus, so the kill lands mid-run whatever the machine's speed), then
-    resume it here. Returns the round's facts and the control-kill as applied (``landed``
-    false when the round ended before the kill)."""
-    threshold = 1 + f.param % max(1, total_calls)
+    the k-th ral call on the bus, k at most ``sure_calls``, the calls the round makes whatever
+    happens, so the kill lands mid-run whatever the machine's speed), then resume it here.
+    Returns the round's facts and the control-kill as applied (``landed`` false when the
+    round ended before the kill)."""
+    threshold = 1 + f.param % max(1, sure_calls)
     proc = subprocess.Popen(
         exarch("run", str(scenario), "--session-dir", str(session)),
         stdout=subprocess.DEVNULL,

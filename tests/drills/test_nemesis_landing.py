@@ -1,6 +1,8 @@
 """The nemesis's landing rules: every requested kind is scheduled in a drill of 60 s or more,
 control-kill rounds leave in-process rounds for the live kinds, due faults that never landed go
-first, and a requested kind never applied fails the drill (scheduled vs applied in the report)."""
+first, scripted faults are placed where they are played, a control kill lands within the calls
+its round surely makes, and a requested kind never applied fails the drill (scheduled vs applied
+in the report)."""
 
 from __future__ import annotations
 
@@ -17,17 +19,26 @@ from cli.drill_faults import Applied
 from runtime.nemesis import (
     CONTROL_SHARE,
     COVERAGE_SECS,
+    ENDING,
     FAULT_KINDS,
     LANDS_OUTSIDE,
     LIVE,
+    SCRIPTED,
     BadFaults,
     Fault,
+    Placed,
+    child_name,
     control_round,
     fault_schedule,
     live_order,
     owed_kinds,
     parse_faults,
+    plan_scripted,
+    script_index,
+    sure_calls,
+    synthetic_scenario,
 )
+from runtime.providers.scenario import parse_scenario
 
 
 @settings(max_examples=60, deadline=None)
@@ -179,3 +190,53 @@ def test_the_drill_command_documents_its_exit_codes_and_refuses_bad_input_with_2
     scenario.write_text('[fleet]\nprompt = "x"\n')
     bad = CliRunner().invoke(drill_command, [str(scenario), "--seed", "1", "--faults", "panic"])
     assert bad.exit_code == 2 and "played as written" in bad.output
+
+
+_PLAYS = {
+    "panic": lambda m: m.ral == ("fault panic",),
+    "worker-kill": lambda m: "fault crash" in m.ral[0],
+    "stream-cut": lambda m: m.error == "transport",
+    "truncated": lambda m: m.error == "truncated",
+    "malformed-args": lambda m: isinstance(m.fn_arguments, str),
+    "empty-reply": lambda m: m.text == "" and not m.ral,
+    "rate-limit": lambda m: m.error == "rate_limit",
+}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    n=st.integers(0, 30),
+    agents=st.integers(1, 4),
+    calls=st.integers(1, 6),
+)
+def test_scripted_faults_are_placed_so_each_is_played_before_its_child_ends(
+    seed: int, n: int, agents: int, calls: int
+) -> None:
+    faults = fault_schedule(seed, 50.0, SCRIPTED, 10.0)[:n]
+    placed, later = plan_scripted(faults, agents, calls)
+    # every fault is placed once or left for a later round
+    assert sorted(f.seq for f in [p.fault for p in placed] + later) == [f.seq for f in faults]
+    assert all(f.kind in ENDING for f in later)
+    scenario = parse_scenario(synthetic_scenario(agents, calls, placed=placed), source="g")
+    ends = 0
+    for i in range(agents):
+        mine = [p for p in placed if p.child == i]
+        script = scenario.script_for(child_name(i))
+        index = {p.fault.seq: script_index(p, placed, calls) for p in mine}
+        for p in mine:  # the message at its index is the fault's own
+            assert _PLAYS[p.fault.kind](script[index[p.fault.seq]]), (p, script)
+        ending = [p for p in mine if p.fault.kind in ENDING]
+        assert len(ending) <= 1
+        if ending:  # played after every other fault of the child, so none is lost behind it
+            assert index[ending[0].fault.seq] == max(index.values())
+            ends += ending[0].call
+        else:
+            ends += calls
+    assert sure_calls(agents, calls, placed) == agents + ends
+
+
+def test_a_control_kill_round_kills_within_the_calls_the_round_surely_makes() -> None:
+    cut = Placed(1, 2, _f(0, "stream-cut", 0.1))
+    assert sure_calls(3, 5, []) == 3 + 15
+    assert sure_calls(3, 5, [cut]) == 3 + 5 + 2 + 5
