@@ -491,7 +491,7 @@ def drill_command(
     Exit codes:
       0    every invariant held and every requested kind was applied
       1    an invariant was violated, or a requested kind was never applied
-      2    bad input (an unknown fault kind, a rate or duration that is not positive)
+      2    bad input (an unknown or unplayable fault kind, a rate or duration <= 0)
       130  interrupted by Ctrl-C (143: by SIGTERM)
     """
     try:

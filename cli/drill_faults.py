@@ -41,6 +41,7 @@ from runtime.inbox import Command
 from runtime.invariants import PID_START_TOLERANCE
 from runtime.nemesis import LANDS_OUTSIDE, RECOVERING, Fault
 from runtime.session_dir import SessionDir
+from runtime.spawn_tree import AgentEnded
 
 FLOOD = 1000
 WRITE_FAILURE_SECS = 0.15
@@ -228,15 +229,21 @@ class LiveNemesis:
         return True
 
     def _inbox_flood(self, a: Applied, name: str, _rng: random.Random) -> bool:
-        accepted = rejected = 0
+        """Up to :data:`FLOOD` messages; the flood stops early if the agent ends meanwhile
+        (``sent`` says how many went, so the accounting still adds up)."""
+        accepted = rejected = sent = 0
         for j in range(FLOOD):
             try:
                 self.fleet.registry.message("nemesis", name, f"flood {j}")
                 accepted += 1
             except InboxFull:
                 rejected += 1
-        a.detail.update(sent=FLOOD, accepted=accepted, rejected=rejected, cap=INBOX_SOURCE_CAP)
-        return True
+            except AgentEnded:
+                a.detail["endedAfter"] = j
+                break
+            sent += 1
+        a.detail.update(sent=sent, accepted=accepted, rejected=rejected, cap=INBOX_SOURCE_CAP)
+        return sent > 0
 
     def _cancel_storm(self, a: Applied, name: str, rng: random.Random) -> bool:
         live = self._live(trunk=False)

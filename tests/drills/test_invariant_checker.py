@@ -44,6 +44,17 @@ def healthy(tmp_path: Path) -> Path:
     return out.session.root
 
 
+def _drop_from_kid_snapshot(healthy: Path, name: str) -> Path:
+    """Rewrite the kid's final snapshot file without ``name``; returns the file's path."""
+    path = healthy / "agents" / "kid" / "snapshot.msgpack"
+    snap = MobileSnapshot.load(path)
+    bindings = {k: v for k, v in snap.bindings.items() if k != name}
+    MobileSnapshot(
+        snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers
+    ).write_atomic(path)
+    return path
+
+
 def test_a_clean_fanout_holds_every_invariant_and_records_a_commit_per_clean_call(
     healthy: Path,
 ) -> None:
@@ -70,12 +81,7 @@ def test_a_clean_fanout_holds_every_invariant_and_records_a_commit_per_clean_cal
 def test_a_committed_binding_missing_from_the_final_snapshot_is_a_violation(
     healthy: Path,
 ) -> None:
-    path = healthy / "agents" / "kid" / "snapshot.msgpack"
-    snap = MobileSnapshot.load(path)
-    bindings = {k: v for k, v in snap.bindings.items() if k != "y"}
-    MobileSnapshot(
-        snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers
-    ).write_atomic(path)
+    _drop_from_kid_snapshot(healthy, "y")
     report = check_session(healthy)
     committed = report.get("committed")
     assert committed.status == "violated"
@@ -83,12 +89,7 @@ def test_a_committed_binding_missing_from_the_final_snapshot_is_a_violation(
 
 
 def test_a_prune_record_after_the_commit_explains_a_missing_binding(healthy: Path) -> None:
-    path = healthy / "agents" / "kid" / "snapshot.msgpack"
-    snap = MobileSnapshot.load(path)
-    bindings = {k: v for k, v in snap.bindings.items() if k != "y"}
-    MobileSnapshot(
-        snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers
-    ).write_atomic(path)
+    _drop_from_kid_snapshot(healthy, "y")
     append_jsonl(
         healthy / "record.jsonl", {"kind": "Prune", "agent": "kid", "names": ["y"], "epoch": 99}
     )
@@ -101,12 +102,7 @@ def _kid_loses_y(healthy: Path, *, later_writes_fail: bool, control_died: bool) 
     ``later_writes_fail`` (the file never caught up); when ``control_died``, the kid's
     incarnation ends as resume records a killed control process. Returns the committed
     invariant's status."""
-    path = healthy / "agents" / "kid" / "snapshot.msgpack"
-    snap = MobileSnapshot.load(path)
-    bindings = {k: v for k, v in snap.bindings.items() if k != "y"}
-    MobileSnapshot(
-        snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers
-    ).write_atomic(path)
+    path = _drop_from_kid_snapshot(healthy, "y")
     commits = [
         r
         for r in read_jsonl(healthy / "record.jsonl").records
