@@ -20,7 +20,15 @@ Catalog (``FAULT_KINDS``), by how each is delivered:
   random subtrees), ``clear-storm`` (``/clear`` at random agents), ``write-failure`` (an agent's
   ``snapshot.msgpack`` made unwritable for a moment);
 - ``control-kill`` (:data:`CONTROL`): the round runs in a child process that is SIGKILLed, then
-  ``exarch-actors resume`` finishes it.
+  resume finishes it.
+
+Landing rules, so that every requested kind is applied (the drill fails otherwise,
+:func:`owed_kinds`): a drill of :data:`COVERAGE_SECS` or more schedules every requested kind;
+control-kill rounds take at most :data:`CONTROL_SHARE` of the drill (:func:`control_round`);
+due live faults are tried never-applied kinds first and never block each other
+(:func:`live_order`); each child plays at most one fault that ends it, after its others
+(:func:`plan_scripted`); a control kill comes within the calls its round surely makes
+(:func:`sure_calls`).
 """
 
 from __future__ import annotations
