@@ -48,8 +48,9 @@ def main() -> None:
         f"drill seed {args.seed}, {args.duration:.0f} s at {args.rate}/s, "
         f"{args.agents} agents x {args.calls} calls, {len(report['rounds'])} rounds"
     )
+    applied = sum(1 for a in report["applied"] if a["landed"])
     print(
-        f"faults scheduled {len(report['schedule'])}, injected {len(report['applied'])}, "
+        f"faults scheduled {len(report['schedule'])}, applied {applied}, "
         f"not applied {len(report['notApplied'])}"
     )
     print(
@@ -60,13 +61,18 @@ def main() -> None:
         f"recovery (fault -> next successful call): n={rec['recovered']} "
         f"median {rec['medianSecs']} s, worst {rec['worstSecs']} s"
     )
-    print(f"{'kind':16} {'injected':>8} {'recovered':>9} {'median s':>9} {'worst s':>8}")
-    for kind, n in sorted(report["injectedByKind"].items()):
+    print(
+        f"{'kind':16} {'scheduled':>9} {'applied':>8} {'recovered':>9} {'median s':>9} "
+        f"{'worst s':>8}"
+    )
+    for kind, n in report["faultsByKind"].items():
         k = rec["byKind"].get(kind, {})
         print(
-            f"{kind:16} {n:8} {k.get('n', 0):9} {k.get('medianSecs', '-')!s:>9} "
-            f"{k.get('worstSecs', '-')!s:>8}"
+            f"{kind:16} {n['scheduled']:9} {n['applied']:8} {k.get('n', 0):9} "
+            f"{k.get('medianSecs', '-')!s:>9} {k.get('worstSecs', '-')!s:>8}"
         )
+    if report["coverage"]["neverApplied"]:
+        print("never applied: " + ", ".join(report["coverage"]["neverApplied"]))
     print(json.dumps({"recovery": rec, "invariants": report["invariants"]}))
 
 

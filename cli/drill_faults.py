@@ -1,16 +1,22 @@
 """The drill's faults as delivered: :class:`LiveNemesis` applies each live fault kind to a running
-fleet, :class:`Applied` records what it did, and :func:`measure_recovery` reads the round's
+round, :class:`Applied` records what it did, and :func:`measure_recovery` reads the round's
 transcript for how fast the affected agent recovered.
 
 Invariants:
 
 - A live fault targets a live agent (the trunk only for ``shell-kill``); with none live it is
-  not applied (``None``), never aimed at a dead one. A ``write-failure`` waits until its agent's
-  shell has checkpointed once.
+  not applied (``None``: it stays pending), never aimed at a dead one. A ``write-failure`` waits
+  until its agent's shell has checkpointed once.
+- ``shell-kill`` is a real SIGKILL from outside the fleet: the pid comes from the session files
+  alone (:func:`live_shells`: the journal's environment records, the ``Commit`` records) and
+  is checked against its recorded create time before psutil kills it, so a reused pid is never
+  hit and the kill lands mid-call. Together with ``write-failure`` (a path trick) it needs no
+  handle on the fleet, so both land in a control-kill round's child process too.
 - A fault's randomness comes from its own ``param`` (``random.Random(f.param)``), so the seeded
   schedule alone fixes what every fault does.
 - A fault that fails to apply (typed error, missing agent, OS error) is still recorded, with the
-  error in its ``detail``: nothing the nemesis tried goes unreported.
+  error in its ``detail`` and ``landed`` false: nothing the nemesis tried goes unreported, and
+  nothing that did not happen is counted as applied.
 - Recovery is measured from each fault's wall-clock time to the affected agent's next
   successful ral call (``Io`` without error in ``transcript.jsonl``).
 """
@@ -20,7 +26,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import random
-import signal
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -33,7 +38,10 @@ from runtime.constants import INBOX_SOURCE_CAP, TRUNK_NAME
 from runtime.durable import read_jsonl
 from runtime.errors import ExarchError, InboxFull
 from runtime.inbox import Command
-from runtime.nemesis import RECOVERING, Fault
+from runtime.invariants import PID_START_TOLERANCE
+from runtime.nemesis import LANDS_OUTSIDE, RECOVERING, Fault
+from runtime.session_dir import SessionDir
+from runtime.spawn_tree import AgentEnded
 
 FLOOD = 1000
 WRITE_FAILURE_SECS = 0.15
@@ -50,12 +58,16 @@ class Applied:
     detail: dict[str, Any] = field(default_factory=dict)
     recovery: float | None = None
     outcome: str = "applied"
+    landed: bool = True
+    """Whether the fault took effect (a kill sent, a message played, a storm that reached an
+    agent); an attempt that did not is recorded with ``landed`` false and never counted."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             **self.fault.to_json(),
             "round": self.round,
             "agent": self.agent,
+            "landed": self.landed,
             "detail": self.detail,
             "recoverySecs": None if self.recovery is None else round(self.recovery, 4),
             "outcome": self.outcome,
@@ -95,7 +107,7 @@ def round_times(root: Path, agent: str) -> list[float]:
 def measure_recovery(applied: list[Applied], root: Path) -> None:
     ok = ok_calls(root)
     for a in applied:
-        if a.agent is None:
+        if a.agent is None or not a.landed:
             continue
         after = [t for t in ok.get(a.agent, []) if t > a.wall]
         if after:
@@ -110,57 +122,138 @@ def measure_recovery(applied: list[Applied], root: Path) -> None:
 # --------------------------------------------------------------------------- live faults
 
 
-class LiveNemesis:
-    """Applies live faults to one in-process fleet."""
+def live_shells(root: Path) -> dict[str, psutil.Process]:
+    """Each agent's latest recorded shell host that still runs, read from the session files
+    alone: the journal's environment records (a child's first shell) and the ``Commit`` records
+    (the shell of each clean call; the host a rollback starts shows up at its next commit).
+    A pid whose create time differs from the recorded one is a reused pid and is left out."""
+    latest: dict[str, tuple[str, int, Any]] = {}
+    recs = [
+        (str(r.get("id")), r)
+        for r in read_jsonl(root / "spawn-journal.jsonl").records
+        if r.get("kind") == "execution-admitted"
+    ]
+    recs += [
+        (str(r.get("agent")), r)
+        for r in read_jsonl(root / "record.jsonl").records
+        if r.get("kind") == "Commit"
+    ]
+    for agent, r in recs:
+        at, pid = str(r.get("at", "")), r.get("pid")
+        if isinstance(pid, int) and at >= latest.get(agent, ("", 0, None))[0]:
+            latest[agent] = (at, pid, r.get("pidStartedAt"))
+    out: dict[str, psutil.Process] = {}
+    for agent, (_, pid, started) in latest.items():
+        if not isinstance(started, int | float):
+            continue  # unverifiable: never kill a pid whose start time was not recorded
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if abs(proc.create_time() - started) <= PID_START_TOLERANCE:
+                out[agent] = proc
+        except psutil.Error:
+            continue
+    return out
 
-    def __init__(self, fleet: Any, round_no: int) -> None:
+
+class _NotYet(Exception):
+    """The fault cannot land at this moment (its target just went away): keep it pending."""
+
+
+class LiveNemesis:
+    """Applies live faults to one round. ``fleet`` is the in-process fleet, or None for a
+    control-kill round's child process, where only the kinds of
+    :data:`runtime.nemesis.LANDS_OUTSIDE` can land."""
+
+    def __init__(self, root: Path, round_no: int, fleet: Any = None) -> None:
+        self.root = root
         self.fleet = fleet
         self.round = round_no
+        self._shells: dict[str, psutil.Process] = {}
+        self._killed: set[int] = set()
+        """Shell pids this nemesis SIGKILLed: a dying process is not hit (and counted) twice."""
+        self._cancelled: set[str] = set()
+        """Agents a cancel storm reached: still registered while they wind down, not targets."""
 
     def _live(self, *, trunk: bool) -> list[str]:
-        names = sorted(self.fleet.registry.names())
-        return [n for n in names if trunk or n != TRUNK_NAME]
+        if self.fleet is None:
+            names = sorted(self._live_shells())
+        else:
+            names = sorted(self.fleet.registry.names())
+        return [n for n in names if (trunk or n != TRUNK_NAME) and n not in self._cancelled]
+
+    def _live_shells(self) -> dict[str, psutil.Process]:
+        shells = live_shells(self.root)
+        return {n: p for n, p in shells.items() if p.pid not in self._killed}
+
+    def _snapshot(self, name: str) -> Path:
+        return SessionDir(self.root).snapshot(name)
 
     def apply(self, f: Fault) -> Applied | None:
+        """Apply ``f`` now; None when it cannot land yet (nothing live to hit)."""
+        if self.fleet is None and f.kind not in LANDS_OUTSIDE:
+            return None
         rng = random.Random(f.param)
-        live = self._live(trunk=f.kind == "shell-kill")
+        if f.kind == "shell-kill":
+            self._shells = self._live_shells()
+            live = sorted(self._shells)
+        else:
+            live = self._live(trunk=False)
         if not live:
             return None
         name = live[f.target % len(live)]
-        if f.kind == "write-failure" and not self.fleet.session.snapshot(name).exists():
+        if f.kind == "write-failure" and not self._snapshot(name).exists():
             return None  # its shell has not checkpointed yet: hit it once it has
         a = Applied(f, self.round, name, time.time())
         try:
-            getattr(self, "_" + f.kind.replace("-", "_"))(a, name, rng)
+            a.landed = bool(getattr(self, "_" + f.kind.replace("-", "_"))(a, name, rng))
+        except _NotYet:
+            return None
         except (ExarchError, KeyError, OSError, psutil.Error) as e:
             a.detail["error"] = f"{type(e).__name__}: {e}"
+            a.landed = False
+        if not a.landed:
+            a.outcome = "did not land"
         return a
 
-    def _shell_kill(self, a: Applied, name: str, _rng: random.Random) -> None:
-        agent = self.fleet.agents[name]
-        pid = agent.shell_pid()
-        a.detail["pid"] = pid
-        if pid:
-            os.kill(pid, signal.SIGKILL)
+    def _shell_kill(self, a: Applied, name: str, _rng: random.Random) -> bool:
+        """A real SIGKILL from outside (psutil), mid-call if a call is running."""
+        proc = self._shells[name]
+        a.detail["pid"] = proc.pid
+        try:
+            proc.kill()  # psutil refuses a pid reused since it was looked up
+        except psutil.NoSuchProcess:
+            raise _NotYet from None  # it ended on its own meanwhile (a rollback, a close)
+        self._killed.add(proc.pid)
+        return True
 
-    def _inbox_flood(self, a: Applied, name: str, _rng: random.Random) -> None:
-        accepted = rejected = 0
+    def _inbox_flood(self, a: Applied, name: str, _rng: random.Random) -> bool:
+        """Up to :data:`FLOOD` messages; the flood stops early if the agent ends meanwhile
+        (``sent`` says how many went, so the accounting still adds up)."""
+        accepted = rejected = sent = 0
         for j in range(FLOOD):
             try:
                 self.fleet.registry.message("nemesis", name, f"flood {j}")
                 accepted += 1
             except InboxFull:
                 rejected += 1
-        a.detail.update(sent=FLOOD, accepted=accepted, rejected=rejected, cap=INBOX_SOURCE_CAP)
+            except AgentEnded:
+                a.detail["endedAfter"] = j
+                break
+            sent += 1
+        a.detail.update(sent=sent, accepted=accepted, rejected=rejected, cap=INBOX_SOURCE_CAP)
+        return sent > 0
 
-    def _cancel_storm(self, a: Applied, name: str, rng: random.Random) -> None:
+    def _cancel_storm(self, a: Applied, name: str, rng: random.Random) -> bool:
         live = self._live(trunk=False)
         picked = sorted({name, *rng.sample(live, min(len(live), rng.randint(0, 2)))})
-        a.detail["cancelled"] = {
-            n: self.fleet.registry.cancel(n, "drill cancel storm") for n in picked
-        }
+        cancelled = {n: self.fleet.registry.cancel(n, "drill cancel storm") for n in picked}
+        a.detail["cancelled"] = cancelled
+        self._cancelled.update(n for ns in cancelled.values() for n in ns)
+        return any(cancelled.values())
 
-    def _clear_storm(self, a: Applied, name: str, rng: random.Random) -> None:
+    def _clear_storm(self, a: Applied, name: str, rng: random.Random) -> bool:
         live = self._live(trunk=False)
         picked = sorted({name, *rng.sample(live, min(len(live), rng.randint(0, 1)))})
         sent = {}
@@ -174,11 +267,12 @@ class LiveNemesis:
             except InboxFull as e:
                 sent[n] = f"refused: {e}"
         a.detail["clear"] = sent
+        return "queued" in sent.values()
 
-    def _write_failure(self, a: Applied, name: str, _rng: random.Random) -> None:
+    def _write_failure(self, a: Applied, name: str, _rng: random.Random) -> bool:
         """The agent's snapshot path becomes a directory for a moment: the atomic rename of a
         checkpoint onto it fails (as root, a read-only mode bit would not stop a write)."""
-        path = self.fleet.session.snapshot(name)
+        path = self._snapshot(name)
         aside = path.with_name(".snapshot.msgpack.drill-aside")
         had = path.exists()
         if had:
@@ -193,3 +287,4 @@ class LiveNemesis:
                 os.replace(aside, path)
         litter = [p.name for p in path.parent.glob(".snapshot.msgpack.*.tmp")]
         a.detail.update(window_secs=WRITE_FAILURE_SECS, tmp_litter=litter)
+        return True

@@ -288,6 +288,7 @@ def _check_committed(s: _Session) -> InvariantResult:
         if r.get("notice") == "SnapshotWriteFailed"
         and str(r.get("text", "")).startswith("final snapshot write failed")
     }
+    crashed_behind = _behind_at_control_death(s, commits)
     reported = 0
     snaps: dict[str, frozenset[str] | None] = {}
     bad: list[str] = []
@@ -309,15 +310,56 @@ def _check_committed(s: _Session) -> InvariantResult:
             if any(at >= _at(c) for at in clears.get(agent, ())):
                 explained += 1
                 continue
-            if agent in unwritable:
+            if agent in unwritable or id(c) in crashed_behind:
                 reported += 1
                 continue
             why = "no readable snapshot" if names is None else "missing from the final snapshot"
             bad.append(f"{agent}: {name!r} committed at epoch {epoch}: {why}")
     notes = [f"{len(commits)} commits, {explained} bindings explained by Prune or /clear"]
     if reported:
-        notes.append(f"{reported} bindings not in the file: its final write failed, reported")
+        notes.append(
+            f"{reported} bindings not in the file: its final write failed, or its write "
+            "failed and the control process died before a retry; reported"
+        )
     return _result("committed", checked, bad, notes)
+
+
+CONTROL_DIED = "control process died"
+"""The ``Died`` cause resume records for an incarnation that died with the control process."""
+
+
+def _behind_at_control_death(s: _Session, commits: list[dict[str, Any]]) -> set[int]:
+    """Commits (by ``id``) whose snapshot file was still behind when the control process died.
+
+    A refused snapshot write is reported (a ``SnapshotWriteFailed`` Notice with the call's
+    epoch) and retried at the agent's next checkpoint, or at close. When the control process
+    is killed first, neither happens: the loss was reported at the time, not silent, just as a
+    failed final write is. Exact: a commit counts only if its own epoch's write failed (in its
+    incarnation), its incarnation then died with the control process (a ``Died`` with cause
+    :data:`CONTROL_DIED`), and every later commit of that incarnation failed its write too, so
+    no write after it reached the file."""
+    failures = [
+        (str(r.get("agent")), (r.get("data") or {}).get("epoch"), _at(r))
+        for r in _by_kind(s.transcript, "Notice")
+        if r.get("notice") == "SnapshotWriteFailed"
+    ]
+    spans: list[tuple[str, str, str]] = []  # (agent, born, died with the control process)
+    born: dict[str, str] = {}
+    for r in s.transcript:
+        agent = str(r.get("agent"))
+        if r.get("kind") == "Born":
+            born[agent] = _at(r)
+        elif r.get("kind") == "Died" and r.get("cause") == CONTROL_DIED:
+            spans.append((agent, born.pop(agent, ""), _at(r)))
+    out: set[int] = set()
+    for agent, start, died in spans:
+        failed = {e for a, e, at in failures if a == agent and start <= at <= died}
+        mine = [c for c in commits if str(c.get("agent")) == agent and start <= _at(c) <= died]
+        for c in reversed(mine):  # the commits after the file's last successful write
+            if c.get("epoch") not in failed:
+                break
+            out.add(id(c))
+    return out
 
 
 def _result_logged(s: _Session, parent: str, child: str) -> bool:

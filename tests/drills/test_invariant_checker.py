@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime.durable import append_jsonl
+from runtime.durable import append_jsonl, read_jsonl
 from runtime.invariants import NotASession, check_session, commit_record
 from runtime.snapshot import MobileSnapshot
 from tests.drills.conftest import run_scenario_text
@@ -44,6 +44,17 @@ def healthy(tmp_path: Path) -> Path:
     return out.session.root
 
 
+def _drop_from_kid_snapshot(healthy: Path, name: str) -> Path:
+    """Rewrite the kid's final snapshot file without ``name``; returns the file's path."""
+    path = healthy / "agents" / "kid" / "snapshot.msgpack"
+    snap = MobileSnapshot.load(path)
+    bindings = {k: v for k, v in snap.bindings.items() if k != name}
+    MobileSnapshot(
+        snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers
+    ).write_atomic(path)
+    return path
+
+
 def test_a_clean_fanout_holds_every_invariant_and_records_a_commit_per_clean_call(
     healthy: Path,
 ) -> None:
@@ -70,12 +81,7 @@ def test_a_clean_fanout_holds_every_invariant_and_records_a_commit_per_clean_cal
 def test_a_committed_binding_missing_from_the_final_snapshot_is_a_violation(
     healthy: Path,
 ) -> None:
-    path = healthy / "agents" / "kid" / "snapshot.msgpack"
-    snap = MobileSnapshot.load(path)
-    bindings = {k: v for k, v in snap.bindings.items() if k != "y"}
-    MobileSnapshot(
-        snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers
-    ).write_atomic(path)
+    _drop_from_kid_snapshot(healthy, "y")
     report = check_session(healthy)
     committed = report.get("committed")
     assert committed.status == "violated"
@@ -83,16 +89,67 @@ def test_a_committed_binding_missing_from_the_final_snapshot_is_a_violation(
 
 
 def test_a_prune_record_after_the_commit_explains_a_missing_binding(healthy: Path) -> None:
-    path = healthy / "agents" / "kid" / "snapshot.msgpack"
-    snap = MobileSnapshot.load(path)
-    bindings = {k: v for k, v in snap.bindings.items() if k != "y"}
-    MobileSnapshot(
-        snap.agent, snap.epoch, bindings, snap.context, snap.ledger, snap.workers
-    ).write_atomic(path)
+    _drop_from_kid_snapshot(healthy, "y")
     append_jsonl(
         healthy / "record.jsonl", {"kind": "Prune", "agent": "kid", "names": ["y"], "epoch": 99}
     )
     assert check_session(healthy).get("committed").status == "held"
+
+
+def _kid_loses_y(healthy: Path, *, later_writes_fail: bool, control_died: bool) -> str:
+    """Drop ``y`` from the kid's snapshot file and report the refused snapshot write of the
+    call that committed it (as the shell actor does), and of every later kid commit when
+    ``later_writes_fail`` (the file never caught up); when ``control_died``, the kid's
+    incarnation ends as resume records a killed control process. Returns the committed
+    invariant's status."""
+    path = _drop_from_kid_snapshot(healthy, "y")
+    commits = [
+        r
+        for r in read_jsonl(healthy / "record.jsonl").records
+        if r.get("kind") == "Commit" and r["agent"] == "kid"
+    ]
+    first = next(i for i, c in enumerate(commits) if "y" in c["defined"])
+    assert len(commits) > first + 1, "the kid commits again after y (its reply)"
+    failing = commits[first:] if later_writes_fail else commits[first : first + 1]
+    notices = [
+        {
+            "kind": "Notice",
+            "agent": "kid",
+            "notice": "SnapshotWriteFailed",
+            "text": "snapshot write failed: [Errno 21] Is a directory; will retry",
+            "data": {"path": str(path), "epoch": c["epoch"]},
+            "at": c["at"],
+        }
+        for c in failing
+    ]
+    out = []
+    for r in read_jsonl(healthy / "transcript.jsonl").records:
+        if r.get("kind") == "Died" and r.get("agent") == "kid":
+            out += notices
+            if control_died:
+                r = {**r, "outcome": "failed", "cause": "control process died"}
+        out.append(r)
+    (healthy / "transcript.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
+    return check_session(healthy).get("committed").status
+
+
+def test_a_refused_snapshot_write_then_the_control_process_dying_is_a_reported_loss(
+    healthy: Path,
+) -> None:
+    assert _kid_loses_y(healthy, later_writes_fail=True, control_died=True) == "held"
+    notes = check_session(healthy).get("committed").notes
+    assert any("control process died before a retry" in n for n in notes)
+
+
+def test_a_refused_snapshot_write_that_a_later_checkpoint_retried_explains_nothing(
+    healthy: Path,
+) -> None:
+    assert _kid_loses_y(healthy, later_writes_fail=False, control_died=True) == "violated"
+
+
+def test_a_refused_snapshot_write_without_a_crash_explains_nothing(healthy: Path) -> None:
+    # the close retries a dirty file and reports a final failure; without one, y had to land
+    assert _kid_loses_y(healthy, later_writes_fail=True, control_died=False) == "violated"
 
 
 def test_a_torn_tail_is_reported_but_is_not_a_violation(healthy: Path) -> None:
