@@ -7,8 +7,10 @@ from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.text import Text
 
 from cli.tui.model import Append, Change, Entry, LogTail, Reset, Transcript, Update, preview
+from cli.tui.widgets import render_entry
 from runtime.durable import append_jsonl
 from runtime.events import Died, Io, Notice
 
@@ -140,3 +142,16 @@ def test_the_packaged_demo_plays_the_same_script_as_the_chat_example() -> None:
     packaged = parse_scenario(demo, source="demo.toml")
     example = load_scenario(root / "examples" / "chat.toml")
     assert packaged.agents == example.agents and packaged.patterns == example.patterns
+
+
+def test_a_sub_agents_task_is_labelled_as_its_parents_and_a_humans_line_as_yours() -> None:
+    sub = Transcript("helper", inherited_from="trunk", task_from="trunk")
+    (task,) = sub.on_record({"kind": "user", "source": "user", "text": "count"})
+    assert isinstance(task, Append)
+    shown = render_entry(task.entry, "helper")
+    assert isinstance(shown, Text) and shown.plain == "task from trunk › count"
+    trunk = Transcript("trunk")
+    (mine,) = trunk.on_record({"kind": "user", "source": "user", "text": "hello"})
+    assert isinstance(mine, Append)
+    shown = render_entry(mine.entry, "trunk")
+    assert isinstance(shown, Text) and shown.plain == "you › hello"
