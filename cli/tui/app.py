@@ -91,6 +91,7 @@ class ChatApp(App[None]):
         fleet: Fleet,
         *,
         start: Callable[[Fleet], Any] | None = None,
+        intro: str | None = None,
         quit_window: float = QUIT_WINDOW_SECS,
         info_secs: float = INFO_SECS,
     ) -> None:
@@ -102,6 +103,8 @@ class ChatApp(App[None]):
         super().__init__()
         self.fleet = fleet
         self._start = start
+        self.intro = intro
+        """A note for the trunk's tab, under its hint (what the command chose for the human)."""
         self.quit_window = quit_window
         self.info_secs = info_secs
         self._shown = 0
@@ -205,6 +208,8 @@ class ChatApp(App[None]):
         self.views[info.name] = view
         hint = _HINTS[info.role].format(name=info.name, parent=info.parent)
         view.apply([Append(info.name, Entry("hint", "note", hint))])
+        if info.role == "trunk" and self.intro:
+            view.apply([Append(info.name, Entry("intro", "note", self.intro))])
         label = self._label(info.name)
         self._labels[info.name] = label
         await tabbed.add_pane(TabPane(label, view, id=pane_id))
@@ -353,8 +358,11 @@ class ChatApp(App[None]):
     def _interrupt_focused(self, hint: str = "") -> None:
         self._clear_line()
         name = self.focused_agent
-        if name is None or name in self.ended:
-            self._show(f"nothing to interrupt here{hint}", error=False)
+        if name is None:
+            self._show(f"the trunk is starting: nothing to interrupt yet{hint}", error=False)
+            return
+        if name in self.ended:
+            self._show(f"{name} has ended: nothing to interrupt{hint}", error=False)
             return
         self.control.interrupt(name, hint=hint)
 

@@ -176,8 +176,10 @@ def status_text(status: AgentStatus | None, name: str, *, ended: str | None, rol
 
 
 class StatusLine(Static):
+    """The focused agent's figures; wraps onto a second row in a narrow (80-column) terminal."""
+
     DEFAULT_CSS = """
-    StatusLine { height: 1; background: $panel; color: $text; }
+    StatusLine { height: auto; max-height: 2; background: $panel; color: $text; }
     """
 
 
