@@ -205,9 +205,16 @@ class Transcript:
             shown = script if isinstance(script, str) else json.dumps(args, ensure_ascii=False)
             if call.get("name") != "ral":
                 shown = f"{call.get('name')} {shown}"
-            entry = Entry(cid, "ral", shown, inherited=inherited)
-            if cid in self._calls:  # seen already (a replayed record): never shown twice
-                continue
+            key = cid
+            seen = self._calls.get(cid)
+            if seen is not None:
+                if seen.result is None:  # seen already (a replayed record): never shown twice
+                    continue
+                # A new call reusing a finished call's id (servers that number calls per reply):
+                # its own entry, and from now on the id's results are its.
+                self._seq += 1
+                key = f"{cid}#{self._seq}"
+            entry = Entry(key, "ral", shown, inherited=inherited)
             self._calls[cid] = entry
             out.append(Append(self.agent, entry))
         return out

@@ -55,6 +55,7 @@ from runtime.providers.base import (
     ToolSpec,
     TransportError,
 )
+from runtime.providers.windows import window_for
 
 CONNECT_POLL = 0.05
 """Seconds between cancellation checks while a TCP connect is in flight."""
@@ -206,15 +207,20 @@ class HttpStreamingProvider(Provider):
         self.backoff_max = backoff_max
         self.retry_after_max = retry_after_max
         self.max_tokens = max_tokens
-        self.window_tokens = window_tokens
+        self.window_explicit = window_tokens is not None
+        """``--window-tokens`` was given: it holds across ``/model``; else the table answers."""
+        self.window_tokens = window_tokens if window_tokens is not None else window_for(model)
         self.extra_headers = dict(extra_headers or {})
 
     def with_model(self, model: str) -> Self:
         """``/model NAME``: the same endpoint, key, timeouts and retries with another model.
 
-        A new object, so a turn already holding this provider keeps its model to the end."""
+        A new object, so a turn already holding this provider keeps its model to the end. Its
+        window is the new model's from the table unless ``--window-tokens`` set one."""
         clone = copy.copy(self)
         clone.model = model
+        if not self.window_explicit:
+            clone.window_tokens = window_for(model)
         clone.extra_headers = dict(self.extra_headers)
         return clone
 

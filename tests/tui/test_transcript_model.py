@@ -155,3 +155,14 @@ def test_a_sub_agents_task_is_labelled_as_its_parents_and_a_humans_line_as_yours
     assert isinstance(mine, Append)
     shown = render_entry(mine.entry, "trunk")
     assert isinstance(shown, Text) and shown.plain == "you › hello"
+
+
+def test_a_call_id_reused_by_a_later_reply_gets_its_own_entry_and_its_own_result() -> None:
+    t = Transcript("trunk")
+    changes = t.on_record(_assistant("first", ("call_0", "echo one")))
+    changes += t.on_event(Io("trunk", call_id="call_0", value="one"))
+    changes += t.on_record(_assistant("second", ("call_0", "echo two")))
+    changes += t.on_record(_result("call_0", "two"))
+    calls = [e for e in _shown(changes).values() if e.kind == "ral"]
+    assert [(c.text, c.result) for c in calls] == [("echo one", "one"), ("echo two", "two")]
+    assert len({c.key for c in calls}) == 2
