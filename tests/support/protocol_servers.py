@@ -454,25 +454,7 @@ def ollama_chunks(
     calls arrive whole in one chunk** — ``call_<8 chars>`` ids, an index, the arguments as one
     complete JSON string —; the done chunk says ``tool_calls`` once a call was sent; the usage
     chunk (``choices: []``) only when asked; ``[DONE]``."""
-    base = {"id": "chatcmpl-417", "object": "chat.completion.chunk", "created": 1_760_000_000}
-    base.update({"model": "qwen2.5:7b", "system_fingerprint": "fp_ollama"})
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-
-    out = [chunk({"role": "assistant", "content": piece}) for piece in _pieces(text)]
-    if tool_calls:
-        calls = [
-            {"id": cid, "index": i, "type": "function", "function": {"name": n, "arguments": a}}
-            for i, (cid, n, a) in enumerate(tool_calls)
-        ]
-        out.append(chunk({"role": "assistant", "content": "", "tool_calls": calls}))
-    out.append(chunk({"role": "assistant", "content": ""}, "tool_calls" if tool_calls else "stop"))
-    if include_usage:
-        u = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
-        out.append(sse({**base, "choices": [], "usage": u}))
-    out.append(sse("[DONE]"))
-    return out
+    return _ollama(text, tool_calls, usage if include_usage else None, "qwen2.5:7b", legacy=False)
 
 
 def ollama_2024_chunks(
@@ -484,19 +466,37 @@ def ollama_2024_chunks(
     """Ollama's ``/v1`` before early 2025: as :func:`ollama_chunks`, but the tool calls carry
     **no index** (ollama/ollama#7881), the done chunk says **``stop`` although calls were made**
     (changed by ollama/ollama#7963), and **no usage** reaches the stream whatever was asked."""
-    base = {"id": "chatcmpl-88", "object": "chat.completion.chunk", "created": 1_730_000_000}
-    base.update({"model": "llama3.1:8b", "system_fingerprint": "fp_ollama"})
+    return _ollama(text, tool_calls, None, "llama3.1:8b", legacy=True)
+
+
+def _ollama(
+    text: str,
+    tool_calls: Sequence[tuple[str, str, str]],
+    usage: tuple[int, int] | None,
+    model: str,
+    *,
+    legacy: bool,
+) -> list[bytes]:
+    base = {"id": "chatcmpl-417", "object": "chat.completion.chunk", "created": 1_760_000_000}
+    base.update({"model": model, "system_fingerprint": "fp_ollama"})
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         return sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
     out = [chunk({"role": "assistant", "content": piece}) for piece in _pieces(text)]
     if tool_calls:
-        calls = [
-            {"id": cid, "type": "function", "function": {"name": n, "arguments": a}}
-            for cid, n, a in tool_calls
-        ]
+        calls: list[dict[str, Any]] = []
+        for i, (cid, name, args) in enumerate(tool_calls):
+            call: dict[str, Any] = {"id": cid, "index": i, "type": "function"}
+            call["function"] = {"name": name, "arguments": args}
+            if legacy:
+                del call["index"]
+            calls.append(call)
         out.append(chunk({"role": "assistant", "content": "", "tool_calls": calls}))
-    out.append(chunk({"role": "assistant", "content": ""}, "stop"))
+    finish = "tool_calls" if tool_calls and not legacy else "stop"
+    out.append(chunk({"role": "assistant", "content": ""}, finish))
+    if usage is not None:
+        u = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
+        out.append(sse({**base, "choices": [], "usage": u}))
     out.append(sse("[DONE]"))
     return out

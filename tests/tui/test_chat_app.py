@@ -17,7 +17,7 @@ from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from runtime.providers.scenario import Scenario
 from runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
-from tests.tui.conftest import Chat, chat
+from tests.tui.conftest import BRANCH_SCENARIO, Chat, chat
 
 
 def _ral(c: Chat, name: str, script: str) -> Any:
@@ -60,16 +60,7 @@ def test_branch_opens_a_focused_conversing_tab_that_answers_in_its_own_tab(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with chat(
-            tmp_path,
-            """
-            [[agents.trunk]]
-            text = "Trunk here."
-
-            [[agents."trunk-branch"]]
-            text = "Branch here, with the trunk's context."
-            """,
-        ) as c:
+        async with chat(tmp_path, BRANCH_SCENARIO) as c:
             await c.say("first")
             await c.until(lambda: "Trunk here." in c.text())
             await c.say("/branch")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.tui.conftest import chat
+from tests.tui.conftest import BRANCH_SCENARIO, chat
 
 ONE_REPLY = """
 [[agents.trunk]]
@@ -102,16 +102,7 @@ def test_what_the_error_line_said_leaves_it_at_the_next_line_sent(tmp_path: Path
 
 def test_what_the_error_line_said_leaves_it_when_another_tab_is_shown(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with chat(
-            tmp_path,
-            """
-            [[agents.trunk]]
-            text = "Trunk here."
-
-            [[agents."trunk-branch"]]
-            text = "Branch here."
-            """,
-        ) as c:
+        async with chat(tmp_path, BRANCH_SCENARIO) as c:
             await c.say("/branch")
             await c.until(lambda: c.app.focused_agent == "trunk-branch", what="the branch tab")
             await c.pilot.press("escape")
