@@ -134,6 +134,9 @@ class AgentStats:
     """Figures the fleet view and fleetYield read; written only by the agent's own thread."""
 
     turns: int = 0
+    """Model turns: inbox items that reached the model (a slash command never does)."""
+    handled: int = 0
+    """Inbox items taken at a turn boundary: model turns, slash commands, dropped stale results."""
     steps: int = 0
     ral_calls: int = 0
     input_tokens: int = 0
@@ -363,9 +366,10 @@ class Agent:
             if self.terminated is not None:
                 self.fleet.record_undelivered(self, [item])
                 return AgentOutcome.CANCELLED
-            self.stats.turns += 1
+            self.stats.handled += 1
             if not self._admit_input(item):
                 return None
+            self.stats.turns += 1
         turn = _Turn(self.provider.current())  # read once: a swap lands next turn
         while True:
             loop = self._apply(turn)

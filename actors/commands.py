@@ -13,6 +13,10 @@ races a tool call. None of them starts a model turn.
 - ``/model NAME`` — swap this agent's provider handle; lands next turn.
 - ``/branch [NAME]`` — a conversing peer with this agent's authority and context.
 - ``/close`` — end this agent and its subtree; ``/quit`` — end the whole fleet.
+
+A command that is refused (a typed refusal, an unknown command, ``/model`` without a name,
+``/compact`` with results pending) publishes a ``Notice`` of kind :data:`REFUSED`, which the chat
+shows on its error line (docs/chat.md), not in the tab; what a command did is a ``SystemNote``.
 """
 
 from __future__ import annotations
@@ -28,17 +32,25 @@ if TYPE_CHECKING:
     from actors.fleet import Fleet
 
 
-class UnknownCommand(Exception):
-    pass
+REFUSED = "Refused"
+"""The ``Notice.notice`` of a refused slash command."""
+
+
+COMMANDS = ("/branch", "/clear", "/compact", "/model", "/resources", "/close", "/quit")
+"""Every command :func:`run_slash` knows, as the unknown-command refusal lists them."""
+
+
+def refuse(fleet: Fleet, agent: Agent, text: str) -> None:
+    fleet.publish(Notice(agent.name, notice=REFUSED, text=text))
 
 
 def run_slash(fleet: Fleet, agent: Agent, text: str) -> None:
-    """Run one slash command; a typed refusal becomes a SystemNote, never the agent's end."""
+    """Run one slash command; a typed refusal becomes a refusal notice, never the agent's end."""
     head, _, rest = text.partition(" ")
     try:
         _dispatch(fleet, agent, head, rest.strip())
     except ExarchError as e:
-        fleet.publish(SystemNote(agent.name, text=f"{head} refused: {e}"))
+        refuse(fleet, agent, f"{head} refused: {e}")
 
 
 def _dispatch(fleet: Fleet, agent: Agent, head: str, rest: str) -> None:
@@ -50,7 +62,7 @@ def _dispatch(fleet: Fleet, agent: Agent, head: str, rest: str) -> None:
         fleet.publish(agent.resources())
     elif head == "/model":
         if not rest:
-            fleet.publish(SystemNote(agent.name, text="/model needs a model name"))
+            refuse(fleet, agent, "/model needs a model name")
             return
         provider = fleet.provider_named(rest, agent.name)
         agent.provider.swap(provider)
@@ -63,7 +75,7 @@ def _dispatch(fleet: Fleet, agent: Agent, head: str, rest: str) -> None:
     elif head == "/quit":
         fleet.cancel_all("quit")
     else:
-        fleet.publish(SystemNote(agent.name, text=f"unknown command {head}"))
+        refuse(fleet, agent, f"unknown command {head} (known: {' '.join(COMMANDS)})")
 
 
 def clear_agent(fleet: Fleet, agent: Agent) -> None:
@@ -82,7 +94,7 @@ def clear_agent(fleet: Fleet, agent: Agent) -> None:
 
 def compact_agent(fleet: Fleet, agent: Agent) -> None:
     if not agent.log.can_compact():
-        fleet.publish(SystemNote(agent.name, text="/compact refused: tool results pending"))
+        refuse(fleet, agent, "/compact refused: tool results pending")
         return
     provider = agent.provider.current()
     try:

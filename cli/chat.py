@@ -56,9 +56,11 @@ def chat_command(
     from cli.tui.app import ChatApp
 
     provider, model = connection.provider, connection.model
+    intro = None
     if provider is None and scenario is None and model is None:
         # Nothing chosen: the packaged scripted demo, so the bare command always opens the UI.
         scenario = str(resources.files("cli.tui").joinpath("demo.toml"))
+        intro = "no model given: this is the scripted demo (see --provider / --model)"
         click.echo("no model given: playing the scripted demo (see --provider / --model)", err=True)
     if provider is None:
         provider = "scripted" if scenario is not None else "openai"
@@ -91,7 +93,9 @@ def chat_command(
     system = loaded.system if loaded is not None else None
     session = SessionDir.at(session_dir) if session_dir else SessionDir.new()
     fleet = Fleet(session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes, grants=grants))
-    app = ChatApp(fleet, start=lambda f: f.start_trunk(prompt, interactive=True, system=system))
+    app = ChatApp(
+        fleet, start=lambda f: f.start_trunk(prompt, interactive=True, system=system), intro=intro
+    )
     try:
         app.run()
     finally:

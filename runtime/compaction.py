@@ -1,8 +1,9 @@
 """Compaction policy (seed 001, "Lifecycle: clear, compact, fork"): when to summarise, whether it
 is allowed, and which suffix of the history survives.
 
-- :func:`compaction_due` — used tokens entered the top 15% of a *known* window; when the window
-  (or the usage) is unknown, the serialised history passed COMPACT_THRESHOLD (500 KiB).
+- :func:`compaction_due` — used tokens entered the top 15% of a *known* window (the provider's
+  usage figure, else an estimate from the history's size: some local servers report no usage);
+  when the window is unknown, the serialised history passed COMPACT_THRESHOLD (500 KiB).
 - :func:`can_compact` — the gate: no tool results pending. Compacting between a tool call and its
   result would strand the provider protocol, so a refused gate drops nothing.
 - :func:`suffix_start` — the first event the compacted mirror keeps verbatim: the start of the
@@ -39,15 +40,24 @@ CUT_KINDS = frozenset({"user", "nudge", "steering"})
 """Event kinds a compaction may cut before: they open a user-role message."""
 
 
+BYTES_PER_TOKEN_ESTIMATE = 3
+"""Serialised history bytes per token when the provider reported no usage. Tokenisers average
+about 4 characters of English per token; the serialised history also carries JSON keys and
+escapes, and code or non-Latin text packs fewer bytes in a token, so 3 errs toward compacting
+early, never toward a request the server's window refuses."""
+
+
 def compaction_due(used_tokens: int | None, window_tokens: int | None, history_bytes: int) -> bool:
     """Whether context pressure calls for a compaction now.
 
-    With a known window (> 0) and a known usage, due iff ``used_tokens`` is in the top 15% of
-    the window (``used >= window * 0.85``). Otherwise due iff ``history_bytes`` exceeds
-    COMPACT_THRESHOLD.
+    With a known window (> 0), due iff the tokens in use are in the top 15% of the window
+    (``used >= window * 0.85``); they are ``used_tokens`` when the provider reported usage, else
+    ``history_bytes // BYTES_PER_TOKEN_ESTIMATE``. With no window, due iff ``history_bytes``
+    exceeds COMPACT_THRESHOLD.
     """
-    if window_tokens is not None and window_tokens > 0 and used_tokens is not None:
-        return used_tokens >= window_tokens * (1.0 - COMPACT_WINDOW_FRACTION)
+    if window_tokens is not None and window_tokens > 0:
+        used = used_tokens if used_tokens is not None else history_bytes // BYTES_PER_TOKEN_ESTIMATE
+        return used >= window_tokens * (1.0 - COMPACT_WINDOW_FRACTION)
     return history_bytes > COMPACT_THRESHOLD
 
 

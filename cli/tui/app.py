@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 QUIT_WINDOW_SECS = 2.0
 """A second Ctrl-C within this many seconds of the first quits."""
 
+INFO_SECS = 6.0
+"""An info line (what just happened) leaves the error line after this long; an error stays
+until the human's next action (a line sent, Esc, Ctrl-C, another tab shown)."""
+
 _GLYPH = {"trunk": "●", "branch": "⎇", "sub": "◦"}
 
 _HINTS = {
@@ -87,7 +91,9 @@ class ChatApp(App[None]):
         fleet: Fleet,
         *,
         start: Callable[[Fleet], Any] | None = None,
+        intro: str | None = None,
         quit_window: float = QUIT_WINDOW_SECS,
+        info_secs: float = INFO_SECS,
     ) -> None:
         from actors.shell_host import ensure_fork_server
 
@@ -97,7 +103,12 @@ class ChatApp(App[None]):
         super().__init__()
         self.fleet = fleet
         self._start = start
+        self.intro = intro
+        """A note for the trunk's tab, under its hint (what the command chose for the human)."""
         self.quit_window = quit_window
+        self.info_secs = info_secs
+        self._shown = 0
+        """How many lines the error line has shown: a fade timer clears only its own line."""
         self.bridge = Bridge(fleet, self)
         self.control = Control(fleet, self)
         self.tabs: dict[str, TabInfo] = {}
@@ -197,6 +208,8 @@ class ChatApp(App[None]):
         self.views[info.name] = view
         hint = _HINTS[info.role].format(name=info.name, parent=info.parent)
         view.apply([Append(info.name, Entry("hint", "note", hint))])
+        if info.role == "trunk" and self.intro:
+            view.apply([Append(info.name, Entry("intro", "note", self.intro))])
         label = self._label(info.name)
         self._labels[info.name] = label
         await tabbed.add_pane(TabPane(label, view, id=pane_id))
@@ -265,8 +278,22 @@ class ChatApp(App[None]):
 
     def _show(self, text: str, *, error: bool) -> None:
         found = self.query(ErrorLine)
-        if found:
-            found.first().show(text, error=error)
+        if not found:
+            return
+        found.first().show(text, error=error)
+        self._shown += 1
+        if not error:
+            shown = self._shown
+            self.set_timer(self.info_secs, lambda: self._clear_line(only=shown))
+
+    def _clear_line(self, only: int | None = None) -> None:
+        """Empty the error line: at the human's next action, or (``only``) when that info
+        line's fade is due and nothing has replaced it since."""
+        if only is not None and only != self._shown:
+            return
+        found = self.query(ErrorLine)
+        if found and found.first().text:
+            found.first().show("", error=False)
 
     def on_control_result(self, msg: ControlResult) -> None:
         self._show(msg.text, error=msg.error)
@@ -282,6 +309,8 @@ class ChatApp(App[None]):
             self._set_focus(self._names[pane_id])
 
     def _set_focus(self, name: str) -> None:
+        if name != self.focused_agent:
+            self._clear_line()  # what the line said was about what the human did before
         self.focused_agent = name
         self._refresh_status()
 
@@ -307,6 +336,7 @@ class ChatApp(App[None]):
         event.input.value = ""
         if not text:
             return
+        self._clear_line()
         if text == "/quit":
             self.action_quit_fleet()
             return
@@ -326,9 +356,13 @@ class ChatApp(App[None]):
         self._interrupt_focused()
 
     def _interrupt_focused(self, hint: str = "") -> None:
+        self._clear_line()
         name = self.focused_agent
-        if name is None or name in self.ended:
-            self._show(f"nothing to interrupt here{hint}", error=False)
+        if name is None:
+            self._show(f"the trunk is starting: nothing to interrupt yet{hint}", error=False)
+            return
+        if name in self.ended:
+            self._show(f"{name} has ended: nothing to interrupt{hint}", error=False)
             return
         self.control.interrupt(name, hint=hint)
 

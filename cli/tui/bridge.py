@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import pykka
 from textual.message import Message
 
+from actors.commands import REFUSED
 from cli.tui.model import Change, LogTail, Transcript
 from runtime.errors import ExarchError, InboxFull
-from runtime.events import Born, Died, Event, InboxRejected, ProviderError
+from runtime.events import Born, Died, Event, InboxRejected, Notice, ProviderError
 from runtime.inbox import Command
 
 if TYPE_CHECKING:
@@ -190,10 +191,15 @@ class Bridge:
                 ev.agent,
                 inherited_before=ev.at if role == "branch" else None,
                 inherited_from=ev.parent,
+                task_from=ev.parent if role == "sub" else None,
             )
             self._tails[ev.agent] = LogTail(self.fleet.session.events(ev.agent))
             batch.born.append(TabInfo(ev.agent, ev.parent, role))
             self._catch_up(ev.agent, batch)
+            return
+        if isinstance(ev, Notice) and ev.notice == REFUSED:
+            # A refused slash command is the human's own mistake: the error line, not the tab.
+            batch.alerts.append(f"{ev.agent}: {ev.text}")
             return
         existing = self._views.get(ev.agent)
         if existing is None:
@@ -346,6 +352,13 @@ class Control:
         self.submit(lambda: self._interrupt(name, hint))
 
     def _interrupt(self, name: str, hint: str) -> None:
+        agent = self.fleet.agents.get(name)
+        if agent is not None and agent.stats.state != "working":
+            # No turn to stop: an idle agent's sticky token, tripped now, would only sit until
+            # the next turn boundary reset it. Read racily, like the status line: a turn that
+            # starts just after this read is not one the human saw running.
+            self._info(f"{name} is {agent.stats.state}: no turn to interrupt{hint}")
+            return
         try:
             self.fleet.registry.interrupt(name)
         except ExarchError as e:

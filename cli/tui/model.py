@@ -72,7 +72,8 @@ class Entry:
     inherited: bool = False
     """A branch's context imported from its parent at the fork (shown dimmed)."""
     speaker: str | None = None
-    """Who said an assistant entry, when not the tab's agent (a branch's inherited context)."""
+    """Who said an assistant entry, when not the tab's agent (a branch's inherited context);
+    on a user entry, the parent that gave a sub-agent its task (no human writes there)."""
 
     @property
     def plain(self) -> str:
@@ -114,13 +115,17 @@ class Transcript:
         *,
         inherited_before: str | None = None,
         inherited_from: str | None = None,
+        task_from: str | None = None,
     ) -> None:
         """``inherited_before``: a branch's ``Born`` stamp; log records stamped up to it are the
         context it imported from ``inherited_from`` at the fork (a branch starts with no prompt,
-        so its own first record waits for a human or a message, well after its birth)."""
+        so its own first record waits for a human or a message, well after its birth).
+        ``task_from``: a sub-agent's parent; no human writes to a sub-agent, so the log's user
+        text there is the task that parent gave it, and is labelled so."""
         self.agent = agent
         self._inherited_before = inherited_before
         self._parent = inherited_from or "its parent"
+        self._task_from = task_from
         self._in_inherited = False
         self._seq = 0
         self._calls: dict[str, Entry] = {}
@@ -157,7 +162,7 @@ class Transcript:
         if kind == "user":
             source = rec.get("source", "user")
             if source == "user":
-                return [self._new("user", text, inherited=inherited)]
+                return [self._new("user", text, inherited=inherited, speaker=self._task_from)]
             return [self._new("inbound", text, inherited=inherited)]
         if kind == "steering":
             return [self._new("steering", text, inherited=inherited)]
@@ -200,9 +205,16 @@ class Transcript:
             shown = script if isinstance(script, str) else json.dumps(args, ensure_ascii=False)
             if call.get("name") != "ral":
                 shown = f"{call.get('name')} {shown}"
-            entry = Entry(cid, "ral", shown, inherited=inherited)
-            if cid in self._calls:  # seen already (a replayed record): never shown twice
-                continue
+            key = cid
+            seen = self._calls.get(cid)
+            if seen is not None:
+                if seen.result is None:  # seen already (a replayed record): never shown twice
+                    continue
+                # A new call reusing a finished call's id (servers that number calls per reply):
+                # its own entry, and from now on the id's results are its.
+                self._seq += 1
+                key = f"{cid}#{self._seq}"
+            entry = Entry(key, "ral", shown, inherited=inherited)
             self._calls[cid] = entry
             out.append(Append(self.agent, entry))
         return out

@@ -28,6 +28,8 @@ def render_entry(entry: Entry, agent: str) -> RenderableType:
     dim = " dim" if entry.inherited else ""
     if entry.kind in ("user", "steering", "inbound"):
         label, style = _LABEL_STYLE[entry.kind]
+        if entry.kind == "user" and entry.speaker:
+            label, style = f"task from {entry.speaker}", "bold magenta"
         return Text.assemble((f"{label} › ", style + dim), (entry.text, dim.strip()))
     if entry.kind == "assistant":
         speaker = entry.speaker or agent
@@ -71,7 +73,12 @@ class EntryView(Static):
 
 
 class TranscriptView(VerticalScroll):
-    """A tab's transcript. Changes that arrive before it is mounted are applied at mount."""
+    """A tab's transcript. Changes that arrive before it is mounted are applied at mount.
+
+    It follows its end while the human has not scrolled up, also while its tab is hidden:
+    scrolling a hidden view does nothing (its size is not laid out), so a view that was
+    following when hidden scrolls to its end when it is shown again.
+    """
 
     DEFAULT_CSS = """
     TranscriptView { height: 1fr; padding: 0 1; }
@@ -84,6 +91,17 @@ class TranscriptView(VerticalScroll):
         self._order: list[str] = []
         self._pending: list[Change] = []
         self._ready = False
+        self._follow = True
+
+    def _at_end(self) -> bool:
+        return self.max_scroll_y - self.scroll_y <= 2
+
+    def on_hide(self) -> None:
+        self._follow = self._at_end()  # the last figures laid out, as the human left them
+
+    def on_show(self) -> None:
+        if self._follow:
+            self.call_after_refresh(self.scroll_end, animate=False)
 
     def on_mount(self) -> None:
         self._ready = True
@@ -94,7 +112,8 @@ class TranscriptView(VerticalScroll):
         if not self._ready or not self.is_attached:
             self._pending.extend(changes)
             return
-        at_end = self.max_scroll_y - self.scroll_y <= 2
+        if self.region:  # shown: where the human is now; hidden: where they left it
+            self._follow = self._at_end()
         new: list[EntryView] = []
         for change in changes:
             if isinstance(change, Reset):
@@ -116,7 +135,7 @@ class TranscriptView(VerticalScroll):
                     existing.set_entry(change.entry)
         if new:
             self.mount(*new)
-        if at_end:
+        if self._follow:
             self.call_after_refresh(self.scroll_end, animate=False)
 
     def entries(self) -> list[Entry]:
@@ -157,16 +176,20 @@ def status_text(status: AgentStatus | None, name: str, *, ended: str | None, rol
 
 
 class StatusLine(Static):
+    """The focused agent's figures; wraps onto a second row in a narrow (80-column) terminal."""
+
     DEFAULT_CSS = """
-    StatusLine { height: 1; background: $panel; color: $text; }
+    StatusLine { height: auto; max-height: 2; background: $panel; color: $text; }
     """
 
 
 class ErrorLine(Static):
-    """The last error (red) or info (dim) line; an error stays until the next one replaces it."""
+    """The last error (red) or info (dim) line; the app empties it (see ``cli.tui.app``).
+
+    A long message (a refusal naming a file path) wraps onto at most three rows."""
 
     DEFAULT_CSS = """
-    ErrorLine { height: 1; color: $text-muted; }
+    ErrorLine { height: auto; max-height: 3; color: $text-muted; }
     ErrorLine.error { color: $error; text-style: bold; }
     """
 

@@ -41,6 +41,7 @@ from runtime.providers.base import (
     TransportError,
     effective_system,
 )
+from runtime.providers.endpoints import ANTHROPIC_BASE_URL
 from runtime.providers.http import (
     HttpStreamingProvider,
     Retryable,
@@ -119,7 +120,7 @@ class _Block:
 
 class AnthropicProvider(HttpStreamingProvider):
     name = "anthropic"
-    default_base_url = "https://api.anthropic.com"
+    default_base_url = ANTHROPIC_BASE_URL
     api_key_env = "ANTHROPIC_API_KEY"
     base_url_env = "ANTHROPIC_BASE_URL"
 

@@ -55,6 +55,8 @@ from runtime.providers.base import (
     ToolSpec,
     TransportError,
 )
+from runtime.providers.endpoints import api_key_required
+from runtime.providers.windows import window_for
 
 CONNECT_POLL = 0.05
 """Seconds between cancellation checks while a TCP connect is in flight."""
@@ -210,25 +212,31 @@ class HttpStreamingProvider(Provider):
         self.backoff_max = backoff_max
         self.retry_after_max = retry_after_max
         self.max_tokens = max_tokens
-        self.window_tokens = window_tokens
+        self.window_explicit = window_tokens is not None
+        """``--window-tokens`` was given: it holds across ``/model``; else the table answers."""
+        self.window_tokens = window_tokens if window_tokens is not None else window_for(model)
         self.extra_headers = dict(extra_headers or {})
 
     @property
     def missing_key(self) -> str | None:
         """Why this provider cannot work at all, or ``None``: no key for the hosted service.
 
-        A custom endpoint (a local server) may need no key, so only the provider's own hosted
-        URL is refused up front; anywhere else a 401/403 fails the first request instead."""
-        if self.api_key or self.base_url != self.default_base_url.rstrip("/"):
+        The rule is :func:`runtime.providers.endpoints.api_key_required`: a custom endpoint (a
+        local server) may need no key, so only the provider's own hosted API is refused up
+        front; anywhere else a 401/403 fails the first request instead."""
+        if self.api_key or not api_key_required(self.name, self.base_url):
             return None
         return f"no API key: set {self.api_key_env} or pass --api-key"
 
     def with_model(self, model: str) -> Self:
         """``/model NAME``: the same endpoint, key, timeouts and retries with another model.
 
-        A new object, so a turn already holding this provider keeps its model to the end."""
+        A new object, so a turn already holding this provider keeps its model to the end. Its
+        window is the new model's from the table unless ``--window-tokens`` set one."""
         clone = copy.copy(self)
         clone.model = model
+        if not self.window_explicit:
+            clone.window_tokens = window_for(model)
         clone.extra_headers = dict(self.extra_headers)
         return clone
 

@@ -1,20 +1,36 @@
 """Any OpenAI-compatible chat-completions endpoint (OpenAI, llama.cpp, vLLM, Ollama, ...).
 
 Streaming request (``stream: true`` with ``stream_options.include_usage``), tool calls assembled
-from ``delta.tool_calls`` fragments by their ``index``, usage from the final usage chunk.
+from ``delta.tool_calls`` fragments by their ``index``, usage from whichever chunk carries it.
 ``base_url`` is the API root that ``/chat/completions`` is appended to (``http://host:8080/v1``
-for llama.cpp and vLLM, ``http://host:11434/v1`` for Ollama). A stream is complete at
-``data: [DONE]``, or at EOF once a ``finish_reason`` has been seen (some local servers omit
-``[DONE]``); EOF before either is a cut stream and is retried.
+for llama.cpp, ``http://host:8000/v1`` for vLLM, ``http://host:11434/v1`` for Ollama). A stream
+is complete at ``data: [DONE]``, or at EOF once a ``finish_reason`` has been seen (some local
+servers omit ``[DONE]``); EOF before either is a cut stream and is retried.
 
 Stop reasons: ``tool_calls`` → tool_use, ``length`` → max_tokens, anything else → end_turn —
 except that a reply carrying tool calls is tool_use whatever the server said, since local servers
 often report ``stop`` for tool calls.
+
+What local servers do differently, and what this module makes of it (each reproduced by a
+loopback server in tests/providers/test_local_dialects.py):
+
+- **A tool call without an id** (llama.cpp builds of May 2025 put it in ``function.id``; other
+  servers send none): ``function.id`` is taken, else a fresh ``call_<24 hex>`` id — unique, so
+  calls of different replies never share one (the chat view and the log key calls by id).
+- **No ``index``** (Ollama until late 2024): a delta with an id not seen yet starts a new call, a
+  delta with a known id continues it, one with neither continues the latest call.
+- **The name repeated** on every delta (llama.cpp, May 2025) or sent as ``""`` after the first
+  (LM Studio): the first non-empty name stands.
+- **Arguments in one piece, or as an object** (Ollama sends the whole call in one chunk): one
+  fragment is a whole argument string; an object is serialised.
+- **No usage** (a server without ``stream_options``): ``usage`` is ``None`` and compaction
+  estimates the tokens in use from the history's size.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -39,6 +55,7 @@ from runtime.providers.base import (
     TransportError,
     effective_system,
 )
+from runtime.providers.endpoints import OPENAI_BASE_URL
 from runtime.providers.http import (
     HttpStreamingProvider,
     Retryable,
@@ -104,7 +121,7 @@ class _Call:
 
 class OpenAIProvider(HttpStreamingProvider):
     name = "openai"
-    default_base_url = "https://api.openai.com/v1"
+    default_base_url = OPENAI_BASE_URL
     api_key_env = "OPENAI_API_KEY"
     base_url_env = "OPENAI_BASE_URL"
 
@@ -174,15 +191,16 @@ class OpenAIProvider(HttpStreamingProvider):
                 if isinstance(piece, str) and piece:
                     text.append(piece)
                     emit(TextDelta(piece))
+                latest = max(calls, default=0)  # where this chunk's unindexed deltas resume
                 for j, tc in enumerate(delta.get("tool_calls") or ()):
-                    self._tool_delta(tc, j, calls, emit)
+                    self._tool_delta(tc, latest + j, calls, emit)
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
         if not done and finish is None:
             raise StreamIncomplete("no finish_reason and no [DONE]")
         tool_calls = tuple(
-            ToolCall(c.id or f"call_{i}", c.name, decode_arguments("".join(c.args)))
-            for i, c in sorted(calls.items())
+            ToolCall(c.id or fresh_call_id(), c.name, decode_arguments("".join(c.args)))
+            for _, c in sorted(calls.items())
         )
         if finish == "length":
             stop = StopReason.MAX_TOKENS
@@ -198,13 +216,15 @@ class OpenAIProvider(HttpStreamingProvider):
     ) -> None:
         if not isinstance(tc, dict):
             raise MalformedReply(f"a tool-call delta is not an object: {tc!r}")
+        fn = tc.get("function") or {}
+        if not isinstance(fn, dict):
+            raise MalformedReply(f"a tool-call delta's function is not an object: {tc!r}")
+        new_id = _text(tc.get("id")) or _text(fn.get("id"))
         index = tc.get("index")
         if not isinstance(index, int):
-            index = position
+            index = _unindexed(new_id, calls, position)
         call = calls.setdefault(index, _Call())
-        fn = tc.get("function") or {}
-        new_id = tc.get("id") if isinstance(tc.get("id"), str) else None
-        new_name = fn.get("name") if isinstance(fn.get("name"), str) else None
+        new_name = _text(fn.get("name"))
         frag = fn.get("arguments")
         if isinstance(frag, dict):  # some local servers send the object, not its text
             frag = json.dumps(frag)
@@ -215,6 +235,27 @@ class OpenAIProvider(HttpStreamingProvider):
             call.name = new_name
         call.args.append(frag)
         emit(ToolCallDelta(index, new_id, new_name, frag))
+
+
+def fresh_call_id() -> str:
+    """An id for a tool call its server sent without one: unique across replies and runs."""
+    return f"call_{secrets.token_hex(12)}"
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _unindexed(new_id: str | None, calls: dict[int, _Call], position: int) -> int:
+    """The call a delta without an ``index`` belongs to: the one with its id, a new one for an
+    id not seen yet; with neither, ``position`` (the latest call's index plus the delta's place
+    in its chunk), so a continuation extends the latest call and a chunk's siblings stay apart."""
+    if new_id is not None:
+        for i, c in calls.items():
+            if c.id == new_id:
+                return i
+        return max(calls, default=-1) + 1
+    return position
 
 
 def _stream_error(err: Any) -> Exception:

@@ -120,13 +120,14 @@ class Live:
     ) -> Any:
         return wait_for(lambda: pred(self.events(agent)), timeout, f"{agent}'s events")
 
-    def wait_idle(self, turns: int, agent: str = "trunk", timeout: float = 10) -> None:
-        """Wait until ``agent`` has run ``turns`` turns and is parked again."""
+    def wait_idle(self, handled: int, agent: str = "trunk", timeout: float = 10) -> None:
+        """Wait until ``agent`` has handled ``handled`` inbox items (model turns and slash
+        commands alike) and is parked again."""
         a = self.fleet.agents[agent]
         wait_for(
-            lambda: a.stats.turns >= turns and a.stats.state == "idle" and not len(a.inbox),
+            lambda: a.stats.handled >= handled and a.stats.state == "idle" and not len(a.inbox),
             timeout,
-            f"{agent} idle after {turns} turns",
+            f"{agent} idle after {handled} inbox items",
         )
 
     def close(self) -> Any:

@@ -213,7 +213,7 @@ def test_slash_model_sent_mid_turn_is_applied_at_the_boundary_and_answers_the_ne
     assert live.events()[-1]["message"]["text"] == "alt done"
 
 
-def test_slash_model_naming_no_script_is_refused_with_a_note_and_the_agent_lives_on(
+def test_slash_model_naming_no_script_is_refused_with_a_notice_and_the_agent_lives_on(
     live_fleet: Callable[..., Live],
 ) -> None:
     live = live_fleet(
@@ -226,8 +226,8 @@ def test_slash_model_naming_no_script_is_refused_with_a_note_and_the_agent_lives
         """
     )
     live.wait_idle(1)
-    notes = [n["text"] for n in live.kinds("SystemNote")]
-    assert any("/model refused" in t and "nosuch" in t for t in notes)
+    refusals = [n["text"] for n in live.kinds("Notice") if n["notice"] == "Refused"]
+    assert any("/model refused" in t and "nosuch" in t for t in refusals)
     live.steer("hello")
     live.wait_idle(2)
     assert live.events()[-1]["message"]["text"] == "still here"

@@ -5,7 +5,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.compaction import can_compact, compaction_due, suffix_start
+from runtime.compaction import (
+    BYTES_PER_TOKEN_ESTIMATE,
+    can_compact,
+    compaction_due,
+    suffix_start,
+)
 from runtime.constants import COMPACT_THRESHOLD
 
 
@@ -26,9 +31,21 @@ def test_unknown_window_falls_back_to_500_kib_of_history() -> None:
     assert not compaction_due(10**9, 0, 10)  # a zero window is unknown, not "always due"
 
 
-def test_known_window_without_usage_yet_falls_back_to_bytes() -> None:
+def test_known_window_without_usage_estimates_tokens_from_history_bytes() -> None:
     assert not compaction_due(None, 8000, 10)
+    assert not compaction_due(None, 8000, 6800 * BYTES_PER_TOKEN_ESTIMATE - 1)
+    assert compaction_due(None, 8000, 6800 * BYTES_PER_TOKEN_ESTIMATE)  # 85% of the window
     assert compaction_due(None, 8000, COMPACT_THRESHOLD + 1)
+
+
+@given(window=st.integers(1, 2_000_000), history=st.integers(0, 50 << 20))
+def test_a_server_that_reports_no_usage_is_compacted_by_the_estimate_never_past_the_byte_fallback(
+    window: int, history: int
+) -> None:
+    due = compaction_due(None, window, history)
+    assert due == (history // BYTES_PER_TOKEN_ESTIMATE >= window * 0.85)
+    if history > COMPACT_THRESHOLD and window * 0.85 <= COMPACT_THRESHOLD // 3:
+        assert due  # a window small enough to matter is never outlived by the 500 KiB fallback
 
 
 def test_compaction_is_allowed_only_with_no_pending_tool_results() -> None:

@@ -70,7 +70,8 @@ def test_a_child_result_arriving_after_its_parent_ran_clear_is_not_delivered_and
     logs = list((run.session / "agents" / "trunk").glob("events*.jsonl"))
     assert logs
     assert not any("late result" in p.read_text() for p in logs)
-    assert trunk.stats.turns == 2  # the prompt, then /clear; no third turn for a result
+    assert trunk.stats.handled == 2  # the prompt, then /clear; no third item for a result
+    assert trunk.stats.turns == 1  # only the prompt reached the model
     died = [r for r in run.transcript() if r["kind"] == "Died" and r["agent"] == "kid"]
     assert [(d["outcome"], d["cause"]) for d in died] == [("cancelled", "clear")]
     kinds = [r["kind"] for r in run.journal() if r["id"] == "kid"]

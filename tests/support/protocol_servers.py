@@ -298,3 +298,205 @@ def anthropic_chunks(
     out.append(sse(md, "message_delta"))
     out.append(sse({"type": "message_stop"}, "message_stop"))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Local OpenAI-compatible servers, each as its source code writes a chat-completions stream.
+# Every encoder takes (text, tool_calls, usage, include_usage): ``include_usage`` is what the
+# client's ``stream_options.include_usage`` asked for, which the dialect may ignore.
+
+
+def _chunk(base: dict[str, Any], delta: dict[str, Any], finish: str | None = None) -> bytes:
+    return sse({**base, "choices": [{"finish_reason": finish, "index": 0, "delta": delta}]})
+
+
+def llamacpp_chunks(
+    text: str = "",
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    usage: tuple[int, int] = (12, 5),
+    include_usage: bool = True,
+) -> list[bytes]:
+    """llama.cpp's ``llama-server --jinja`` since June 2025 (tools/server/server-task.cpp,
+    ``to_json_oaicompat_chat_stream``; common/chat.cpp, ``common_chat_msg_diff_to_json_oaicompat``).
+
+    A role chunk with ``content: null``; one chunk per diff: content, or a tool call whose first
+    diff has the server-generated 32-character id, ``type`` and the name with empty arguments and
+    whose next diffs carry only argument text; an empty-delta chunk with the finish reason; the
+    usage chunk (``choices: []``) only when asked, with llama.cpp's ``timings`` on the last
+    chunk; ``[DONE]``."""
+    base = {
+        "created": 1_760_000_000,
+        "id": "chatcmpl-Xq3vR8sLkP2mN7tB",
+        "model": "qwen2.5-7b-instruct-q4_k_m.gguf",
+        "system_fingerprint": "b6123-8e0d7a2f",
+        "object": "chat.completion.chunk",
+    }
+    out = [_chunk(base, {"role": "assistant", "content": None})]
+    for piece in _pieces(text):
+        out.append(_chunk(base, {"content": piece}))
+    for i, (call_id, name, args) in enumerate(tool_calls):
+        first = {"index": i, "id": call_id, "type": "function"}
+        first["function"] = {"name": name, "arguments": ""}
+        out.append(_chunk(base, {"tool_calls": [first]}))
+        for piece in _pieces(args):
+            frag = {"index": i, "function": {"arguments": piece}}
+            out.append(_chunk(base, {"tool_calls": [frag]}))
+    out.append(_chunk(base, {}, "tool_calls" if tool_calls else "stop"))
+    timings = {"prompt_n": usage[0], "predicted_n": usage[1], "predicted_per_second": 41.7}
+    if include_usage:
+        u = {"completion_tokens": usage[1], "prompt_tokens": usage[0]}
+        u["total_tokens"] = sum(usage)
+        out.append(sse({**base, "choices": [], "usage": u, "timings": timings}))
+    else:
+        last = json.loads(out[-1].decode().removeprefix("data: "))
+        out[-1] = sse({**last, "timings": timings})
+    out.append(sse("[DONE]"))
+    return out
+
+
+def llamacpp_may2025_chunks(
+    text: str = "",
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    usage: tuple[int, int] = (12, 5),
+    include_usage: bool = True,
+) -> list[bytes]:
+    """llama.cpp's server in the builds between tool-call streaming landing
+    (ggml-org/llama.cpp#12379, late May 2025) and its format fix days later (#13800, reported as
+    #13774): **no id on the tool call** — it sat in ``function.id``, and a call id of ``""``
+    here sends none at all —, no ``type``, and the name repeated on every diff (a client that
+    concatenates names gets ``ralral...``). Usage rode on the finish chunk whatever was asked."""
+    base = {"created": 1_748_000_000, "id": "chatcmpl-k2", "model": "gpt-3.5-turbo"}
+    base["object"] = "chat.completion.chunk"
+    out = [_chunk(base, {"role": "assistant", "content": None})]
+    for piece in _pieces(text):
+        out.append(_chunk(base, {"content": piece}))
+    for i, (call_id, name, args) in enumerate(tool_calls):
+        for piece in _pieces(args):
+            fn = {"name": name, "arguments": piece}
+            if call_id:
+                fn["id"] = call_id
+            out.append(_chunk(base, {"tool_calls": [{"index": i, "function": fn}]}))
+    finish = sse(
+        {
+            **base,
+            "choices": [
+                {"finish_reason": "tool_calls" if tool_calls else "stop", "index": 0, "delta": {}}
+            ],
+            "usage": {
+                "completion_tokens": usage[1],
+                "prompt_tokens": usage[0],
+                "total_tokens": sum(usage),
+            },
+        }
+    )
+    return [*out, finish, sse("[DONE]")]
+
+
+def vllm_chunks(
+    text: str = "",
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    usage: tuple[int, int] = (12, 5),
+    include_usage: bool = True,
+) -> list[bytes]:
+    """vLLM's ``vllm serve --enable-auto-tool-choice --tool-call-parser hermes``
+    (vllm/entrypoints/openai/serving_chat.py, ``chat_completion_stream_generator``; chunks dumped
+    with ``exclude_unset``).
+
+    A role chunk with ``content: ""``; a tool call's first delta has the
+    ``chatcmpl-tool-<32 hex>`` id, ``type`` and the name but **no arguments key**; the parser
+    streams the arguments it is sure of, and the finish chunk carries **the rest of the arguments
+    together with** ``finish_reason: "tool_calls"``; the usage chunk only when asked; ``[DONE]``."""
+    base: dict[str, Any] = {"id": "chatcmpl-5b1c9e0f2a7d4c3e", "object": "chat.completion.chunk"}
+    base.update({"created": 1_760_000_000, "model": "Qwen/Qwen2.5-7B-Instruct"})
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        if finish is not None:
+            choice["stop_reason"] = None
+        return sse({**base, "choices": [choice]})
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    for piece in _pieces(text):
+        out.append(chunk({"content": piece}))
+    last_rest = ""
+    for i, (call_id, name, args) in enumerate(tool_calls):
+        first = {"id": call_id, "type": "function", "index": i, "function": {"name": name}}
+        out.append(chunk({"tool_calls": [first]}))
+        *sure, rest = _pieces(args, 4) or [""]
+        for piece in sure:
+            out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]}))
+        if i < len(tool_calls) - 1:
+            out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": rest}}]}))
+        else:
+            last_rest = rest
+    if tool_calls:
+        frag = {"index": len(tool_calls) - 1, "function": {"arguments": last_rest}}
+        out.append(chunk({"tool_calls": [frag]}, "tool_calls"))
+    else:
+        out.append(chunk({"content": ""}, "stop"))
+    if include_usage:
+        u = {"prompt_tokens": usage[0], "total_tokens": sum(usage), "completion_tokens": usage[1]}
+        out.append(sse({**base, "choices": [], "usage": u}))
+    out.append(sse("[DONE]"))
+    return out
+
+
+def ollama_chunks(
+    text: str = "",
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    usage: tuple[int, int] = (12, 5),
+    include_usage: bool = True,
+) -> list[bytes]:
+    """Ollama's ``/v1/chat/completions`` (openai/openai.go ``ToChunk``, middleware/openai.go
+    ``ChatWriter``), as of 2025.
+
+    Every delta repeats ``role`` and carries ``content`` (``""`` beside tool calls); **the tool
+    calls arrive whole in one chunk** — ``call_<8 chars>`` ids, an index, the arguments as one
+    complete JSON string —; the done chunk says ``tool_calls`` once a call was sent; the usage
+    chunk (``choices: []``) only when asked; ``[DONE]``."""
+    return _ollama(text, tool_calls, usage if include_usage else None, "qwen2.5:7b", legacy=False)
+
+
+def ollama_2024_chunks(
+    text: str = "",
+    tool_calls: Sequence[tuple[str, str, str]] = (),
+    usage: tuple[int, int] = (12, 5),
+    include_usage: bool = True,
+) -> list[bytes]:
+    """Ollama's ``/v1`` before early 2025: as :func:`ollama_chunks`, but the tool calls carry
+    **no index** (ollama/ollama#7881), the done chunk says **``stop`` although calls were made**
+    (changed by ollama/ollama#7963), and **no usage** reaches the stream whatever was asked."""
+    return _ollama(text, tool_calls, None, "llama3.1:8b", legacy=True)
+
+
+def _ollama(
+    text: str,
+    tool_calls: Sequence[tuple[str, str, str]],
+    usage: tuple[int, int] | None,
+    model: str,
+    *,
+    legacy: bool,
+) -> list[bytes]:
+    base = {"id": "chatcmpl-417", "object": "chat.completion.chunk", "created": 1_760_000_000}
+    base.update({"model": model, "system_fingerprint": "fp_ollama"})
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    out = [chunk({"role": "assistant", "content": piece}) for piece in _pieces(text)]
+    if tool_calls:
+        calls: list[dict[str, Any]] = []
+        for i, (cid, name, args) in enumerate(tool_calls):
+            call: dict[str, Any] = {"id": cid, "index": i, "type": "function"}
+            call["function"] = {"name": name, "arguments": args}
+            if legacy:
+                del call["index"]
+            calls.append(call)
+        out.append(chunk({"role": "assistant", "content": "", "tool_calls": calls}))
+    finish = "tool_calls" if tool_calls and not legacy else "stop"
+    out.append(chunk({"role": "assistant", "content": ""}, finish))
+    if usage is not None:
+        u = {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)}
+        out.append(sse({**base, "choices": [], "usage": u}))
+    out.append(sse("[DONE]"))
+    return out

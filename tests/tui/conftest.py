@@ -27,6 +27,15 @@ from runtime.session_dir import SessionDir
 
 TIMEOUT = 10.0
 
+BRANCH_SCENARIO = """
+[[agents.trunk]]
+text = "Trunk here."
+
+[[agents."trunk-branch"]]
+text = "Branch here, with the trunk's context."
+"""
+"""One reply for the trunk and one for the branch ``/branch`` makes of it."""
+
 
 @dataclass
 class Chat:

@@ -17,7 +17,7 @@ from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from runtime.providers.scenario import Scenario
 from runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
-from tests.tui.conftest import Chat, chat
+from tests.tui.conftest import BRANCH_SCENARIO, Chat, chat
 
 
 def _ral(c: Chat, name: str, script: str) -> Any:
@@ -60,16 +60,7 @@ def test_branch_opens_a_focused_conversing_tab_that_answers_in_its_own_tab(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with chat(
-            tmp_path,
-            """
-            [[agents.trunk]]
-            text = "Trunk here."
-
-            [[agents."trunk-branch"]]
-            text = "Branch here, with the trunk's context."
-            """,
-        ) as c:
+        async with chat(tmp_path, BRANCH_SCENARIO) as c:
             await c.say("first")
             await c.until(lambda: "Trunk here." in c.text())
             await c.say("/branch")
@@ -209,25 +200,6 @@ def test_resources_shows_the_card_and_neither_it_nor_tab_focus_renews_anything(
             assert entry is not None and entry.lease is not None
             assert entry.lease.last_exchange == lease_before
             assert not c.fleet.registry.engaged("helper")
-
-    asyncio.run(scenario())
-
-
-def test_model_on_the_scripted_provider_is_refused_in_a_note_and_the_trunk_lives_on(
-    tmp_path: Path,
-) -> None:
-    async def scenario() -> None:
-        async with chat(
-            tmp_path,
-            """
-            [[agents.trunk]]
-            text = "Still here."
-            """,
-        ) as c:
-            await c.say("/model bigger")
-            await c.until(lambda: "/model refused" in c.text(), what="the refusal note")
-            await c.say("are you there?")
-            await c.until(lambda: "Still here." in c.text())
 
     asyncio.run(scenario())
 
@@ -379,3 +351,56 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+HIDDEN_TAB = """
+[[agents.trunk]]
+text = "Starting a helper."
+ral = ["agent helper 'count the lines'"]
+
+[[agents.trunk]]
+text = "Started."
+
+[[agents.trunk]]
+text = "The helper is done.\\nline 1\\nline 2\\nline 3\\nline 4\\nline 5\\nline 6\\nThe last line."
+
+[[agents.helper]]
+ral = ["sleep 1", "reply 'counted'"]
+"""
+
+
+def test_a_tab_hidden_while_its_agent_answers_shows_the_end_of_the_answer_when_shown_again(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with chat(tmp_path, HIDDEN_TAB, size=(100, 24)) as c:
+            await c.say("go")
+            await c.until(lambda: "Started." in c.text() and "helper" in c.app.tabs)
+            view = c.app.views["trunk"]
+            await c.pilot.press("ctrl+n")
+            assert c.app.focused_agent == "helper"
+            await c.until(lambda: "The last line." in c.text(), what="the answer", timeout=20)
+            await c.pilot.pause(0.3)  # every refresh after the answer runs while it is hidden
+            await c.pilot.press("ctrl+p")
+            await c.pilot.pause(0.3)  # the tab laid out again at its new size
+            await c.until(lambda: view.max_scroll_y > 0, what="the trunk's tab to overflow")
+            await c.until(lambda: view.scroll_y == view.max_scroll_y, what="the end in view")
+
+    asyncio.run(scenario())
+
+
+def test_a_sub_agents_tab_shows_its_task_as_given_by_its_parent_not_by_you(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        async with chat(tmp_path, HIDDEN_TAB) as c:
+            await c.say("go")
+            await c.until(
+                lambda: any(e.kind == "user" for e in c.app.entries("helper")), what="the task"
+            )
+            task = next(e for e in c.app.entries("helper") if e.kind == "user")
+            assert (task.text, task.speaker) == ("count the lines", "trunk")
+            mine = next(e for e in c.app.entries("trunk") if e.kind == "user")
+            assert (mine.text, mine.speaker) == ("go", None)
+
+    asyncio.run(scenario())

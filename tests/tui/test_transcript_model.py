@@ -7,8 +7,10 @@ from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.text import Text
 
 from cli.tui.model import Append, Change, Entry, LogTail, Reset, Transcript, Update, preview
+from cli.tui.widgets import render_entry
 from runtime.durable import append_jsonl
 from runtime.events import Died, Io, Notice
 
@@ -140,3 +142,27 @@ def test_the_packaged_demo_plays_the_same_script_as_the_chat_example() -> None:
     packaged = parse_scenario(demo, source="demo.toml")
     example = load_scenario(root / "examples" / "chat.toml")
     assert packaged.agents == example.agents and packaged.patterns == example.patterns
+
+
+def test_a_sub_agents_task_is_labelled_as_its_parents_and_a_humans_line_as_yours() -> None:
+    sub = Transcript("helper", inherited_from="trunk", task_from="trunk")
+    (task,) = sub.on_record({"kind": "user", "source": "user", "text": "count"})
+    assert isinstance(task, Append)
+    shown = render_entry(task.entry, "helper")
+    assert isinstance(shown, Text) and shown.plain == "task from trunk › count"
+    trunk = Transcript("trunk")
+    (mine,) = trunk.on_record({"kind": "user", "source": "user", "text": "hello"})
+    assert isinstance(mine, Append)
+    shown = render_entry(mine.entry, "trunk")
+    assert isinstance(shown, Text) and shown.plain == "you › hello"
+
+
+def test_a_call_id_reused_by_a_later_reply_gets_its_own_entry_and_its_own_result() -> None:
+    t = Transcript("trunk")
+    changes = t.on_record(_assistant("first", ("call_0", "echo one")))
+    changes += t.on_event(Io("trunk", call_id="call_0", value="one"))
+    changes += t.on_record(_assistant("second", ("call_0", "echo two")))
+    changes += t.on_record(_result("call_0", "two"))
+    calls = [e for e in _shown(changes).values() if e.kind == "ral"]
+    assert [(c.text, c.result) for c in calls] == [("echo one", "one"), ("echo two", "two")]
+    assert len({c.key for c in calls}) == 2
