@@ -12,6 +12,10 @@ Invariants:
 - A child makes itself a process-group leader first thing (:func:`become_group_leader`), and
   every external program it starts dies with it (``PR_SET_PDEATHSIG``) and is announced to the
   control side (:func:`report_programs`), so :meth:`ChildProcess.kill` leaves nothing running.
+- Nothing outlives the control process, however it ends (:func:`die_with_parent`): the fork
+  server exits when the control process's end of its ``alive`` pipe closes, every host and
+  worker dies with the fork server, and multiprocessing's resource tracker exits once the last
+  of them has closed its pipe.
 - A child has two channels: data, and the **control path**, which carries only ``cancel`` frames
   and is read by :class:`CancelListener` in its own thread, so a run in flight can be cancelled
   while the child's main thread is busy evaluating.
@@ -241,27 +245,78 @@ def report_programs(data: Channel) -> None:
     subprocess.Popen = _Reported  # type: ignore[misc]
 
 
+_PR_SET_PDEATHSIG = 1
+
+_IMPORTED_IN = os.getpid()
+"""The process that imported this module. The fork server imports it with :data:`PRELOAD`, so in
+a host or worker forked from there it is the pid of the parent (the fork server)."""
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl`` (None where there is none: not Linux)."""
+    try:
+        import ctypes
+
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return fn
+
+
 def _pdeathsig_setter() -> Callable[[], None] | None:
     """A preexec function that makes the child die with this process (None off Linux).
 
     It only calls ``prctl`` and ``getppid`` (async-signal-safe system calls) in the forked
     child; the ``getppid`` check closes the race of the parent dying before ``prctl`` ran.
     """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
+    prctl = _prctl()
+    if prctl is None:
         return None
     parent = os.getpid()
 
     def die_with_parent() -> None:
-        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
 
     return die_with_parent
+
+
+def die_with_parent() -> None:
+    """In a host or worker (a fork-server child): die with the control process, however it ends.
+
+    The chain, SIGKILL of the control process included:
+
+    1. the fork server exits at EOF of its ``alive`` pipe (multiprocessing's own watch). The
+       stdlib hands every fork-server child a copy of the pipe's write end, which would keep
+       the fork server alive for as long as any host lives -- a host spinning in C code, for
+       ever -- so this child closes its copy: the control process is then the only writer;
+    2. every host and worker, forked by the fork server's single thread, carries
+       ``PR_SET_PDEATHSIG = SIGKILL`` and so dies with the fork server; every program they start
+       carries the same (:func:`report_programs`);
+    3. multiprocessing's resource tracker exits at EOF of its own pipe, once all of the above
+       have closed it by dying.
+
+    A kernel signal is needed because a host spinning in C code holds the GIL, so no thread of
+    it could notice its pipes closing. The ``getppid`` check closes the race of the fork server
+    dying before ``prctl`` ran. Off Linux (no ``prctl``) the fallback is the control path: its
+    EOF cancels the run and the frame loop exits (:class:`CancelListener`), which needs a free
+    GIL. A signal sent to the control process's whole process group (``timeout``, ``kill --
+    -PGID``) also reaches the fork server (SIGINT excepted: it ignores it); its death then takes
+    every host and worker with it, and the control side rolls each shell back on a fresh one.
+    """
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getpid() != _IMPORTED_IN and os.getppid() != _IMPORTED_IN:
+            os._exit(1)  # the fork server died before prctl took effect
+    server = getattr(forkserver, "_forkserver", None)
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if alive_fd is not None and os.getpid() != _IMPORTED_IN:
+        # private to CPython's forkserver (3.8-3.13): this child never starts processes itself
+        with contextlib.suppress(OSError):
+            os.close(alive_fd)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]
 
 
 def become_group_leader() -> None:

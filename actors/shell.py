@@ -237,7 +237,8 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
 
     def _run_on_host(self, script: str, epoch: int) -> ToolResult:
         host = self._host
-        assert host is not None
+        if host is None:  # an earlier rollback could not start a host: try again
+            return self._rollback("no shell host (an earlier restart failed)", epoch)
         self._run_id += 1
         run_id = self._run_id
         self._sync_settled()
@@ -450,7 +451,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
 
     def _rollback(self, reason: str, epoch: int) -> ToolResult:
         """Panic rollback: fresh host from the durable snapshot; the call's effects are gone."""
-        old = self._host
+        old, self._host = self._host, None
         if old is not None:
             old.kill()
             old.reap(grace=1.0)

@@ -38,6 +38,7 @@ from actors.process import (
     CancelListener,
     ChildProcess,
     become_group_leader,
+    die_with_parent,
     ensure_fork_server,
     process_context,
     report_programs,
@@ -69,6 +70,7 @@ FORK_VERBS = frozenset({"agent"})
 
 def host_main(data_conn: Connection, ctl_conn: Connection) -> None:
     """Entry point of a shell host process (runs in the forkserver child)."""
+    die_with_parent()
     become_group_leader()
     data = Channel(data_conn)
     ctl = Channel(ctl_conn)

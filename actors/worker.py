@@ -36,6 +36,7 @@ from actors.process import (
     CancelListener,
     ChildProcess,
     become_group_leader,
+    die_with_parent,
     report_programs,
 )
 from actors.shell_host import error_fields, frame_error_text
@@ -68,6 +69,7 @@ class WorkerOutcome:
 
 def worker_main(data_conn: Connection, ctl_conn: Connection) -> None:
     """Entry point of a worker process (a forkserver child)."""
+    die_with_parent()
     become_group_leader()
     data = Channel(data_conn)
     ctl = Channel(ctl_conn)

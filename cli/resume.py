@@ -1,7 +1,8 @@
 """``exarch-actors resume SESSION_DIR``: rebuild a run whose control process died and finish it.
 
 Exit codes as ``run``: 0 replied or quiesced, 1 failed or capped, 2 when the directory cannot be
-resumed (not a session, no run.json, already finished), 130 when cancelled.
+resumed (not a session, no run.json, already finished), 130 / 143 when cancelled by SIGINT /
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import click
 
 from actors.resume import ResumeRefused, resume_run
-from cli.runner import EXIT_CODES, session_path, sigint_cancels
+from cli.runner import exit_code, session_path, signals_cancel
 
 
 @click.command("resume")
@@ -21,7 +22,7 @@ from cli.runner import EXIT_CODES, session_path, sigint_cancels
 def resume_command(session_dir: str, as_json: bool) -> None:
     """Resume a run from its session directory after the control process died."""
     hit = {"cancel": False}
-    with sigint_cancels(lambda: hit.__setitem__("cancel", True)) as interrupted:
+    with signals_cancel(lambda: hit.__setitem__("cancel", True)) as interrupted:
         try:
             result = resume_run(session_dir, poll=interrupted.is_set)
         except ResumeRefused as e:
@@ -53,4 +54,4 @@ def resume_command(session_dir: str, as_json: bool) -> None:
         click.echo(f"outcome: {outcome}", err=True)
         if result.reply is not None:
             click.echo(result.reply)
-    sys.exit(EXIT_CODES.get(outcome, 1))
+    sys.exit(exit_code(outcome, interrupted.signum))

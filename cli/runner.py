@@ -2,7 +2,9 @@
 its end, write ``result.json``, and map the outcome to the exit code of SCENARIO.md.
 
 Exit codes: 0 when the trunk replied or quiesced normally, 1 on a failed or capped run, 2 on bad
-input (an unreadable scenario, a bad flag), 130 when cancelled (Ctrl-C).
+input (an unreadable scenario, a bad flag), 130 when cancelled by SIGINT (Ctrl-C), 143 when
+cancelled by SIGTERM. Both signals cancel the whole tree and let it settle (``result.json`` says
+``cancelled``) before the process exits.
 """
 
 from __future__ import annotations
@@ -31,6 +33,16 @@ from runtime.session_dir import SessionDir
 
 EXIT_CODES = {"replied": 0, "quiesced": 0, "failed": 1, "capped": 1, "cancelled": 130}
 
+CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Signals that cancel a headless run (the whole tree) instead of killing the process."""
+
+
+def exit_code(outcome: str, signum: int | None = None) -> int:
+    """The exit code of an outcome; a run cancelled by a signal exits ``128 + signum``."""
+    if outcome == "cancelled" and signum is not None:
+        return 128 + signum
+    return EXIT_CODES.get(outcome, 1)
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -56,10 +68,12 @@ class RunOutcome:
     reply: str | None
     fleet_yield: FleetYield
     session: SessionDir
+    signum: int | None = None
+    """The signal that cancelled the run, if one did."""
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES.get(self.outcome, 1)
+        return exit_code(self.outcome, self.signum)
 
 
 def read_scenario(path: str) -> Scenario:
@@ -95,23 +109,42 @@ def provider_factory(spec: RunSpec) -> Callable[[str], Provider]:
     return lambda name: base.for_agent(name)
 
 
+class Interruption:
+    """Whether a cancelling signal arrived, and which came first."""
+
+    def __init__(self) -> None:
+        self._hit = threading.Event()
+        self.signum: int | None = None
+
+    def is_set(self) -> bool:
+        return self._hit.is_set()
+
+    def _set(self, signum: int) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self._hit.set()
+
+
 @contextmanager
-def sigint_cancels(cancel: Callable[[], None]) -> Iterator[threading.Event]:
-    """Ctrl-C cancels the run (the whole tree) instead of raising KeyboardInterrupt."""
-    hit = threading.Event()
+def signals_cancel(cancel: Callable[[], None]) -> Iterator[Interruption]:
+    """SIGINT (Ctrl-C) and SIGTERM cancel the run (the whole tree) instead of ending the process
+    on the spot: the caller lets the tree settle, writes ``result.json`` and exits 130 / 143.
+    A shell that ignores the cancel is killed after its grace, so settling always ends."""
+    hit = Interruption()
     if threading.current_thread() is not threading.main_thread():
         yield hit
         return
 
-    def handler(_sig: int, _frame: FrameType | None) -> None:
-        hit.set()
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        hit._set(signum)
         cancel()
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in CANCEL_SIGNALS}
     try:
         yield hit
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None) -> RunOutcome:
@@ -135,10 +168,12 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
     outcome = "failed"
     reply: str | None = None
     try:
-        trunk = fleet.start_trunk(prompt, chat=spec.chat, system=system)
-        if on_start is not None:
-            on_start(fleet)
-        with sigint_cancels(lambda: fleet.cancel_all("interrupted")) as interrupted:
+        with signals_cancel(lambda: fleet.cancel_all("interrupted")) as interrupted:
+            trunk = fleet.start_trunk(prompt, chat=spec.chat, system=system)
+            if interrupted.is_set():  # the signal landed while the trunk was being started
+                fleet.cancel_all("interrupted")
+            if on_start is not None:
+                on_start(fleet)
             while not fleet.wait_empty(0.1):
                 pass
         outcome = trunk.outcome.value if trunk.outcome is not None else "failed"
@@ -150,7 +185,7 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
     finally:
         fleet.close()
     fy = fleet.write_result(outcome, reply)
-    return RunOutcome(outcome, reply, fy, session)
+    return RunOutcome(outcome, reply, fy, session, interrupted.signum)
 
 
 def write_run_spec(session: SessionDir, spec: RunSpec) -> None:
