@@ -27,6 +27,7 @@ import contextlib
 import io
 import multiprocessing
 import os
+import resource
 import signal
 import socket
 import threading
@@ -117,14 +118,18 @@ class ChildProcess:
     external programs it started too (a SIGKILLed evaluator cannot kill them itself).
     """
 
-    def __init__(self, target: Callable[..., Any], *, name: str) -> None:
+    def __init__(
+        self, target: Callable[..., Any], *, name: str, memory_bytes: int | None = None
+    ) -> None:
+        """``target(data, ctl, memory_bytes)`` runs in the child; it applies ``memory_bytes``
+        with :func:`limit_memory` before anything else."""
         ctx = process_context()
         data_here, data_there = ctx.Pipe(duplex=True)
         ctl_here, ctl_there = ctx.Pipe(duplex=True)
         self.data = Channel(data_here)
         self.ctl = Channel(ctl_here)
         self.proc: BaseProcess = _Process(
-            target=target, args=(data_there, ctl_there), name=name, daemon=True
+            target=target, args=(data_there, ctl_there, memory_bytes), name=name, daemon=True
         )
         self.proc.start()
         data_there.close()
@@ -227,6 +232,8 @@ def report_programs(data: Channel) -> None:
     - the program is started with ``PR_SET_PDEATHSIG = SIGKILL`` (Linux), so the kernel kills it
       the moment this process dies, however it dies -- no window in which a SIGKILLed host
       leaves it running;
+    - it gets back the memory limit this process had before :func:`limit_memory` (the shell's
+      limit bounds ral values, not a compiler the script runs);
     - its pid is announced with a ``notice`` frame, so the control side can also kill the
       program's own process group (its children) at a rollback.
     """
@@ -235,10 +242,16 @@ def report_programs(data: Channel) -> None:
     base = subprocess.Popen
     die_with_parent = _pdeathsig_setter()
 
+    def preexec() -> None:
+        if _inherited_memory_limit is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, _inherited_memory_limit)
+        if die_with_parent is not None:
+            die_with_parent()
+
     class _Reported(base):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            if die_with_parent is not None and kwargs.get("preexec_fn") is None:
-                kwargs["preexec_fn"] = die_with_parent
+            if kwargs.get("preexec_fn") is None:
+                kwargs["preexec_fn"] = preexec
             super().__init__(*args, **kwargs)
             data.try_send("notice", program=self.pid)
 
@@ -317,6 +330,25 @@ def die_with_parent() -> None:
         with contextlib.suppress(OSError):
             os.close(alive_fd)
         server._forkserver_alive_fd = None  # type: ignore[union-attr]
+
+
+_inherited_memory_limit: tuple[int, int] | None = None
+"""``RLIMIT_DATA`` as this process had it before :func:`limit_memory` lowered it."""
+
+
+def limit_memory(memory_bytes: int | None) -> None:
+    """In a host or worker: cap its writable memory (``RLIMIT_DATA``, soft limit) at
+    ``memory_bytes`` (None: leave it), so an allocation past it raises ``MemoryError`` in this
+    process instead of growing it (see :mod:`runtime.limits` for why this limit and its
+    default). The hard limit is left alone, so programs started here get the old one back."""
+    global _inherited_memory_limit
+    if memory_bytes is None:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    _inherited_memory_limit = (soft, hard)
+    if hard != resource.RLIM_INFINITY:
+        memory_bytes = min(memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, hard))
 
 
 def become_group_leader() -> None:

@@ -70,6 +70,7 @@ from runtime.durable import append_jsonl
 from runtime.errors import ExarchError
 from runtime.events import Notice
 from runtime.ledger import BindingLedger
+from runtime.limits import ShellLimits
 from runtime.snapshot import MobileSnapshot, SnapshotBuilder
 from runtime.worker_registry import (
     WORKER_BACKSTOP_SECS,
@@ -124,6 +125,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         large_bytes: int = LARGE_BINDING_BYTES,
         worker_idle_calls: int | None = WORKER_IDLE_CALLS,
         worker_backstop_secs: float | None = WORKER_BACKSTOP_SECS,
+        limits: ShellLimits | None = None,
     ) -> None:
         from runtime.session_dir import SessionDir
 
@@ -141,6 +143,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         self.eval_root = eval_root or EvalRoot()
         self._idle_calls = idle_calls
         self._large_bytes = large_bytes
+        self.limits = limits or ShellLimits()
         self._worker_bounds = (worker_idle_calls, worker_backstop_secs)
         self._registry = WorkerRegistry(
             idle_calls=worker_idle_calls, backstop_secs=worker_backstop_secs
@@ -380,7 +383,9 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
     ) -> list[Notice]:
         """Start a fresh host and restore ``bindings``/``context``/``ledger`` into it."""
         try:
-            host = ChildProcess(host_main, name=f"ral-shell-{self.name}")
+            host = ChildProcess(
+                host_main, name=f"ral-shell-{self.name}", memory_bytes=self.limits.memory_bytes
+            )
         except Exception as e:
             raise ShellBootFailed(f"shell {self.name}: cannot start a host process: {e}") from e
         self._host = host
@@ -399,6 +404,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
                 faults=self._faults,
                 idle_calls=self._idle_calls,
                 large_bytes=self._large_bytes,
+                max_binding_bytes=self.limits.max_binding_bytes,
             )
         except ChannelClosed as e:
             raise ShellBootFailed(f"shell {self.name}: host died at boot") from e
