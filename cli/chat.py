@@ -14,7 +14,9 @@ from importlib import resources
 
 import click
 
+from cli.limits import limit_options
 from cli.runner import RunSpec, provider_factory, read_scenario, session_path
+from runtime.limits import ShellLimits
 from runtime.providers import PROVIDER_NAMES
 from runtime.session_dir import SessionDir
 
@@ -35,6 +37,7 @@ from runtime.session_dir import SessionDir
 @click.option("--send-prompt", is_flag=True, help="Send the scenario's [fleet] prompt first.")
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
+@limit_options
 def chat_command(
     scenario: str | None,
     provider: str | None,
@@ -45,6 +48,7 @@ def chat_command(
     send_prompt: bool,
     window_tokens: int | None,
     disk_warn_bytes: int | None,
+    limits: ShellLimits,
 ) -> None:
     """Talk to an interactive trunk in a terminal UI: one tab per agent."""
     from actors.fleet import Fleet, FleetConfig
@@ -82,7 +86,7 @@ def chat_command(
     prompt = loaded.prompt if send_prompt and loaded is not None else None
     system = loaded.system if loaded is not None else None
     session = SessionDir.at(session_dir) if session_dir else SessionDir.new()
-    fleet = Fleet(session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes))
+    fleet = Fleet(session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes, limits=limits))
     app = ChatApp(fleet, start=lambda f: f.start_trunk(prompt, interactive=True, system=system))
     try:
         app.run()

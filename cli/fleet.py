@@ -18,7 +18,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.tree import Tree
 
+from cli.limits import limit_options
 from cli.runner import RunSpec, read_scenario, run_headless, session_path
+from runtime.limits import ShellLimits
 
 _STATE_STYLE = {
     "working": "bold yellow",
@@ -85,10 +87,17 @@ def yield_table(fy: dict[str, Any]) -> Table:
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object, no live view.")
 @click.option("--no-live", is_flag=True, help="Skip the live view even on a terminal.")
-def fleet_command(scenario: str, session_dir: str | None, as_json: bool, no_live: bool) -> None:
+@limit_options
+def fleet_command(
+    scenario: str, session_dir: str | None, as_json: bool, no_live: bool, limits: ShellLimits
+) -> None:
     """Run a multi-agent SCENARIO with a live spawn-tree view, then print the fleet yield."""
     spec = RunSpec(
-        provider="scripted", prompt=None, scenario=read_scenario(scenario), session_dir=session_dir
+        provider="scripted",
+        prompt=None,
+        scenario=read_scenario(scenario),
+        session_dir=session_dir,
+        limits=limits,
     )
     console = Console(stderr=True)
     live_ok = console.is_terminal and not as_json and not no_live

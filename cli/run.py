@@ -7,7 +7,9 @@ import sys
 
 import click
 
+from cli.limits import limit_options
 from cli.runner import RunSpec, read_scenario, run_headless, session_path
+from runtime.limits import ShellLimits
 from runtime.providers import PROVIDER_NAMES
 
 
@@ -37,6 +39,7 @@ from runtime.providers import PROVIDER_NAMES
     help="Network providers: extra attempts on 408/429/5xx/transport failures (default 4).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@limit_options
 def run_command(
     target: str,
     provider: str | None,
@@ -50,6 +53,7 @@ def run_command(
     timeout: float | None,
     retries: int | None,
     as_json: bool,
+    limits: ShellLimits,
 ) -> None:
     """Run a headless trunk on a scenario file (scripted) or a prompt (network provider)."""
     is_scenario = target.endswith(".toml")
@@ -68,6 +72,7 @@ def run_command(
         disk_warn_bytes=disk_warn_bytes,
         window_tokens=window_tokens,
         provider_options=_network_options(provider, timeout, retries),
+        limits=limits,
     )
     result = run_headless(spec)
     if as_json:

@@ -14,7 +14,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -24,6 +24,7 @@ import click
 from runtime.durable import atomic_write_bytes
 from runtime.errors import ScenarioError
 from runtime.fleet_yield import FleetYield
+from runtime.limits import ShellLimits
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario, load_scenario
@@ -60,6 +61,8 @@ class RunSpec:
     window_tokens: int | None = None
     provider_options: tuple[tuple[str, Any], ...] = ()
     """Extra network-provider settings (``read_timeout``, ``max_retries``, ...)."""
+    limits: ShellLimits = field(default_factory=ShellLimits)
+    """Every shell's memory, live-worker and binding-size limits (``cli/limits.py`` flags)."""
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
     fleet = Fleet(
         session,
         provider_factory(spec),
-        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes),
+        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes, limits=spec.limits),
     )
     outcome = "failed"
     reply: str | None = None
@@ -201,6 +204,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec) -> None:
         "chat": spec.chat,
         "diskWarnBytes": spec.disk_warn_bytes,
         "windowTokens": spec.window_tokens,
+        "shellLimits": spec.limits.to_json(),
         "cwd": str(Path.cwd()),
     }
     atomic_write_bytes(session.root / "run.json", json.dumps(data, indent=2).encode())
