@@ -80,16 +80,18 @@ from runtime.worker_registry import (
 
 log = logging.getLogger(__name__)
 
-CANCEL_GRACE = 1.0
+CANCEL_GRACE = 2.0
 """Seconds a cancelled run gets to unwind before its host is killed and the call rolled back.
 
-A ral run stops at its next poll point, within the documented 100 ms (measured, with 100 busy
-shells cancelled at once on the loaded 2-core box: median 53 ms, worst 96 ms from ``cancel()``
-to the eval returning; ``benchmarks/cancel_grace.py``), so 1 s is ten times the bound and only
-ever catches a host that cannot honour a cancel: one spinning in C code that holds the GIL (a
-runaway regex, the lexer bug of old), where not even its cancel-listener thread runs. Such a
-host can only be killed (SIGKILL), and the call is rolled back like any other panic. 1 s also
-keeps a cancelled agent's acknowledgement inside the executor's 2 s ``cancel`` wait."""
+A ral run stops at its next poll point: measured (``benchmarks/cancel_grace.py``), ``interrupt``
+to result for 10 shells busy in CPU-bound ral loops at once is median 52 ms, worst 83 ms -- the
+documented 100 ms -- but with 100 such shells on the 2 cores (each gets ~2% of a core; load
+average 13-26) it is median 0.71-0.86 s, worst 0.79-1.37 s over two runs. A 1 s grace killed
+16 of 200 such healthy shells; 2 s killed none, and still ends a host that cannot honour a
+cancel at all -- one spinning in C code that holds the GIL (a runaway regex, the lexer bug of
+old), where not even its cancel-listener thread runs -- in median 2.16 s, worst 2.22 s (grace,
+SIGKILL, a fresh host from the snapshot).
+Such a host can only be killed; the call is rolled back like any other panic."""
 
 __all__ = [
     "BOOT_TIMEOUT",
