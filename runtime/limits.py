@@ -97,7 +97,7 @@ class ShellLimits:
 
 
 _UNITS = {"": 1, "k": 1 << 10, "m": MiB, "g": GiB, "t": 1 << 40}
-_SIZE = re.compile(r"\s*([0-9]+)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+_SIZE = re.compile(r"\s*([0-9]+)\s*(?:([kmgt])i?b?|b)?\s*", re.IGNORECASE)
 
 
 def parse_size(text: str) -> int:
@@ -106,7 +106,7 @@ def parse_size(text: str) -> int:
     m = _SIZE.fullmatch(text)
     if m is None:
         raise BadLimit(f"not a size: {text!r} (examples: 65536, 512M, 2GiB)")
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+    return int(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
 
 
 def format_size(n: int) -> str:

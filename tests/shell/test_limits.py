@@ -127,6 +127,16 @@ def test_a_native_past_the_memory_limit_is_a_catchable_out_of_memory_error_and_t
     assert shell.run("add $kept 1").get().value == "42"
 
 
+def test_a_worker_past_the_memory_limit_fails_with_out_of_memory_and_await_says_so(
+    start_shell,
+) -> None:
+    shell = start_shell(limits=ShellLimits(memory_bytes=SMALL_MEMORY)).proxy()
+    r = shell.run(
+        "let h = spawn { len (range 10000000) }; try { await $h } catch e { get $e message }"
+    ).get()
+    assert r.error is None and "out of memory: range" in r.value
+
+
 def test_running_out_of_memory_outside_a_native_rolls_the_call_back_and_says_so(
     start_shell,
 ) -> None:
