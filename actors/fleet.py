@@ -42,6 +42,7 @@ from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, writ
 from runtime.inbox import AgentResult
 from runtime.invariants import commit_record
 from runtime.journal import SpawnJournal
+from runtime.limits import ShellLimits
 from runtime.park import Construction
 from runtime.probes import ResourceFigures, event_rows, resources
 from runtime.providers.base import Provider
@@ -76,6 +77,8 @@ class FleetConfig:
     """Idle-lease bound of returning sub-agents in seconds; ``None``: ``IDLE_LEASE_SECS``."""
     clock: Callable[[], float] | None = None
     """The registry's lease clock; ``None``: ``time.monotonic`` (injectable for tests)."""
+    limits: ShellLimits = field(default_factory=ShellLimits)
+    """Every shell's memory, live-worker and binding-size limits (``runtime/limits.py``)."""
 
 
 @dataclass(frozen=True)
@@ -317,6 +320,7 @@ class Fleet:
             context=context,
             snapshot=snapshot,
             eval_root=root,
+            limits=self.config.limits,
         )
         return root, ref.proxy()
 

@@ -12,6 +12,10 @@ Invariants:
 - A child makes itself a process-group leader first thing (:func:`become_group_leader`), and
   every external program it starts dies with it (``PR_SET_PDEATHSIG``) and is announced to the
   control side (:func:`report_programs`), so :meth:`ChildProcess.kill` leaves nothing running.
+- Nothing outlives the control process, however it ends (:func:`die_with_parent`): the fork
+  server exits when the control process's end of its ``alive`` pipe closes, every host and
+  worker dies with the fork server, and multiprocessing's resource tracker exits once the last
+  of them has closed its pipe.
 - A child has two channels: data, and the **control path**, which carries only ``cancel`` frames
   and is read by :class:`CancelListener` in its own thread, so a run in flight can be cancelled
   while the child's main thread is busy evaluating.
@@ -23,6 +27,7 @@ import contextlib
 import io
 import multiprocessing
 import os
+import resource
 import signal
 import socket
 import threading
@@ -113,14 +118,18 @@ class ChildProcess:
     external programs it started too (a SIGKILLed evaluator cannot kill them itself).
     """
 
-    def __init__(self, target: Callable[..., Any], *, name: str) -> None:
+    def __init__(
+        self, target: Callable[..., Any], *, name: str, memory_bytes: int | None = None
+    ) -> None:
+        """``target(data, ctl, memory_bytes)`` runs in the child; it applies ``memory_bytes``
+        with :func:`limit_memory` before anything else."""
         ctx = process_context()
         data_here, data_there = ctx.Pipe(duplex=True)
         ctl_here, ctl_there = ctx.Pipe(duplex=True)
         self.data = Channel(data_here)
         self.ctl = Channel(ctl_here)
         self.proc: BaseProcess = _Process(
-            target=target, args=(data_there, ctl_there), name=name, daemon=True
+            target=target, args=(data_there, ctl_there, memory_bytes), name=name, daemon=True
         )
         self.proc.start()
         data_there.close()
@@ -223,6 +232,8 @@ def report_programs(data: Channel) -> None:
     - the program is started with ``PR_SET_PDEATHSIG = SIGKILL`` (Linux), so the kernel kills it
       the moment this process dies, however it dies -- no window in which a SIGKILLed host
       leaves it running;
+    - it gets back the memory limit this process had before :func:`limit_memory` (the shell's
+      limit bounds ral values, not a compiler the script runs);
     - its pid is announced with a ``notice`` frame, so the control side can also kill the
       program's own process group (its children) at a rollback.
     """
@@ -231,14 +242,38 @@ def report_programs(data: Channel) -> None:
     base = subprocess.Popen
     die_with_parent = _pdeathsig_setter()
 
+    def preexec() -> None:
+        if _inherited_memory_limit is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, _inherited_memory_limit)
+        if die_with_parent is not None:
+            die_with_parent()
+
     class _Reported(base):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            if die_with_parent is not None and kwargs.get("preexec_fn") is None:
-                kwargs["preexec_fn"] = die_with_parent
+            if kwargs.get("preexec_fn") is None:
+                kwargs["preexec_fn"] = preexec
             super().__init__(*args, **kwargs)
             data.try_send("notice", program=self.pid)
 
     subprocess.Popen = _Reported  # type: ignore[misc]
+
+
+_PR_SET_PDEATHSIG = 1
+
+_IMPORTED_IN = os.getpid()
+"""The process that imported this module. The fork server imports it with :data:`PRELOAD`, so in
+a host or worker forked from there it is the pid of the parent (the fork server)."""
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl`` (None where there is none: not Linux)."""
+    try:
+        import ctypes
+
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return fn
 
 
 def _pdeathsig_setter() -> Callable[[], None] | None:
@@ -247,21 +282,73 @@ def _pdeathsig_setter() -> Callable[[], None] | None:
     It only calls ``prctl`` and ``getppid`` (async-signal-safe system calls) in the forked
     child; the ``getppid`` check closes the race of the parent dying before ``prctl`` ran.
     """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
+    prctl = _prctl()
+    if prctl is None:
         return None
     parent = os.getpid()
 
     def die_with_parent() -> None:
-        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
 
     return die_with_parent
+
+
+def die_with_parent() -> None:
+    """In a host or worker (a fork-server child): die with the control process, however it ends.
+
+    The chain, SIGKILL of the control process included:
+
+    1. the fork server exits at EOF of its ``alive`` pipe (multiprocessing's own watch). The
+       stdlib hands every fork-server child a copy of the pipe's write end, which would keep
+       the fork server alive for as long as any host lives -- a host spinning in C code, for
+       ever -- so this child closes its copy: the control process is then the only writer;
+    2. every host and worker, forked by the fork server's single thread, carries
+       ``PR_SET_PDEATHSIG = SIGKILL`` and so dies with the fork server; every program they start
+       carries the same (:func:`report_programs`);
+    3. multiprocessing's resource tracker exits at EOF of its own pipe, once all of the above
+       have closed it by dying.
+
+    A kernel signal is needed because a host spinning in C code holds the GIL, so no thread of
+    it could notice its pipes closing. The ``getppid`` check closes the race of the fork server
+    dying before ``prctl`` ran. Off Linux (no ``prctl``) the fallback is the control path: its
+    EOF cancels the run and the frame loop exits (:class:`CancelListener`), which needs a free
+    GIL. A signal sent to the control process's whole process group (``timeout``, ``kill --
+    -PGID``) also reaches the fork server (SIGINT excepted: it ignores it); its death then takes
+    every host and worker with it, and the control side rolls each shell back on a fresh one.
+    """
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getpid() != _IMPORTED_IN and os.getppid() != _IMPORTED_IN:
+            os._exit(1)  # the fork server died before prctl took effect
+    server = getattr(forkserver, "_forkserver", None)
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if alive_fd is not None and os.getpid() != _IMPORTED_IN:
+        # private to CPython's forkserver (3.8-3.13): this child never starts processes itself
+        with contextlib.suppress(OSError):
+            os.close(alive_fd)
+        server._forkserver_alive_fd = None  # type: ignore[union-attr]
+
+
+_inherited_memory_limit: tuple[int, int] | None = None
+"""``RLIMIT_DATA`` as this process had it before :func:`limit_memory` lowered it."""
+
+
+def limit_memory(memory_bytes: int | None) -> None:
+    """In a host or worker: cap its writable memory (``RLIMIT_DATA``, soft limit) at
+    ``memory_bytes`` (None: leave it), so an allocation past it raises ``MemoryError`` in this
+    process instead of growing it (see :mod:`runtime.limits` for why this limit and its
+    default). The hard limit is left alone, so programs started here get the old one back."""
+    global _inherited_memory_limit
+    if memory_bytes is None:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    _inherited_memory_limit = (soft, hard)
+    if hard != resource.RLIM_INFINITY:
+        memory_bytes = min(memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, hard))
 
 
 def become_group_leader() -> None:

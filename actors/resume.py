@@ -47,6 +47,7 @@ from runtime.fleet_yield import FleetYield, settlement_status
 from runtime.inbox import AgentResult, UserSteering
 from runtime.invariants import leftover_processes
 from runtime.journal import JOURNAL_NAME, NodeState, SpawnJournal, replay
+from runtime.limits import ShellLimits
 from runtime.messages import AssistantMessage
 from runtime.park import Construction
 from runtime.providers import make_provider
@@ -352,6 +353,7 @@ def resume_run(
             disk_warn_bytes=run.get("diskWarnBytes"),
             cwd=run.get("cwd"),
             grants=GrantPolicy.from_dict(run.get("grants")),  # as resolved when the run began
+            limits=ShellLimits.from_json(run.get("shellLimits")),
         ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), None

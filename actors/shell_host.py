@@ -38,11 +38,14 @@ from actors.process import (
     CancelListener,
     ChildProcess,
     become_group_leader,
+    die_with_parent,
     ensure_fork_server,
+    limit_memory,
     process_context,
     report_programs,
 )
 from runtime.cancel import POLL_INTERVAL, Cancelled
+from runtime.limits import DEFAULT_MAX_BINDING_BYTES
 
 __all__ = [
     "FORK_VERBS",
@@ -51,6 +54,7 @@ __all__ = [
     "ChildProcess",
     "HostCore",
     "become_group_leader",
+    "encode_binding",
     "ensure_fork_server",
     "error_fields",
     "frame_error_text",
@@ -67,9 +71,11 @@ FORK_VERBS = frozenset({"agent"})
 # -- the host process ------------------------------------------------------------------------
 
 
-def host_main(data_conn: Connection, ctl_conn: Connection) -> None:
+def host_main(data_conn: Connection, ctl_conn: Connection, memory_bytes: int | None = None) -> None:
     """Entry point of a shell host process (runs in the forkserver child)."""
+    die_with_parent()
     become_group_leader()
+    limit_memory(memory_bytes)
     data = Channel(data_conn)
     ctl = Channel(ctl_conn)
     report_programs(data)
@@ -78,6 +84,12 @@ def host_main(data_conn: Connection, ctl_conn: Connection) -> None:
         core.serve()
     finally:
         os._exit(0)
+
+
+def _panic_reason(e: BaseException) -> str:
+    if isinstance(e, MemoryError):  # past the shell's memory limit outside any native
+        return "out of memory: the shell's memory limit was reached (--shell-memory)"
+    return f"{type(e).__name__}: {e}"
 
 
 def error_fields(error: Any) -> list[Any] | None:
@@ -109,8 +121,9 @@ class HostCore:
         self.epoch = 0
         self.running: set[str] = set()
         self.verbs: frozenset[str] = frozenset()
-        self.dirty: dict[str, bytes | None] = {}
-        """Names written since the last boundary -> their encoding (None: not encodable)."""
+        self.dirty: dict[str, bytes] = {}
+        """Names written since the last boundary -> their encoding."""
+        self.max_binding_bytes = DEFAULT_MAX_BINDING_BYTES
         self.notices: list[dict[str, Any]] = []
         self._eid = 0
         self.listener = CancelListener(ctl, self._cancel)
@@ -142,7 +155,7 @@ class HostCore:
             except ChannelClosed:
                 return
             except BaseException as e:  # an internal error: the state is suspect -> panic
-                self.data.try_send("panic", reason=f"{type(e).__name__}: {e}")
+                self.data.try_send("panic", reason=_panic_reason(e))
                 return
 
     def on_restore(self, f: Frame) -> None:
@@ -152,6 +165,7 @@ class HostCore:
         from runtime.ral.session import Session
 
         self.verbs = frozenset(f.get("verbs") or ())
+        self.max_binding_bytes = int(f.get("max_binding_bytes") or DEFAULT_MAX_BINDING_BYTES)
         context = DynamicContext.from_dict(dict(f["context"]))
         self.session = Session(
             context=context,
@@ -233,14 +247,12 @@ class HostCore:
     # -- the chokepoint and the ready boundary -------------------------------------------------
 
     def _on_define(self, name: str, value: Any) -> None:
-        from runtime.ral.codec import encode_value
-
-        try:
-            blob: bytes | None = encode_value(value)
-        except Exception:  # a builtin read as a value: it lives until a rollback, not beyond
-            blob = None
+        """The chokepoint of every session binding, called *before* the name is bound: a value
+        that cannot be kept across a rollback is refused here (a ral error naming it, nothing
+        bound, so no Commit record can claim it) rather than bound, committed and later lost."""
+        blob = encode_binding(name, value, self.max_binding_bytes)
         self.dirty[name] = blob
-        size = len(blob) if blob is not None else 0
+        size = len(blob)
         large = self.ledger.note_define(name, self.epoch, size)
         if large is not None:
             self.notices.append(
@@ -296,12 +308,10 @@ class HostCore:
         The ledger travels whole (its ``to_state``): its layout belongs to ``runtime.ledger`` and
         its size is one small pair per leased name, not the bindings' bytes.
         """
-        bindings = {n: b for n, b in self.dirty.items() if b is not None}
-        removed = removed + [n for n, b in self.dirty.items() if b is None]
         self.data.send(
             "snapshot",
             epoch=self.epoch,
-            bindings=bindings,
+            bindings=dict(self.dirty),
             removed=removed,
             context=self.session.context.to_dict(),
             ledger=self.ledger.to_state(),
@@ -341,9 +351,37 @@ class HostCore:
         for name, value in self.session.bindings().items():
             try:
                 blobs[name] = encode_value(value)
-            except Exception:  # a builtin value cannot leave this process (see _on_define)
+            except Exception:  # each passed encode_binding at its let; a codec change may not
                 continue
         return {"bindings": blobs, "context": self.session.context.to_dict()}
+
+
+def encode_binding(name: str, value: Any, max_bytes: int) -> bytes:
+    """The encoding a binding is kept as, or a :class:`RalError` refusing ``let NAME``.
+
+    Refused: an encoding over ``max_bytes`` (``--max-binding-bytes``; a string or bytes value
+    already longer is refused before it is copied), a value the codec cannot encode (a
+    builtin, a structure nested too deeply), and running out of memory while encoding.
+    """
+    from runtime.limits import format_size
+    from runtime.ral.codec import encode_value
+    from runtime.ral.errors import RalError
+
+    over = f"over the {format_size(max_bytes)} binding limit (--max-binding-bytes); bind a file "
+    over += "path rather than the content"
+    if type(value) in (str, bytes) and len(value) > max_bytes:
+        raise RalError(f"let {name}: refused, the value holds {len(value)} bytes, {over}")
+    try:
+        blob = encode_value(value)
+    except MemoryError:
+        raise RalError(f"let {name}: refused, out of memory encoding the value") from None
+    except RecursionError:
+        raise RalError(f"let {name}: refused, the value is nested too deeply to keep") from None
+    except Exception as e:  # CodecError and anything else: never bind what cannot be kept
+        raise RalError(f"let {name}: refused, the value cannot be kept ({e})") from None
+    if len(blob) > max_bytes:
+        raise RalError(f"let {name}: refused, the value encodes to {len(blob)} bytes, {over}")
+    return blob
 
 
 class _EnquiryDesk:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from actors.frames import Frame
@@ -90,6 +91,7 @@ class EvalRoot:
         self._host: ChildProcess | None = None
         self._run_id: int | None = None
         self._cancel_at: float | None = None
+        self._wake: Callable[[], None] | None = None
         self.scope.on_cancel(self._on_root_cancelled)
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -122,17 +124,25 @@ class EvalRoot:
                 return
             if self._cancel_at is None:
                 self._cancel_at = time.monotonic()
+            wake = self._wake
         host.ctl.try_send("cancel", run=run_id, reason=reason)
+        if wake is not None:
+            # The pump blocks on the host's data pipe; a host spinning in C code never writes
+            # to it, so the pump must be woken to start counting the cancellation grace.
+            wake()
 
-    def _attach(self, host: ChildProcess, run_id: int) -> None:
+    def _attach(
+        self, host: ChildProcess, run_id: int, wake: Callable[[], None] | None = None
+    ) -> None:
         with self._lock:
             self._host, self._run_id, self._cancel_at = host, run_id, None
+            self._wake = wake
         if self.scope.cancelled:  # tripped while the run frame was on its way
             self._cancel_run(self.scope.reason or "cancelled")
 
     def _detach(self) -> None:
         with self._lock:
-            self._run_id, self._cancel_at = None, None
+            self._run_id, self._cancel_at, self._wake = None, None, None
 
     def _cancel_requested_at(self) -> float | None:
         with self._lock:

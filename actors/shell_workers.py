@@ -4,6 +4,7 @@ the retention sweep after every run.
 Invariants:
 
 - A worker id is ``w<epoch>-<n>``: unique per shell, since the epoch never rewinds.
+- At most ``limits.max_workers`` run at once; one more ``spawn`` is refused with a ral error.
 - Every worker's cancel scope is a child of the shell's :class:`actors.shell_types.EvalRoot`
   scope, so cancelling the root, closing the shell or ``clear`` reaches every worker with no edge
   of its own.
@@ -28,6 +29,7 @@ from actors.shell_types import EvalRoot, _Run
 from actors.worker import WorkerLink, start_worker
 from runtime.durable import append_jsonl
 from runtime.events import Notice
+from runtime.limits import ShellLimits
 from runtime.worker_registry import UnknownWorker, WorkerRegistry
 
 
@@ -40,6 +42,7 @@ class ShellWorkers:
     name: str
     record_path: Path
     eval_root: EvalRoot
+    limits: ShellLimits
     _faults: bool
     _epoch: int
     _spawned_this_run: int
@@ -51,6 +54,13 @@ class ShellWorkers:
     # -- enquiries from the host ---------------------------------------------------------------
 
     def _spawn(self, f: Frame) -> dict[str, Any]:
+        self._sync_settled()
+        cap = self.limits.max_workers
+        if len(self._registry.running_ids()) >= cap:
+            return {
+                "error": f"spawn: refused, this shell already runs {cap} workers (the limit, "
+                "--max-workers); await or cancel one first"
+            }
         self._spawned_this_run += 1
         wid = f"w{self._epoch}-{self._spawned_this_run}"
         link, ref = start_worker(
@@ -59,6 +69,7 @@ class ShellWorkers:
             dict(f["context"]),
             faults=self._faults,
             on_settle=self._wake,
+            memory_bytes=self.limits.memory_bytes,
         )
         scope = self.eval_root.scope.child()
         scope.on_cancel(lambda: link.cancel(scope.reason or "cancelled"))

@@ -36,6 +36,8 @@ from actors.process import (
     CancelListener,
     ChildProcess,
     become_group_leader,
+    die_with_parent,
+    limit_memory,
     report_programs,
 )
 from actors.shell_host import error_fields, frame_error_text
@@ -66,9 +68,13 @@ class WorkerOutcome:
         return self.error is None
 
 
-def worker_main(data_conn: Connection, ctl_conn: Connection) -> None:
+def worker_main(
+    data_conn: Connection, ctl_conn: Connection, memory_bytes: int | None = None
+) -> None:
     """Entry point of a worker process (a forkserver child)."""
+    die_with_parent()
     become_group_leader()
+    limit_memory(memory_bytes)
     data = Channel(data_conn)
     ctl = Channel(ctl_conn)
     report_programs(data)
@@ -103,6 +109,8 @@ def worker_main(data_conn: Connection, ctl_conn: Connection) -> None:
                 data.send("result", value=blob, stdout=rr.stdout, stderr=rr.stderr)
     except ChannelClosed:
         pass
+    except MemoryError:  # past the shell's memory limit outside any native
+        data.try_send("result", error=["worker ran out of memory (--shell-memory)", 0, 0, "panic"])
     except BaseException as e:  # an internal fault of the worker's evaluator
         data.try_send("result", error=[f"worker panicked: {type(e).__name__}: {e}", 0, 0, "panic"])
     finally:
@@ -185,13 +193,19 @@ class WorkerActor(QuotaActor):
     """
 
     def __init__(
-        self, link: WorkerLink, closure: bytes, context: dict[str, Any], faults: bool
+        self,
+        link: WorkerLink,
+        closure: bytes,
+        context: dict[str, Any],
+        faults: bool,
+        memory_bytes: int | None = None,
     ) -> None:
         self.link = link  # before super().__init__: the mailbox names its recipient
         super().__init__()
         self._closure = closure
         self._context = context
         self._faults = faults
+        self._memory = memory_bytes
         self._proc: ChildProcess | None = None
         self._watcher: threading.Thread | None = None
 
@@ -200,7 +214,9 @@ class WorkerActor(QuotaActor):
 
     def on_start(self) -> None:
         try:
-            proc = ChildProcess(worker_main, name=f"ral-worker-{self.link.id}")
+            proc = ChildProcess(
+                worker_main, name=f"ral-worker-{self.link.id}", memory_bytes=self._memory
+            )
         except Exception as e:
             self.link._settle(WorkerOutcome(None, [f"worker did not start: {e}", 0, 0, "panic"]))
             self.stop()
@@ -281,8 +297,9 @@ def start_worker(
     *,
     faults: bool,
     on_settle: Callable[[str], None] | None = None,
+    memory_bytes: int | None = None,
 ) -> tuple[WorkerLink, Any]:
     """Start one worker; returns its link and the WorkerActor's ref."""
     link = WorkerLink(worker_id, on_settle)
-    ref = WorkerActor.start(link, closure, context, faults)
+    ref = WorkerActor.start(link, closure, context, faults, memory_bytes)
     return link, ref

@@ -22,7 +22,7 @@ from actors.shell import ShellActor
 from actors.shell_host import ChildProcess, ensure_fork_server
 
 
-def echo_main(data: Connection, ctl: Connection) -> None:
+def echo_main(data: Connection, ctl: Connection, memory_bytes: int | None = None) -> None:
     while True:
         try:
             body = data.recv_bytes()

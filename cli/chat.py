@@ -15,8 +15,10 @@ from importlib import resources
 import click
 
 from cli.grants import fleet_policy, grant_options
+from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, provider_options
 from cli.runner import RunSpec, provider_factory, read_scenario, session_path
+from runtime.limits import ShellLimits
 from runtime.session_dir import SessionDir
 
 
@@ -31,6 +33,7 @@ from runtime.session_dir import SessionDir
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 @grant_options
+@limit_options
 def chat_command(
     scenario: str | None,
     connection: ProviderChoice,
@@ -40,6 +43,7 @@ def chat_command(
     disk_warn_bytes: int | None,
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
+    limits: ShellLimits,
 ) -> None:
     """Talk to an interactive trunk in a terminal UI: one tab per agent. With no SCENARIO and
     no --model (and so a bare `exarch-actors`) it plays a packaged scripted demo: no network,
@@ -92,7 +96,9 @@ def chat_command(
     prompt = loaded.prompt if send_prompt and loaded is not None else None
     system = loaded.system if loaded is not None else None
     session = SessionDir.at(session_dir) if session_dir else SessionDir.new()
-    fleet = Fleet(session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes, grants=grants))
+    fleet = Fleet(
+        session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes, grants=grants, limits=limits)
+    )
     app = ChatApp(
         fleet, start=lambda f: f.start_trunk(prompt, interactive=True, system=system), intro=intro
     )

@@ -507,7 +507,8 @@ def drill_command(
       0    every invariant held and every requested kind was applied
       1    an invariant was violated, or a requested kind was never applied
       2    bad input (an unknown or unplayable fault kind, a rate or duration <= 0)
-      130  interrupted by Ctrl-C (143: by SIGTERM)
+      130  interrupted by Ctrl-C (SIGINT); the report is written, marked interrupted
+      143  interrupted by SIGTERM, likewise
     """
     try:
         kinds = parse_faults(faults, scripted=scenario is None)

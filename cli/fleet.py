@@ -18,9 +18,11 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter, agent_line
 from cli.runner import run_headless, session_path, spec_for
+from runtime.limits import ShellLimits
 
 
 def render_tree(report: RunReporter) -> Tree:
@@ -73,6 +75,7 @@ def yield_table(fy: dict[str, Any]) -> Table:
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the run.")
 @click.option("--no-live", is_flag=True, help="Skip the live view even on a terminal.")
 @output_options
+@limit_options
 def fleet_command(
     target: str,
     connection: ProviderChoice,
@@ -80,6 +83,7 @@ def fleet_command(
     no_live: bool,
     as_json: bool,
     quiet: bool,
+    limits: ShellLimits,
 ) -> None:
     """Run a multi-agent SCENARIO.toml (or a PROMPT for a real model) with a live spawn-tree
     view, then print the fleet yield (spawned, done, down, cancelled, never settled).
@@ -92,9 +96,11 @@ def fleet_command(
       0    the trunk replied or quiesced
       1    the run failed (the `error:` line says why) or was capped
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
-      130  cancelled: Ctrl-C cancels the whole tree and leaves no process behind
+      130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
+           is left behind
+      143  cancelled by SIGTERM, likewise
     """
-    spec = spec_for(target, connection, session_dir=session_dir)
+    spec = spec_for(target, connection, session_dir=session_dir, limits=limits)
     report = RunReporter(
         as_json=as_json, quiet=quiet, live=not no_live, view=render_tree, keep_view=True
     )

@@ -2,7 +2,8 @@
 
 The provider is the one ``run.json`` names; ``--model``, ``--base-url``, ``--api-key``,
 ``--timeout`` and ``--retries`` override it (the key is never written to ``run.json``: it comes
-from the flag or the provider's usual variable). Output and exit codes as ``run``.
+from the flag or the provider's usual variable). Output and exit codes as ``run`` (130 / 143
+when cancelled by SIGINT / SIGTERM).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import click
 from actors.resume import ResumeRefused, resume_run
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
-from cli.runner import EXIT_CODES, sigint_cancels
+from cli.runner import exit_code, signals_cancel
 
 
 @click.command("resume")
@@ -39,12 +40,14 @@ def resume_command(
       1    the run failed (the `error:` line says why) or was capped
       2    the directory cannot be resumed (not a session, no run.json, already finished), a
            bad flag, or no API key for the hosted service
-      130  cancelled: Ctrl-C cancels the whole tree and leaves no process behind
+      130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
+           is left behind
+      143  cancelled by SIGTERM, likewise
     """
     overrides = _connection_overrides(session_dir, connection)
     report = RunReporter(as_json=as_json, quiet=quiet)
     hit = {"cancel": False}
-    with sigint_cancels(lambda: hit.__setitem__("cancel", True)) as interrupted:
+    with signals_cancel(lambda: hit.__setitem__("cancel", True)) as interrupted:
 
         def poll() -> bool:
             report.tick()
@@ -72,7 +75,7 @@ def resume_command(
     report.finish(
         outcome, result.reply, result.session, result.fleet_yield.to_json(), plan=plan.to_json()
     )
-    sys.exit(EXIT_CODES.get(outcome, 1))
+    sys.exit(exit_code(outcome, interrupted.signum))
 
 
 def _connection_overrides(session_dir: str, connection: ProviderChoice) -> dict[str, Any]:

@@ -7,9 +7,11 @@ import sys
 import click
 
 from cli.grants import grant_options
+from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
 from cli.runner import run_headless, spec_for
+from runtime.limits import ShellLimits
 
 
 @click.command("run")
@@ -24,6 +26,7 @@ from cli.runner import run_headless, spec_for
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
 @grant_options
 @output_options
+@limit_options
 def run_command(
     target: str,
     connection: ProviderChoice,
@@ -35,6 +38,7 @@ def run_command(
     grant_root: tuple[str, ...],
     as_json: bool,
     quiet: bool,
+    limits: ShellLimits,
 ) -> None:
     """Run a headless trunk on a SCENARIO.toml (the scripted provider: no network, no key) or
     on a PROMPT (a real model), and print its reply.
@@ -57,7 +61,9 @@ def run_command(
       0    the trunk replied, or quiesced (a ral error it could not get past ends it here too)
       1    the run failed (a provider error: the `error:` line says which) or was capped
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
-      130  cancelled: Ctrl-C cancels the whole tree and leaves no process behind
+      130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
+           is left behind
+      143  cancelled by SIGTERM, likewise
     """
     spec = spec_for(
         target,
@@ -68,6 +74,7 @@ def run_command(
         window_tokens=window_tokens,
         grant_exec=grant_exec,
         grant_root=grant_root,
+        limits=limits,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

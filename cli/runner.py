@@ -3,7 +3,9 @@ its end, write ``result.json``, and map the outcome to the exit code of SCENARIO
 
 Exit codes: 0 when the trunk replied or quiesced normally, 1 on a failed or capped run, 2 on bad
 input (an unreadable scenario, a bad flag, no API key for the hosted service), 130 when cancelled
-(Ctrl-C). What is printed is ``cli/run_report.py``'s.
+by SIGINT (Ctrl-C), 143 when cancelled by SIGTERM. Both signals cancel the whole tree and let it
+settle (``result.json`` says ``cancelled``) before the process exits. What is printed is
+``cli/run_report.py``'s.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +25,7 @@ import click
 from runtime.durable import atomic_write_bytes
 from runtime.errors import ScenarioError
 from runtime.fleet_yield import FleetYield
+from runtime.limits import ShellLimits
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario, load_scenario
@@ -35,6 +38,16 @@ if TYPE_CHECKING:
     from cli.provider_options import ProviderChoice
 
 EXIT_CODES = {"replied": 0, "quiesced": 0, "failed": 1, "capped": 1, "cancelled": 130}
+
+CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Signals that cancel a headless run (the whole tree) instead of killing the process."""
+
+
+def exit_code(outcome: str, signum: int | None = None) -> int:
+    """The exit code of an outcome; a run cancelled by a signal exits ``128 + signum``."""
+    if outcome == "cancelled" and signum is not None:
+        return 128 + signum
+    return EXIT_CODES.get(outcome, 1)
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,8 @@ class RunSpec:
     grant_exec: tuple[str, ...] = ()
     grant_root: tuple[str, ...] = ()
     """``--grant-exec`` / ``--grant-root`` as given (:func:`cli.grants.fleet_policy` resolves)."""
+    limits: ShellLimits = field(default_factory=ShellLimits)
+    """Every shell's memory, live-worker and binding-size limits (``cli/limits.py`` flags)."""
 
 
 @dataclass(frozen=True)
@@ -64,10 +79,12 @@ class RunOutcome:
     reply: str | None
     fleet_yield: FleetYield
     session: SessionDir
+    signum: int | None = None
+    """The signal that cancelled the run, if one did."""
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES.get(self.outcome, 1)
+        return exit_code(self.outcome, self.signum)
 
 
 def read_scenario(path: str) -> Scenario:
@@ -134,23 +151,42 @@ def provider_factory(spec: RunSpec) -> Callable[[str], Provider]:
     return lambda name: base.for_agent(name)
 
 
+class Interruption:
+    """Whether a cancelling signal arrived, and which came first."""
+
+    def __init__(self) -> None:
+        self._hit = threading.Event()
+        self.signum: int | None = None
+
+    def is_set(self) -> bool:
+        return self._hit.is_set()
+
+    def _set(self, signum: int) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self._hit.set()
+
+
 @contextmanager
-def sigint_cancels(cancel: Callable[[], None]) -> Iterator[threading.Event]:
-    """Ctrl-C cancels the run (the whole tree) instead of raising KeyboardInterrupt."""
-    hit = threading.Event()
+def signals_cancel(cancel: Callable[[], None]) -> Iterator[Interruption]:
+    """SIGINT (Ctrl-C) and SIGTERM cancel the run (the whole tree) instead of ending the process
+    on the spot: the caller lets the tree settle, writes ``result.json`` and exits 130 / 143.
+    A shell that ignores the cancel is killed after its grace, so settling always ends."""
+    hit = Interruption()
     if threading.current_thread() is not threading.main_thread():
         yield hit
         return
 
-    def handler(_sig: int, _frame: FrameType | None) -> None:
-        hit.set()
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        hit._set(signum)
         cancel()
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in CANCEL_SIGNALS}
     try:
         yield hit
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 class RunObserver(Protocol):
@@ -193,14 +229,14 @@ def run_headless(
     fleet = Fleet(
         session,
         factory,
-        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes, grants=grants),
+        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes, grants=grants, limits=spec.limits),
     )
     outcome = "failed"
     reply: str | None = None
     try:
-        # Ctrl-C is caught from the first line printed on: before the trunk exists it is
-        # remembered and cancels the trunk as soon as it does.
-        with sigint_cancels(lambda: fleet.cancel_all("interrupted")) as interrupted:
+        # Ctrl-C / SIGTERM are caught from the first line printed on: before the trunk exists
+        # the signal is remembered and cancels the trunk as soon as it does.
+        with signals_cancel(lambda: fleet.cancel_all("interrupted")) as interrupted:
             if observer is not None:
                 observer.attach(fleet)
             trunk = fleet.start_trunk(prompt, chat=spec.chat, system=system)
@@ -224,7 +260,7 @@ def run_headless(
             if observer is not None:
                 observer.detach()
     fy = fleet.write_result(outcome, reply)
-    return RunOutcome(outcome, reply, fy, session)
+    return RunOutcome(outcome, reply, fy, session, interrupted.signum)
 
 
 def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | None = None) -> None:
@@ -241,6 +277,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "chat": spec.chat,
         "diskWarnBytes": spec.disk_warn_bytes,
         "windowTokens": spec.window_tokens,
+        "shellLimits": spec.limits.to_json(),
         "cwd": str(Path.cwd()),
         "grants": (grants or GrantPolicy()).to_dict(),
     }

@@ -212,6 +212,8 @@ def call_native(it: Runtime, name: str, argv: list[Any], line: int, col: int) ->
         raise
     except RecursionError:
         raise RalError("recursion limit", line, col) from None
+    except MemoryError:  # a native leaves no half-done interpreter state behind
+        raise RalError(f"out of memory: {name} (the shell's memory limit)", line, col) from None
     except _NATIVE_ERRORS as e:
         raise RalError(f"{name}: {e}", line, col) from None
 

@@ -533,10 +533,17 @@ def _fault(it: Interp, a: list[Any]) -> Any:
         while not it.scope.wait(1.0):
             pass
         check_cancel(it)
-    raise RalError(f"fault: unknown kind {kind!r} (crash, panic or hang)")
+    if kind == "spin":
+        # A CPU-bound C-level call that never releases the GIL (exponential backtracking in the
+        # regex engine, ~2^64 steps): no poll point, no other thread of the process runs, so
+        # only a kill stops it -- the shape of a runaway native.
+        import re
+
+        re.match(r"(a+)+$", "a" * 64 + "b")
+    raise RalError(f"fault: unknown kind {kind!r} (crash, panic, hang or spin)")
 
 
-FAULT = Native(_fault, 1, 1, "fault crash|panic|hang (only with EXARCH_FAULTS=1)")
+FAULT = Native(_fault, 1, 1, "fault crash|panic|hang|spin (only with EXARCH_FAULTS=1)")
 
 
 def desk_native(desk: Desk, verb: str) -> Native:

@@ -6,7 +6,8 @@ any phrase runs (``compiled=False``, nothing referenced). Otherwise the run's re
 ``harvest_hook`` and the phrases run under a fresh child of :attr:`Session.root_scope`.
 
 Invariants:
-- ``define_hook`` is called at exactly one chokepoint: a top-level ``let``/``let rec`` of a run.
+- ``define_hook`` is called at exactly one chokepoint: a top-level ``let``/``let rec`` of a run,
+  before the name is bound; a hook that raises a ral error refuses the binding (nothing bound).
 - ρ is copy-on-write from every closure's point of view: closures copy what they capture, so
   ``unset``/``restore``/rebinding never changes an existing closure.
 - ral errors and cancellation come back in :attr:`RunResult.error`; any other exception (an
@@ -180,10 +181,10 @@ class Session:
         )
 
     def _define(self, it: Interp, name: str, value: Value) -> None:
+        if self.define_hook is not None:  # first: a hook that refuses (RalError) binds nothing
+            self.define_hook(name, value)
         self._rho[name] = value
         it.defined.append(name)
-        if self.define_hook is not None:
-            self.define_hook(name, value)
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Trip the run in flight (no-op between runs). Thread-safe."""

@@ -13,11 +13,11 @@ from tests.support.terminal import ROOT
 
 EXIT_CODES = {
     "ral": {0, 1, 2},
-    "run": {0, 1, 2, 130},
-    "fleet": {0, 1, 2, 130},
-    "resume": {0, 1, 2, 130},
+    "run": {0, 1, 2, 130, 143},
+    "fleet": {0, 1, 2, 130, 143},
+    "resume": {0, 1, 2, 130, 143},
     "chat": {0, 2},
-    "drill": {0, 1, 2},
+    "drill": {0, 1, 2, 130, 143},
     "check": {0, 1, 2},
 }
 PROVIDER_FLAGS = ("--model", "--base-url", "--api-key", "--timeout", "--retries")

@@ -1,0 +1,98 @@
+"""The per-shell limit flags shared by ``run``, ``fleet`` and ``chat`` (the rules and defaults
+live in :mod:`runtime.limits`)::
+
+    --shell-memory SIZE       RLIMIT_DATA of every shell host and worker (default 2GiB)
+    --max-workers N           running spawn workers per shell (default 64)
+    --max-binding-bytes SIZE  largest binding a shell keeps (default 256MiB)
+
+``@limit_options`` adds the three flags and hands the command one ``limits: ShellLimits``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from runtime.limits import (
+    DEFAULT_MAX_BINDING_BYTES,
+    DEFAULT_MAX_WORKERS,
+    DEFAULT_SHELL_MEMORY,
+    BadLimit,
+    ShellLimits,
+    format_size,
+    parse_size,
+)
+
+UNLIMITED = "unlimited"
+
+
+class Size(click.ParamType):
+    """A byte size: ``65536``, ``512M``, ``2GiB`` (binary units); ``unlimited`` when allowed."""
+
+    name = "size"
+
+    def __init__(self, *, unlimited: bool = False) -> None:
+        self.unlimited = unlimited
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) or value is None:
+            return value
+        text = str(value)
+        if self.unlimited and text.strip().lower() == UNLIMITED:
+            return None
+        try:
+            return parse_size(text)
+        except BadLimit as e:
+            self.fail(str(e), param, ctx)
+
+
+def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--shell-memory``, ``--max-workers`` and ``--max-binding-bytes`` to a click command
+    (put it right above the function); the command receives them as ``limits``."""
+
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        shell_memory: int | None,
+        max_workers: int,
+        max_binding_bytes: int,
+        **kwargs: Any,
+    ) -> Any:
+        try:
+            limits = ShellLimits(shell_memory, max_workers, max_binding_bytes)
+        except BadLimit as e:
+            raise click.UsageError(str(e)) from None
+        return command(*args, limits=limits, **kwargs)
+
+    options = [
+        click.option(
+            "--shell-memory",
+            type=Size(unlimited=True),
+            default=DEFAULT_SHELL_MEMORY,
+            metavar="SIZE",
+            help="Memory limit of each shell and worker process (RLIMIT_DATA; default "
+            f"{format_size(DEFAULT_SHELL_MEMORY).replace(' ', '')}; '{UNLIMITED}' for none).",
+        ),
+        click.option(
+            "--max-workers",
+            type=click.IntRange(min=1),
+            default=DEFAULT_MAX_WORKERS,
+            metavar="N",
+            help=f"Running spawn workers per shell (default {DEFAULT_MAX_WORKERS}).",
+        ),
+        click.option(
+            "--max-binding-bytes",
+            type=Size(),
+            default=DEFAULT_MAX_BINDING_BYTES,
+            metavar="SIZE",
+            help="Largest binding a shell keeps; a larger let is refused (default "
+            f"{format_size(DEFAULT_MAX_BINDING_BYTES).replace(' ', '')}).",
+        ),
+    ]
+    decorated: Callable[..., Any] = wrapper
+    for option in reversed(options):
+        decorated = option(decorated)
+    return decorated
