@@ -14,9 +14,8 @@ from importlib import resources
 
 import click
 
-from cli.runner import RunSpec, provider_factory, read_scenario, session_path
+from cli.runner import RunSpec, open_session, provider_factory, read_scenario, session_path
 from runtime.providers import PROVIDER_NAMES
-from runtime.session_dir import SessionDir
 
 
 @click.command("chat")
@@ -81,7 +80,7 @@ def chat_command(
         ) from None
     prompt = loaded.prompt if send_prompt and loaded is not None else None
     system = loaded.system if loaded is not None else None
-    session = SessionDir.at(session_dir) if session_dir else SessionDir.new()
+    session = open_session(session_dir)
     fleet = Fleet(session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes))
     app = ChatApp(fleet, start=lambda f: f.start_trunk(prompt, interactive=True, system=system))
     try:

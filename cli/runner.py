@@ -27,7 +27,7 @@ from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.ral.values import render
-from runtime.session_dir import SessionDir
+from runtime.session_dir import SessionDir, SessionDirInUse
 
 EXIT_CODES = {"replied": 0, "quiesced": 0, "failed": 1, "capped": 1, "cancelled": 130}
 
@@ -118,7 +118,7 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
     """Run a headless trunk to its end and write ``result.json``."""
     from actors.fleet import Fleet, FleetConfig
 
-    session = SessionDir.at(spec.session_dir) if spec.session_dir else SessionDir.new()
+    session = open_session(spec.session_dir)
     prompt = spec.prompt
     system = None
     if spec.scenario is not None:
@@ -151,6 +151,17 @@ def run_headless(spec: RunSpec, *, on_start: Callable[[Any], None] | None = None
         fleet.close()
     fy = fleet.write_result(outcome, reply)
     return RunOutcome(outcome, reply, fy, session)
+
+
+def open_session(session_dir: str | None) -> SessionDir:
+    """The directory of a new run: ``--session-dir`` if given (exit 2 if it already holds a
+    run), else a fresh one under ``.exarch/sessions/``."""
+    if not session_dir:
+        return SessionDir.new()
+    try:
+        return SessionDir.fresh_at(session_dir)
+    except SessionDirInUse as e:
+        raise click.UsageError(str(e)) from None
 
 
 def write_run_spec(session: SessionDir, spec: RunSpec) -> None:

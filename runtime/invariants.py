@@ -13,9 +13,10 @@ violation:
   ``snapshot.msgpack``, unless a later ``Prune`` record names it or a later ``/clear`` of that
   agent explains it. A rollback explains nothing: it restores the durable snapshot, which holds
   every committed binding.
-- ``rejections`` — no result vanished: each child's result is in its parent's event log (a user
-  event with source ``agent_result``, any generation) or in ``transcript.jsonl`` as
-  ``InboxRejected``.
+- ``rejections`` — no result vanished: each dispatched child's result is in its parent's event
+  log (a user event with source ``agent_result``, any generation) or in ``transcript.jsonl`` as
+  ``InboxRejected``. A child never dispatched never ran: its parent's ``agent`` call failed
+  instead (``spawn failed: ...``), so there is no result to find.
 - ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation).
 - ``no-leftover-processes`` — no pid the run named (journal environment records, ``Commit``
   records) still runs: matched with ``psutil`` *and* its create time, so a reused pid is not
@@ -344,8 +345,8 @@ def _check_rejections(s: _Session) -> InvariantResult:
     checked = 0
     for nid, node in rep.state.nodes.items():
         parent = node.spawned.get("parent")
-        if node.open or not isinstance(parent, str):
-            continue
+        if node.open or not isinstance(parent, str) or "dispatched" not in node.phases:
+            continue  # never dispatched: the parent's spawn call failed, it had no result
         checked += 1
         if (parent, nid) in rejected or _result_logged(s, parent, nid):
             continue

@@ -11,6 +11,39 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.errors import ExarchError
+
+RUN_FILES = (
+    "run.json",
+    "transcript.jsonl",
+    "record.jsonl",
+    "spawn-journal.jsonl",
+    "result.json",
+    "agents",
+)
+"""What a run leaves in its directory; any one of them means the directory holds a run."""
+
+
+class SessionDirInUse(ExarchError):
+    """A new run was pointed at a directory that already holds a run.
+
+    Two runs in one directory would share one spawn journal, so the second run's children
+    collide with the first's settled records and can never be admitted."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.finished = (root / "result.json").exists()
+        if self.finished:
+            what = "a finished run (result.json exists)"
+            todo = "start the new run in a fresh directory (omit --session-dir for a new one)"
+        else:
+            what = "a run that did not finish"
+            todo = (
+                f"carry it on with `exarch-actors resume {root}`, or start the new run in a "
+                "fresh directory (omit --session-dir for a new one)"
+            )
+        super().__init__(f"session directory in use: {root} already holds {what}; {todo}")
+
 
 @dataclass(frozen=True)
 class SessionDir:
@@ -28,8 +61,17 @@ class SessionDir:
         return cls(root)
 
     @classmethod
+    def fresh_at(cls, path: str | os.PathLike[str]) -> SessionDir:
+        """``path`` for a *new* run: created if missing, refused with :class:`SessionDirInUse`
+        if it already holds a run's files (an empty existing directory is fine)."""
+        root = Path(path)
+        if root.is_dir() and any((root / name).exists() for name in RUN_FILES):
+            raise SessionDirInUse(root)
+        return cls.at(root)
+
+    @classmethod
     def at(cls, path: str | os.PathLike[str]) -> SessionDir:
-        """Use ``path`` (created if missing)."""
+        """Use ``path`` (created if missing), whatever it holds (``resume``, ``check``)."""
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         return cls(root)
