@@ -4,6 +4,11 @@ atomic whole-file replacement.
 Invariants:
 - :func:`append_jsonl` writes one complete line and fsyncs before returning, so a record that was
   acknowledged survives a SIGKILL of the writer.
+- Every append starts on a fresh line. A file that does not end in a newline was torn by a crash
+  mid-append: a last line that is a whole record (only its newline lost) is completed; any other
+  fragment is *set aside* — copied, fsync'd, to ``<file>.torn`` (:data:`TORN_SUFFIX`) with its
+  offset — and only then cut from the file. The fragment was never acknowledged (its append
+  never returned), so cutting it loses no record, and its bytes are kept.
 - :func:`read_jsonl` never raises on a torn or corrupt line: it returns the readable records and
   reports each damaged line (a torn *last* line is the expected shape of a crash mid-write).
 - :func:`atomic_write_bytes` replaces a file with write-to-temp, fsync, rename, fsync-dir, so a
@@ -12,14 +17,23 @@ Invariants:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as _dt
 import json
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+TORN_SUFFIX = ".torn"
+"""``<file>.torn``: JSON lines, one per torn tail set aside (offset, length, bytes in base64)."""
+
+_SCAN = 64 * 1024
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -53,14 +67,72 @@ def append_jsonl(
     line = (json.dumps(record, ensure_ascii=False, default=_json_default) + "\n").encode()
     p.parent.mkdir(parents=True, exist_ok=True)
     with _lock_for(p):
-        fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(p, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            _start_on_a_fresh_line(p, fd)
             _write_all(fd, line)
             if fsync:
                 os.fsync(fd)
         finally:
             os.close(fd)
     return record
+
+
+def _start_on_a_fresh_line(path: Path, fd: int) -> None:
+    """Make the file end in a newline before an append (see the module docstring). One
+    ``pread`` of the last byte when the file is whole, which is every append but the first
+    after a crash."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = _last_line_start(fd, size)
+    tail = os.pread(fd, size - start, start)
+    if _is_record(tail):
+        _write_all(fd, b"\n")
+        log.warning("%s: completed a whole last record that had lost its newline", path)
+    else:
+        set_aside_torn(path, start, tail)
+        os.ftruncate(fd, start)
+        log.warning("%s: set aside a torn tail of %d bytes to %s", path, len(tail), TORN_SUFFIX)
+    os.fsync(fd)
+
+
+def _last_line_start(fd: int, size: int) -> int:
+    """Offset just after the file's last newline (0 if it has none), scanning back by blocks."""
+    end = size
+    while end > 0:
+        begin = max(0, end - _SCAN)
+        cut = os.pread(fd, end - begin, begin).rfind(b"\n")
+        if cut >= 0:
+            return begin + cut + 1
+        end = begin
+    return 0
+
+
+def _is_record(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw), dict)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def torn_path(path: str | os.PathLike[str]) -> Path:
+    """Where the torn tails of ``path`` are set aside."""
+    p = Path(path)
+    return p.with_name(p.name + TORN_SUFFIX)
+
+
+def set_aside_torn(path: str | os.PathLike[str], offset: int, data: bytes) -> None:
+    """Record a torn fragment of ``path`` in its side file (fsync'd) before it is cut."""
+    append_jsonl(
+        torn_path(path),
+        {
+            "file": Path(path).name,
+            "offset": offset,
+            "length": len(data),
+            "bytes": base64.b64encode(data).decode("ascii"),
+        },
+    )
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -124,7 +196,9 @@ def read_jsonl(path: str | os.PathLike[str]) -> JsonlRead:
             )
             continue
         if not isinstance(obj, dict):
-            out.damage.append(Damage(i, False, raw[:200].decode("utf-8", "replace")))
+            out.damage.append(
+                Damage(i, last and not ends_clean, raw[:200].decode("utf-8", "replace"))
+            )
             continue
         out.records.append(obj)
     return out

@@ -22,7 +22,8 @@ violation:
   records) still runs: matched with ``psutil`` *and* its create time, so a reused pid is not
   blamed.
 - ``files-parse`` — every JSON-lines file reads; a torn last line is reported, not a violation
-  (the expected shape of a crash mid-append); a corrupt inner line, an unreadable
+  (the expected shape of a crash mid-append), and so is a ``.torn`` side file (a torn tail the
+  next append set aside); a corrupt inner line, an unreadable
   ``result.json``/``run.json`` or a refused snapshot is a violation.
 
 Times compared between files are the ISO ``"at"`` stamps (millisecond resolution). "Later" is
@@ -42,7 +43,7 @@ from typing import Any, Literal
 
 import psutil
 
-from runtime.durable import read_jsonl
+from runtime.durable import TORN_SUFFIX, read_jsonl
 from runtime.errors import ExarchError, SnapshotRefused
 from runtime.journal import JOURNAL_NAME, replay
 from runtime.snapshot import MobileSnapshot
@@ -444,7 +445,13 @@ def _check_files(s: _Session) -> InvariantResult:
                 MobileSnapshot.load(p)
             except SnapshotRefused as e:
                 bad.append(f"agents/{agent}/snapshot.msgpack: {e}")
-    return _result("files-parse", checked, bad, s.torn)
+    aside = [*s.root.glob("*" + TORN_SUFFIX), *s.root.glob(f"agents/*/*{TORN_SUFFIX}")]
+    notes = list(s.torn) + [
+        f"{p.relative_to(s.root)}: {len(read_jsonl(p).records)} torn tail(s) of a crash "
+        "mid-append, set aside by the next append (bytes kept)"
+        for p in sorted(aside)
+    ]
+    return _result("files-parse", checked, bad, notes)
 
 
 def check_session(

@@ -391,21 +391,10 @@ class SpawnJournal:
     def open(
         cls, path: str | os.PathLike[str], *, strict: bool = True
     ) -> tuple[SpawnJournal, Replay]:
-        """Resume a journal: replay it and terminate a torn tail so the next append starts on a
-        fresh line (the torn fragment stays in the file as reported damage)."""
+        """Resume a journal: replay it. A torn tail is left for the first append, which sets it
+        aside and starts on a fresh line (:func:`runtime.durable.append_jsonl`)."""
         p = Path(path)
         rep = replay(p, strict=strict)
-        if p.exists() and p.stat().st_size:
-            with p.open("rb") as f:
-                f.seek(-1, os.SEEK_END)
-                last = f.read(1)
-            if last != b"\n":
-                fd = os.open(p, os.O_WRONLY | os.O_APPEND)
-                try:
-                    os.write(fd, b"\n")
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
         return cls(p, rep.state), rep
 
     @classmethod
