@@ -500,7 +500,10 @@ class Fleet:
             self.registry.cancel_descendants(agent.name, "parent ended")
             self.registry.deregister(agent.name)
             agent.record_leftovers()  # delivered between the agent's exit and deregister
-            self.publish(Died(agent.name, outcome=outcome.value, cause=agent.terminated))
+            reply = render(agent.reply_value) if agent.parent is None and agent.replied else None
+            self.publish(
+                Died(agent.name, outcome=outcome.value, cause=agent.terminated, reply=reply)
+            )
             with self._lock:
                 self._actors.pop(agent.name, None)
                 empty = not self._actors

@@ -1,7 +1,8 @@
 """``exarch-actors resume SESSION_DIR``: rebuild a run whose control process died and finish it.
 
 Exit codes as ``run``: 0 replied or quiesced, 1 failed or capped, 2 when the directory cannot be
-resumed (not a session, no run.json, already finished), 130 when cancelled.
+resumed (not a session, no run.json, already finished, a damaged file named by file and line:
+``runtime/session_read.py``), 130 when cancelled.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from actors.resume import ResumeRefused, resume_run
 from cli.runner import EXIT_CODES, session_path, sigint_cancels
 
 
+class Refused(click.ClickException):
+    """A typed refusal, printed as ``Error: ...`` (no usage text: the command line was fine)."""
+
+    exit_code = 2
+
+
 @click.command("resume")
 @click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
@@ -25,7 +32,7 @@ def resume_command(session_dir: str, as_json: bool) -> None:
         try:
             result = resume_run(session_dir, poll=interrupted.is_set)
         except ResumeRefused as e:
-            raise click.UsageError(str(e)) from None
+            raise Refused(str(e)) from None
     outcome = "cancelled" if interrupted.is_set() else result.outcome
     if as_json:
         click.echo(

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,11 +155,70 @@ def _json_default(o: Any) -> Any:
 
 @dataclass(frozen=True)
 class Damage:
-    """One unreadable line of a JSON-lines file."""
+    """One line of a JSON-lines file that no reader may use."""
 
-    line: int  # 1-based
+    line: int  # 1-based; 0 when the file as a whole could not be read
     torn_tail: bool  # the last line, without its newline: a crash mid-append
     text: str
+    reason: str = "not a JSON object"
+
+    def where(self, name: str) -> str:
+        """``name:line: reason 'text'`` -- how refusals and the checker name it."""
+        return f"{name}:{self.line}: {self.reason} {self.text[:60]!r}"
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A field type: a list whose items are all of ``item``."""
+
+    item: type
+
+
+FieldTypes = tuple[Any, ...]  # classes, None, or ListOf(...)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the readers of one JSON-lines format rely on, so a record that breaks it is
+    reported as damage (by file and line) instead of failing a reader far away.
+
+    Every record has a string ``kind``. ``fields[kind]`` maps a field to its allowed types; a
+    name ending in ``?`` may be absent. ``checks[kind]`` is a further test returning the problem
+    (or None). Kinds not listed need only the ``kind``. ``bool`` is never an ``int`` here.
+    """
+
+    fields: dict[str, dict[str, FieldTypes]] = field(default_factory=dict)
+    checks: dict[str, Callable[[dict[str, Any]], str | None]] = field(default_factory=dict)
+
+    def problem(self, record: dict[str, Any]) -> str | None:
+        kind = record.get("kind")
+        if not isinstance(kind, str):
+            return "no string kind"
+        for spec, types in self.fields.get(kind, {}).items():
+            name = spec.rstrip("?")
+            if name not in record:
+                if spec.endswith("?"):
+                    continue
+                return f"{kind} without {name}"
+            if not _has_type(record[name], types):
+                return f"{kind} {name} is {type(record[name]).__name__}"
+        check = self.checks.get(kind)
+        return check(record) if check is not None else None
+
+
+def _has_type(value: Any, types: FieldTypes) -> bool:
+    for t in types:
+        if t is None:
+            if value is None:
+                return True
+        elif isinstance(t, ListOf):
+            if isinstance(value, list) and all(_has_type(v, (t.item,)) for v in value):
+                return True
+        elif isinstance(value, bool) and t is not bool:
+            continue
+        elif isinstance(value, t):
+            return True
+    return False
 
 
 @dataclass
@@ -167,18 +227,31 @@ class JsonlRead:
 
     records: list[dict[str, Any]] = field(default_factory=list)
     damage: list[Damage] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # the line of each record
 
     @property
     def torn(self) -> bool:
         return any(d.torn_tail for d in self.damage)
 
+    @property
+    def inner_damage(self) -> list[Damage]:
+        """Damage that is not a torn last line: something no crash leaves behind."""
+        return [d for d in self.damage if not d.torn_tail]
 
-def read_jsonl(path: str | os.PathLike[str]) -> JsonlRead:
-    """Read every parseable record; report the rest. A missing file reads as empty."""
+
+def read_jsonl(path: str | os.PathLike[str], shape: Shape | None = None) -> JsonlRead:
+    """Read every usable record; report the rest. A missing file reads as empty.
+
+    A line that is not a JSON object, or (with ``shape``) a record that breaks the shape, is
+    damage; a file that cannot be read at all is one damage at line 0. Never raises for what
+    the file holds."""
     out = JsonlRead()
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
+        return out
+    except OSError as e:
+        out.damage.append(Damage(0, False, "", f"unreadable file ({e.strerror or e})"))
         return out
     lines = data.split(b"\n")
     ends_clean = data.endswith(b"\n")
@@ -187,20 +260,22 @@ def read_jsonl(path: str | os.PathLike[str]) -> JsonlRead:
     for i, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
-        last = i == len(lines)
+        torn = i == len(lines) and not ends_clean
+        text = raw[:200].decode("utf-8", "replace")
         try:
             obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            out.damage.append(
-                Damage(i, last and not ends_clean, raw[:200].decode("utf-8", "replace"))
-            )
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            out.damage.append(Damage(i, torn, text, "not JSON"))
             continue
         if not isinstance(obj, dict):
-            out.damage.append(
-                Damage(i, last and not ends_clean, raw[:200].decode("utf-8", "replace"))
-            )
+            out.damage.append(Damage(i, torn, text, "not a JSON object"))
+            continue
+        problem = shape.problem(obj) if shape is not None else None
+        if problem is not None:
+            out.damage.append(Damage(i, False, text, problem))
             continue
         out.records.append(obj)
+        out.lines.append(i)
     return out
 
 
