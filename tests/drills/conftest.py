@@ -173,3 +173,34 @@ def copy_session(session: Path, into: Path) -> Path:
     out = into / "session"
     shutil.copytree(session, out, symlinks=True)
     return out
+
+
+FINISHED_SCENARIO = """
+[fleet]
+prompt = "two children"
+
+[[agents.trunk]]
+ral = ["agent a 'one'", "agent b 'two'"]
+
+[[agents.trunk]]
+text = "waiting"
+stop = "end_turn"
+repeat = 2
+
+[[agents.trunk]]
+ral = ["reply 42"]
+
+[[agents.a]]
+ral = ["let x = 1; reply 1"]
+
+[[agents.b]]
+ral = ["let y = 2; reply 2"]
+"""
+
+
+@pytest.fixture(scope="module")
+def finished_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished two-child run per module; copy it with :func:`copy_session`."""
+    out = run_scenario_text(tmp_path_factory.mktemp("finished"), FINISHED_SCENARIO)
+    assert out.outcome == "replied" and out.reply == "42"
+    return out.session.root

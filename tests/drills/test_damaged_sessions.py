@@ -17,36 +17,7 @@ from cli.check import check_command
 from cli.resume import resume_command
 from runtime.durable import read_jsonl
 from runtime.invariants import check_session
-from tests.drills.conftest import copy_session, run_scenario_text
-
-FINISHED = """
-[fleet]
-prompt = "two children"
-
-[[agents.trunk]]
-ral = ["agent a 'one'", "agent b 'two'"]
-
-[[agents.trunk]]
-text = "waiting"
-stop = "end_turn"
-repeat = 2
-
-[[agents.trunk]]
-ral = ["reply 42"]
-
-[[agents.a]]
-ral = ["let x = 1; reply 1"]
-
-[[agents.b]]
-ral = ["let y = 2; reply 2"]
-"""
-
-
-@pytest.fixture(scope="module")
-def finished_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = run_scenario_text(tmp_path_factory.mktemp("finished"), FINISHED)
-    assert out.outcome == "replied" and out.reply == "42"
-    return out.session.root
+from tests.drills.conftest import copy_session
 
 
 @pytest.fixture
