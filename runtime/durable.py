@@ -80,9 +80,13 @@ def append_jsonl(
 
 
 def _start_on_a_fresh_line(path: Path, fd: int) -> None:
-    """Make the file end in a newline before an append (see the module docstring). One
-    ``pread`` of the last byte when the file is whole, which is every append but the first
-    after a crash."""
+    """Make the file end in a newline before an append (see the module docstring).
+
+    Checked on every append, not once per path: another process (``resume`` after a crash) or
+    a failed partial write can tear a file this process has written before. The cost, when the
+    file is whole: an ``fstat`` and a one-byte ``pread``, measured at ~40 us per append on the
+    2-core dev box (best of 30 batches, fsync off) against ~4 ms for the fsync every durable
+    append already pays -- about 1 %."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def damage(root: Path, data: st.DataObject) -> str:
 
 def _no_traceback(res: Result, allowed: set[int]) -> None:
     assert res.exception is None or isinstance(res.exception, SystemExit), "".join(
-        __import__("traceback").format_exception(*res.exc_info)  # type: ignore[misc]
+        traceback.format_exception(res.exception)
     )
     assert res.exit_code in allowed, res.output
     assert "Traceback" not in res.output
@@ -135,6 +136,16 @@ def _resume(root: Path) -> Result:
     return res
 
 
+def _damage_check_resume(session: Path, data: st.DataObject) -> None:
+    """Damage a copy of ``session``; check it, resume it, and check what resume left."""
+    with tempfile.TemporaryDirectory() as d:
+        root = copy_session(session, Path(d))
+        damage(root, data)
+        _check(root)
+        if _resume(root).exit_code != 2:
+            _check(root)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 @settings(_SETTINGS, max_examples=40)
@@ -143,12 +154,7 @@ def test_check_and_resume_of_a_damaged_finished_session_never_traceback(
     finished_once: Path,
     data: st.DataObject,
 ) -> None:
-    with tempfile.TemporaryDirectory() as d:
-        root = copy_session(finished_once, Path(d))
-        damage(root, data)
-        _check(root)
-        if _resume(root).exit_code != 2:
-            _check(root)
+    _damage_check_resume(finished_once, data)
 
 
 @pytest.mark.slow
@@ -158,12 +164,7 @@ def test_check_and_resume_of_a_damaged_finished_session_never_traceback(
 def test_check_and_resume_of_a_damaged_crashed_session_never_traceback(
     crashed: Path, data: st.DataObject
 ) -> None:
-    with tempfile.TemporaryDirectory() as d:
-        root = copy_session(crashed, Path(d))
-        damage(root, data)
-        _check(root)
-        if _resume(root).exit_code != 2:
-            _check(root)
+    _damage_check_resume(crashed, data)
 
 
 def test_the_fuzzed_session_has_every_kind_of_durable_file(crashed: Path) -> None:
