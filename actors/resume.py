@@ -53,7 +53,7 @@ from runtime.messages import AssistantMessage
 from runtime.park import Construction
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
-from runtime.providers.scenario import load_scenario
+from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.ral.values import render
 from runtime.session_dir import SessionDir
@@ -292,17 +292,44 @@ def resume_run(
 
     plan = plan_resume(session_dir)
     root = plan.root
-    provider_for, playback, system, prompt = _providers(plan)
     session = SessionDir.at(root)
     for proc in leftover_processes(root):
         try:
             os.kill(proc.pid, signal.SIGKILL)
         except OSError:
             pass
+    run = plan.run
+    playback: ScenarioPlayback | None = None
+    system: str | None = None
+    prompt = run.get("prompt")
+    if run.get("provider") == "scripted":
+        scenario = _scenario_of(run)
+        playback = ScenarioPlayback(scenario)
+        system = scenario.system
+        prompt = prompt or scenario.prompt
+        pb = playback
+
+        def provider_for(name: str) -> Provider:
+            return make_provider("scripted", scenario=pb, agent_name=name)
+
+    else:
+        options: dict[str, Any] = {}
+        if run.get("windowTokens") is not None:
+            options["window_tokens"] = run["windowTokens"]
+        base = make_provider(
+            str(run["provider"]),
+            model=run.get("model"),
+            base_url=run.get("baseUrl"),
+            api_key=os.environ.get("EXARCH_API_KEY"),
+            **options,
+        )
+
+        def provider_for(name: str) -> Provider:
+            return base.for_agent(name)
+
     extra: dict[str, Any] = {}
     if plan.files.corrupt_result is not None:  # derived data: set the bytes aside, rebuild it
         extra["corruptResultSetAside"] = set_aside_result(root).name
-    run = plan.run
     if playback is not None:
         for name, n in plan.cursors.items():
             playback.advance(name, n)
@@ -375,39 +402,13 @@ def resume_run(
     return ResumeOutcome(outcome, reply, fy, session, plan)
 
 
-def _providers(
-    plan: ResumePlan,
-) -> tuple[Callable[[str], Provider], ScenarioPlayback | None, str | None, str | None]:
-    """The run's provider per agent (as ``run.json`` says), its scripted playback, system
-    prompt and first prompt; :class:`ResumeRefused` when the run cannot be restarted that way
-    (its scenario file gone or changed into something unreadable, a provider that refuses)."""
-    run = plan.run
-    prompt = run.get("prompt")
-    if run["provider"] == "scripted":
-        try:
-            scenario = load_scenario(run["scenario"])
-        except (ExarchError, OSError) as e:
-            raise ResumeRefused(
-                f"the scenario this run was started with cannot be read ({e}); "
-                "resume replays it from that file"
-            ) from None
-        playback = ScenarioPlayback(scenario)
-
-        def scripted(name: str) -> Provider:
-            return make_provider("scripted", scenario=playback, agent_name=name)
-
-        return scripted, playback, scenario.system, prompt or scenario.prompt
-    options: dict[str, Any] = {}
-    if run.get("windowTokens") is not None:
-        options["window_tokens"] = run["windowTokens"]
+def _scenario_of(run: dict[str, Any]) -> Scenario:
+    """The scenario a scripted run was started with; :class:`ResumeRefused` when that file is
+    gone or no longer reads (resume replays the run from it)."""
     try:
-        base = make_provider(
-            run["provider"],
-            model=run.get("model"),
-            base_url=run.get("baseUrl"),
-            api_key=os.environ.get("EXARCH_API_KEY"),
-            **options,
-        )
-    except ExarchError as e:
-        raise ResumeRefused(f"the run's provider cannot be made again: {e}") from None
-    return (lambda name: base.for_agent(name)), None, None, prompt
+        return load_scenario(run["scenario"])
+    except (ExarchError, OSError) as e:
+        raise ResumeRefused(
+            f"the scenario this run was started with cannot be read ({e}); "
+            "resume replays it from that file"
+        ) from None

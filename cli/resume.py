@@ -1,8 +1,7 @@
 """``exarch-actors resume SESSION_DIR``: rebuild a run whose control process died and finish it.
 
 Exit codes as ``run``: 0 replied or quiesced, 1 failed or capped, 2 when the directory cannot be
-resumed (not a session, no run.json, already finished, a damaged file named by file and line:
-``runtime/session_read.py``), 130 when cancelled.
+resumed (not a session, no run.json, already finished), 130 when cancelled.
 """
 
 from __future__ import annotations
