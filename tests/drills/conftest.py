@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 
 from cli.runner import RunOutcome, RunSpec, run_headless
 from runtime.durable import read_jsonl
@@ -204,3 +206,16 @@ def finished_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = run_scenario_text(tmp_path_factory.mktemp("finished"), FINISHED_SCENARIO)
     assert out.outcome == "replied" and out.reply == "42"
     return out.session.root
+
+
+def exarch_cli(*args: str) -> Result:
+    """``exarch-actors ARGS`` in this process, through the command group as a user runs it
+    (invoking a subcommand object directly would leave click's cached help option without the
+    group's ``-h``). Fails the test on any exception but the command's own exit."""
+    from cli.main import main
+
+    res = CliRunner().invoke(main, list(args), prog_name="exarch-actors")
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise AssertionError("".join(traceback.format_exception(res.exception)))
+    assert "Traceback" not in res.output, res.output
+    return res

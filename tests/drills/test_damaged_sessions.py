@@ -11,13 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from cli.check import check_command
-from cli.resume import resume_command
 from runtime.durable import read_jsonl
 from runtime.invariants import check_session
-from tests.drills.conftest import copy_session
+from tests.drills.conftest import copy_session, exarch_cli
 
 
 @pytest.fixture
@@ -31,15 +29,11 @@ def session(crashed: Path, tmp_path: Path) -> Path:
 
 
 def resume(session: Path) -> Result:
-    res = CliRunner().invoke(resume_command, [str(session)])
-    assert res.exception is None or isinstance(res.exception, SystemExit), res.exc_info
-    return res
+    return exarch_cli("resume", str(session))
 
 
 def check(session: Path) -> Result:
-    res = CliRunner().invoke(check_command, [str(session), "--json"])
-    assert res.exception is None or isinstance(res.exception, SystemExit), res.exc_info
-    return res
+    return exarch_cli("check", str(session), "--json")
 
 
 def _garble_line(path: Path, index: int) -> int:

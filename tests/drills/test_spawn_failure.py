@@ -10,13 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from cli.run import run_command
 from cli.runner import RunOutcome
 from runtime.durable import read_jsonl
 from runtime.invariants import check_session
-from tests.drills.conftest import start_live
+from tests.drills.conftest import exarch_cli, start_live
 
 TWICE = """
 [fleet]
@@ -105,7 +103,7 @@ def test_a_second_child_under_a_used_name_is_refused_by_name_and_the_run_ends(
 
 
 def _run_cli(session: Path, scenario: Path) -> tuple[int, str]:
-    res = CliRunner().invoke(run_command, [str(scenario), "--session-dir", str(session)])
+    res = exarch_cli("run", str(scenario), "--session-dir", str(session))
     return res.exit_code, res.output
 
 
