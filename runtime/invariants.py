@@ -23,8 +23,9 @@ violation:
   blamed.
 - ``files-parse`` — every JSON-lines file reads; a torn last line is reported, not a violation
   (the expected shape of a crash mid-append), and so is a ``.torn`` side file (a torn tail the
-  next append set aside); a corrupt inner line, an unreadable
-  ``result.json``/``run.json`` or a refused snapshot is a violation.
+  next append set aside); a corrupt inner line, a record without the shape its readers rely
+  on, an unreadable ``result.json``/``run.json`` or a refused snapshot is a violation (a corrupt
+  ``result.json`` is ``settled``'s too, with what to do: resume rebuilds it).
 
 Times compared between files are the ISO ``"at"`` stamps (millisecond resolution). "Later" is
 ``>=``: two facts of one agent in the same millisecond are written by one thread in order, so
@@ -448,6 +449,11 @@ def _check_files(s: _Session) -> InvariantResult:
         s.jsonl(f)
     checked = len(files)
     bad = list(s.damage)
+    if (s.root / "result.json").exists():
+        checked += 1
+        problem = read_result(s.root)[1]
+        if problem is not None:
+            bad.append(f"result.json: {problem}")
     if (s.root / "run.json").exists():
         checked += 1
         try:

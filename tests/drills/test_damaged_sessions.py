@@ -126,6 +126,7 @@ def test_a_corrupt_result_json_is_named_by_check_and_rebuilt_by_resume(finished:
         and f"`exarch-actors resume {finished}` sets it aside and rebuilds it" in d
         for d in details
     ), details
+    assert any(d.startswith("result.json: unreadable") for d in _violations(report, "files-parse"))
     res = resume(finished)
     assert res.exit_code == 0, res.output
     rebuilt = json.loads((finished / "result.json").read_text())
