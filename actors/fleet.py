@@ -36,6 +36,7 @@ from runtime.constants import SCRATCH_ENV, TRUNK_NAME
 from runtime.digest import digest_tool_result
 from runtime.diskwarn import dir_size
 from runtime.durable import append_jsonl
+from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Resources
 from runtime.executor import ExecutionSpec
 from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, write_result
@@ -427,7 +428,11 @@ class Fleet:
         """The ``agent NAME PROMPT`` verb: register, fork, admit, launch; a start receipt.
 
         ``fork`` is the parent's live scope at the fork point; the child's grants are the
-        parent's narrowed by the fleet's policy (a meet: never wider; :meth:`_granted_spec`)."""
+        parent's narrowed by the fleet's policy (a meet: never wider; :meth:`_granted_spec`). A
+        failure after the child is built tears it down (:meth:`_abandon_spawn`) and raises
+        :class:`SpawnFailed`: a child that never runs must never be waited for."""
+        if name in self.journal.state.nodes and self.registry.lookup(name) is None:
+            raise NameUsed(name)
         entry = self.registry.register(name, parent.name, returns=True, interactive=False)
         try:
             snapshot = fork
@@ -453,9 +458,39 @@ class Fleet:
         agent = self._build(spec, provider, entry)
         executor = AgentExecutor(agent)
         self._executors[name] = executor
-        admit(self.journal, name, executor, ExecutionSpec(node_id=name), parent=parent.name)
+        try:
+            admit(self.journal, name, executor, ExecutionSpec(node_id=name), parent=parent.name)
+        except Exception as e:
+            self._abandon_spawn(agent, executor, e)
+            raise SpawnFailed(name, e) from e
+        except BaseException as e:  # cancellation: clean up, never swallow it
+            self._abandon_spawn(agent, executor, e)
+            raise
         self._launch(agent)
         return {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent.name}
+
+    def _abandon_spawn(self, agent: Agent, executor: AgentExecutor, error: BaseException) -> None:
+        """Undo a spawn that failed before launch: the slot the journal opened (if any) settles
+        ``down`` (tearing its environment down), the shell stops and the child leaves the
+        registry, so its parent's park verdict stops counting it and nothing waits for it.
+        Each step runs even if an earlier one fails (a broken journal is why we are here)."""
+        with self._lock:
+            self._executors.pop(agent.name, None)
+            self.agents.pop(agent.name, None)
+        node = self.journal.state.nodes.get(agent.name)
+        if node is not None and node.open:
+            try:
+                settle_child(
+                    self.journal,
+                    agent.name,
+                    executor,
+                    status="down",
+                    reason=f"spawn failed: {error}",
+                )
+            except Exception:
+                log.exception("settling the failed spawn of %s failed", agent.name)
+        self.stop_shell(agent)
+        self.registry.deregister(agent.name)
 
     def branch(self, parent: Agent, name: str | None = None) -> Agent:
         """``/branch``: a conversing peer of ``parent`` with its verbatim authority and context.
@@ -502,7 +537,10 @@ class Fleet:
             self.registry.cancel_descendants(agent.name, "parent ended")
             self.registry.deregister(agent.name)
             agent.record_leftovers()  # delivered between the agent's exit and deregister
-            self.publish(Died(agent.name, outcome=outcome.value, cause=agent.terminated))
+            reply = render(agent.reply_value) if agent.parent is None and agent.replied else None
+            self.publish(
+                Died(agent.name, outcome=outcome.value, cause=agent.terminated, reply=reply)
+            )
             with self._lock:
                 self._actors.pop(agent.name, None)
                 empty = not self._actors

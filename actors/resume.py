@@ -6,6 +6,10 @@ journal says which children were admitted and which reached a terminal record, e
 
 Order, and why:
 
+0. **Read** (``runtime/session_read.py``): every file the plan builds on must read whole but
+   for a torn last line; anything else refuses typed (:class:`DamagedSession`, file and line,
+   exit 2), as does a finished run (:class:`NothingToResume`). A corrupt ``result.json`` is the
+   one file healed: it is derived, so its bytes are set aside and it is written afresh.
 1. **Plan** (:func:`plan_resume`, reads only): which agents were alive when the control process
    died (``Born`` without ``Died``), which open journal slots can be *rebuilt* (dispatched, no
    execution result yet, parent rebuilt too — tree order) and which must be *healed* with
@@ -28,7 +32,6 @@ Order, and why:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -40,23 +43,31 @@ from typing import Any
 
 from actors.agent import AgentSpec
 from runtime.constants import TRUNK_NAME
-from runtime.durable import read_jsonl
-from runtime.errors import ExarchError, SnapshotRefused
+from runtime.errors import ExarchError
 from runtime.events import Died, InboxRejected, SystemNote
 from runtime.fleet_yield import FleetYield, settlement_status
 from runtime.inbox import AgentResult, UserSteering
 from runtime.invariants import leftover_processes
-from runtime.journal import JOURNAL_NAME, NodeState, SpawnJournal, replay
+from runtime.journal import NodeState, SpawnJournal
 from runtime.limits import ShellLimits
 from runtime.messages import AssistantMessage
 from runtime.park import Construction
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
-from runtime.providers.scenario import load_scenario
+from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
 from runtime.session_dir import SessionDir
+from runtime.session_read import (
+    DamagedSession,
+    NothingToResume,
+    ResumeRefused,
+    SessionFiles,
+    load_snapshot,
+    read_session,
+    set_aside_result,
+)
 from runtime.settlement import RetainedChild, adopt_local, release_sweep, spend_of
 from runtime.snapshot import MobileSnapshot
 
@@ -69,12 +80,7 @@ CONTROL_DIED = "control process died"
 _CALL_ROUND = re.compile(r"_(\d+)_\d+$")
 
 
-class ResumeRefused(ExarchError):
-    """The session cannot be resumed (not a session, already finished, unreadable run.json)."""
-
-
-class NothingToResume(ResumeRefused):
-    """``result.json`` exists: the run already ended."""
+__all__ = ["DamagedSession", "NothingToResume", "ResumeRefused", "plan_resume", "resume_run"]
 
 
 @dataclass
@@ -82,6 +88,7 @@ class ResumePlan:
     """What :func:`resume_run` will do; built from the files alone."""
 
     root: Path
+    files: SessionFiles
     run: dict[str, Any]
     alive_at_crash: list[str]
     rebuild_trunk: bool
@@ -92,6 +99,8 @@ class ResumePlan:
     retained: list[str]  # settled with retainedExecution pending
     cursors: dict[str, int] = field(default_factory=dict)
     trunk_outcome: str | None = None  # the trunk's Died outcome when it ended before the crash
+    trunk_reply: str | None = None  # and the reply that Died carries
+    snapshots: dict[str, MobileSnapshot | None] = field(default_factory=dict)
     redeliver: list[tuple[str, str]] = field(default_factory=list)  # (child, parent)
     unreachable: list[tuple[str, str]] = field(default_factory=list)  # parent not resumed
 
@@ -107,6 +116,7 @@ class ResumePlan:
             "cursors": self.cursors,
             "redeliver": [list(x) for x in self.redeliver],
             "unreachable": [list(x) for x in self.unreachable],
+            "corruptResult": self.files.corrupt_result,
         }
 
 
@@ -119,61 +129,45 @@ class ResumeOutcome:
     plan: ResumePlan
 
 
-def _events(root: Path, agent: str) -> list[dict[str, Any]]:
-    d = root / "agents" / agent
-    out: list[dict[str, Any]] = []
-    for p in sorted(d.glob("events*.jsonl")) if d.is_dir() else []:
-        out.extend(read_jsonl(p).records)
-    return out
-
-
-def played_rounds(root: Path, agent: str, transcript: list[dict[str, Any]]) -> int:
+def played_rounds(files: SessionFiles, agent: str) -> int:
     """How many provider round-trips ``agent`` already made: every ``complete`` leaves an
     assistant event (a truncated reply too) or a ``ProviderError`` on the bus; scripted call ids
     (``call_<agent>_<round>_<i>``) give a floor when the bus record was lost. A round cancelled
     mid-``delay_ms`` leaves no trace and is replayed (the one known gap)."""
     assistants = 0
     top = -1
-    for r in _events(root, agent):
+    for r in files.events_of(agent):
         if r.get("kind") != "assistant":
             continue
         assistants += 1
-        for call in (r.get("message") or {}).get("tool_calls") or ():
+        for call in r["message"].get("tool_calls") or ():
             m = _CALL_ROUND.search(str(call.get("id", "")))
             if m:
                 top = max(top, int(m.group(1)))
     errors = sum(
-        1 for r in transcript if r.get("kind") == "ProviderError" and r.get("agent") == agent
+        1 for r in files.transcript if r.get("kind") == "ProviderError" and r["agent"] == agent
     )
     return max(assistants + errors, top + 1)
 
 
-def _result_logged(root: Path, parent: str, child: str) -> bool:
+def _result_logged(files: SessionFiles, parent: str, child: str) -> bool:
     head = f"[agent {child} finished"
     return any(
-        r.get("kind") == "user"
-        and r.get("source") == "agent_result"
-        and str(r.get("text", "")).startswith(head)
-        for r in _events(root, parent)
+        r.get("kind") == "user" and r.get("source") == "agent_result" and r["text"].startswith(head)
+        for r in files.events_of(parent)
     )
 
 
 def plan_resume(session_dir: str | os.PathLike[str]) -> ResumePlan:
-    """Read the session and decide (see the module docstring); raises :class:`ResumeRefused`."""
+    """Read the session and decide (see the module docstring); raises :class:`ResumeRefused`
+    (:class:`DamagedSession` naming file and line when a file it builds on is damaged)."""
     root = Path(session_dir).resolve()
-    if (root / "result.json").exists():
-        raise NothingToResume(f"{root}: result.json exists, the run already ended")
-    try:
-        run = json.loads((root / "run.json").read_text())
-    except FileNotFoundError:
-        raise ResumeRefused(f"{root}: no run.json, so nothing says how to restart it") from None
-    except (OSError, ValueError) as e:
-        raise ResumeRefused(f"{root}/run.json is unreadable: {e}") from e
-    transcript = read_jsonl(root / "transcript.jsonl").records
-    born = Counter(str(r.get("agent")) for r in transcript if r.get("kind") == "Born")
-    died = Counter(str(r.get("agent")) for r in transcript if r.get("kind") == "Died")
+    files = read_session(root)
+    transcript = files.transcript
+    born = Counter(r["agent"] for r in transcript if r.get("kind") == "Born")
+    died = Counter(r["agent"] for r in transcript if r.get("kind") == "Died")
     alive = sorted(a for a in born if born[a] > died[a])
-    state = replay(root / JOURNAL_NAME).state
+    state = files.journal.state
     trunk_events = root / "agents" / TRUNK_NAME / "events.jsonl"
     rebuild_trunk = TRUNK_NAME in alive or (not born and trunk_events.exists())
     resumed = {TRUNK_NAME} if rebuild_trunk else set()
@@ -199,15 +193,17 @@ def plan_resume(session_dir: str | os.PathLike[str]) -> ResumePlan:
         else:
             orphaned.append(n.id)
     plan = ResumePlan(
-        root, run, alive, rebuild_trunk, rebuild, finished, orphaned, no_env, retained
+        root, files, files.run, alive, rebuild_trunk, rebuild, finished, orphaned, no_env, retained
     )
     for r in transcript:
-        if r.get("kind") == "Died" and r.get("agent") == TRUNK_NAME:
-            plan.trunk_outcome = str(r.get("outcome"))
+        if r.get("kind") == "Died" and r["agent"] == TRUNK_NAME:
+            plan.trunk_outcome = r.get("outcome")
+            plan.trunk_reply = r.get("reply")
     for name in ([TRUNK_NAME] if rebuild_trunk else []) + rebuild:
-        plan.cursors[name] = played_rounds(root, name, transcript)
+        plan.cursors[name] = played_rounds(files, name)
+        plan.snapshots[name] = load_snapshot(files, name)
     rejected = {
-        (str(r.get("agent")), str((r.get("message") or {}).get("child")))
+        (r["agent"], str((r.get("message") or {}).get("child")))
         for r in transcript
         if r.get("kind") == "InboxRejected"
     }
@@ -215,7 +211,7 @@ def plan_resume(session_dir: str | os.PathLike[str]) -> ResumePlan:
         parent = n.spawned.get("parent")
         if not isinstance(parent, str) or n.id in resumed:
             continue
-        if (parent, n.id) in rejected or _result_logged(root, parent, n.id):
+        if (parent, n.id) in rejected or _result_logged(files, parent, n.id):
             continue
         (plan.redeliver if parent in resumed else plan.unreachable).append((n.id, parent))
     return plan
@@ -285,13 +281,6 @@ def _owes_a_response(agent: Any) -> bool:
     return True
 
 
-def _load_snapshot(path: Path) -> MobileSnapshot | None:
-    try:
-        return MobileSnapshot.load(path)
-    except SnapshotRefused:
-        return None
-
-
 def resume_run(
     session_dir: str | os.PathLike[str],
     *,
@@ -321,7 +310,7 @@ def resume_run(
     system: str | None = None
     prompt = run.get("prompt")
     if run.get("provider") == "scripted":
-        scenario = load_scenario(str(run["scenario"]))
+        scenario = _scenario_of(run)
         playback = ScenarioPlayback(scenario)
         system = scenario.system
         prompt = prompt or scenario.prompt
@@ -343,6 +332,9 @@ def resume_run(
         def provider_for(name: str) -> Provider:
             return base.for_agent(name)
 
+    extra: dict[str, Any] = {}
+    if plan.files.corrupt_result is not None:  # derived data: set the bytes aside, rebuild it
+        extra["corruptResultSetAside"] = set_aside_result(root).name
     if playback is not None:
         for name, n in plan.cursors.items():
             playback.advance(name, n)
@@ -356,7 +348,7 @@ def resume_run(
             limits=ShellLimits.from_json(run.get("shellLimits")),
         ),
     )
-    outcome, reply = (plan.trunk_outcome or "failed"), None
+    outcome, reply = (plan.trunk_outcome or "failed"), plan.trunk_reply
     try:
         _heal(fleet.journal, plan)
         for name in plan.alive_at_crash:
@@ -371,7 +363,7 @@ def resume_run(
                 parent=parent,
                 construction=Construction.TRUNK if parent is None else Construction.FORK,
                 system=system if parent is None else None,
-                snapshot=_load_snapshot(session.snapshot(name)),
+                snapshot=plan.snapshots.get(name),
                 resume=True,
             )
             agent = fleet.adopt_agent(spec, provider_for(name))
@@ -416,5 +408,17 @@ def resume_run(
                 reply = render(value)
     finally:
         fleet.close()
-    fy = fleet.write_result(outcome, reply, resumed=True)
+    fy = fleet.write_result(outcome, reply, resumed=True, **extra)
     return ResumeOutcome(outcome, reply, fy, session, plan)
+
+
+def _scenario_of(run: dict[str, Any]) -> Scenario:
+    """The scenario a scripted run was started with; :class:`ResumeRefused` when that file is
+    gone or no longer reads (resume replays the run from it)."""
+    try:
+        return load_scenario(run["scenario"])
+    except (ExarchError, OSError) as e:
+        raise ResumeRefused(
+            f"the scenario this run was started with cannot be read ({e}); "
+            "resume replays it from that file"
+        ) from None

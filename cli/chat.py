@@ -17,9 +17,8 @@ import click
 from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, provider_options
-from cli.runner import RunSpec, provider_factory, read_scenario, session_path
+from cli.runner import RunSpec, open_session, provider_factory, read_scenario, session_path
 from runtime.limits import ShellLimits
-from runtime.session_dir import SessionDir
 
 
 @click.command("chat")
@@ -95,7 +94,7 @@ def chat_command(
         ) from None
     prompt = loaded.prompt if send_prompt and loaded is not None else None
     system = loaded.system if loaded is not None else None
-    session = SessionDir.at(session_dir) if session_dir else SessionDir.new()
+    session = open_session(session_dir)
     fleet = Fleet(
         session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes, grants=grants, limits=limits)
     )

@@ -21,6 +21,12 @@ from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
 
 
+class Refused(click.ClickException):
+    """A typed refusal, printed as ``Error: ...`` (no usage text: the command line was fine)."""
+
+    exit_code = 2
+
+
 @click.command("resume")
 @click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
 @provider_options(None)
@@ -38,8 +44,9 @@ def resume_command(
     Exit codes:
       0    the trunk replied or quiesced
       1    the run failed (the `error:` line says why) or was capped
-      2    the directory cannot be resumed (not a session, no run.json, already finished), a
-           bad flag, or no API key for the hosted service
+      2    the directory cannot be resumed (not a session, no run.json, already finished, a
+           damaged session file named by file and line), a bad flag, or no API key for the
+           hosted service
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
       143  cancelled by SIGTERM, likewise
@@ -58,7 +65,7 @@ def resume_command(
                 session_dir, on_start=report.attach, poll=poll, connection=overrides
             )
         except ResumeRefused as e:
-            raise click.UsageError(str(e)) from None
+            raise Refused(str(e)) from None
         finally:
             report.detach()
     outcome = "cancelled" if interrupted.is_set() else result.outcome

@@ -32,7 +32,7 @@ from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
-from runtime.session_dir import SessionDir
+from runtime.session_dir import SessionDir, SessionDirInUse
 
 if TYPE_CHECKING:
     from cli.provider_options import ProviderChoice
@@ -224,7 +224,7 @@ def run_headless(
     if not prompt:
         raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
     factory = provider_factory(spec)
-    session = SessionDir.at(spec.session_dir) if spec.session_dir else SessionDir.new()
+    session = open_session(spec.session_dir)
     write_run_spec(session, spec, grants)
     fleet = Fleet(
         session,
@@ -261,6 +261,17 @@ def run_headless(
                 observer.detach()
     fy = fleet.write_result(outcome, reply)
     return RunOutcome(outcome, reply, fy, session, interrupted.signum)
+
+
+def open_session(session_dir: str | None) -> SessionDir:
+    """The directory of a new run: ``--session-dir`` if given (exit 2 if it already holds a
+    run), else a fresh one under ``.exarch/sessions/``."""
+    if not session_dir:
+        return SessionDir.new()
+    try:
+        return SessionDir.fresh_at(session_dir)
+    except SessionDirInUse as e:
+        raise click.UsageError(str(e)) from None
 
 
 def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | None = None) -> None:

@@ -37,6 +37,27 @@ class NameTaken(ExarchError):
         super().__init__(f"name taken: a live agent is already named {name!r}; choose another name")
 
 
+class NameUsed(ExarchError):
+    """A child of this name already ran in this run: the spawn journal keys children by name,
+    so a second child under the same name could never be settled."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"name used: a child named {name!r} already ran in this run; choose another name"
+        )
+
+
+class SpawnFailed(ExarchError):
+    """A child was registered but could not be admitted or started; it was torn down, its slot
+    (if the journal opened one) settled ``down``, and nobody waits for it."""
+
+    def __init__(self, name: str, cause: BaseException) -> None:
+        self.name = name
+        self.cause = cause
+        super().__init__(f"spawn failed: {name!r} could not be started ({cause}); it never ran")
+
+
 class UnknownAgent(ExarchError):
     """No live agent has this name (it never existed or has already ended)."""
 

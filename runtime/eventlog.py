@@ -36,14 +36,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
 from runtime.compaction import SUMMARY_PREAMBLE, suffix_start
-from runtime.durable import Damage, append_jsonl, read_jsonl
+from runtime.durable import Damage, Shape, append_jsonl, read_jsonl
 from runtime.errors import ExarchError
 from runtime.messages import (
     AssistantMessage,
@@ -92,6 +92,37 @@ _UNPARSED = object()
 USER_ROLE_KINDS = frozenset({"user", "nudge", "steering"})
 _META_KINDS = frozenset({"cleared"})
 _ARCHIVE = re.compile(r"^events\.(\d+)\.jsonl$")
+
+
+def _message_of(kind: str, want: type) -> Callable[[dict[str, Any]], str | None]:
+    def check(record: dict[str, Any]) -> str | None:
+        try:
+            msg = message_from_dict(record["message"])
+        except Exception as e:  # untrusted bytes: whatever the parser trips on is damage
+            return f"{kind} message unreadable ({type(e).__name__}: {e})"
+        return None if isinstance(msg, want) else f"{kind} message has the wrong role"
+
+    return check
+
+
+EVENT_SHAPE = Shape(
+    {
+        "user": {"text": (str,), "source?": (str,)},
+        "nudge": {"text": (str,)},
+        "steering": {"text": (str,)},
+        "note": {"text": (str,), "model_visible?": (bool,)},
+        "assistant": {"message": (dict,)},
+        "tool_result": {"message": (dict,)},
+        "compacted": {"summary": (str,), "dropped": (int,)},
+        "cleared": {"archived?": (str, None)},
+    },
+    {
+        "assistant": _message_of("assistant", AssistantMessage),
+        "tool_result": _message_of("tool_result", ToolResult),
+    },
+)
+"""What :meth:`AgentLog.load` (and ``resume``, the checker) rely on in an ``events.jsonl`` record:
+a record that breaks it is reported as damage, never raised from deep inside a reader."""
 
 
 @dataclass(frozen=True)
@@ -358,13 +389,14 @@ class AgentLog:
     def load(cls, path: str | os.PathLike[str]) -> tuple[AgentLog, LoadReport]:
         """Rebuild the mirror from ``path`` (resume), honouring ``compacted`` breadcrumbs.
 
-        A torn last line or a corrupt line is skipped and reported, never raised. A record that
-        breaks the protocol (a result for an unrequested id, a user message while results are
-        pending) is kept as far as it is harmless and reported in ``protocol_anomalies``. A log
-        that ends mid-dispatch loads AwaitingToolResults: call :meth:`settle_pending`.
+        A torn last line, a corrupt line or a record that breaks :data:`EVENT_SHAPE` is
+        skipped and reported, never raised. A record that breaks the protocol (a result for an
+        unrequested id, a user message while results are pending) is kept as far as it is
+        harmless and reported in ``protocol_anomalies``. A log that ends mid-dispatch loads
+        AwaitingToolResults: call :meth:`settle_pending`.
         """
         log = cls(path)
-        read = read_jsonl(path)
+        read = read_jsonl(path, EVENT_SHAPE)
         report = LoadReport(records=len(read.records), damage=list(read.damage))
         for i, rec in enumerate(read.records):
             kind = rec.get("kind")

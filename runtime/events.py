@@ -62,10 +62,14 @@ class Born(Event):
 
 @dataclass(frozen=True)
 class Died(Event):
-    """An agent ended: ``outcome`` replied | quiesced | capped | cancelled | failed."""
+    """An agent ended: ``outcome`` replied | quiesced | capped | cancelled | failed.
+
+    ``reply`` is the rendered reply of a parentless agent (the run's reply), so ``resume`` can
+    rebuild ``result.json`` from the transcript; a child's reply is in the spawn journal."""
 
     outcome: str = "quiesced"
     cause: str | None = None
+    reply: str | None = None
     at: str = field(default_factory=now_iso)
     kind: ClassVar[str] = "Died"
 

@@ -159,3 +159,24 @@ def write_result(
     path = Path(session_dir) / RESULT_NAME
     atomic_write_bytes(path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode())
     return path
+
+
+def read_result(session_dir: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str | None]:
+    """``result.json`` of a session: ``(doc, None)`` when it reads as one :func:`write_result`
+    wrote, ``(None, None)`` when there is none (the run did not finish), ``(None, problem)`` when
+    it exists but is corrupt (it is written atomically, so no crash leaves it so: disk damage or
+    a hand edit). ``check`` and ``resume`` both decide with this, so they agree."""
+    path = Path(session_dir) / RESULT_NAME
+    try:
+        doc = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
+        return None, f"unreadable ({e})"
+    if not isinstance(doc, dict):
+        return None, f"not a JSON object ({type(doc).__name__})"
+    if doc.get("outcome") not in OUTCOMES:
+        return None, f"outcome {doc.get('outcome')!r} is not one of {OUTCOMES}"
+    if not isinstance(doc.get("fleetYield"), dict):
+        return None, "fleetYield is not an object"
+    return doc, None

@@ -13,16 +13,19 @@ violation:
   ``snapshot.msgpack``, unless a later ``Prune`` record names it or a later ``/clear`` of that
   agent explains it. A rollback explains nothing: it restores the durable snapshot, which holds
   every committed binding.
-- ``rejections`` — no result vanished: each child's result is in its parent's event log (a user
-  event with source ``agent_result``, any generation) or in ``transcript.jsonl`` as
-  ``InboxRejected``.
+- ``rejections`` — no result vanished: each dispatched child's result is in its parent's event
+  log (a user event with source ``agent_result``, any generation) or in ``transcript.jsonl`` as
+  ``InboxRejected``. A child never dispatched never ran: its parent's ``agent`` call failed
+  instead (``spawn failed: ...``), so there is no result to find.
 - ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation).
 - ``no-leftover-processes`` — no pid the run named (journal environment records, ``Commit``
   records) still runs: matched with ``psutil`` *and* its create time, so a reused pid is not
   blamed.
 - ``files-parse`` — every JSON-lines file reads; a torn last line is reported, not a violation
-  (the expected shape of a crash mid-append); a corrupt inner line, an unreadable
-  ``result.json``/``run.json`` or a refused snapshot is a violation.
+  (the expected shape of a crash mid-append), and so is a ``.torn`` side file (a torn tail the
+  next append set aside); a corrupt inner line, a record without the shape its readers rely
+  on, an unreadable ``result.json``/``run.json`` or a refused snapshot is a violation (a corrupt
+  ``result.json`` is ``settled``'s too, with what to do: resume rebuilds it).
 
 Times compared between files are the ISO ``"at"`` stamps (millisecond resolution). "Later" is
 ``>=``: two facts of one agent in the same millisecond are written by one thread in order, so
@@ -31,7 +34,6 @@ the tie can only hide a violation, never invent one.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -41,9 +43,13 @@ from typing import Any, Literal
 
 import psutil
 
-from runtime.durable import read_jsonl
+from runtime.durable import TORN_SUFFIX, Shape, read_jsonl
 from runtime.errors import ExarchError, SnapshotRefused
+from runtime.eventlog import EVENT_SHAPE
+from runtime.fleet_yield import read_result
 from runtime.journal import JOURNAL_NAME, replay
+from runtime.session_dir import RECORD_SHAPE, TRANSCRIPT_SHAPE, born_children
+from runtime.session_read import ResumeRefused, read_run
 from runtime.snapshot import MobileSnapshot
 
 Status = Literal["held", "violated", "skipped"]
@@ -164,15 +170,16 @@ class _Session:
     cache: dict[Path, list[dict[str, Any]]] = field(default_factory=dict)
 
     def jsonl(self, path: Path) -> list[dict[str, Any]]:
+        """The records of ``path`` that have the shape their readers rely on; the rest is
+        reported (a torn last line as a note, anything else as damage)."""
         if path not in self.cache:
-            read = read_jsonl(path)
+            read = read_jsonl(path, _shape_of(path))
             rel = path.relative_to(self.root)
             for d in read.damage:
-                where = f"{rel}:{d.line}"
                 if d.torn_tail:
-                    self.torn.append(f"{where}: torn last line ({len(d.text)} bytes) skipped")
+                    self.torn.append(f"{rel}:{d.line}: torn last line ({len(d.text)} B) skipped")
                 else:
-                    self.damage.append(f"{where}: unreadable line {d.text[:60]!r}")
+                    self.damage.append(d.where(str(rel)))
             self.cache[path] = read.records
         return self.cache[path]
 
@@ -201,16 +208,15 @@ class _Session:
             out.extend(self.jsonl(p))
         return out
 
-    def result_json(self) -> dict[str, Any] | None:
-        p = self.root / "result.json"
-        try:
-            data = json.loads(p.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as e:
-            self.damage.append(f"result.json: unreadable ({e})")
-            return None
-        return data if isinstance(data, dict) else None
+
+def _shape_of(path: Path) -> Shape | None:
+    if path.name == "transcript.jsonl":
+        return TRANSCRIPT_SHAPE
+    if path.name == "record.jsonl":
+        return RECORD_SHAPE
+    if path.name.startswith("events") and path.parent.parent.name == "agents":
+        return EVENT_SHAPE
+    return None  # the journal: its fold is the stricter reader (see _check_settled)
 
 
 def _by_kind(records: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -225,8 +231,9 @@ def _at(r: dict[str, Any]) -> str:
 
 
 def _check_settled(s: _Session) -> InvariantResult:
-    rep = replay(s.root / JOURNAL_NAME, strict=False)
-    bad = [f"journal refused {type(e).__name__}: {e}" for e in rep.refused]
+    path = s.root / JOURNAL_NAME
+    rep = replay(path, strict=False)
+    bad = rep.inconsistencies()  # unreadable lines are files-parse's
     terminal_count: Counter[str] = Counter()
     for r in rep.records:
         if r["kind"] == "cancelled" or (
@@ -238,12 +245,26 @@ def _check_settled(s: _Session) -> InvariantResult:
             bad.append(f"{nid}: no terminal record (neverSettled)")
         elif terminal_count[nid] != 1:
             bad.append(f"{nid}: {terminal_count[nid]} terminal records")
-    result = s.result_json()
-    notes: list[str] = []
-    if result is None:
-        bad.append("result.json is missing: the run never finished (resume it)")
+    born = born_children(s.transcript)
+    lost = sorted(born - set(rep.state.nodes))
+    if lost:
+        state = "missing" if not path.exists() else "empty" if not rep.records else "incomplete"
+        bad.append(
+            f"{JOURNAL_NAME} is {state}: transcript.jsonl records {len(lost)} Born child(ren) "
+            f"it never spawned ({', '.join(lost[:5])}); their settlement is lost"
+        )
+    result, problem = read_result(s.root)
+    notes: list[str] = [f"{len(born)} Born children, all in the journal"] if not lost else []
+    resume = f"`exarch-actors resume {s.root}`"
+    if problem is not None:
+        bad.append(
+            f"corrupt result.json at {s.root / 'result.json'}: {problem}; {resume} sets it "
+            "aside and rebuilds it from the journal and the transcript"
+        )
+    elif result is None:
+        bad.append(f"result.json is missing: the run never finished ({resume} finishes it)")
     else:
-        fy = result.get("fleetYield") or {}
+        fy = result["fleetYield"]
         if fy.get("neverSettled") != 0:
             bad.append(f"result.json fleetYield.neverSettled = {fy.get('neverSettled')!r}")
         if fy.get("spawned") != len(rep.state.nodes):
@@ -386,8 +407,8 @@ def _check_rejections(s: _Session) -> InvariantResult:
     checked = 0
     for nid, node in rep.state.nodes.items():
         parent = node.spawned.get("parent")
-        if node.open or not isinstance(parent, str):
-            continue
+        if node.open or not isinstance(parent, str) or "dispatched" not in node.phases:
+            continue  # never dispatched: the parent's spawn call failed, it had no result
         checked += 1
         if (parent, nid) in rejected or _result_logged(s, parent, nid):
             continue
@@ -470,13 +491,17 @@ def _check_files(s: _Session) -> InvariantResult:
         s.jsonl(f)
     checked = len(files)
     bad = list(s.damage)
-    run_json = s.root / "run.json"
-    if run_json.exists():
+    if (s.root / "result.json").exists():
+        checked += 1
+        problem = read_result(s.root)[1]
+        if problem is not None:
+            bad.append(f"result.json: {problem}")
+    if (s.root / "run.json").exists():
         checked += 1
         try:
-            json.loads(run_json.read_text())
-        except (OSError, ValueError) as e:
-            bad.append(f"run.json: unreadable ({e})")
+            read_run(s.root)
+        except ResumeRefused as e:
+            bad.append(f"run.json: {e}")
     for agent in s.agent_names():
         p = s.root / "agents" / agent / "snapshot.msgpack"
         if p.exists():
@@ -485,7 +510,13 @@ def _check_files(s: _Session) -> InvariantResult:
                 MobileSnapshot.load(p)
             except SnapshotRefused as e:
                 bad.append(f"agents/{agent}/snapshot.msgpack: {e}")
-    return _result("files-parse", checked, bad, s.torn)
+    aside = [*s.root.glob("*" + TORN_SUFFIX), *s.root.glob(f"agents/*/*{TORN_SUFFIX}")]
+    notes = list(s.torn) + [
+        f"{p.relative_to(s.root)}: {len(read_jsonl(p).records)} torn tail(s) of a crash "
+        "mid-append, set aside by the next append (bytes kept)"
+        for p in sorted(aside)
+    ]
+    return _result("files-parse", checked, bad, notes)
 
 
 def check_session(

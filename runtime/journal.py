@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.durable import Damage, append_jsonl, now_iso, read_jsonl
+from runtime.durable import Damage, Shape, append_jsonl, now_iso, read_jsonl
 from runtime.errors import ExarchError
 
 JOURNAL_NAME = "spawn-journal.jsonl"
@@ -44,6 +44,25 @@ STATUSES = ("done", "down")
 RETAINED = ("pending", "released", "release-unconfirmed")
 
 
+JOURNAL_SHAPE = Shape(
+    {
+        "spawned": {"parent?": (str, None)},
+        "execution-admitted": {
+            "pid?": (int, None),
+            "scratch?": (str, None),
+            "pidStartedAt?": (int, float, None),
+        },
+        "execution-result": {"outcome?": (str, None), "reply?": (str, None)},
+        "reconciled": {"spend": (dict,)},
+        "environment-teardown": {"pid?": (int, None), "scratch?": (str, None)},
+        "teardown-unconfirmed": {"pid?": (int, None), "scratch?": (str, None)},
+        "settled": {"spend?": (dict, None), "reason?": (str, None)},
+        "cancelled": {"spend?": (dict, None)},
+    }
+)
+"""Field types the resumer and the sweep rely on beyond what :func:`_check` proves (a record
+breaking them is :class:`MalformedRecord`, refused like any other)."""
+
 _NULL_MEANS_UNKNOWN = frozenset({"pid", "scratch", "environmentId", "turn", "snapshot"})
 """Fields written even when ``None``: a sweeper reading ``teardown-unconfirmed`` must see that
 the pid is unknown, not wonder whether it was forgotten. Other ``None`` fields are omitted
@@ -52,6 +71,9 @@ the pid is unknown, not wonder whether it was forgotten. Other ``None`` fields a
 
 class JournalError(ExarchError):
     """A record the settlement state refuses; ``record`` is kept so nothing is lost."""
+
+    line: int | None = None
+    """The journal line of ``record``, when it was read from a file (set by :func:`replay`)."""
 
     def __init__(self, message: str, record: dict[str, Any] | None = None) -> None:
         self.record = record
@@ -200,6 +222,9 @@ def _check(st: SettlementState, r: dict[str, Any]) -> None:
         isinstance(nid, str) and bool(nid), MalformedRecord, "id must be a non-empty string", r
     )
     assert isinstance(nid, str)
+    problem = JOURNAL_SHAPE.problem(r)
+    if problem is not None:
+        raise MalformedRecord(problem, r)
     if kind == "spawned":
         _require(nid not in st.nodes, InconsistentRecord, f"node {nid!r} is already spawned", r)
         return
@@ -354,29 +379,53 @@ class Replay:
     records: list[dict[str, Any]]
     damage: list[Damage]
     refused: list[JournalError] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # the file line of each kept record
 
     @property
     def torn(self) -> bool:
         return any(d.torn_tail for d in self.damage)
 
+    def problems(self) -> list[str]:
+        """What no crash leaves behind, each as ``spawn-journal.jsonl:LINE: what``: a damaged
+        line other than a torn last one, a record the fold refused, a seq gap (the writer
+        numbers records 0, 1, 2, ...; a gap is a record lost from the middle). A journal with
+        any of these cannot be replayed honestly: the state after it is a guess."""
+        return [d.where(JOURNAL_NAME) for d in self.damage if not d.torn_tail] + (
+            self.inconsistencies()
+        )
+
+    def inconsistencies(self) -> list[str]:
+        """The readable records' problems: refused by the fold, or after a seq gap."""
+        out = [f"{JOURNAL_NAME}:{e.line}: refused {type(e).__name__}: {e}" for e in self.refused]
+        expected = 0
+        for r, line in zip(self.records, self.lines):
+            if r["seq"] != expected:
+                out.append(f"{JOURNAL_NAME}:{line}: seq {r['seq']} where {expected} was due")
+            expected = r["seq"] + 1
+        return out
+
 
 def replay(path: str | os.PathLike[str], *, strict: bool = True) -> Replay:
     """Rebuild settlement from a journal file. Unreadable lines are reported in ``damage``; a
-    record the fold refuses raises (``strict``) or is reported in ``refused`` and skipped."""
+    record the fold refuses raises (``strict``) or is reported in ``refused`` and skipped;
+    either way the refusal carries its ``line``."""
     read = read_jsonl(path)
     st = SettlementState()
     kept: list[dict[str, Any]] = []
+    lines: list[int] = []
     refused: list[JournalError] = []
-    for r in read.records:
+    for r, line in zip(read.records, read.lines):
         try:
             st.apply(r)
         except JournalError as e:
+            e.line = line
             if strict:
                 raise
             refused.append(e)
             continue
         kept.append(r)
-    return Replay(st, kept, read.damage, refused)
+        lines.append(line)
+    return Replay(st, kept, read.damage, refused, lines)
 
 
 class SpawnJournal:
@@ -391,21 +440,10 @@ class SpawnJournal:
     def open(
         cls, path: str | os.PathLike[str], *, strict: bool = True
     ) -> tuple[SpawnJournal, Replay]:
-        """Resume a journal: replay it and terminate a torn tail so the next append starts on a
-        fresh line (the torn fragment stays in the file as reported damage)."""
+        """Resume a journal: replay it. A torn tail is left for the first append, which sets it
+        aside and starts on a fresh line (:func:`runtime.durable.append_jsonl`)."""
         p = Path(path)
         rep = replay(p, strict=strict)
-        if p.exists() and p.stat().st_size:
-            with p.open("rb") as f:
-                f.seek(-1, os.SEEK_END)
-                last = f.read(1)
-            if last != b"\n":
-                fd = os.open(p, os.O_WRONLY | os.O_APPEND)
-                try:
-                    os.write(fd, b"\n")
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
         return cls(p, rep.state), rep
 
     @classmethod

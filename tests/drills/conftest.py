@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 
 from cli.runner import RunOutcome, RunSpec, run_headless
+from runtime.durable import read_jsonl
 from runtime.providers.scenario import load_scenario
+from tests.support.waiting import eventually
 
 
 @pytest.fixture(autouse=True)
@@ -70,3 +79,143 @@ def start_live(tmp: Path, toml: str, name: str = "live") -> LiveRun:
     live.thread.start()
     assert live.started.wait(30)
     return live
+
+
+CRASH_SCENARIO = """
+[fleet]
+prompt = "two helpers"
+
+[[agents.trunk]]
+ral = ["let base = 40", "agent quick 'fast'", "agent slow 'slow'"]
+
+[[agents.trunk]]
+text = "waiting"
+stop = "end_turn"
+repeat = 2
+
+[[agents.trunk]]
+ral = ["reply (add $base 2)"]
+
+[[agents.quick]]
+ral = ["let q = 1; reply q"]
+
+[[agents.slow]]
+ral = ["let s1 = 1"]
+
+[[agents.slow]]
+ral = ["sleep 30; let never = 1"]
+
+[[agents.slow]]
+ral = ["let s2 = 2; reply s"]
+"""
+
+
+def settled_ids(session: Path) -> set[str]:
+    return {
+        r["id"]
+        for r in read_jsonl(session / "spawn-journal.jsonl").records
+        if r["kind"] == "cancelled"
+        or (r["kind"] == "settled" and r.get("retainedExecution") != "pending")
+    }
+
+
+def kill_mid_run(tmp_path: Path) -> Path:
+    """A session whose control process was SIGKILLed mid-run: ``quick`` settled, ``slow`` in the
+    middle of a 30 s call, no ``result.json``."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(CRASH_SCENARIO)
+    session = tmp_path / "session"
+    env = {**os.environ, "EXARCH_FAULTS": "1"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from cli.main import main; main()",
+            "run",
+            str(scenario),
+            "--session-dir",
+            str(session),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        events = session / "agents" / "slow" / "events.jsonl"
+        assert eventually(
+            lambda: (
+                "quick" in settled_ids(session)
+                and "sleep 30" in (events.read_text() if events.exists() else "")
+            ),
+            20,
+        )
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert not (session / "result.json").exists()
+    return session
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One :func:`kill_mid_run` session per module, its dead run's processes killed; copy it
+    with :func:`copy_session` before touching it."""
+    from runtime.invariants import leftover_processes
+
+    session = kill_mid_run(tmp_path_factory.mktemp("crashed"))
+    for proc in leftover_processes(session):
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return session
+
+
+def copy_session(session: Path, into: Path) -> Path:
+    out = into / "session"
+    shutil.copytree(session, out, symlinks=True)
+    return out
+
+
+FINISHED_SCENARIO = """
+[fleet]
+prompt = "two children"
+
+[[agents.trunk]]
+ral = ["agent a 'one'", "agent b 'two'"]
+
+[[agents.trunk]]
+text = "waiting"
+stop = "end_turn"
+repeat = 2
+
+[[agents.trunk]]
+ral = ["reply 42"]
+
+[[agents.a]]
+ral = ["let x = 1; reply 1"]
+
+[[agents.b]]
+ral = ["let y = 2; reply 2"]
+"""
+
+
+@pytest.fixture(scope="module")
+def finished_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One finished two-child run per module; copy it with :func:`copy_session`."""
+    out = run_scenario_text(tmp_path_factory.mktemp("finished"), FINISHED_SCENARIO)
+    assert out.outcome == "replied" and out.reply == "42"
+    return out.session.root
+
+
+def exarch_cli(*args: str) -> Result:
+    """``exarch-actors ARGS`` in this process, through the command group as a user runs it
+    (invoking a subcommand object directly would leave click's cached help option without the
+    group's ``-h``). Fails the test on any exception but the command's own exit."""
+    from cli.main import main
+
+    res = CliRunner().invoke(main, list(args), prog_name="exarch-actors")
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise AssertionError("".join(traceback.format_exception(res.exception)))
+    assert "Traceback" not in res.output, res.output
+    return res

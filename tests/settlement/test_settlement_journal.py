@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import tempfile
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from runtime.durable import read_jsonl, torn_path
 from runtime.fleet_yield import fleet_yield
 from runtime.journal import (
     PHASES,
@@ -135,8 +137,10 @@ def test_a_torn_tail_is_reported_and_the_readable_prefix_is_used(ops: list[Op], 
         j, _ = SpawnJournal.open(path)  # a writer resuming after the crash
         j.spawned("after-crash")
         again = replay(path)
-        assert not again.torn and len(again.damage) == 1  # the fragment stays, reported
+        assert not again.torn and again.damage == []  # the fragment was set aside, not kept
         assert again.records[-1]["id"] == "after-crash"
+        aside = read_jsonl(torn_path(path)).records
+        assert [base64.b64decode(r["bytes"]) for r in aside] == [raw[last_start:cut]]
 
 
 @_SETTINGS
