@@ -44,6 +44,7 @@ from typing import Any
 import psutil
 
 from actors.channel import AgentChannel
+from actors.shell import ShellActor
 from actors.process import (
     become_group_leader,
     die_with_parent,
@@ -124,8 +125,6 @@ class HostLoop:
         )
 
     def serve(self) -> None:
-        from actors.shell import ShellActor
-
         self.channel.start()
         status = "shutdown"
         try:
