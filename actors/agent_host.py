@@ -203,6 +203,7 @@ class HostLoop:
             "threads": threading.active_count(),
             "inbox": self.inbox.depths(),
             "cancelled": self.cancelled,
+            "busy": bool(self._root is not None and self._root.busy),
         }
 
     def _eof(self, detail: str) -> None:
@@ -263,6 +264,7 @@ class AgentHost:
         self.died: Died | None = None
         self.exit: HostExit | None = None
         self._shell: psutil.Process | None = None
+        self._reaped: HostExit | None = None
         self.channel = AgentChannel(
             here,
             peer=f"agent host {name}",
@@ -354,6 +356,8 @@ class AgentHost:
 
     def shutdown(self, reason: str = "shutdown", timeout: float = 10.0) -> HostExit:
         """Ask the host to stop its shell and exit; kill it if it does not within ``timeout``."""
+        if self._reaped is not None:
+            return self._reaped
         self.channel.try_send(Shutdown(reason))
         if not self._ended.wait(timeout):
             self.kill()
@@ -361,6 +365,8 @@ class AgentHost:
 
     def kill(self) -> None:
         """SIGKILL the host and the shell host it reported in ``Born``; idempotent."""
+        if self._reaped is not None:
+            return
         for p in (self._shell,):
             with contextlib.suppress(psutil.Error):
                 if p is not None and p.is_running():  # checks create time: no reused pid
@@ -371,7 +377,9 @@ class AgentHost:
 
     def reap(self) -> HostExit:
         """Wait for the channel's end, kill what is left (a shell its dead host left behind),
-        and close the handle. Returns how the host ended."""
+        and close the handle. Returns how the host ended; idempotent."""
+        if self._reaped is not None:
+            return self._reaped
         if not self._ended.wait(10.0):
             self.kill()
             self._ended.wait(10.0)
@@ -381,4 +389,5 @@ class AgentHost:
         ex = self.exit or HostExit(self.pid, self.proc.exitcode, self.died)
         with contextlib.suppress(ValueError):
             self.proc.close()
+        self._reaped = ex
         return ex
