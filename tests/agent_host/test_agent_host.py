@@ -4,6 +4,7 @@ never outlives its control process. Every process here is real."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -138,12 +139,15 @@ time.sleep(120)
 
 
 def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled(tmp_path: Path) -> None:
+    """The hosts and shells are SIGSTOPped first, so none can notice its pipes closing: only the
+    kernel's parent-death signal (through the fork server's exit) can end them."""
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(PARENT))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, env=env, text=True
     )
+    watched: dict[int, psutil.Process] = {}
     try:
         assert proc.stdout is not None
         pids = [int(x) for _ in range(3) for x in proc.stdout.readline().split()]
@@ -151,16 +155,23 @@ def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled
         tree = psutil.Process(proc.pid).children(recursive=True)
         watched = {p.pid: p for p in tree} | {pid: psutil.Process(pid) for pid in pids}
         assert len(tree) >= 1 + 6 + 3  # fork server, 3 hosts + 3 shells, 3 workers
-    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
         proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        wait_for(
+            lambda: not [p for p in watched.values() if _alive(p)],
+            timeout=20,
+            what="every host, shell and worker of the killed control process to end",
+        )
+    finally:
+        proc.kill()
         proc.wait(10)
         if proc.stdout is not None:
             proc.stdout.close()
-    wait_for(
-        lambda: not [p for p in watched.values() if _alive(p)],
-        timeout=20,
-        what="every host, shell and worker of the killed control process to end",
-    )
+        for p in watched.values():  # survivors of a failed run are no longer our children
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 def _alive(p: psutil.Process) -> bool:
