@@ -44,7 +44,6 @@ from typing import Any
 import psutil
 
 from actors.channel import AgentChannel
-from actors.shell import ShellActor
 from actors.process import (
     become_group_leader,
     die_with_parent,
@@ -53,6 +52,7 @@ from actors.process import (
     start_process,
     use_fork_server,
 )
+from actors.shell import ShellActor
 from runtime.agent_channel import (
     Born,
     Cancel,
@@ -315,7 +315,9 @@ class AgentHost:
         assert isinstance(reply, ScriptResult), reply
         return reply
 
-    def deliver(self, msg: DeliverResult | SendMessage | SlashCommand, timeout: float = 10.0) -> Verdict:
+    def deliver(
+        self, msg: DeliverResult | SendMessage | SlashCommand, timeout: float = 10.0
+    ) -> Verdict:
         """Push into the agent's inbox and return the host's verdict (accepted or rejected)."""
         reply = self.channel.request(msg, timeout)
         assert isinstance(reply, Verdict), reply

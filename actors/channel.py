@@ -57,7 +57,7 @@ def _ignore(_: object) -> None:
 
 
 class _Waiter:
-    __slots__ = ("event", "reply", "error")
+    __slots__ = ("error", "event", "reply")
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -74,7 +74,7 @@ class AgentChannel:
         *,
         peer: str,
         on_control: Callable[[Message], None] = _ignore,
-        on_request: Callable[[Envelope], None] | None = None,
+        on_request: Callable[[Envelope], object] | None = None,
         on_notify: Callable[[Message], None] = _ignore,
         on_eof: Callable[[str], None] = _ignore,
         on_bad_frame: Callable[[ProtocolError], None] = _ignore,
@@ -201,7 +201,9 @@ class AgentChannel:
         else:
             self._call(self._on_notify, msg)
 
-    def _call(self, fn: Callable[[ProtocolError], None] | Callable[[Message], None], arg: object) -> None:
+    def _call(
+        self, fn: Callable[[ProtocolError], None] | Callable[[Message], None], arg: object
+    ) -> None:
         try:
             fn(arg)  # type: ignore[arg-type]
         except Exception:  # a callback bug must not stop the reader (cancel still has to land)
@@ -210,7 +212,9 @@ class AgentChannel:
     def _finish(self, detail: str) -> None:
         with self._lock:
             self._eof = detail
-            waiting = [(rid, kind, self._waiters.pop(rid, None)) for rid, kind in self._corr.drain()]
+            waiting = [
+                (rid, kind, self._waiters.pop(rid, None)) for rid, kind in self._corr.drain()
+            ]
         for rid, kind, waiter in waiting:
             if waiter is not None:
                 waiter.error = PeerGone(kind, rid, self.peer, detail)

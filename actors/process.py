@@ -118,7 +118,7 @@ def fork_server_address() -> str:
     """The address of this control process's fork server (started if need be), for
     :func:`use_fork_server` in an agent host."""
     ensure_fork_server()
-    address = getattr(forkserver._forkserver, "_forkserver_address", None)  # type: ignore[attr-defined]
+    address = getattr(forkserver._forkserver, "_forkserver_address", None)
     if not isinstance(address, str):
         raise RuntimeError("the fork server has no address")
     return address
@@ -137,7 +137,7 @@ def use_fork_server(address: str) -> None:
     this process's child. The resource tracker's fd is inherited and reused as is. Private to
     CPython's forkserver (3.8-3.13), like :func:`die_with_parent`.
     """
-    server = forkserver._forkserver  # type: ignore[attr-defined]
+    server: Any = forkserver._forkserver
     with server._lock:
         server._forkserver_address = address
         server._forkserver_alive_fd = os.open(os.devnull, os.O_RDONLY)

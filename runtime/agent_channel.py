@@ -71,7 +71,9 @@ class PeerGone(ExarchError):
         self.kind = kind
         self.request_id = request_id
         self.peer = peer
-        super().__init__(f"peer gone: {peer} closed the channel before answering {kind} #{request_id} ({detail})")
+        super().__init__(
+            f"peer gone: {peer} closed the channel before answering {kind} #{request_id} ({detail})"
+        )
 
 
 # -- the vocabulary ---------------------------------------------------------------------------

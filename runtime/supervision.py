@@ -54,7 +54,9 @@ class Decision:
     @property
     def detail(self) -> str:
         if self.action is Action.RESTART:
-            return f"restart {self.restarts_in_window} of {MAX_RESTARTS} in the window: {self.cause}"
+            return (
+                f"restart {self.restarts_in_window} of {MAX_RESTARTS} in the window: {self.cause}"
+            )
         return f"down: crashed past its restart intensity: {self.cause}"
 
 

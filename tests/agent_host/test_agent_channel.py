@@ -48,7 +48,9 @@ _scalars = (
 )
 _natives = st.recursive(
     _scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -67,9 +69,9 @@ def _value_for(annotation: str) -> st.SearchStrategy[Any]:
     elif base == "bytes":
         strat = st.binary(max_size=64)
     elif base.startswith("tuple[dict"):
-        strat = st.lists(st.dictionaries(st.text(max_size=8), _natives, max_size=3), max_size=3).map(
-            tuple
-        )
+        strat = st.lists(
+            st.dictionaries(st.text(max_size=8), _natives, max_size=3), max_size=3
+        ).map(tuple)
     elif base.startswith("dict"):
         strat = st.dictionaries(st.text(max_size=8), _natives, max_size=4)
     elif base == "Any":
@@ -103,7 +105,9 @@ def test_every_message_type_has_its_own_kind() -> None:
 
 
 @given(data=st.binary(max_size=64))
-def test_arbitrary_bytes_decode_to_a_message_or_a_protocol_error_and_nothing_else(data: bytes) -> None:
+def test_arbitrary_bytes_decode_to_a_message_or_a_protocol_error_and_nothing_else(
+    data: bytes,
+) -> None:
     try:
         decode(data)
     except ProtocolError:
@@ -120,7 +124,9 @@ def test_arbitrary_bytes_decode_to_a_message_or_a_protocol_error_and_nothing_els
         (["cancel", None, None, {}], "fields do not match"),
     ],
 )
-def test_a_malformed_frame_is_a_protocol_error_that_names_what_is_wrong(frame: list[Any], named: str) -> None:
+def test_a_malformed_frame_is_a_protocol_error_that_names_what_is_wrong(
+    frame: list[Any], named: str
+) -> None:
     with pytest.raises(ProtocolError, match=named):
         decode(msgpack.packb(frame))
 
@@ -145,7 +151,11 @@ def test_a_reply_after_its_deadline_is_counted_late_and_never_matches_a_newer_re
     assert c.pending() == {}
 
 
-@given(st.lists(st.tuples(st.floats(0, 10), st.sampled_from(["reply", "expire", "drain"])), max_size=30))
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 10), st.sampled_from(["reply", "expire", "drain"])), max_size=30
+    )
+)
 def test_every_request_leaves_the_table_exactly_once(steps: list[tuple[float, str]]) -> None:
     c = Correlator()
     opened: list[int] = []
@@ -175,7 +185,9 @@ def pair() -> Iterator[tuple[Any, Any]]:
     yield a, b
 
 
-def test_a_control_frame_reaches_its_callback_while_the_request_handler_is_still_busy(pair: Any) -> None:
+def test_a_control_frame_reaches_its_callback_while_the_request_handler_is_still_busy(
+    pair: Any,
+) -> None:
     a, b = pair
     busy = threading.Event()
     release = threading.Event()
@@ -219,7 +231,9 @@ def test_a_control_frame_reaches_its_callback_while_the_request_handler_is_still
             t.join(5)
 
 
-def test_a_request_without_a_reply_raises_reply_timeout_and_the_late_reply_is_counted(pair: Any) -> None:
+def test_a_request_without_a_reply_raises_reply_timeout_and_the_late_reply_is_counted(
+    pair: Any,
+) -> None:
     a, b = pair
     held: list[Envelope] = []
 
@@ -262,7 +276,9 @@ def test_a_handler_that_raises_is_answered_with_failed_naming_the_error(pair: An
     assert reply.error == "KeyError"  # type: ignore[attr-defined]
 
 
-def test_the_peer_closing_fails_a_waiting_request_with_peer_gone_and_reports_end_of_file(pair: Any) -> None:
+def test_the_peer_closing_fails_a_waiting_request_with_peer_gone_and_reports_end_of_file(
+    pair: Any,
+) -> None:
     a, b = pair
     eofs: list[str] = []
     host = AgentChannel(b, peer="control", on_request=lambda env: host.close()).start()
@@ -283,7 +299,10 @@ def test_an_undecodable_frame_is_counted_and_the_reader_carries_on(pair: Any) ->
     a, b = pair
     bad: list[ProtocolError] = []
     host = AgentChannel(
-        b, peer="control", on_request=lambda env: host.reply(env.id or 0, Pong(7, 0)), on_bad_frame=bad.append
+        b,
+        peer="control",
+        on_request=lambda env: host.reply(env.id or 0, Pong(7, 0)),
+        on_bad_frame=bad.append,
     ).start()
     ctl = AgentChannel(a, peer="host").start()
     try:

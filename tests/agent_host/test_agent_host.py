@@ -89,7 +89,9 @@ def test_the_65th_agent_result_into_a_host_inbox_is_rejected_with_inbox_full_and
     start_host: Callable[[str], AgentHost],
 ) -> None:
     host = start_host("parent")
-    verdicts = [host.deliver(DeliverResult("parent", f"c{i}", i)) for i in range(INBOX_SOURCE_CAP + 1)]
+    verdicts = [
+        host.deliver(DeliverResult("parent", f"c{i}", i)) for i in range(INBOX_SOURCE_CAP + 1)
+    ]
     assert all(v.accepted for v in verdicts[:INBOX_SOURCE_CAP])
     last = verdicts[-1]
     assert (last.accepted, last.rejection) == (False, "InboxFull")
@@ -138,7 +140,9 @@ time.sleep(120)
 """
 
 
-def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled(tmp_path: Path) -> None:
+def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled(
+    tmp_path: Path,
+) -> None:
     """The hosts and shells are SIGSTOPped first, so none can notice its pipes closing: only the
     kernel's parent-death signal (through the fork server's exit) can end them."""
     script = tmp_path / "parent.py"

@@ -39,7 +39,9 @@ def test_a_rule_with_no_window_is_refused() -> None:
         RestartIntensity(window=0)
 
 
-timelines = st.lists(st.floats(min_value=0, max_value=200, allow_nan=False), max_size=40).map(sorted)
+timelines = st.lists(st.floats(min_value=0, max_value=200, allow_nan=False), max_size=40).map(
+    sorted
+)
 
 
 @given(timelines, st.integers(min_value=0, max_value=5), st.floats(min_value=0.5, max_value=120))
