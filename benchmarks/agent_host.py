@@ -22,7 +22,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 
 import msgpack
 import psutil
@@ -34,15 +33,6 @@ from actors.shell import ShellActor
 LOOP = "for i in (range {n}) {{ for j in (range 500) {{ let k = $j }} }}"
 """A CPU-bound ral loop of ``n`` x 500 iterations (the first run in a fresh shell is slower, so
 each host runs a short one before the clock starts)."""
-
-
-def echo_main(data: Connection, ctl: Connection, memory_bytes: int | None = None) -> None:
-    while True:
-        try:
-            body = data.recv_bytes()
-        except EOFError:
-            return
-        data.send_bytes(msgpack.packb(msgpack.unpackb(body)))
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -77,7 +67,8 @@ def spawn_latency(d: str, n: int) -> tuple[list[float], list[float]]:
 
 
 def ping_vs_echo(d: str, n: int) -> tuple[list[float], list[float]]:
-    from agent_host import echo_main as target  # the child unpickles it by module name
+    # the child unpickles its target by module name; shell_roundtrip's floor is the same echo
+    from shell_roundtrip import echo_main as target
 
     child = ChildProcess(target, name="echo")
     msg = msgpack.packb(["ping", 1, None, {"seq": 1}])
