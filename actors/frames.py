@@ -108,7 +108,10 @@ class Channel:
         self._closed = False
 
     def send(self, kind: str, **fields: Any) -> None:
-        data = encode_frame(Frame(kind, fields))
+        self.send_bytes(encode_frame(Frame(kind, fields)))
+
+    def send_bytes(self, data: bytes) -> None:
+        """Send one already-encoded frame body (the agent-host channel's codec is its own)."""
         with self._lock:
             if self._closed:
                 raise ChannelClosed("channel closed locally")
@@ -126,11 +129,14 @@ class Channel:
         return True
 
     def recv(self) -> Frame:
+        return decode_frame(self.recv_bytes())
+
+    def recv_bytes(self) -> bytes:
+        """One frame body, undecoded; :class:`ChannelClosed` at end of file."""
         try:
-            data = self.conn.recv_bytes()
+            return self.conn.recv_bytes()
         except (EOFError, OSError, ValueError) as e:
             raise ChannelClosed(f"receive failed: {e or 'end of file'}") from None
-        return decode_frame(data)
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         try:

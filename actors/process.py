@@ -43,7 +43,13 @@ import psutil
 from actors.frames import Channel, ChannelClosed, FrameError
 from runtime.cancel import POLL_INTERVAL
 
-PRELOAD = ["actors.shell_host", "actors.worker", "runtime.ral.session", "runtime.ral.codec"]
+PRELOAD = [
+    "actors.shell_host",
+    "actors.worker",
+    "actors.agent_host",
+    "runtime.ral.session",
+    "runtime.ral.codec",
+]
 """Modules the fork server imports once, so a new host or worker starts warm."""
 
 
@@ -106,6 +112,44 @@ def ensure_fork_server() -> None:
     processes are not mistaken for a test's leak."""
     process_context()
     forkserver.ensure_running()
+
+
+def fork_server_address() -> str:
+    """The address of this control process's fork server (started if need be), for
+    :func:`use_fork_server` in an agent host."""
+    ensure_fork_server()
+    address = getattr(forkserver._forkserver, "_forkserver_address", None)
+    if not isinstance(address, str):
+        raise RuntimeError("the fork server has no address")
+    return address
+
+
+def use_fork_server(address: str) -> None:
+    """In an agent host (a fork-server child): start every later process from the control
+    process's one fork server at ``address`` instead of a fork server of its own.
+
+    A fork-server child does not know its server's address (the stdlib keeps it in the client
+    only), and left alone would start a second fork server -- re-importing :data:`PRELOAD`, and
+    forking from a process that by then runs threads. The stdlib client needs three things: the
+    address; an "alive" fd to hand each new child (the child only closes it, see
+    :func:`die_with_parent`; a ``/dev/null`` fd stands in, as this host must not keep the fork
+    server alive); and no attempt to (re)start the server, which it would do because it is not
+    this process's child. The resource tracker's fd is inherited and reused as is. Private to
+    CPython's forkserver (3.8-3.13), like :func:`die_with_parent`.
+    """
+    server: Any = forkserver._forkserver
+    with server._lock:
+        server._forkserver_address = address
+        server._forkserver_alive_fd = os.open(os.devnull, os.O_RDONLY)
+    server.ensure_running = lambda: None
+
+
+def start_process(target: Callable[..., Any], args: tuple[Any, ...], *, name: str) -> BaseProcess:
+    """Start ``target(*args)`` in a new process from the preloaded fork server (a daemon: the
+    stdlib terminates it if the control process exits normally first)."""
+    proc = _Process(target=target, args=args, name=name, daemon=True)
+    proc.start()
+    return proc
 
 
 # -- the control side's handle on one child process ------------------------------------------

@@ -30,6 +30,7 @@ ORDER = [
     ("agent_overhead", "one ral call through the whole stack vs the shell round trip"),
     ("fleet_throughput", "10 / 50 / 200 agents x 50 ral calls: calls/s, memory per agent"),
     ("recovery", "fault to the affected agent's next successful call"),
+    ("agent_host", "agent hosts: spawn, channel round trip, ral call, PSS, 1 vs 2 cores"),
 ]
 
 
