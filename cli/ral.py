@@ -22,29 +22,46 @@ from runtime.ral.context import DynamicContext, Grants
 from runtime.ral.errors import RalSyntaxError
 from runtime.ral.lexer import tokenize
 from runtime.ral.session import RunResult, Session
-from runtime.ral.values import Unit, Variant, render
+from runtime.ral.values import Part, Unit, Variant, render, separators, write_nested
 
 HISTORY = os.path.join(os.path.expanduser("~"), ".exarch", "ral_history")
 
 
-def to_json(v: Any) -> Any:
-    """maps -> objects, lists -> arrays, unit -> null, variant -> {tag, payload}, else rendered."""
+def _json_leaf(v: Any) -> str:
+    t = type(v)
+    if t is Unit:
+        return "null"
+    if t is bool or t is str:
+        return json.dumps(v, ensure_ascii=False)
+    if t is int and abs(v) < (1 << 1000):
+        return str(v)
+    if t is float and math.isfinite(v):
+        return json.dumps(v)
+    return json.dumps(render(v), ensure_ascii=False)
+
+
+def _json_part(v: Any) -> Part:
     t = type(v)
     if t is dict:
-        return {k: to_json(x) for k, x in v.items()}
+        pairs = zip(separators(), v, v.values())
+        return "{", ((f"{s}{json.dumps(k, ensure_ascii=False)}: ", x) for s, k, x in pairs), "}"
     if t is list:
-        return [to_json(x) for x in v]
-    if t is Unit:
-        return None
+        return "[", zip(separators(), v), "]"
     if t is Variant:
-        return {"tag": v.tag, "payload": to_json(v.payload)}
-    if t is bool or t is str:
-        return v
-    if t is int:
-        return v if abs(v) < (1 << 1000) else render(v)
-    if t is float:
-        return v if math.isfinite(v) else render(v)
-    return render(v)
+        tag = json.dumps(v.tag, ensure_ascii=False)
+        return '{"tag": ' + tag + ', "payload": ', iter((("", v.payload),)), "}"
+    return _json_leaf(v)
+
+
+def json_text(v: Any) -> str:
+    """A value as JSON text: maps -> objects, lists -> arrays, unit -> null, a variant ->
+    ``{"tag", "payload"}``, bools, strings, ints (under 1000 bits) and finite floats as
+    themselves, anything else as its rendered string.
+
+    Any depth the evaluator can build is written (:func:`write_nested` keeps its own stack);
+    ``json.dumps`` of nested data recurses in C and fails on deep values.
+    """
+    return write_nested(v, _json_part)
 
 
 def _exit_code(r: RunResult) -> int:
@@ -182,15 +199,15 @@ def ral_command(
         r = _run_interruptibly(session, source)
         if as_json:
             err = r.error
-            out = {
-                "value": to_json(r.value),
+            rest = {
                 "stdout": r.stdout,
                 "stderr": r.stderr,
                 "error": None
                 if err is None
                 else {"message": err.message, "line": err.line, "col": err.col},
             }
-            click.echo(json.dumps(out, ensure_ascii=False))
+            rest_text = json.dumps(rest, ensure_ascii=False)
+            click.echo('{"value": ' + json_text(r.value) + ", " + rest_text[1:])
         else:
             _show(r)
         sys.exit(_exit_code(r))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import tempfile
 from typing import TYPE_CHECKING, Any
 
 from runtime.ral.errors import RalError
+from runtime.ral.pattern import compile_pattern
 from runtime.ral.values import UNIT, render, type_name
 
 if TYPE_CHECKING:
@@ -101,10 +101,7 @@ def explore_dir(it: Interp, a: list[Any]) -> Any:
 def grep_files(it: Interp, a: list[Any]) -> Any:
     if type(a[0]) is not str:
         raise RalError(f"grep-files: the pattern must be a string, not {type_name(a[0])}")
-    try:
-        pat = re.compile(a[0])
-    except re.error as e:
-        raise RalError(f"grep-files: bad pattern: {e}") from None
+    pat = compile_pattern(a[0], "grep-files")  # RE2: linear time whatever the pattern
     shown = str(a[1]) if len(a) > 1 else "."
     full = it.path(shown, "grep-files")
     if os.path.isfile(full):

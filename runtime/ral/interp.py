@@ -111,6 +111,7 @@ class Interp:
         """An absolute path for a file builtin, refused outside the granted roots."""
         if type(p) is not str:
             raise RalError(f"{what}: a path must be a string, not {render(p)}")
+        refuse_nul(p, f"{what}: the path")
         full = os.path.normpath(os.path.join(self.ctx.cwd, os.path.expanduser(p)))
         if not self.ctx.grants.allows_path(full):
             raise RalError(f"not granted: {what} {p} (outside the granted roots)")
@@ -170,6 +171,8 @@ class Interp:
         args: list[str | bytes] = [name]
         for a in argv:
             _add_arg(args, a)
+        for i, a in enumerate(args[1:], 1):
+            refuse_nul(a, f"{name}: argument {i}", line, col)
         if self.stop:
             check_cancel(self)
         try:
@@ -185,6 +188,8 @@ class Interp:
             )
         except OSError as e:
             raise RalError(f"{name}: {_reason(e)}", line, col) from None
+        except ValueError as e:  # a NUL in the cwd or the environment (a restored context)
+            raise RalError(f"{name}: cannot start: {e}", line, col) from None
         try:
             while True:
                 try:
@@ -208,6 +213,16 @@ class Interp:
             return out.decode("utf-8")
         except UnicodeDecodeError:
             return out
+
+
+def refuse_nul(s: str | bytes, what: str, line: int = 0, col: int = 0) -> None:
+    """Refuse a NUL character where the OS takes a C string (an argument, a path, an env var).
+
+    ral strings may hold NUL (a program's output, a file's text, a ``"..."`` literal with a raw
+    NUL in it); the OS cannot: Python would raise ``ValueError: embedded null byte``.
+    """
+    if ("\0" in s) if isinstance(s, str) else (b"\0" in s):
+        raise RalError(f"{what} contains a NUL character, which the OS cannot pass", line, col)
 
 
 def _add_arg(args: list[str | bytes], a: Any) -> None:
