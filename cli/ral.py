@@ -27,28 +27,39 @@ from runtime.ral.values import Part, Unit, Variant, render, separators, write_ne
 HISTORY = os.path.join(os.path.expanduser("~"), ".exarch", "ral_history")
 
 
+def _dumps(obj: Any) -> str:
+    """JSON text that is valid UTF-8: non-ASCII as itself, but a lone surrogate (a byte that
+    was not UTF-8, from a file name or the environment) as a ``\\udcXX`` escape."""
+    text = json.dumps(obj, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj)
+    return text
+
+
 def _json_leaf(v: Any) -> str:
     t = type(v)
     if t is Unit:
         return "null"
     if t is bool or t is str:
-        return json.dumps(v, ensure_ascii=False)
+        return _dumps(v)
     if t is int and abs(v) < (1 << 1000):
         return str(v)
     if t is float and math.isfinite(v):
         return json.dumps(v)
-    return json.dumps(render(v), ensure_ascii=False)
+    return _dumps(render(v))
 
 
 def _json_part(v: Any) -> Part:
     t = type(v)
     if t is dict:
         pairs = zip(separators(), v, v.values())
-        return "{", ((f"{s}{json.dumps(k, ensure_ascii=False)}: ", x) for s, k, x in pairs), "}"
+        return "{", ((f"{s}{_dumps(k)}: ", x) for s, k, x in pairs), "}"
     if t is list:
         return "[", zip(separators(), v), "]"
     if t is Variant:
-        tag = json.dumps(v.tag, ensure_ascii=False)
+        tag = _dumps(v.tag)
         return '{"tag": ' + tag + ', "payload": ', iter((("", v.payload),)), "}"
     return _json_leaf(v)
 
@@ -161,6 +172,20 @@ def _repl(session: Session) -> int:
                 pass
 
 
+def _bytes_through_stdio() -> None:
+    """Read and write stdio with ``surrogateescape``, as Python already does in the C locale.
+
+    Bytes that are not UTF-8 then survive: in a script on stdin they reach the lexer, which
+    refuses them with their position (as it does for a ``-c`` argument, which Python decodes
+    this way); in a value (an environment variable, a file name) they are written back out as
+    the bytes they were. With a strict UTF-8 locale either one was a traceback.
+    """
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # absent on a test runner's stream
+        if reconfigure is not None:
+            reconfigure(errors="surrogateescape")
+
+
 @click.command("ral")
 @click.option("-c", "script", metavar="SCRIPT", help="Run SCRIPT and exit.")
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
@@ -175,6 +200,7 @@ def ral_command(
     grant_root: tuple[str, ...],
 ) -> None:
     """Run ral: a REPL, a one-liner (-c), a FILE, or a script piped on stdin."""
+    _bytes_through_stdio()
     grants = Grants(
         frozenset(grant_exec) if grant_exec else None,
         tuple(os.path.abspath(r) for r in grant_root) if grant_root else None,
@@ -206,7 +232,7 @@ def ral_command(
                 if err is None
                 else {"message": err.message, "line": err.line, "col": err.col},
             }
-            rest_text = json.dumps(rest, ensure_ascii=False)
+            rest_text = _dumps(rest)
             click.echo('{"value": ' + json_text(r.value) + ", " + rest_text[1:])
         else:
             _show(r)

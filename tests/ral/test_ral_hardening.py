@@ -3,6 +3,8 @@ model-written regular expressions. Each test failed (or hung, or crashed) before
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -35,6 +37,18 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
         text=True,
         timeout=50,
         cwd=ROOT,
+    )
+
+
+def _cli_bytes(stdin: bytes, *args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
+    """The CLI under a strict UTF-8 locale (where Python's stdio refuses undecodable bytes)."""
+    return subprocess.run(
+        [sys.executable, "-c", "from cli.main import main; main()", "ral", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=50,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8:strict", **env},
     )
 
 
@@ -106,6 +120,21 @@ def test_lexing_any_text_up_to_100_kb_costs_no_more_than_a_plain_text_of_that_si
 def test_long_number_like_words_parse_in_one_pass(session: Session, word: str) -> None:
     r = session.run(f"type {word}")
     assert r.error is None and r.value == "string"
+
+
+def test_a_lone_surrogate_in_the_source_is_a_syntax_error_at_its_position() -> None:
+    """Found by the fuzz: ``''\\ud800`` (a JSON tool call may carry one) made a string no UTF-8
+    frame or file can hold."""
+    with pytest.raises(RalSyntaxError) as e:
+        tokenize("echo ok\n  '\ud800'")
+    assert (e.value.line, e.value.col) == (2, 4)
+    assert e.value.message == "invalid character U+D800 (a lone surrogate)"
+
+
+def test_a_script_on_stdin_that_is_not_utf8_is_refused_at_the_bad_byte() -> None:
+    p = _cli_bytes(b"echo ok\necho \xff\n")
+    assert p.returncode == 2
+    assert p.stderr == b"error: 2:6 invalid character U+DCFF (a lone surrogate)\n"
 
 
 # -- deep values -----------------------------------------------------------------------------
@@ -275,6 +304,20 @@ def test_a_nul_in_the_restored_working_directory_is_a_ral_error_when_a_program_s
         assert r.error is not None and r.error.message.startswith("ls: cannot start:")
     finally:
         s.close()
+
+
+def test_a_string_holding_a_lone_surrogate_round_trips_through_the_codec() -> None:
+    """An environment variable or file name that is not UTF-8 decodes to lone surrogates."""
+    v = ["a\udcffb", {"k\udcfe": "\ud800"}]
+    assert values_equal(decode_value(encode_value(v)), v)
+
+
+def test_the_cli_writes_back_the_bytes_of_an_environment_variable_that_is_not_utf8() -> None:
+    plain = _cli_bytes(b"", "-c", "env X", X="a\udcffb")
+    assert plain.returncode == 0 and plain.stdout == b"a\xffb\n", plain.stderr
+    js = _cli_bytes(b"", "--json", "-c", "env X", X="a\udcffb")
+    assert js.returncode == 0, js.stderr
+    assert json.loads(js.stdout)["value"] == "a\udcffb"  # valid JSON: the byte as an escape
 
 
 # -- builtins as values ----------------------------------------------------------------------
