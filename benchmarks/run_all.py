@@ -28,6 +28,7 @@ ORDER = [
     ("agent_overhead", "one ral call through the whole stack vs the shell round trip"),
     ("fleet_throughput", "10 / 50 / 200 agents x 50 ral calls: calls/s, memory per agent"),
     ("recovery", "fault to the affected agent's next successful call"),
+    ("ral_fuzz", "generated programs and hostile text: typed outcomes only, none over 2 s"),
 ]
 
 

@@ -4,9 +4,9 @@ Each example runs in a fresh session with no exec grant and no file root, is can
 :data:`BUDGET` seconds (a generated infinite computation ends like any cancelled run), and must
 end in a typed outcome: a value that renders, prints as JSON and survives the codec, or a ral
 error of kind syntax, elaboration, runtime or cancelled. Anything else escapes the run and fails
-the test with the program's text. The two tests together cost ~20-30 s of CPU (1.5-2.7 ms per
-example measured on the development machine, most of it Hypothesis's own bookkeeping);
-``benchmarks/ral_fuzz.py`` runs the same contract for as long as you like.
+the test with the program's text. The two tests together cost ~19 s of CPU (measured on the
+development machine under load: 1.8-2.3 ms per example, most of it Hypothesis's own
+bookkeeping); ``benchmarks/ral_fuzz.py`` runs the same contract for as long as you like.
 """
 
 from __future__ import annotations
