@@ -144,15 +144,21 @@ def truthy(v: Any) -> bool:
     return not (v is False or v is UNIT)
 
 
+_CONTAINERS = frozenset((list, dict, Variant, Closure))
+
+
 def values_equal(a: Any, b: Any) -> bool:
     """Tag-exact structural equality (a NaN equals a NaN so that encoding round-trips).
 
     Iterative, with an explicit stack of pairs: two values of any depth the evaluator can build
     compare without touching Python's recursion limit. Identical objects are equal at once
-    (the relation is reflexive, NaN included), so shared structure is not walked.
+    (the relation is reflexive, NaN included), and a pair of containers is compared once
+    however often it recurs, so values that share structure (``fold { |acc, x| [$acc, $acc] }``
+    doubles its size each step) compare in time linear in the objects they are made of.
     """
     stack = [(a, b)]
     pop, extend = stack.pop, stack.extend
+    seen: set[tuple[int, int]] = set()  # container pairs already queued (both stay alive)
     while stack:
         a, b = pop()
         if a is b:
@@ -160,6 +166,11 @@ def values_equal(a: Any, b: Any) -> bool:
         ta = type(a)
         if ta is not type(b):
             return False
+        if ta in _CONTAINERS:
+            pair = (id(a), id(b))
+            if pair in seen:
+                continue
+            seen.add(pair)
         if ta is list:
             if len(a) != len(b):
                 return False

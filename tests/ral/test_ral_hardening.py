@@ -152,6 +152,15 @@ def test_a_value_20000_levels_deep_renders_and_compares(session: Session) -> Non
     assert render(r.value).startswith('[true, false, "[[[')
 
 
+def test_eq_of_two_separately_built_values_that_share_structure_takes_linear_time(
+    session: Session,
+) -> None:
+    """Each value has 2**60 leaves but 61 distinct lists; comparing leaf by leaf never ends."""
+    double = "fold { |acc, x| [$acc, $acc] } [1] (range 60)"
+    r = session.run(f"let a = {double}; let b = {double}; [(eq $a $b), (eq $a [$b, $b])]")
+    assert r.error is None and r.value == [True, False]
+
+
 def test_the_cli_prints_a_20000_levels_deep_value_as_text_and_as_json() -> None:
     plain = _cli("-c", DEEP)
     assert plain.returncode == 0, plain.stderr[-2000:]
