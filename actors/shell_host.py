@@ -361,7 +361,8 @@ def encode_binding(name: str, value: Any, max_bytes: int) -> bytes:
 
     Refused: an encoding over ``max_bytes`` (``--max-binding-bytes``; a string or bytes value
     already longer is refused before it is copied), a value the codec cannot encode (a
-    builtin, a structure nested too deeply), and running out of memory while encoding.
+    structure nested more than 1024 levels deep; builtins encode by name), and running out of
+    memory while encoding.
     """
     from runtime.limits import format_size
     from runtime.ral.codec import encode_value

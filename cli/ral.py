@@ -24,29 +24,57 @@ from runtime.ral.context import DynamicContext
 from runtime.ral.errors import RalSyntaxError
 from runtime.ral.lexer import tokenize
 from runtime.ral.session import RunResult, Session
-from runtime.ral.values import Unit, Variant, render
+from runtime.ral.values import Part, Unit, Variant, render, separators, write_nested
 
 HISTORY = os.path.join(os.path.expanduser("~"), ".exarch", "ral_history")
 
 
-def to_json(v: Any) -> Any:
-    """maps -> objects, lists -> arrays, unit -> null, variant -> {tag, payload}, else rendered."""
+def _dumps(obj: Any) -> str:
+    """JSON text that is valid UTF-8: non-ASCII as itself, but a lone surrogate (a byte that
+    was not UTF-8, from a file name or the environment) as a ``\\udcXX`` escape."""
+    text = json.dumps(obj, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj)
+    return text
+
+
+def _json_leaf(v: Any) -> str:
+    t = type(v)
+    if t is Unit:
+        return "null"
+    if t is bool or t is str:
+        return _dumps(v)
+    if t is int and abs(v) < (1 << 1000):
+        return str(v)
+    if t is float and math.isfinite(v):
+        return json.dumps(v)
+    return _dumps(render(v))
+
+
+def _json_part(v: Any) -> Part:
     t = type(v)
     if t is dict:
-        return {k: to_json(x) for k, x in v.items()}
+        pairs = zip(separators(), v, v.values())
+        return "{", ((f"{s}{_dumps(k)}: ", x) for s, k, x in pairs), "}"
     if t is list:
-        return [to_json(x) for x in v]
-    if t is Unit:
-        return None
+        return "[", zip(separators(), v), "]"
     if t is Variant:
-        return {"tag": v.tag, "payload": to_json(v.payload)}
-    if t is bool or t is str:
-        return v
-    if t is int:
-        return v if abs(v) < (1 << 1000) else render(v)
-    if t is float:
-        return v if math.isfinite(v) else render(v)
-    return render(v)
+        tag = _dumps(v.tag)
+        return '{"tag": ' + tag + ', "payload": ', iter((("", v.payload),)), "}"
+    return _json_leaf(v)
+
+
+def json_text(v: Any) -> str:
+    """A value as JSON text: maps -> objects, lists -> arrays, unit -> null, a variant ->
+    ``{"tag", "payload"}``, bools, strings, ints (under 1000 bits) and finite floats as
+    themselves, anything else as its rendered string.
+
+    Any depth the evaluator can build is written (:func:`write_nested` keeps its own stack);
+    ``json.dumps`` of nested data recurses in C and fails on deep values.
+    """
+    return write_nested(v, _json_part)
 
 
 def _exit_code(r: RunResult) -> int:
@@ -146,6 +174,20 @@ def _repl(session: Session) -> int:
                 pass
 
 
+def _bytes_through_stdio() -> None:
+    """Read and write stdio with ``surrogateescape``, as Python already does in the C locale.
+
+    Bytes that are not UTF-8 then survive: in a script on stdin they reach the lexer, which
+    refuses them with their position (as it does for a ``-c`` argument, which Python decodes
+    this way); in a value (an environment variable, a file name) they are written back out as
+    the bytes they were. With a strict UTF-8 locale either one was a traceback.
+    """
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # absent on a test runner's stream
+        if reconfigure is not None:
+            reconfigure(errors="surrogateescape")
+
+
 @click.command("ral")
 @click.option("-c", "script", metavar="SCRIPT", help="Run SCRIPT and exit.")
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
@@ -166,6 +208,7 @@ def ral_command(
       1    a ral error at run time, or the run was cancelled (Ctrl-C)
       2    refused before running (a syntax or elaboration error), or bad input
     """
+    _bytes_through_stdio()
     grants = grants_from_flags(grant_exec, grant_root)
     session = Session(context=DynamicContext(grants=grants))
     try:
@@ -187,15 +230,15 @@ def ral_command(
         r = _run_interruptibly(session, source)
         if as_json:
             err = r.error
-            out = {
-                "value": to_json(r.value),
+            rest = {
                 "stdout": r.stdout,
                 "stderr": r.stderr,
                 "error": None
                 if err is None
                 else {"message": err.message, "line": err.line, "col": err.col},
             }
-            click.echo(json.dumps(out, ensure_ascii=False))
+            rest_text = _dumps(rest)
+            click.echo('{"value": ' + json_text(r.value) + ", " + rest_text[1:])
         else:
             _show(r)
         sys.exit(_exit_code(r))

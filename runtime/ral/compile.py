@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from runtime.cancel import Cancelled
+from runtime.errors import ExarchError
 from runtime.ral.errors import RalError, RalSyntaxError
 from runtime.ral.nodes import (
     EMPTY,
@@ -214,7 +215,7 @@ def call_native(it: Runtime, name: str, argv: list[Any], line: int, col: int) ->
         raise RalError("recursion limit", line, col) from None
     except MemoryError:  # a native leaves no half-done interpreter state behind
         raise RalError(f"out of memory: {name} (the shell's memory limit)", line, col) from None
-    except _NATIVE_ERRORS as e:
+    except (*_NATIVE_ERRORS, ExarchError) as e:  # e.g. a value the codec refuses to send
         raise RalError(f"{name}: {e}", line, col) from None
 
 

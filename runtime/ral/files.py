@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.ral import confine
 from runtime.ral.errors import RalError
+from runtime.ral.pattern import compile_pattern
 from runtime.ral.values import UNIT, render, type_name
 
 if TYPE_CHECKING:
@@ -108,10 +108,7 @@ def explore_dir(it: Interp, a: list[Any]) -> Any:
 def grep_files(it: Interp, a: list[Any]) -> Any:
     if type(a[0]) is not str:
         raise RalError(f"grep-files: the pattern must be a string, not {type_name(a[0])}")
-    try:
-        pat = re.compile(a[0])
-    except re.error as e:
-        raise RalError(f"grep-files: bad pattern: {e}") from None
+    pat = compile_pattern(a[0], "grep-files")  # RE2: linear time whatever the pattern
     shown = str(a[1]) if len(a) > 1 else "."
     full = it.path(shown, "grep-files")
     roots = it.ctx.grants.roots
@@ -141,7 +138,7 @@ def grep_files(it: Interp, a: list[Any]) -> Any:
     return "\n".join(hits)
 
 
-def _grep_fd(fd: int, pat: re.Pattern[str], rel: str, hits: list[str]) -> list[str]:
+def _grep_fd(fd: int, pat: Any, rel: str, hits: list[str]) -> list[str]:
     """Append ``rel:line:text`` for each matching line of the open file ``fd`` (closed here);
     non-regular, large and binary files are skipped. Past :data:`LIST_CAP` a cap line ends it."""
     with os.fdopen(fd, "rb") as fh:

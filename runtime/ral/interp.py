@@ -116,6 +116,7 @@ class Interp:
         resolves links and refuses anything outside the granted roots at the moment of use."""
         if type(p) is not str:
             raise RalError(f"{what}: a path must be a string, not {render(p)}")
+        refuse_nul(p, f"{what}: the path")
         full = os.path.normpath(os.path.join(self.ctx.cwd, os.path.expanduser(p)))
         return full
 
@@ -161,6 +162,7 @@ class Interp:
     # -- external programs ---------------------------------------------------------------
     def run_program(self, name: str, argv: list[Any], line: int, col: int) -> Any:
         ctx = self.ctx
+        refuse_nul(name, "the program name", line, col)
         resolved: str | None
         if ctx.grants.exec is not None:  # the granted file itself; the session's PATH is moot
             resolved = ctx.grants.program(name, ctx.cwd)
@@ -176,6 +178,8 @@ class Interp:
         args: list[str | bytes] = [name]
         for a in argv:
             _add_arg(args, a)
+        for i, a in enumerate(args[1:], 1):
+            refuse_nul(a, f"{name}: argument {i}", line, col)
         if self.stop:
             check_cancel(self)
         try:
@@ -191,6 +195,8 @@ class Interp:
             )
         except OSError as e:
             raise RalError(f"{name}: {_reason(e)}", line, col) from None
+        except ValueError as e:  # a NUL in the cwd or the environment (a restored context)
+            raise RalError(f"{name}: cannot start: {e}", line, col) from None
         try:
             while True:
                 try:
@@ -214,6 +220,16 @@ class Interp:
             return out.decode("utf-8")
         except UnicodeDecodeError:
             return out
+
+
+def refuse_nul(s: str | bytes, what: str, line: int = 0, col: int = 0) -> None:
+    """Refuse a NUL character where the OS takes a C string (an argument, a path, an env var).
+
+    ral strings may hold NUL (a program's output, a file's text, a ``"..."`` literal with a raw
+    NUL in it); the OS cannot: Python would raise ``ValueError: embedded null byte``.
+    """
+    if ("\0" in s) if isinstance(s, str) else (b"\0" in s):
+        raise RalError(f"{what} contains a NUL character, which the OS cannot pass", line, col)
 
 
 def _add_arg(args: list[str | bytes], a: Any) -> None:

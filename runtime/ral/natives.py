@@ -19,7 +19,7 @@ from runtime.ral.compile import apply, check_cancel
 from runtime.ral.context import Desk
 from runtime.ral.errors import DeskRefusal, InternalPanic, RalError
 from runtime.ral.files import FILE_NATIVES, refusals
-from runtime.ral.interp import Interp, Native
+from runtime.ral.interp import Interp, Native, refuse_nul
 from runtime.ral.values import (
     UNIT,
     Closure,
@@ -458,7 +458,9 @@ def _setenv(it: Interp, a: list[Any]) -> Any:
     if a[1] is UNIT:
         it.ctx.env.pop(k, None)
     else:
-        it.ctx.env[k] = text(a[1])
+        v = text(a[1])
+        refuse_nul(v, f"setenv: the value of {k}")
+        it.ctx.env[k] = v
     return UNIT
 
 

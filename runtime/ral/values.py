@@ -13,7 +13,9 @@ Invariants:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -142,31 +144,55 @@ def truthy(v: Any) -> bool:
     return not (v is False or v is UNIT)
 
 
+_CONTAINERS = frozenset((list, dict, Variant, Closure))
+
+
 def values_equal(a: Any, b: Any) -> bool:
-    """Tag-exact structural equality (a NaN equals a NaN so that encoding round-trips)."""
-    ta, tb = type(a), type(b)
-    if ta is not tb:
-        return False
-    if ta is list:
-        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
-    if ta is dict:
-        if len(a) != len(b) or list(a) != list(b):
-            return False
-        return all(values_equal(a[k], b[k]) for k in a)
-    if ta is float:
-        return bool(a == b or (math.isnan(a) and math.isnan(b)))
-    if ta is Variant:
-        return bool(a.tag == b.tag and values_equal(a.payload, b.payload))
-    if ta is Closure:
+    """Tag-exact structural equality (a NaN equals a NaN so that encoding round-trips).
+
+    Iterative, with an explicit stack of pairs: two values of any depth the evaluator can build
+    compare without touching Python's recursion limit. Identical objects are equal at once
+    (the relation is reflexive, NaN included), and a pair of containers is compared once
+    however often it recurs, so values that share structure (``fold { |acc, x| [$acc, $acc] }``
+    doubles its size each step) compare in time linear in the objects they are made of.
+    """
+    stack = [(a, b)]
+    pop, extend = stack.pop, stack.extend
+    seen: set[tuple[int, int]] = set()  # container pairs already queued (both stay alive)
+    while stack:
+        a, b = pop()
         if a is b:
-            return True
-        return (
-            a.source == b.source
-            and a.params == b.params
-            and a.rec_name == b.rec_name
-            and values_equal(a.captured, b.captured)
-        )
-    return bool(a == b)
+            continue
+        ta = type(a)
+        if ta is not type(b):
+            return False
+        if ta in _CONTAINERS:
+            pair = (id(a), id(b))
+            if pair in seen:
+                continue
+            seen.add(pair)
+        if ta is list:
+            if len(a) != len(b):
+                return False
+            extend(zip(a, b))
+        elif ta is dict:
+            if len(a) != len(b) or list(a) != list(b):
+                return False
+            extend(zip(a.values(), b.values()))
+        elif ta is float:
+            if not (a == b or (math.isnan(a) and math.isnan(b))):
+                return False
+        elif ta is Variant:
+            if a.tag != b.tag:
+                return False
+            stack.append((a.payload, b.payload))
+        elif ta is Closure:
+            if a.source != b.source or a.params != b.params or a.rec_name != b.rec_name:
+                return False
+            stack.append((a.captured, b.captured))
+        elif a != b:
+            return False
+    return True
 
 
 _BARE_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./")
@@ -191,12 +217,12 @@ def _quote(s: str) -> str:
     return f'"{out}"'
 
 
-def render(v: Any, *, nested: bool = False) -> str:
-    """The display form: ``ok(3)``, ``[1, 2, 3]``, ``[a: 1]``, ``[:]``.
+_NESTED = frozenset((list, dict, Variant))
+"""The types whose display form holds other values' display forms."""
 
-    A top-level string renders as itself; a string inside a list, map or variant is quoted so the
-    structure stays readable.
-    """
+
+def _leaf_text(v: Any, nested: bool) -> str:
+    """The display form of a value that holds no other value."""
     t = type(v)
     if t is str:
         return _quote(v) if nested else v
@@ -208,16 +234,6 @@ def render(v: Any, *, nested: bool = False) -> str:
         return repr(v)
     if t is Unit:
         return "unit"
-    if t is list:
-        return "[" + ", ".join(render(x, nested=True) for x in v) + "]"
-    if t is dict:
-        if not v:
-            return "[:]"
-        return (
-            "[" + ", ".join(f"{_key_text(k)}: {render(x, nested=True)}" for k, x in v.items()) + "]"
-        )
-    if t is Variant:
-        return f"{v.tag}({render(v.payload, nested=True)})"
     if t is bytes:
         return f"<{len(v)} bytes>"
     if t is Closure:
@@ -228,6 +244,70 @@ def render(v: Any, *, nested: bool = False) -> str:
     if t is Builtin:
         return f"<builtin {v.name}>"
     return repr(v)
+
+
+Part = str | tuple[str, Iterator[tuple[str, Any]], str]
+"""How :func:`write_nested` sees one value: its whole text (a leaf), or a container as (opening
+text, an iterator of (separator, item) pairs, closing text)."""
+
+
+def write_nested(v: Any, part: Callable[[Any], Part]) -> str:
+    """The text of ``v`` and everything inside it, written depth-first with an explicit stack of
+    open containers, so a value of any depth the evaluator can build is written without touching
+    Python's recursion limit (``render`` and the CLI's JSON output are both this walk)."""
+    first = part(v)
+    if isinstance(first, str):
+        return first
+    out = [first[0]]
+    stack = [(first[1], first[2])]
+    while stack:
+        items, closing = stack[-1]
+        for sep, x in items:
+            if sep:
+                out.append(sep)
+            p = part(x)
+            if isinstance(p, str):
+                out.append(p)
+                continue
+            out.append(p[0])
+            stack.append((p[1], p[2]))
+            break
+        else:
+            out.append(closing)
+            stack.pop()
+    return "".join(out)
+
+
+def separators(sep: str = ", ") -> Iterator[str]:
+    """``""`` then ``sep`` forever: the separator before each item of a container."""
+    return chain(("",), repeat(sep))
+
+
+def _render_part(v: Any) -> Part:
+    t = type(v)
+    if t is list:
+        if _NESTED.isdisjoint(set(map(type, v))):  # flat: written at once
+            return "[" + ", ".join([_leaf_text(x, True) for x in v]) + "]"
+        return "[", zip(separators(), v), "]"
+    if t is dict:
+        if not v:
+            return "[:]"
+        pairs = zip(separators(), v, v.values())
+        return "[", ((f"{s}{_key_text(k)}: ", x) for s, k, x in pairs), "]"
+    if t is Variant:
+        return f"{v.tag}(", iter((("", v.payload),)), ")"
+    return _leaf_text(v, True)
+
+
+def render(v: Any, *, nested: bool = False) -> str:
+    """The display form: ``ok(3)``, ``[1, 2, 3]``, ``[a: 1]``, ``[:]``.
+
+    A top-level string renders as itself; a string inside a list, map or variant is quoted so the
+    structure stays readable. Any depth renders (:func:`write_nested`).
+    """
+    if type(v) not in _NESTED:
+        return _leaf_text(v, nested)
+    return write_nested(v, _render_part)
 
 
 def value_size(v: Any) -> int:

@@ -1,4 +1,4 @@
-"""Every value except a builtin encodes with msgpack and decodes to an equal value."""
+"""Every value encodes with msgpack and decodes to an equal value."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ scalars = st.one_of(
     st.text(),
     st.binary(),
     st.builds(WorkerHandle, st.text(min_size=1, max_size=8)),
+    st.sampled_from(["echo", "add", "view-text", "agent"]).map(Builtin),
     st.integers(0, len(_CLOSURE_SOURCES) - 1).map(_closure),
 )
 values = st.recursive(
@@ -98,9 +99,8 @@ def test_a_decoded_closure_keeps_error_positions_of_its_original_source(session:
         fresh.close()
 
 
-def test_a_builtin_cannot_be_encoded() -> None:
-    with pytest.raises(CodecError):
-        encode_value(Builtin("echo"))
+def test_a_builtin_encodes_by_name_and_a_non_value_cannot_be_encoded() -> None:
+    assert decode_value(encode_value(Builtin("echo"))) == Builtin("echo")
     with pytest.raises(CodecError):
         encode_value([1, object()])
 

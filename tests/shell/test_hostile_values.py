@@ -1,0 +1,61 @@
+"""Hostile values in a real shell host: a ral error or a result, never a panic and rollback.
+
+Each of these crashed or panicked the host process before (a RecursionError while rendering,
+a SIGSEGV while decoding the snapshot at rollback, a CodecError escaping ``spawn``, a
+``ValueError: embedded null byte`` from ``subprocess``), or silently lost a binding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+DEEP = "fold { |acc, x| [$acc] } [] (range 19999)"  # 20000 levels
+
+
+def test_a_value_20000_levels_deep_is_the_result_of_the_call(start_shell: Callable) -> None:
+    shell: Any = start_shell().proxy()
+    r = shell.run(DEEP).get()
+    assert r.error is None and not r.rolled_back
+    assert r.value == "[" * 20000 + "]" * 20000
+
+
+def test_a_binding_of_300_nested_variants_is_restored_after_a_rollback(
+    start_shell: Callable,
+) -> None:
+    shell: Any = start_shell().proxy()
+    assert (
+        shell.run("let v = fold { |acc, x| variant a $acc } unit (range 300)").get().error is None
+    )
+    assert shell.run("fault panic").get().rolled_back
+    r = shell.run("str $v").get()
+    assert r.error is None and r.value == "a(" * 300 + "unit" + ")" * 300
+
+
+def test_a_builtin_bound_to_a_name_survives_a_rollback(start_shell: Callable) -> None:
+    shell: Any = start_shell().proxy()
+    assert shell.run("let plus = $add").get().error is None
+    assert shell.run("fault panic").get().rolled_back
+    r = shell.run("plus 1 2").get()
+    assert r.error is None and r.value == "3"
+
+
+def test_spawning_a_closure_that_holds_a_too_deep_value_is_a_ral_error(
+    start_shell: Callable,
+) -> None:
+    shell: Any = start_shell().proxy()
+    # A session `let` of such a value is itself refused (it could not be kept): build it in a
+    # block, where the binding is local and only the spawn has to encode it.
+    r = shell.run(
+        "try { let d = fold { |acc, x| [$acc] } [] (range 2000); spawn { $d } } "
+        "catch e { $e[message] }"
+    ).get()
+    assert r.error is None and not r.rolled_back
+    assert r.value == "spawn: value nested too deeply (over 1024 levels)"
+
+
+def test_a_nul_in_a_program_argument_is_a_ral_error_in_the_shell(start_shell: Callable) -> None:
+    shell: Any = start_shell().proxy()
+    r = shell.run('printf "%s" "a\0b"').get()
+    assert r.error_kind == "runtime" and not r.rolled_back
+    assert r.error == "1:1 printf: argument 2 contains a NUL character, which the OS cannot pass"
