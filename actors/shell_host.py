@@ -13,7 +13,9 @@ Protocol (host's view):
   every visible name as baseline; catch the ledger's clock up to the epoch; run the ready
   boundary; reply ``snapshot`` (full ledger state) then ``ready``.
 - ``run``: catch the ledger's clock up to the run's epoch (one tick per ral call, failed ones
-  included), evaluate, renew leases from ``RunResult.referenced``, run the ready boundary (prune
+  included), send the compile's referenced names as ``harvest`` before evaluating (a panic
+  rollback renews them: renewals survive it), evaluate, renew leases from
+  ``RunResult.referenced``, run the ready boundary (prune
   only when the control side says a surface sink is installed), reply ``snapshot`` (changed
   binding encodings, removed names, context, ledger delta) then ``result``.
 - An internal (non-ral) error escaping ``Session.run`` (``fault panic``) is a **panic**: the
@@ -159,6 +161,7 @@ class HostCore:
             workers=_EnquiryWorkers(self),
             faults=bool(f.get("faults")),
             define_hook=self._on_define,
+            harvest_hook=self._on_harvest,
         )
         blobs: dict[str, bytes] = dict(f.get("bindings") or {})
         values = {name: decode_value(blob) for name, blob in blobs.items()}
@@ -251,6 +254,12 @@ class HostCore:
                     "data": {"name": name, "size": size, "limit": large.limit_bytes},
                 }
             )
+
+    def _on_harvest(self, names: frozenset[str]) -> None:
+        """A compile's referenced names (the run's, or a ``use``'s), sent before it runs: if the
+        run then panics, the control side renews them on the rolled-back ledger."""
+        if names:
+            self.data.send("harvest", names=sorted(names))
 
     def _boundary(self, sink: bool) -> list[str]:
         """The ready boundary: prune idle leases when a surface sink is installed."""

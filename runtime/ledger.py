@@ -25,6 +25,10 @@ Rules, each enforced here and each with its own test in ``tests/shell_rules/``:
   last used at epoch ``e`` survives through ``e + idle_calls - 1`` and falls at the boundary of
   ``e + idle_calls``, unless its value still reaches a running worker handle, in which case it is
   pinned and re-examined at the next boundary. A pin never renews.
+- **Rollback keeps renewals.** A call that panics is rolled back to the last checkpoint, but
+  the names its text referenced were renewed when it compiled, and a renewal only ever errs
+  toward a longer lease: :func:`carry_renewals` re-applies them to the restored state, so the
+  rollback itself never makes a name the call used fall.
 - **Fork.** :meth:`BindingLedger.for_fork` arms the child's ledger on the parent's terms with its
   whole inherited scope as baseline, through the same :meth:`arm`; the child's clock starts at 0.
 """
@@ -360,6 +364,18 @@ class BindingLedger:
         ledger._baseline_sorted = tuple(sorted(ledger._baseline))
         ledger._pinned = {n for n in pinned if n in ledger._last_use}
         return ledger
+
+
+def carry_renewals(state: Mapping[str, Any], names: Iterable[str], epoch: int) -> dict[str, Any]:
+    """``state`` (a :meth:`BindingLedger.to_state`) with ``names`` renewed at ``epoch``.
+
+    The rollback of a panicking call restores the ledger of the last checkpoint; the call's own
+    harvest (sent by the host before it evaluated anything) is renewed on top, exactly as the
+    call's compile renewed it. Names the ledger does not hold are ignored, as in ``renew``.
+    """
+    ledger = BindingLedger.from_state(state)
+    ledger.renew(names, epoch)
+    return ledger.to_state()
 
 
 def _is_int(x: object) -> bool:
