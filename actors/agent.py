@@ -55,6 +55,7 @@ from runtime.eventlog import AgentLog
 from runtime.events import InboxRejected, Io, Notice, Resources, SystemNote
 from runtime.events import ProviderError as ProviderErrorEvent
 from runtime.inbox import (
+    SURFACE,
     AgentMessage,
     AgentResult,
     Command,
@@ -336,7 +337,10 @@ class Agent:
         self.shell.park_workers(self.fleet.registry.generation).get()
 
     def _workers_pending(self) -> bool:
-        """Whether worker results are still coming to this agent: the nudge rules wait for them."""
+        """Whether worker results are still coming to this agent — running, settled but not yet
+        surfaced, or surfaced and queued in its inbox: the nudge rules wait for them."""
+        if self.inbox.depths().get(SURFACE, 0):
+            return True
         return bool(self.shell.pending_workers().get())
 
     def _exit(self) -> None:

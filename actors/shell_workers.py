@@ -75,8 +75,8 @@ class WorkerSurfaces:
 
     def pending(self, running: list[str], settled: list[str]) -> bool:
         with self._lock:
-            return self._sink is not None and not self._closed and self._rule.pending(
-                running, settled
+            return (
+                self._sink is not None and not self._closed and self._rule.pending(running, settled)
             )
 
     def park(

@@ -122,6 +122,4 @@ def surface_text(
     under the same per-section caps as a tool result (value or error, stdout, stderr)."""
     status = "failed" if error is not None else "done"
     body = digest_tool_result(value, stdout, stderr, error)
-    return (
-        f"[worker {worker} finished: {status}; `await` on its handle still yields it]\n{body}"
-    )
+    return f"[worker {worker} finished: {status}; `await` on its handle still yields it]\n{body}"

@@ -15,6 +15,7 @@ from runtime.ledger import (
     LedgerStateInvalid,
     PruneOutcome,
     PruneRefused,
+    carry_renewals,
     reaches_running_worker,
 )
 from runtime.ral.values import Closure, Variant, WorkerHandle
@@ -351,3 +352,25 @@ def test_deep_and_shared_structure_is_walked_without_recursion_or_blowup() -> No
     for _ in range(200):
         shared = [shared, shared]  # 2**200 paths, 200 distinct lists
     assert not reaches_running_worker(shared, is_running)
+
+
+# -- rollback keeps renewals ----------------------------------------------------------------------
+
+
+def test_carried_renewals_keep_a_name_the_rolled_back_call_used_from_falling() -> None:
+    ledger = armed("lib", idle=3)
+    ledger.note_define("keep", 1, 8)
+    ledger.note_define("idle", 1, 8)
+    checkpoint = ledger.to_state()  # the last clean boundary (epoch 3)
+    restored = BindingLedger.from_state(carry_renewals(checkpoint, ["keep", "lib", "nope"], 4))
+    run_until(restored, 4)
+    assert boundary(restored, 4).fell == ("idle",), "only the name the call did not use falls"
+    assert restored.last_use("keep") == 4
+    assert "nope" not in restored.names() and "lib" not in restored.names()
+
+
+def test_carried_renewals_never_shorten_a_lease() -> None:
+    ledger = armed(idle=3)
+    ledger.note_define("fresh", 9, 8)
+    state = carry_renewals(ledger.to_state(), ["fresh"], 4)
+    assert BindingLedger.from_state(state).last_use("fresh") == 9
