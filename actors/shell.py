@@ -21,8 +21,9 @@ Invariants:
   is started from the durable snapshot (bindings, context, ledger, epoch; the worker registry
   lives here and survives), the call returns ``rolled_back=True``, and a ``Rollback`` record is
   appended to ``record.jsonl``. The panicking call's bindings/env/cwd/grants are gone; every
-  completed call's bindings survive, and so do the panicking call's lease renewals (the host
-  sends its harvest before evaluating), so a rollback never makes a name that call used fall.
+  completed call's bindings survive, and so do the panicking call's lease renewals (its
+  script's harvest, plus any ``use`` the host reported compiling), so a rollback never makes a
+  name that call used fall.
 - **Epoch.** The ral-call epoch is +1 at the top of every run (failed, cancelled and panicked
   runs included); the worker registry is swept right after each run; ``clear`` never rewinds it.
 - **Prune.** Only when a ``notice_sink`` is installed (else the ledger waits); each prune is a
@@ -70,7 +71,7 @@ from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
 from runtime.durable import append_jsonl
 from runtime.errors import ExarchError
 from runtime.events import Notice
-from runtime.ledger import BindingLedger, carry_renewals
+from runtime.ledger import BindingLedger, carry_renewals, referenced_names
 from runtime.snapshot import MobileSnapshot, SnapshotBuilder
 from runtime.worker_registry import (
     WORKER_BACKSTOP_SECS,
@@ -256,7 +257,8 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
             self.eval_root._detach()
         if got.panic is not None or got.result is None:
             reason = got.panic or "the shell host stopped answering"
-            return self._rollback(reason, epoch, renewed=got.harvested)
+            renewed = got.harvested | referenced_names(script)
+            return self._rollback(reason, epoch, renewed=renewed)
         notices = self._apply_snapshot(got.snapshot)
         r = got.result
         notices += self._host_notices(r.get("notices") or [])

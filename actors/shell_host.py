@@ -13,9 +13,9 @@ Protocol (host's view):
   every visible name as baseline; catch the ledger's clock up to the epoch; run the ready
   boundary; reply ``snapshot`` (full ledger state) then ``ready``.
 - ``run``: catch the ledger's clock up to the run's epoch (one tick per ral call, failed ones
-  included), send the compile's referenced names as ``harvest`` before evaluating (a panic
-  rollback renews them: renewals survive it), evaluate, renew leases from
-  ``RunResult.referenced``, run the ready boundary (prune
+  included), evaluate (a ``use`` compiled mid-run sends its referenced names as ``harvest``
+  before its code runs: a panic rollback renews them with the script's own, so renewals survive
+  it), renew leases from ``RunResult.referenced``, run the ready boundary (prune
   only when the control side says a surface sink is installed), reply ``snapshot`` (changed
   binding encodings, removed names, context, ledger delta) then ``result``.
 - An internal (non-ral) error escaping ``Session.run`` (``fault panic``) is a **panic**: the
@@ -114,6 +114,8 @@ class HostCore:
         self.dirty: dict[str, bytes | None] = {}
         """Names written since the last boundary -> their encoding (None: not encodable)."""
         self.notices: list[dict[str, Any]] = []
+        self._harvests = 0
+        """Harvests of the run in flight (the first is the run's own)."""
         self._eid = 0
         self.listener = CancelListener(ctl, self._cancel)
 
@@ -191,6 +193,7 @@ class HostCore:
         self.epoch = int(f["epoch"])
         self.running = set(f.get("running") or ())
         self.ledger.tick()  # once per ral call, failed ones included
+        self._harvests = 0
         self.listener.begin(run_id)
         try:
             rr = self.session.run(str(f["source"]))
@@ -256,9 +259,12 @@ class HostCore:
             )
 
     def _on_harvest(self, names: frozenset[str]) -> None:
-        """A compile's referenced names (the run's, or a ``use``'s), sent before it runs: if the
-        run then panics, the control side renews them on the rolled-back ledger."""
-        if names:
+        """A compile's referenced names. The run's own harvest (the first, before anything runs)
+        is not sent: the control side has the script and derives it again if the run panics. A
+        ``use`` compiled mid-run is not in the script, so its names are sent at once, before its
+        code runs; a rollback renews them too. (A frame per call cost ~7% of a round trip.)"""
+        self._harvests += 1
+        if self._harvests > 1 and names:
             self.data.send("harvest", names=sorted(names))
 
     def _boundary(self, sink: bool) -> list[str]:

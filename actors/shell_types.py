@@ -155,4 +155,5 @@ class _Run:
     panic: str | None = None
     awaits: dict[int, str] = field(default_factory=dict)
     harvested: set[str] = field(default_factory=set)
-    """Names the run's compiles referenced (``harvest`` frames): renewed even if it panics."""
+    """Names the run's ``use`` compiles referenced (``harvest`` frames): renewed even if it
+    panics, with the script's own."""

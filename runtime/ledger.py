@@ -366,12 +366,31 @@ class BindingLedger:
         return ledger
 
 
+def referenced_names(source: str) -> frozenset[str]:
+    """The names a compile of ``source`` harvests (every variable occurrence and command-head
+    name, as the session's own harvest), or nothing when it does not parse: a run refused
+    before compiling renews nothing. Elaborated leniently, so it needs no session scope; an
+    unbound name only over-approximates, which a renewal tolerates."""
+    from runtime.ral.compile import Scope, compile_program, harvest, no_gc
+    from runtime.ral.errors import RalSyntaxError
+    from runtime.ral.parser import parse
+
+    try:
+        with no_gc():
+            phrases = parse(source)
+            compile_program(phrases, Scope("session", set(), None), frozenset(), lenient=True)
+    except (RalSyntaxError, RecursionError):
+        return frozenset()
+    return harvest(phrases)
+
+
 def carry_renewals(state: Mapping[str, Any], names: Iterable[str], epoch: int) -> dict[str, Any]:
     """``state`` (a :meth:`BindingLedger.to_state`) with ``names`` renewed at ``epoch``.
 
     The rollback of a panicking call restores the ledger of the last checkpoint; the call's own
-    harvest (sent by the host before it evaluated anything) is renewed on top, exactly as the
-    call's compile renewed it. Names the ledger does not hold are ignored, as in ``renew``.
+    harvest (:func:`referenced_names` of its script, plus any ``use`` the host compiled during
+    it) is renewed on top, exactly as the call's compiles renewed it. Names the ledger does not
+    hold are ignored, as in ``renew``.
     """
     ledger = BindingLedger.from_state(state)
     ledger.renew(names, epoch)

@@ -17,6 +17,7 @@ from runtime.ledger import (
     PruneRefused,
     carry_renewals,
     reaches_running_worker,
+    referenced_names,
 )
 from runtime.ral.values import Closure, Variant, WorkerHandle
 
@@ -374,3 +375,11 @@ def test_carried_renewals_never_shorten_a_lease() -> None:
     ledger.note_define("fresh", 9, 8)
     state = carry_renewals(ledger.to_state(), ["fresh"], 4)
     assert BindingLedger.from_state(state).last_use("fresh") == 9
+
+
+def test_referenced_names_are_the_harvest_of_the_script_text_and_nothing_if_it_cannot_parse() -> (
+    None
+):
+    assert referenced_names("echo $a; let b = { f $c }; g") == {"echo", "a", "f", "c", "g"}
+    assert referenced_names("echo $undefined_here") == {"echo", "undefined_here"}
+    assert referenced_names("echo 'unterminated") == frozenset()
