@@ -131,11 +131,11 @@ def test_surfaced_results_beyond_the_inbox_quota_are_rejected_and_recorded(
         """,
         interactive=True,
     )
-    rejected = wait_for(
-        lambda: [r for r in live.kinds("InboxRejected") if r["source"] == "surface"] or None,
-        30,
-        "the refused surfaces",
-    )
+    def refused() -> list[dict[str, Any]]:
+        return [r for r in live.kinds("InboxRejected") if r["source"] == "surface"]
+
+    wait_for(lambda: len(refused()) >= FLOOD - INBOX_SOURCE_CAP, 30, "the refused surfaces")
+    rejected = refused()
     assert len(rejected) == FLOOD - INBOX_SOURCE_CAP
     for r in rejected:
         assert r["reason"] == "inbox full" and r["cap"] == INBOX_SOURCE_CAP
@@ -143,10 +143,11 @@ def test_surfaced_results_beyond_the_inbox_quota_are_rejected_and_recorded(
         assert r["message"]["type"] == "Surface" and "finished: done" in r["message"]["batch"][0]
     live.wait_events(lambda ev: len(surfaces(ev)) >= INBOX_SOURCE_CAP, timeout=60)
     told = surfaces(live.events())
-    refused = {r["sender"].removeprefix("worker ") for r in rejected}
+    assert refused() == rejected, "nothing else was refused"
+    senders = {r["sender"].removeprefix("worker ") for r in rejected}
     heard = {t.split()[1] for t in told}
     assert len(told) == INBOX_SOURCE_CAP == len(heard)
-    assert heard | refused == {f"w1-{n}" for n in range(1, FLOOD + 1)}, "each one accounted for"
+    assert heard | senders == {f"w1-{n}" for n in range(1, FLOOD + 1)}, "each one accounted for"
 
 
 def test_after_clear_a_worker_completion_from_before_it_is_dropped_and_recorded(
