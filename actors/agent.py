@@ -66,9 +66,9 @@ from runtime.inbox import (
 from runtime.inbox import (
     Nudge as InboxNudge,
 )
+from runtime.ledger import LargeBinding
 from runtime.messages import AssistantMessage, ToolResult, admit_assistant
 from runtime.nudge import (
-    LargeWrite,
     NudgeInputs,
     NudgeKind,
     NudgeLatches,
@@ -600,12 +600,12 @@ class Agent:
 
     def _note_residency(self, out: ShellOutput) -> None:
         """Fold one call's large-binding notices into the residency latch; queue its nudges."""
-        large: list[LargeWrite] = []
+        large: list[LargeBinding] = []
         gone: list[str] = []
         for n in out.notices:
             if n.notice == "LargeBinding":
                 d = n.data
-                large.append(LargeWrite(str(d["name"]), int(d["size"]), int(d["limit"])))
+                large.append(LargeBinding(str(d["name"]), int(d["size"]), int(d["limit"])))
             elif n.notice == "Prune":
                 gone.extend(str(x) for x in n.data.get("names") or ())
         if not (large or self.residency.latched):

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
+from runtime.ledger import LargeBinding
+
 
 class Outcome(StrEnum):
     """How the apply loop ended (the driver classifies the last assistant message)."""
@@ -276,15 +278,6 @@ def residency_text(name: str, size_bytes: int, limit_bytes: int) -> str:
 
 
 @dataclass(frozen=True)
-class LargeWrite:
-    """A session binding written over the large-binding limit in one run."""
-
-    name: str
-    size_bytes: int
-    limit_bytes: int
-
-
-@dataclass(frozen=True)
 class ResidencyLatch:
     """Once per binding per excursion above the large-binding limit.
 
@@ -297,7 +290,7 @@ class ResidencyLatch:
     latched: frozenset[str] = frozenset()
 
     def after_run(
-        self, large: Sequence[LargeWrite], written: Sequence[str], gone: Sequence[str] = ()
+        self, large: Sequence[LargeBinding], written: Sequence[str], gone: Sequence[str] = ()
     ) -> tuple[ResidencyLatch, tuple[Nudge, ...]]:
         """Fold one run's writes: ``large`` over the limit, ``written`` every name the run wrote
         (large ones included), ``gone`` names that no longer exist. Returns the new latch and the

@@ -131,6 +131,7 @@ def test_surfaced_results_beyond_the_inbox_quota_are_rejected_and_recorded(
         """,
         interactive=True,
     )
+
     def refused() -> list[dict[str, Any]]:
         return [r for r in live.kinds("InboxRejected") if r["source"] == "surface"]
 

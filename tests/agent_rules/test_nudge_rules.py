@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runtime.ledger import LargeBinding
 from runtime.nudge import (
     BUDGETS,
     CONTINUE_TEXT,
     MUST_REPLY_TEXT,
     SELF_VERIFY_TEXT,
-    LargeWrite,
     Nudge,
     NudgeDecision,
     NudgeInputs,
@@ -343,8 +343,8 @@ def test_a_headless_trunks_self_verify_waits_for_its_running_workers() -> None:
 LIMIT = 1 << 20
 
 
-def big(name: str, size: int = LIMIT + 1) -> LargeWrite:
-    return LargeWrite(name, size, LIMIT)
+def big(name: str, size: int = LIMIT + 1) -> LargeBinding:
+    return LargeBinding(name, size, LIMIT)
 
 
 def test_a_binding_over_the_limit_is_nudged_once_per_excursion() -> None:
