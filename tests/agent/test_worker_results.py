@@ -106,15 +106,15 @@ def test_surfaced_results_beyond_the_inbox_quota_are_rejected_and_recorded(
 ) -> None:
     # Every worker has settled before the turn ends (the script waits for their files, then
     # for the last value to come back), so the park surfaces all of them at once into an inbox
-    # whose surface quota holds 64: the last two are refused and recorded, never dropped.
-    wait_all = (
+    # whose surface quota holds 64: the last two are refused and recorded, never dropped. They
+    # are spawned in two halves, so no more than half run at once (a shell's live-worker cap).
+    half = FLOOD // 2
+    setup = (
+        "let dir = (env EXARCH_SCRATCH); "
+        "let spawn_range = { |a, b| for i in (range $a $b) "
+        '{ spawn { write-text \\"$dir/$i\\" x; $i } } }; '
         "let rec wait = { |n| if (lt (len (lines (explore-dir $dir))) $n) "
-        "{ sleep 0.05; wait $n } else { 'all written' } }; wait "
-        f"{FLOOD}; sleep 1"
-    )
-    spawn_all = (
-        f"let dir = (env EXARCH_SCRATCH); for i in (range {FLOOD}) "
-        '{ spawn { write-text \\"$dir/$i\\" x; $i } }'
+        "{ sleep 0.05; wait $n } else { 'all written' } }"
     )
     live = live_fleet(
         f"""
@@ -122,7 +122,11 @@ def test_surfaced_results_beyond_the_inbox_quota_are_rejected_and_recorded(
         prompt = "flood"
 
         [[agents.trunk]]
-        ral = ["{spawn_all}", "{wait_all}"]
+        ral = [
+          "{setup}",
+          "spawn_range 0 {half}; wait {half}",
+          "spawn_range {half} {FLOOD}; wait {FLOOD}; sleep 1",
+        ]
 
         [[agents.trunk]]
         text = "waiting"
@@ -140,7 +144,7 @@ def test_surfaced_results_beyond_the_inbox_quota_are_rejected_and_recorded(
     assert len(rejected) == FLOOD - INBOX_SOURCE_CAP
     for r in rejected:
         assert r["reason"] == "inbox full" and r["cap"] == INBOX_SOURCE_CAP
-        assert r["sender"].startswith("worker w1-")
+        assert r["sender"].startswith("worker w3-"), "the last ones, surfaced after the quota"
         assert r["message"]["type"] == "Surface" and "finished: done" in r["message"]["batch"][0]
     live.wait_events(lambda ev: len(surfaces(ev)) >= INBOX_SOURCE_CAP, timeout=60)
     told = surfaces(live.events())
@@ -148,7 +152,8 @@ def test_surfaced_results_beyond_the_inbox_quota_are_rejected_and_recorded(
     senders = {r["sender"].removeprefix("worker ") for r in rejected}
     heard = {t.split()[1] for t in told}
     assert len(told) == INBOX_SOURCE_CAP == len(heard)
-    assert heard | senders == {f"w1-{n}" for n in range(1, FLOOD + 1)}, "each one accounted for"
+    spawned = {f"w{call}-{n}" for call in (2, 3) for n in range(1, half + 1)}
+    assert heard | senders == spawned, "each one accounted for"
 
 
 def test_after_clear_a_worker_completion_from_before_it_is_dropped_and_recorded(
