@@ -55,6 +55,7 @@ from runtime.eventlog import AgentLog
 from runtime.events import InboxRejected, Io, Notice, Resources, SystemNote
 from runtime.events import ProviderError as ProviderErrorEvent
 from runtime.inbox import (
+    SURFACE,
     AgentMessage,
     AgentResult,
     Command,
@@ -65,12 +66,14 @@ from runtime.inbox import (
 from runtime.inbox import (
     Nudge as InboxNudge,
 )
+from runtime.ledger import LargeBinding
 from runtime.messages import AssistantMessage, ToolResult, admit_assistant
 from runtime.nudge import (
     NudgeInputs,
     NudgeKind,
     NudgeLatches,
     Outcome,
+    ResidencyLatch,
     Verdict,
     classify,
     decide,
@@ -87,7 +90,7 @@ from runtime.providers.base import (
 from runtime.ral.values import render
 
 if TYPE_CHECKING:
-    from actors.fleet import Fleet
+    from actors.fleet import Fleet, ShellOutput
     from actors.registry import Entry
     from runtime.inbox import Inbox
     from runtime.ral.context import DynamicContext
@@ -168,6 +171,9 @@ class Agent:
         self.pins: dict[str, str] = {}
         self.schedules = Schedules(self.inbox.push)
         self.latches = NudgeLatches()
+        self.residency = ResidencyLatch()
+        self._residency_due: list[InboxNudge] = []
+        """Residency nudges of the running batch, posted after it (the log awaits results)."""
         self.stats = AgentStats()
         self.outcome: AgentOutcome | None = None
         self._ended_cause: str | None = None
@@ -192,7 +198,9 @@ class Agent:
                 self.desk.verbs(), spec.name, self.returns, spec.fuel, chat=spec.chat
             )
         )
-        self.eval_root, self.shell = fleet.start_shell(self, spec.context, spec.snapshot)
+        self.eval_root, self.shell, self.surfaces = fleet.start_shell(
+            self, spec.context, spec.snapshot
+        )
         self._last_pid: int | None = None
         self.done = threading.Event()
 
@@ -242,6 +250,7 @@ class Agent:
         pins start over, and results stamped before ``generation`` are refused at admission
         (one can already sit in the inbox behind the ``/clear`` that reaped its sender)."""
         self.latches = NudgeLatches()
+        self.residency = ResidencyLatch()
         self.pins.clear()
         self._generation_floor = generation
         with self._reply_lock:
@@ -266,6 +275,7 @@ class Agent:
             engaged=reg.engaged(self.name),
             live_descendants=bool(reg.live_descendants(self.name)),
             schedules_armed=self.schedules.armed(),
+            live_workers=self.surfaces.waiting,
         )
 
     # --- drive ------------------------------------------------------------------------------
@@ -291,6 +301,7 @@ class Agent:
                 if ended is not None:
                     outcome = ended
                     break
+                self._park_workers()
             outcome = self._provisional_stands(outcome)
         except Cancelled:  # a poll point outside apply (a slash command's summarise, ...)
             outcome = AgentOutcome.CANCELLED
@@ -321,6 +332,19 @@ class Agent:
         warning = self.disk_warn.check(self.stats.ral_calls)
         if warning is not None:
             self.fleet.publish(SystemNote(self.name, text=warning.text))
+
+    def _park_workers(self) -> None:
+        """The turn ended and the agent goes back to its inbox: its running workers are watched
+        and their completions (and any result it never claimed) surface into the inbox, each as
+        a ``Surface`` stamped with the current generation (so ``/clear`` drops older ones)."""
+        self.shell.park_workers(self.fleet.registry.generation).get()
+
+    def _workers_pending(self) -> bool:
+        """Whether worker results are still coming to this agent — running, settled but not yet
+        surfaced, or surfaced and queued in its inbox: the nudge rules wait for them."""
+        if self.inbox.depths().get(SURFACE, 0):
+            return True
+        return bool(self.shell.pending_workers().get())
 
     def _exit(self) -> None:
         """The single exit: settle pending calls (turn-ends-ready) and disarm schedules.
@@ -359,6 +383,7 @@ class Agent:
         if isinstance(item, InboxNudge):
             # A queued runtime nudge is the same turn continuing: it resets nothing.
             self.log.append_nudge(item.kind, item.text)
+            self.surfaces.unpark()
         else:
             # A genuine turn boundary: latches and the sticky token reset.
             self.latches = self.latches.at_turn_boundary()
@@ -368,8 +393,9 @@ class Agent:
                 return AgentOutcome.CANCELLED
             self.stats.handled += 1
             if not self._admit_input(item):
-                return None
+                return None  # a slash command or a refused item: no model turn, still parked
             self.stats.turns += 1
+            self.surfaces.unpark()  # completions now wait for this turn's end
         turn = _Turn(self.provider.current())  # read once: a swap lands next turn
         while True:
             loop = self._apply(turn)
@@ -386,6 +412,7 @@ class Agent:
                     replied=self.replied,
                     pins=tuple(f"{k}: {v}" for k, v in self.pins.items()),
                     live_descendants=bool(self.fleet.registry.live_descendants(self.name)),
+                    live_workers=self._workers_pending(),
                     headless_trunk=self.parent is None and not self.interactive,
                 ),
                 self.latches,
@@ -545,6 +572,9 @@ class Agent:
             else:
                 result = self.run_ral(call.id, script)
             self.log.append_tool_result(result)
+        due, self._residency_due = self._residency_due, []
+        for nudge in due:
+            self.log.append_nudge(nudge.kind, nudge.text)
         for steering in self.inbox.drain_steering():
             self.log.append_steering(steering.text)
 
@@ -560,6 +590,7 @@ class Agent:
         """One ral tool call through the shell; the digest is what the model and transcript see."""
         self.stats.ral_calls += 1
         out = self.fleet.run_shell(self, script)
+        self._note_residency(out)
         self.fleet.publish(
             Io(
                 self.name,
@@ -570,6 +601,21 @@ class Agent:
             )
         )
         return ToolResult(call_id, out.content, is_error=out.is_error)
+
+    def _note_residency(self, out: ShellOutput) -> None:
+        """Fold one call's large-binding notices into the residency latch; queue its nudges."""
+        large: list[LargeBinding] = []
+        gone: list[str] = []
+        for n in out.notices:
+            if n.notice == "LargeBinding":
+                d = n.data
+                large.append(LargeBinding(str(d["name"]), int(d["size"]), int(d["limit"])))
+            elif n.notice == "Prune":
+                gone.extend(str(x) for x in n.data.get("names") or ())
+        if not (large or self.residency.latched):
+            return
+        self.residency, nudges = self.residency.after_run(large, out.defined, gone)
+        self._residency_due.extend(InboxNudge(x.kind.value, x.text) for x in nudges)
 
     def await_run(self, future: pykka.Future[Any]) -> Any:
         """Wait for one shell run, re-sending an interrupt while the sticky token stands.

@@ -26,6 +26,28 @@ if TYPE_CHECKING:
     from runtime.snapshot import MobileSnapshot
 
 
+SPAWN_OPTIONS = ("memory",)
+"""The keys ``agent NAME PROMPT OPTIONS`` accepts in its options map."""
+
+
+def spawn_memory(options: Any) -> bool:
+    """The ``memory`` bit of ``agent``'s options map (``[memory: true]``); a typed refusal for
+    anything else, so a misspelt option is an error the model sees, never silently ignored."""
+    if not isinstance(options, dict):
+        raise DeskRefusal(
+            f"agent OPTIONS must be a map such as [memory: true], got {render(options)}"
+        )
+    unknown = sorted(set(options) - set(SPAWN_OPTIONS))
+    if unknown:
+        raise DeskRefusal(
+            f"agent: unknown option {', '.join(unknown)} (known: {', '.join(SPAWN_OPTIONS)})"
+        )
+    memory = options.get("memory", False)
+    if not isinstance(memory, bool):
+        raise DeskRefusal(f"agent: memory must be true or false, got {render(memory)}")
+    return memory
+
+
 def _arity(verb: str, args: list[Any], n: int) -> None:
     if len(args) != n:
         raise DeskRefusal(f"{verb} takes {n} argument{'s' if n != 1 else ''}, got {len(args)}")
@@ -62,9 +84,11 @@ class AgentDesk:
     # --- verbs -----------------------------------------------------------------------------
 
     def _agent_verb(self, verb: str, args: list[Any], fork: MobileSnapshot | None) -> Any:
-        _arity(verb, args, 2)
+        if len(args) not in (2, 3):
+            raise DeskRefusal(f"agent takes NAME PROMPT [OPTIONS], got {len(args)} arguments")
         name, prompt = render(args[0]), render(args[1])
-        return self._agent.fleet.spawn_child(self._agent, name, prompt, fork)
+        memory = spawn_memory(args[2]) if len(args) == 3 else False
+        return self._agent.fleet.spawn_child(self._agent, name, prompt, fork, memory=memory)
 
     def _message(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 2)

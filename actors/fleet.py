@@ -32,15 +32,16 @@ from actors.bus import start_bus
 from actors.mailbox import QuotaActor
 from actors.registry import Entry, start_registry
 from actors.shell import EvalRoot, ShellActor
+from actors.shell_workers import WorkerSurfaces
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
 from runtime.digest import digest_tool_result
-from runtime.diskwarn import dir_size
+from runtime.diskwarn import disk_usage
 from runtime.durable import append_jsonl
 from runtime.errors import NameUsed, SpawnFailed
-from runtime.events import Born, Died, Event, InboxRejected, Resources
+from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources
 from runtime.executor import ExecutionSpec
 from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, write_result
-from runtime.inbox import AgentResult
+from runtime.inbox import AgentResult, Surface
 from runtime.invariants import commit_record
 from runtime.journal import SpawnJournal
 from runtime.limits import ShellLimits
@@ -88,6 +89,10 @@ class ShellOutput:
 
     content: str
     is_error: bool
+    notices: tuple[Notice, ...] = ()
+    """The call's shell notices (already on the bus): the agent reads LargeBinding and Prune."""
+    defined: tuple[str, ...] = ()
+    """Session names the call wrote, in order."""
 
 
 class _AgentActor(QuotaActor):
@@ -206,14 +211,20 @@ class Fleet:
         return replace(spec, context=ctx, snapshot=snap)
 
     def _build(self, spec: AgentSpec, provider: Provider, entry: Entry) -> Agent:
-        """Construct the node and attach its shell's eval root; deregister if that fails."""
+        """Construct the node and attach its handles; deregister if that fails.
+
+        The trunk registers no eval root: its session outlives any cancel (a cascade reaching
+        it trips its cooperative token, and the run in flight is stopped by the same foreground
+        interrupt Esc uses, re-sent by :meth:`Agent.await_run` while the token stands). Every
+        other node registers its shell's root, so a cascade unwinds its eval and its workers."""
         try:
             spec = self._granted_spec(spec)
             agent = Agent(self, spec, provider, entry)
         except BaseException:
             self.registry.deregister(spec.name)
             raise
-        self.registry.attach(spec.name, eval_root=agent.eval_root, interrupt=agent.interrupt)
+        root = None if spec.parent is None else agent.eval_root
+        self.registry.attach(spec.name, eval_root=root, interrupt=agent.interrupt)
         with self._lock:
             self.agents[spec.name] = agent
         return agent
@@ -310,11 +321,20 @@ class Fleet:
 
     def start_shell(
         self, agent: Agent, context: DynamicContext | None, snapshot: Any
-    ) -> tuple[EvalRoot, Any]:
-        """The agent's shell actor and its eval root (held here so no mailbox is in the way)."""
+    ) -> tuple[EvalRoot, Any, WorkerSurfaces]:
+        """The agent's shell actor, its eval root and its worker surfaces (held here so no
+        mailbox is in the way). A surfaced worker completion goes to the agent's inbox through
+        the registry's ``deliver``: quota-checked, generation-guarded, and recorded in
+        ``transcript.jsonl`` when refused."""
         root = EvalRoot()
+        name = agent.name
+
+        def surface(worker: str, item: Surface) -> None:
+            self.registry.deliver(name, item, sender=f"worker {worker}")
+
+        surfaces = WorkerSurfaces(surface)
         ref = ShellActor.start(
-            name=agent.name,
+            name=name,
             session_dir=self.session.root,
             desk=agent.desk,
             notice_sink=self.publish,
@@ -322,8 +342,9 @@ class Fleet:
             snapshot=snapshot,
             eval_root=root,
             limits=self.config.limits,
+            surfaces=surfaces,
         )
-        return root, ref.proxy()
+        return root, ref.proxy(), surfaces
 
     def run_shell(self, agent: Agent, script: str) -> ShellOutput:
         result = agent.await_run(agent.shell.run(script))
@@ -338,7 +359,12 @@ class Fleet:
             result.error,
             notes,
         )
-        return ShellOutput(content, result.error is not None or result.rolled_back)
+        return ShellOutput(
+            content,
+            result.error is not None or result.rolled_back,
+            notices=result.notices,
+            defined=result.defined,
+        )
 
     def stop_shell(self, agent: Agent) -> None:
         """Idempotent: a shell already stopped (``pykka.ActorDeadError``) is the state wanted;
@@ -391,10 +417,9 @@ class Fleet:
             inbox_depths=agent.inbox.depths(),
             event_count=agent.log.event_count,
             history_bytes=agent.log.history_bytes,
-            disk={
-                "log dir": dir_size(self.session.root),
-                "scratch": dir_size(self.session.scratch(agent.name)),
-            },
+            disk=disk_usage(  # the scratch lives inside the log dir: each byte counted once
+                {"log dir": self.session.root, "scratch": self.session.scratch(agent.name)}
+            ),
             disk_ceiling=self.config.disk_warn_bytes,
             lease_nearest_reap_secs=lease.get("nearest_reap_secs"),
             lease_demote_secs=lease.get("bound_secs"),
@@ -423,14 +448,27 @@ class Fleet:
     # --- spawn and settle -------------------------------------------------------------------
 
     def spawn_child(
-        self, parent: Agent, name: str, prompt: str, fork: MobileSnapshot | None
+        self,
+        parent: Agent,
+        name: str,
+        prompt: str,
+        fork: MobileSnapshot | None,
+        *,
+        memory: bool = False,
     ) -> dict[str, Any]:
-        """The ``agent NAME PROMPT`` verb: register, fork, admit, launch; a start receipt.
+        """The ``agent NAME PROMPT [memory: BOOL]`` verb: register, fork, admit, launch; a start
+        receipt.
 
         ``fork`` is the parent's live scope at the fork point; the child's grants are the
         parent's narrowed by the fleet's policy (a meet: never wider; :meth:`_granted_spec`). A
         failure after the child is built tears it down (:meth:`_abandon_spawn`) and raises
-        :class:`SpawnFailed`: a child that never runs must never be waited for."""
+        :class:`SpawnFailed`: a child that never runs must never be waited for. With ``memory``
+        the child's event log first imports the parent's model-visible context
+        (:meth:`runtime.eventlog.AgentLog.fork_context`: the tool-call frame the parent is
+        dispatching right now is left out, so the child inherits a request context, never a
+        dangling protocol); without it the child inherits nothing. Either way the prompt enters
+        through the child's inbox, the same turn path as any other input. Runs on the parent's
+        shell thread while the parent's own thread waits for the run, so its log is still."""
         if name in self.journal.state.nodes and self.registry.lookup(name) is None:
             raise NameUsed(name)
         entry = self.registry.register(name, parent.name, returns=True, interactive=False)
@@ -456,6 +494,19 @@ class Fleet:
             self.registry.deregister(name)
             raise
         agent = self._build(spec, provider, entry)
+        if memory:
+            try:
+                remembered = parent.log.fork_context()
+                agent.log.import_context(remembered)
+                agent.log.append_note(
+                    f"memory: inherited {len(remembered)} events from {parent.name}"
+                )
+            except BaseException:  # never launched: nothing of it may stay behind
+                self.stop_shell(agent)
+                with self._lock:
+                    self.agents.pop(name, None)
+                self.registry.deregister(name)
+                raise
         executor = AgentExecutor(agent)
         self._executors[name] = executor
         try:
@@ -467,7 +518,8 @@ class Fleet:
             self._abandon_spawn(agent, executor, e)
             raise
         self._launch(agent)
-        return {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent.name}
+        receipt = {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent.name}
+        return {**receipt, "memory": True} if memory else receipt
 
     def _abandon_spawn(self, agent: Agent, executor: AgentExecutor, error: BaseException) -> None:
         """Undo a spawn that failed before launch: the slot the journal opened (if any) settles

@@ -39,6 +39,7 @@ KINDS = frozenset(
         "run",
         "result",
         "snapshot",
+        "harvest",
         "restore",
         "shutdown",
         "enquiry",

@@ -21,7 +21,9 @@ Invariants:
   is started from the durable snapshot (bindings, context, ledger, epoch; the worker registry
   lives here and survives), the call returns ``rolled_back=True``, and a ``Rollback`` record is
   appended to ``record.jsonl``. The panicking call's bindings/env/cwd/grants are gone; every
-  completed call's bindings survive.
+  completed call's bindings survive, and so do the panicking call's lease renewals (its
+  script's harvest, plus any ``use`` the host reported compiling), so a rollback never makes a
+  name that call used fall.
 - **Epoch.** The ral-call epoch is +1 at the top of every run (failed, cancelled and panicked
   runs included); the worker registry is swept right after each run; ``clear`` never rewinds it.
 - **Prune.** Only when a ``notice_sink`` is installed (else the ledger waits); each prune is a
@@ -62,14 +64,14 @@ from actors.shell_types import (
     ToolResult,
     _Run,
 )
-from actors.shell_workers import ShellWorkers
+from actors.shell_workers import ShellWorkers, WorkerSurfaces
 from actors.worker import WorkerLink
 from runtime.cancel import POLL_INTERVAL
 from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
 from runtime.durable import append_jsonl
 from runtime.errors import ExarchError
 from runtime.events import Notice
-from runtime.ledger import BindingLedger
+from runtime.ledger import BindingLedger, carry_renewals, referenced_names
 from runtime.limits import ShellLimits
 from runtime.snapshot import MobileSnapshot, SnapshotBuilder
 from runtime.worker_registry import (
@@ -123,6 +125,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         snapshot: MobileSnapshot | None = None,
         faults: bool | None = None,
         eval_root: EvalRoot | None = None,
+        surfaces: WorkerSurfaces | None = None,
         idle_calls: int = BINDING_IDLE_CALLS,
         large_bytes: int = LARGE_BINDING_BYTES,
         worker_idle_calls: int | None = WORKER_IDLE_CALLS,
@@ -143,6 +146,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         self._boot_snapshot = snapshot
         self._faults = (os.environ.get("EXARCH_FAULTS") == "1") if faults is None else faults
         self.eval_root = eval_root or EvalRoot()
+        self._surfaces = surfaces or WorkerSurfaces()  # no sink: nothing is surfaced
         self._idle_calls = idle_calls
         self._large_bytes = large_bytes
         self.limits = limits or ShellLimits()
@@ -204,6 +208,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         if self._closed:
             return
         self._closed = True
+        self._surfaces.close()  # the agent is gone: its workers' ends are no news to anyone
         self._cancel_workers("shell closed")
         self._flush_snapshot()
         host, self._host = self._host, None
@@ -264,7 +269,9 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         finally:
             self.eval_root._detach()
         if got.panic is not None or got.result is None:
-            return self._rollback(got.panic or "the shell host stopped answering", epoch)
+            reason = got.panic or "the shell host stopped answering"
+            renewed = got.harvested | referenced_names(script)
+            return self._rollback(reason, epoch, renewed=renewed)
         notices = self._apply_snapshot(got.snapshot)
         r = got.result
         notices += self._host_notices(r.get("notices") or [])
@@ -304,6 +311,8 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
                     return got
                 if frame.kind == "snapshot":
                     got.snapshot = frame
+                elif frame.kind == "harvest":
+                    got.harvested.update(frame.get("names") or ())
                 elif frame.kind == "enquiry":
                     self._serve_enquiry(host, frame, got)
                 elif frame.kind == "abandon":
@@ -457,18 +466,22 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
             out.append(Notice(self.name, notice=kind, text=str(n.get("text") or ""), data=data))
         return out
 
-    def _rollback(self, reason: str, epoch: int) -> ToolResult:
-        """Panic rollback: fresh host from the durable snapshot; the call's effects are gone."""
+    def _rollback(self, reason: str, epoch: int, renewed: set[str] | None = None) -> ToolResult:
+        """Panic rollback: fresh host from the durable snapshot; the call's effects are gone,
+        except the lease renewals of the names it referenced (``renewed``), which survive."""
         old, self._host = self._host, None
         if old is not None:
             old.kill()
             old.reap(grace=1.0)
         durable = self._durable
         assert durable is not None
+        ledger = dict(durable.ledger) or None
+        if ledger and renewed:
+            ledger = carry_renewals(ledger, renewed, epoch)
         notices = self._boot(
             bindings=dict(durable.bindings),
             context=dict(durable.context),
-            ledger=dict(durable.ledger) or None,
+            ledger=ledger,
             tick=True,
         )
         append_jsonl(

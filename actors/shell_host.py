@@ -13,7 +13,9 @@ Protocol (host's view):
   every visible name as baseline; catch the ledger's clock up to the epoch; run the ready
   boundary; reply ``snapshot`` (full ledger state) then ``ready``.
 - ``run``: catch the ledger's clock up to the run's epoch (one tick per ral call, failed ones
-  included), evaluate, renew leases from ``RunResult.referenced``, run the ready boundary (prune
+  included), evaluate (a ``use`` compiled mid-run sends its referenced names as ``harvest``
+  before its code runs: a panic rollback renews them with the script's own, so renewals survive
+  it), renew leases from ``RunResult.referenced``, run the ready boundary (prune
   only when the control side says a surface sink is installed), reply ``snapshot`` (changed
   binding encodings, removed names, context, ledger delta) then ``result``.
 - An internal (non-ral) error escaping ``Session.run`` (``fault panic``) is a **panic**: the
@@ -125,6 +127,8 @@ class HostCore:
         """Names written since the last boundary -> their encoding."""
         self.max_binding_bytes = DEFAULT_MAX_BINDING_BYTES
         self.notices: list[dict[str, Any]] = []
+        self._harvests = 0
+        """Harvests of the run in flight (the first is the run's own)."""
         self._eid = 0
         self.listener = CancelListener(ctl, self._cancel)
 
@@ -173,6 +177,7 @@ class HostCore:
             workers=_EnquiryWorkers(self),
             faults=bool(f.get("faults")),
             define_hook=self._on_define,
+            harvest_hook=self._on_harvest,
         )
         blobs: dict[str, bytes] = dict(f.get("bindings") or {})
         values = {name: decode_value(blob) for name, blob in blobs.items()}
@@ -202,6 +207,7 @@ class HostCore:
         self.epoch = int(f["epoch"])
         self.running = set(f.get("running") or ())
         self.ledger.tick()  # once per ral call, failed ones included
+        self._harvests = 0
         self.listener.begin(run_id)
         try:
             rr = self.session.run(str(f["source"]))
@@ -263,6 +269,15 @@ class HostCore:
                     "data": {"name": name, "size": size, "limit": large.limit_bytes},
                 }
             )
+
+    def _on_harvest(self, names: frozenset[str]) -> None:
+        """A compile's referenced names. The run's own harvest (the first, before anything runs)
+        is not sent: the control side has the script and derives it again if the run panics. A
+        ``use`` compiled mid-run is not in the script, so its names are sent at once, before its
+        code runs; a rollback renews them too. (A frame per call cost ~7% of a round trip.)"""
+        self._harvests += 1
+        if self._harvests > 1 and names:
+            self.data.send("harvest", names=sorted(names))
 
     def _boundary(self, sink: bool) -> list[str]:
         """The ready boundary: prune idle leases when a surface sink is installed."""

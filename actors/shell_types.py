@@ -164,3 +164,6 @@ class _Run:
     snapshot: Frame | None = None
     panic: str | None = None
     awaits: dict[int, str] = field(default_factory=dict)
+    harvested: set[str] = field(default_factory=set)
+    """Names the run's ``use`` compiles referenced (``harvest`` frames): renewed even if it
+    panics, with the script's own."""

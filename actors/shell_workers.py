@@ -13,13 +13,22 @@ Invariants:
   (``_wake``) so an ``await`` in flight is answered without polling.
 - Explicit destruction (close, clear) outranks every lease: :meth:`ShellWorkers._cancel_workers`
   cancels and stops every registered worker and empties the registry.
+- Worker results wake their agent (:class:`WorkerSurfaces`, the rule in
+  :mod:`runtime.worker_surface`): when the agent's turn ends (:meth:`ShellWorkers.park_workers`)
+  its running workers are watched, and each completion is pushed into its inbox as a
+  ``Surface`` through the sink the fleet installs (quota-checked, rejected never dropped,
+  dropped by the generation guard after ``/clear``: the registry's ``deliver``). A worker the
+  model cancelled or the sweep reaped is dismissed: reap notices stay in the transcript.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
+import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +38,121 @@ from actors.shell_types import EvalRoot, _Run
 from actors.worker import WorkerLink, start_worker
 from runtime.durable import append_jsonl
 from runtime.events import Notice
+from runtime.inbox import Surface
 from runtime.limits import ShellLimits
 from runtime.worker_registry import UnknownWorker, WorkerRegistry
+from runtime.worker_surface import SurfaceRule, surface_text
+
+log = logging.getLogger(__name__)
+
+SurfaceSink = Callable[[str, Surface], None]
+"""``sink(worker_id, surface)``: deliver one surfaced completion to the agent's inbox."""
+
+
+class WorkerSurfaces:
+    """The thread-safe face of :class:`runtime.worker_surface.SurfaceRule`.
+
+    Shared by three threads: the shell actor (park, dismiss), worker watcher threads (a worker
+    settled) and the agent's own thread (``waiting`` for its park verdict, ``unpark`` at a model
+    turn). Decisions are taken under one lock; the sink is called outside it, so a slow or
+    refusing inbox never holds up a settle. With no sink (a bare shell) nothing is surfaced.
+    """
+
+    def __init__(self, sink: SurfaceSink | None = None) -> None:
+        self._sink = sink
+        self._lock = threading.Lock()
+        self._rule = SurfaceRule()
+        self._links: dict[str, WorkerLink] = {}
+        self._closed = False
+
+    @property
+    def waiting(self) -> bool:
+        """Watched workers are still running: the agent waits for their results."""
+        with self._lock:
+            return self._rule.waiting
+
+    def unpark(self) -> None:
+        with self._lock:
+            self._rule.unpark()
+
+    def pending(self, running: list[str], settled: list[str]) -> bool:
+        with self._lock:
+            return (
+                self._sink is not None and not self._closed and self._rule.pending(running, settled)
+            )
+
+    def park(
+        self, running: Mapping[str, WorkerLink], settled: Mapping[str, WorkerLink], stamp: int
+    ) -> bool:
+        """The turn ended: watch ``running``, surface ``settled`` now; True if anything is
+        coming to the agent."""
+        with self._lock:
+            if self._sink is None or self._closed:
+                return False
+            parked = self._rule.park(running, settled, stamp)
+            self._links = {w: running[w] for w in parked.watched}
+        for wid in parked.now:
+            self._surface(wid, settled[wid], stamp)
+        return parked.waits
+
+    def settled(self, wid: str) -> None:
+        """A worker settled (its watcher thread): surface it if the rule says now."""
+        with self._lock:
+            if self._closed or not self._rule.settled(wid):
+                self._links.pop(wid, None)
+                return
+            link = self._links.pop(wid)
+            stamp = self._rule.stamp
+        self._surface(wid, link, stamp)
+
+    def dismiss(self, wid: str) -> None:
+        with self._lock:
+            self._rule.dismiss(wid)
+            self._links.pop(wid, None)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._rule.reset()
+            self._links.clear()
+
+    def close(self) -> None:
+        """The shell is closing: the agent is gone, nothing more is surfaced."""
+        with self._lock:
+            self._closed = True
+            self._rule.reset()
+            self._links.clear()
+
+    def _surface(self, wid: str, link: WorkerLink, stamp: int) -> None:
+        sink = self._sink
+        assert sink is not None
+        try:
+            sink(wid, Surface((completion_text(link),), generation=stamp))
+        except Exception:  # the sink records refusals itself; a bug must not kill a watcher
+            log.exception("surfacing worker %s failed", wid)
+
+
+def completion_text(link: WorkerLink) -> str:
+    """A settled worker's completion as the model reads it (value or error, output)."""
+    from runtime.ral.codec import decode_value
+    from runtime.ral.values import render
+
+    out = link.outcome
+    error = link.error_text()
+    value: str | None = None
+    if error is None and out is not None and out.value is not None:
+        try:
+            value = render(decode_value(out.value))
+        except Exception as e:  # a value this build cannot read back: say so, lose nothing
+            error = f"worker {link.id} returned a value that cannot be read: {e}"
+    elif error is None:
+        error = f"worker {link.id} gave no value"
+    return surface_text(
+        link.id,
+        value=value,
+        error=error,
+        stdout=out.stdout if out is not None else "",
+        stderr=out.stderr if out is not None else "",
+    )
 
 
 class ShellWorkers:
@@ -50,6 +172,7 @@ class ShellWorkers:
     _links: dict[str, WorkerLink]
     _worker_refs: dict[str, Any]
     _wake_w: socket.socket
+    _surfaces: WorkerSurfaces
 
     # -- enquiries from the host ---------------------------------------------------------------
 
@@ -68,7 +191,7 @@ class ShellWorkers:
             f["closure"],
             dict(f["context"]),
             faults=self._faults,
-            on_settle=self._wake,
+            on_settle=self._on_settle,
             memory_bytes=self.limits.memory_bytes,
         )
         scope = self.eval_root.scope.child()
@@ -120,6 +243,7 @@ class ShellWorkers:
         if self._registry.get(wid) is None:
             return {"error": str(UnknownWorker(wid))}
         self._registry.touch(wid, self._epoch)
+        self._surfaces.dismiss(wid)  # the model cancelled it: its end is no news to it
         link = self._links.get(wid)
         if link is not None:
             link.cancel("cancelled by cancel")
@@ -128,6 +252,37 @@ class ShellWorkers:
     def _wake(self, _wid: str) -> None:
         with contextlib.suppress(OSError):
             self._wake_w.send(b"\0")
+
+    def _on_settle(self, wid: str) -> None:
+        """A worker settled (its watcher thread): wake a pending ``await``, and surface it to
+        the agent if it is parked waiting for it."""
+        self._wake(wid)
+        self._surfaces.settled(wid)
+
+    # -- worker results that wake their agent --------------------------------------------------
+
+    def _settled_links(self) -> tuple[dict[str, WorkerLink], dict[str, WorkerLink]]:
+        """Running and settled-unclaimed workers that still have a link (an outcome to tell)."""
+        self._sync_settled()
+        running: dict[str, WorkerLink] = {}
+        settled: dict[str, WorkerLink] = {}
+        for wid, link in self._links.items():
+            if self._registry.get(wid) is None:
+                continue
+            (settled if link.done.is_set() else running)[wid] = link
+        return running, settled
+
+    def pending_workers(self) -> bool:
+        """Whether :meth:`park_workers` now would leave the agent a worker result to wait for.
+        Read-only: the nudge rules suspend on it."""
+        running, settled = self._settled_links()
+        return self._surfaces.pending(list(running), list(settled))
+
+    def park_workers(self, stamp: int) -> bool:
+        """The agent's turn ended: watch its running workers and surface the settled results it
+        never claimed; ``stamp`` is the generation the surfaces carry. True if any is coming."""
+        running, settled = self._settled_links()
+        return self._surfaces.park(running, settled, stamp)
 
     # -- workers -------------------------------------------------------------------------------
 
@@ -143,6 +298,7 @@ class ShellWorkers:
         for reap in self._registry.advance(epoch, time.time()):
             link = self._links.pop(reap.worker, None)
             self._worker_refs.pop(reap.worker, None)
+            self._surfaces.dismiss(reap.worker)  # a reap stays transcript-only
             if link is not None and reap.reason != "retention":
                 link.cancel(f"reaped: {reap.reason}")
             append_jsonl(
@@ -176,3 +332,6 @@ class ShellWorkers:
         self._links.clear()
         self._worker_refs.clear()
         self._registry.clear()
+        # Every cancelled worker has settled (stop blocks until it has): completions surfaced
+        # meanwhile carry the old generation, which the guard drops after /clear.
+        self._surfaces.reset()

@@ -12,27 +12,37 @@
   one warning per excursion, not one per boundary.
 
 Nothing here rotates or deletes anything.
+
+**Each byte once.** An agent's scratch directory lives inside the session directory
+(``scratch/<name>``), so summing the two walks would count the scratch twice.
+:func:`disk_usage` walks each labelled root without the other roots nested inside it, so its
+figures sum to the bytes of the union; :class:`DiskWarn` measures only the outermost roots. The
+warning and the ``/resources`` disk rows therefore agree with ``du`` on the same directories.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.constants import DISK_WARN_CHECK_INTERVAL
 
 
-def dir_size(path: str | os.PathLike[str]) -> int:
+def dir_size(path: str | os.PathLike[str], exclude: Iterable[str | os.PathLike[str]] = ()) -> int:
     """Bytes of regular files under ``path`` (symlinks not followed; vanished entries skipped).
 
-    A missing path is 0. Iterative (no recursion limit on deep trees).
+    A missing path is 0. Iterative (no recursion limit on deep trees). Directories in
+    ``exclude`` (compared as absolute paths) are not descended into.
     """
     total = 0
+    skip = {os.path.abspath(e) for e in exclude}
     stack = [os.fspath(path)]
     while stack:
         top = stack.pop()
+        if skip and os.path.abspath(top) in skip:
+            continue
         try:
             it = os.scandir(top)
         except (FileNotFoundError, NotADirectoryError, PermissionError):
@@ -52,6 +62,42 @@ def dir_size(path: str | os.PathLike[str]) -> int:
                 except OSError:
                     continue
     return total
+
+
+def _within(inner: Path, outer: Path) -> bool:
+    return inner != outer and inner.is_relative_to(outer)
+
+
+def outermost(roots: Sequence[str | os.PathLike[str]]) -> list[Path]:
+    """``roots`` without duplicates and without any root nested inside another: walking these
+    counts every byte under ``roots`` exactly once."""
+    absolute = [Path(os.path.abspath(r)) for r in roots]
+    kept: list[Path] = []
+    for r in absolute:
+        if r in kept or any(_within(r, o) for o in absolute):
+            continue
+        kept.append(r)
+    return kept
+
+
+def disk_usage(
+    roots: Mapping[str, str | os.PathLike[str]],
+    walker: Callable[..., int] = dir_size,
+) -> dict[str, int]:
+    """Bytes under each labelled root, a root nested inside another counted under its own label
+    only, and a repeated root counted once (under its first label; later labels read 0). The
+    values sum to the bytes of the union of the roots."""
+    absolute = {label: Path(os.path.abspath(r)) for label, r in roots.items()}
+    out: dict[str, int] = {}
+    seen: set[Path] = set()
+    for label, root in absolute.items():
+        if root in seen:
+            out[label] = 0
+            continue
+        seen.add(root)
+        nested = {r for r in absolute.values() if _within(r, root)}
+        out[label] = walker(root, exclude=nested) if nested else walker(root)
+    return out
 
 
 def human_bytes(n: int) -> str:
@@ -82,7 +128,8 @@ class DiskWarning:
 
 
 class DiskWarn:
-    """The per-agent latch. ``roots`` are the session log dir and the scratch dir."""
+    """The per-agent latch. ``roots`` are the session log dir and the scratch dir; a root
+    nested inside another is not walked again (each byte counts once)."""
 
     def __init__(
         self,
@@ -113,7 +160,7 @@ class DiskWarn:
         if self.ceiling_bytes is None or epoch < self._next_epoch:
             return None
         self._next_epoch = epoch + self.interval
-        total = sum(self._walker(r) for r in self.roots)
+        total = sum(self._walker(r) for r in outermost(self.roots))
         self.last_total = total
         if total > self.ceiling_bytes:
             if self.latched:

@@ -107,7 +107,9 @@ class Command:
 
 @dataclass(frozen=True)
 class Surface:
-    """A batch of surfaced notices (worker reaps, deferred done batches) for the ready boundary."""
+    """Surfaced items for the agent's next turn: a ral worker's completion (its value or error,
+    digested), stamped with the generation of the park that watched it. Reaps are never
+    surfaced: they stay in the transcript."""
 
     batch: tuple[Any, ...]
     generation: int = 0

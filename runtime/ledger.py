@@ -25,6 +25,10 @@ Rules, each enforced here and each with its own test in ``tests/shell_rules/``:
   last used at epoch ``e`` survives through ``e + idle_calls - 1`` and falls at the boundary of
   ``e + idle_calls``, unless its value still reaches a running worker handle, in which case it is
   pinned and re-examined at the next boundary. A pin never renews.
+- **Rollback keeps renewals.** A call that panics is rolled back to the last checkpoint, but
+  the names its text referenced were renewed when it compiled, and a renewal only ever errs
+  toward a longer lease: :func:`carry_renewals` re-applies them to the restored state, so the
+  rollback itself never makes a name the call used fall.
 - **Fork.** :meth:`BindingLedger.for_fork` arms the child's ledger on the parent's terms with its
   whole inherited scope as baseline, through the same :meth:`arm`; the child's clock starts at 0.
 """
@@ -360,6 +364,37 @@ class BindingLedger:
         ledger._baseline_sorted = tuple(sorted(ledger._baseline))
         ledger._pinned = {n for n in pinned if n in ledger._last_use}
         return ledger
+
+
+def referenced_names(source: str) -> frozenset[str]:
+    """The names a compile of ``source`` harvests (every variable occurrence and command-head
+    name, as the session's own harvest), or nothing when it does not parse: a run refused
+    before compiling renews nothing. Elaborated leniently, so it needs no session scope; an
+    unbound name only over-approximates, which a renewal tolerates."""
+    from runtime.ral.compile import Scope, compile_program, harvest, no_gc
+    from runtime.ral.errors import RalSyntaxError
+    from runtime.ral.parser import parse
+
+    try:
+        with no_gc():
+            phrases = parse(source)
+            compile_program(phrases, Scope("session", set(), None), frozenset(), lenient=True)
+    except (RalSyntaxError, RecursionError):
+        return frozenset()
+    return harvest(phrases)
+
+
+def carry_renewals(state: Mapping[str, Any], names: Iterable[str], epoch: int) -> dict[str, Any]:
+    """``state`` (a :meth:`BindingLedger.to_state`) with ``names`` renewed at ``epoch``.
+
+    The rollback of a panicking call restores the ledger of the last checkpoint; the call's own
+    harvest (:func:`referenced_names` of its script, plus any ``use`` the host compiled during
+    it) is renewed on top, exactly as the call's compiles renewed it. Names the ledger does not
+    hold are ignored, as in ``renew``.
+    """
+    ledger = BindingLedger.from_state(state)
+    ledger.renew(names, epoch)
+    return ledger.to_state()
 
 
 def _is_int(x: object) -> bool:

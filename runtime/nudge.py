@@ -15,12 +15,18 @@ Rules (seed 001, "The headless-completion gate is gone..."):
   self-verification; the next reply is honoured.
 - **pinned_reminder** — anything pinned; uniform for every pin kind, budget-free (it draws on no
   budget and has none of its own), independent of and *additive* with must_reply.
+- **residency** — not a react rule: posted after a tool-call batch in which a session binding
+  went over the large-binding limit (1 MiB), once per binding per excursion above the limit
+  (:class:`ResidencyLatch`). A resident multi-megabyte binding is what the binding-lease ledger
+  cannot free while a closure mentions it; the model is told to bind a file path instead.
 
 Invariants (each is a test):
 
 - While live descendants exist nothing is posted: the verdict is ``SUSPENDED`` and the driver
   re-runs :func:`decide` when they settle, against the *then* pin register (the function is
   stateless over pins, so "resumed against the still-live pin register" needs no memory).
+  Running ral workers whose results will be surfaced to the agent (``live_workers``) suspend it
+  the same way: the agent has delegated its next actionable fact to them.
 - ``CAPPED`` matches no rule (terminal: re-driving would spend MAX_STEPS again); ``CANCELLED`` and
   ``PROVIDER_ERROR`` (rate limit, exhausted transport) never post a nudge — provider facts surface
   as ``ProviderError`` events, not as model-visible text.
@@ -40,6 +46,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
+
+from runtime.ledger import LargeBinding
 
 
 class Outcome(StrEnum):
@@ -67,6 +75,7 @@ class NudgeKind(StrEnum):
     EMPTY_REPAIR = "empty_repair"
     SELF_VERIFY = "self_verify"
     PINNED_REMINDER = "pinned_reminder"
+    RESIDENCY = "residency"
 
 
 class Verdict(StrEnum):
@@ -187,6 +196,8 @@ class NudgeInputs:
     pins: tuple[str, ...] = ()
     """The live pin register, rendered (``key: value``); non-empty means something is pinned."""
     live_descendants: bool = False
+    live_workers: bool = False
+    """Running workers whose results will be surfaced into the agent's inbox."""
     headless_trunk: bool = False
     """Parent-less and not interactive: the node the self-verify latch applies to."""
 
@@ -208,9 +219,10 @@ def decide(inputs: NudgeInputs, latches: NudgeLatches) -> NudgeDecision:
         verdict = Verdict.HONOUR_REPLY if inputs.replied else Verdict.END_TURN
         return NudgeDecision(verdict, (), latches)
 
+    waiting = inputs.live_descendants or inputs.live_workers
     if inputs.replied:
         if inputs.headless_trunk and inputs.returns and not latches.self_verified:
-            if inputs.live_descendants:
+            if waiting:
                 return NudgeDecision(Verdict.SUSPENDED, (), latches)
             nudge = Nudge(NudgeKind.SELF_VERIFY, SELF_VERIFY_TEXT)
             return NudgeDecision(
@@ -218,7 +230,7 @@ def decide(inputs: NudgeInputs, latches: NudgeLatches) -> NudgeDecision:
             )
         return NudgeDecision(Verdict.HONOUR_REPLY, (), latches)
 
-    if inputs.live_descendants:
+    if waiting:
         return NudgeDecision(Verdict.SUSPENDED, (), latches)
 
     nudges: list[Nudge] = []
@@ -252,6 +264,47 @@ def _primary(inputs: NudgeInputs, latches: NudgeLatches) -> Nudge | None:
     if inputs.returns and has_budget(NudgeKind.MUST_REPLY):
         return Nudge(NudgeKind.MUST_REPLY, MUST_REPLY_TEXT)
     return None
+
+
+def residency_text(name: str, size_bytes: int, limit_bytes: int) -> str:
+    """The residency nudge for one binding that went over the large-binding limit."""
+    return (
+        f"Your session binding `{name}` holds {size_bytes} bytes, over the {limit_bytes}-byte "
+        "large-binding limit. It stays resident for as long as the name (or any closure that "
+        "mentions it) lives, and every checkpoint of your shell carries it. Bind a file path "
+        "instead of the content: write the data to a file in `env EXARCH_SCRATCH` and keep "
+        "the path; read slices of it when you need them."
+    )
+
+
+@dataclass(frozen=True)
+class ResidencyLatch:
+    """Once per binding per excursion above the large-binding limit.
+
+    ``latched`` holds the names already nudged whose current value is still over the limit. An
+    excursion ends when the name is written again at or under the limit, or when it is gone
+    (pruned by the binding-lease ledger, or ``/clear``); the next write over the limit is a new
+    excursion and is nudged again. Rewriting a latched name over the limit stays silent.
+    """
+
+    latched: frozenset[str] = frozenset()
+
+    def after_run(
+        self, large: Sequence[LargeBinding], written: Sequence[str], gone: Sequence[str] = ()
+    ) -> tuple[ResidencyLatch, tuple[Nudge, ...]]:
+        """Fold one run's writes: ``large`` over the limit, ``written`` every name the run wrote
+        (large ones included), ``gone`` names that no longer exist. Returns the new latch and the
+        nudges to post, in write order."""
+        over = {w.name for w in large}
+        latched = (set(self.latched) - set(gone)) - (set(written) - over)
+        nudges: list[Nudge] = []
+        for w in large:
+            if w.name not in latched:
+                latched.add(w.name)
+                nudges.append(
+                    Nudge(NudgeKind.RESIDENCY, residency_text(w.name, w.size_bytes, w.limit_bytes))
+                )
+        return ResidencyLatch(frozenset(latched)), tuple(nudges)
 
 
 def classify(

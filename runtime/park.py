@@ -7,11 +7,17 @@ inbox wake (``Inbox.next_or_idle``) and tests can cover the whole table. Rows, f
     Held            if conversing                   # parks for its human, immune to cancellation
     Engaged         if has_parent ∧ returns ∧ engaged  # parks; a terminate cause still ends it
     HeldByChildren  if live_descendants
+    HeldByWorkers   if live_workers                 # its workers' results will wake it
     UntilCancelled  if schedules_armed
     Quiesce         otherwise                       # the one-shot contract
 
 ``conversing(a) = a.interactive ∧ ¬returns(a)``; ``returns`` is fixed at construction (fork
 true, branch false, trunk ``¬interactive``) — see :func:`returns_for`.
+
+``live_workers``: the agent ended its turn while ral workers it spawned were still running (or
+their results were being surfaced). Their completions arrive in its inbox as ``Surface`` items,
+so waiting for them is the same wait as for live descendants: ending instead would throw away
+the work the agent delegated to them.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class ParkMode(enum.Enum):
     HELD = "Held"
     ENGAGED = "Engaged"
     HELD_BY_CHILDREN = "HeldByChildren"
+    HELD_BY_WORKERS = "HeldByWorkers"
     UNTIL_CANCELLED = "UntilCancelled"
 
     @property
@@ -65,6 +72,7 @@ class ParkInputs:
     engaged: bool  # registry.engaged(a): a human exchange was recorded
     live_descendants: bool
     schedules_armed: bool
+    live_workers: bool = False
 
 
 def park_mode(
@@ -76,6 +84,7 @@ def park_mode(
     engaged: bool,
     live_descendants: bool,
     schedules_armed: bool,
+    live_workers: bool = False,
 ) -> ParkMode:
     """The seed's table, first matching row wins (see the module docstring)."""
     if conversing(interactive=interactive, returns=returns):
@@ -84,6 +93,8 @@ def park_mode(
         return ParkMode.ENGAGED
     if live_descendants:
         return ParkMode.HELD_BY_CHILDREN
+    if live_workers:
+        return ParkMode.HELD_BY_WORKERS
     if schedules_armed:
         return ParkMode.UNTIL_CANCELLED
     return ParkMode.QUIESCE
@@ -98,4 +109,5 @@ def park_mode_of(inputs: ParkInputs) -> ParkMode:
         engaged=inputs.engaged,
         live_descendants=inputs.live_descendants,
         schedules_armed=inputs.schedules_armed,
+        live_workers=inputs.live_workers,
     )

@@ -160,3 +160,72 @@ def test_a_schedule_on_a_child_holds_it_until_its_wakeup_and_then_it_replies(
     assert live.fleet.wait_empty(10)
     assert kid.outcome is not None and kid.outcome.value == "replied"
     assert kid.reply_value == "ticked"
+
+
+SIX_HUNDRED_KB = "join (map { |x| '" + "x" * 100 + "' } (range 6000))"
+
+
+def test_the_disk_warning_counts_the_scratch_directory_inside_the_session_once(
+    run_scenario: Callable[..., Run],
+) -> None:
+    # 600 kB in scratch/trunk, inside the session directory: counted twice it would cross the
+    # 1 MB ceiling at the first check (call 32). The warning comes only once a second 600 kB
+    # file really puts the session over, at the check after call 64.
+    run = run_scenario(
+        f"""
+        [fleet]
+        prompt = "go"
+
+        [[agents.trunk]]
+        ral = ["let d = (env EXARCH_SCRATCH); write-text $d/a ({SIX_HUNDRED_KB})"]
+
+        [[agents.trunk]]
+        ral = ["1"]
+        repeat = 39
+
+        [[agents.trunk]]
+        ral = ["let d = (env EXARCH_SCRATCH); write-text $d/b ({SIX_HUNDRED_KB})"]
+
+        [[agents.trunk]]
+        ral = ["1"]
+        repeat = 30
+
+        [[agents.trunk]]
+        ral = ["reply done"]
+        repeat = 2
+        """,
+        "--disk-warn-bytes",
+        "1000000",
+    )
+    assert run.code == 0, run.stderr
+    records = run.jsonl("transcript.jsonl")
+    warnings = [
+        i for i, r in enumerate(records) if r["kind"] == "SystemNote" and "disk" in r["text"]
+    ]
+    assert len(warnings) == 1
+    assert sum(1 for r in records[: warnings[0]] if r["kind"] == "Io") == 64
+
+
+def test_the_resources_disk_rows_count_the_scratch_directory_once(
+    live_fleet: Callable[..., Live],
+) -> None:
+    live = live_fleet(
+        f"""
+        [fleet]
+        prompt = "go"
+
+        [[agents.trunk]]
+        ral = ["let d = (env EXARCH_SCRATCH); write-text $d/a ({SIX_HUNDRED_KB})"]
+
+        [[agents.trunk]]
+        text = "written"
+        stop = "end_turn"
+        """
+    )
+    live.wait_idle(1)
+    live.steer("/resources")
+    (event,) = wait_for(lambda: live.kinds("Resources") or None, what="the /resources event")
+    rows = dict(event["rows"])
+    assert rows["disk.scratch"] == 600_000
+    assert rows["disk.log_dir"] < 600_000, "the log dir row leaves the nested scratch out"
+    assert rows["disk.total"] == rows["disk.log_dir"] + rows["disk.scratch"]

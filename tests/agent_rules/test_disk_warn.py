@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from runtime.constants import DISK_WARN_CHECK_INTERVAL
-from runtime.diskwarn import DiskWarn, dir_size
+from runtime.diskwarn import DiskWarn, dir_size, disk_usage, outermost
 
 
 def never_walk(path: Path) -> int:
@@ -80,3 +80,30 @@ def test_dir_size_sums_regular_files_and_ignores_symlinks(tmp_path: Path) -> Non
 def test_a_negative_ceiling_is_refused() -> None:
     with pytest.raises(ValueError):
         DiskWarn(-1, [])
+
+
+def test_a_scratch_directory_inside_the_session_directory_is_counted_once(tmp_path: Path) -> None:
+    session = tmp_path / "session"
+    write(session / "transcript.jsonl", 300)
+    write(session / "scratch" / "trunk" / "big", 700)
+    dw = DiskWarn(1500, [session, session / "scratch" / "trunk"])
+    assert dw.check(32) is None, "1000 bytes on disk: under a ceiling of 1500"
+    assert dw.last_total == 1000 == dir_size(session)
+
+
+def test_disk_usage_labels_sum_to_the_bytes_of_the_union(tmp_path: Path) -> None:
+    session = tmp_path / "session"
+    write(session / "transcript.jsonl", 300)
+    write(session / "scratch" / "trunk" / "big", 700)
+    write(session / "scratch" / "kid" / "other", 50)
+    usage = disk_usage({"log dir": session, "scratch": session / "scratch" / "trunk"})
+    assert usage == {"log dir": 350, "scratch": 700}
+    assert sum(usage.values()) == dir_size(session)
+
+
+def test_disk_usage_counts_a_repeated_root_once_and_separate_roots_each(tmp_path: Path) -> None:
+    write(tmp_path / "a" / "f", 10)
+    write(tmp_path / "b" / "g", 20)
+    assert disk_usage({"one": tmp_path / "a", "two": tmp_path / "a"}) == {"one": 10, "two": 0}
+    assert disk_usage({"a": tmp_path / "a", "b": tmp_path / "b"}) == {"a": 10, "b": 20}
+    assert outermost([tmp_path / "a", tmp_path, tmp_path / "b", tmp_path]) == [tmp_path]

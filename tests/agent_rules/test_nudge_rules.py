@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runtime.ledger import LargeBinding
 from runtime.nudge import (
     BUDGETS,
     CONTINUE_TEXT,
@@ -17,6 +18,7 @@ from runtime.nudge import (
     NudgeKind,
     NudgeLatches,
     Outcome,
+    ResidencyLatch,
     Verdict,
     classify,
     decide,
@@ -242,6 +244,7 @@ inputs_st = st.builds(
     replied=st.booleans(),
     pins=st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple),
     live_descendants=st.booleans(),
+    live_workers=st.booleans(),
     headless_trunk=st.booleans(),
 )
 latches_st = st.builds(
@@ -252,8 +255,10 @@ latches_st = st.builds(
 
 
 @given(inputs_st, latches_st)
-def test_no_nudge_is_ever_posted_while_descendants_live(i: NudgeInputs, lt: NudgeLatches) -> None:
-    if i.live_descendants:
+def test_no_nudge_is_ever_posted_while_descendants_or_workers_live(
+    i: NudgeInputs, lt: NudgeLatches
+) -> None:
+    if i.live_descendants or i.live_workers:
         d = decide(i, lt)
         assert d.nudges == ()
         assert d.latches == lt
@@ -288,6 +293,7 @@ def test_must_reply_only_for_returning_agents_and_pins_remind_iff_pinned(
     if (
         i.pins
         and not i.live_descendants
+        and not i.live_workers
         and not i.replied
         and i.outcome not in (Outcome.CAPPED, Outcome.CANCELLED, Outcome.PROVIDER_ERROR)
     ):
@@ -312,3 +318,91 @@ def test_turn_boundary_resets_counts_and_self_nudge_resets_nothing(lt: NudgeLatc
     b = lt.at_turn_boundary()
     assert all(b.count(k) == 0 for k in NudgeKind)
     assert b.self_verified == lt.self_verified
+
+
+def test_running_workers_suspend_must_reply_like_live_descendants() -> None:
+    alone = decide(NudgeInputs(Outcome.END_TURN, returns=True), FRESH)
+    assert alone.verdict is Verdict.CONTINUE_TURN and kinds(alone) == [K.MUST_REPLY]
+    waiting = decide(NudgeInputs(Outcome.END_TURN, returns=True, live_workers=True), FRESH)
+    assert waiting.verdict is Verdict.SUSPENDED and waiting.nudges == ()
+    assert waiting.latches == FRESH, "a suspension spends no budget"
+
+
+def test_a_headless_trunks_self_verify_waits_for_its_running_workers() -> None:
+    i = NudgeInputs(
+        Outcome.END_TURN, returns=True, replied=True, headless_trunk=True, live_workers=True
+    )
+    assert decide(i, FRESH).verdict is Verdict.SUSPENDED
+    done = NudgeInputs(Outcome.END_TURN, returns=True, replied=True, headless_trunk=True)
+    later = decide(done, FRESH)
+    assert kinds(later) == [K.SELF_VERIFY]
+
+
+# --- the residency nudge ----------------------------------------------------------------------
+
+LIMIT = 1 << 20
+
+
+def big(name: str, size: int = LIMIT + 1) -> LargeBinding:
+    return LargeBinding(name, size, LIMIT)
+
+
+def test_a_binding_over_the_limit_is_nudged_once_per_excursion() -> None:
+    latch = ResidencyLatch()
+    latch, first = latch.after_run([big("blob")], ["blob"])
+    assert [n.kind for n in first] == [K.RESIDENCY]
+    assert "`blob`" in first[0].text and str(LIMIT + 1) in first[0].text
+    assert "file path" in first[0].text
+    latch, again = latch.after_run([big("blob", LIMIT * 2)], ["blob"])
+    assert again == (), "rewritten over the limit: the same excursion"
+    latch, quiet = latch.after_run([], ["other"])
+    assert quiet == () and latch.latched == {"blob"}, "other writes do not end it"
+    latch, small = latch.after_run([], ["blob"])
+    assert small == () and latch.latched == frozenset(), "back under the limit: it ends"
+    latch, second = latch.after_run([big("blob")], ["blob"])
+    assert [n.kind for n in second] == [K.RESIDENCY], "a new excursion is nudged again"
+
+
+def test_a_pruned_large_binding_ends_its_excursion() -> None:
+    latch, _ = ResidencyLatch().after_run([big("blob")], ["blob"])
+    latch, none = latch.after_run([], [], gone=["blob"])
+    assert none == () and not latch.latched
+    _, again = latch.after_run([big("blob")], ["blob"])
+    assert len(again) == 1
+
+
+def test_two_large_bindings_in_one_run_are_two_nudges_in_write_order() -> None:
+    _, nudges = ResidencyLatch().after_run([big("b"), big("a"), big("b")], ["b", "a"])
+    assert [n.text.split("`")[1] for n in nudges] == ["b", "a"]
+
+
+runs_st = st.lists(
+    st.tuples(
+        st.sampled_from(["x", "y"]),
+        st.sampled_from(["large", "small", "gone"]),
+    ),
+    max_size=30,
+)
+
+
+@given(runs_st)
+def test_residency_nudges_equal_the_excursions_above_the_limit(runs: list[tuple[str, str]]) -> None:
+    # reference model: a name is nudged each time it goes from "not large" to "large"
+    latch = ResidencyLatch()
+    got: list[str] = []
+    state = {"x": False, "y": False}
+    expected: list[str] = []
+    for name, what in runs:
+        if what == "large":
+            latch, nudges = latch.after_run([big(name)], [name])
+            if not state[name]:
+                expected.append(name)
+            state[name] = True
+        elif what == "small":
+            latch, nudges = latch.after_run([], [name])
+            state[name] = False
+        else:
+            latch, nudges = latch.after_run([], [], gone=[name])
+            state[name] = False
+        got.extend(n.text.split("`")[1] for n in nudges)
+    assert got == expected

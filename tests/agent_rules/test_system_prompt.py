@@ -87,3 +87,15 @@ def test_the_prompt_teaches_the_core_of_ral_and_the_digest_banner() -> None:
     assert shown in prompt  # the prompt quotes the banner the digest really emits
     assert "{{" not in prompt and "trunk" in prompt
     assert len(prompt.encode()) < 8 * 1024  # compact: well under the cost of one tool result
+
+
+def test_the_prompt_teaches_memory_spawns_and_that_worker_results_come_back() -> None:
+    from runtime.worker_surface import surface_text
+
+    prompt = build_system_prompt(advertised_verbs(returns=True), "trunk", True, 3)
+    assert prompt is not None
+    assert "agent NAME PROMPT [memory: true]" in prompt
+    assert "copy of this conversation" in prompt
+    assert "[worker ID finished: ...]" in prompt
+    told = surface_text("w3-1", value="42", error=None)
+    assert told.startswith("[worker w3-1 finished: "), "the prompt names the header it will see"

@@ -8,11 +8,12 @@ import pytest
 
 from runtime.park import Construction, ParkMode, park_mode, returns_for
 
-Q, H, E, C, U = (
+Q, H, E, C, W, U = (
     ParkMode.QUIESCE,
     ParkMode.HELD,
     ParkMode.ENGAGED,
     ParkMode.HELD_BY_CHILDREN,
+    ParkMode.HELD_BY_WORKERS,
     ParkMode.UNTIL_CANCELLED,
 )
 
@@ -70,22 +71,23 @@ def test_park_mode_follows_the_seed_table_row_by_row(
     )
 
 
-def _reference(i: bool, r: bool, p: bool, li: bool, e: bool, d: bool, s: bool) -> ParkMode:
+def _reference(i: bool, r: bool, p: bool, li: bool, e: bool, d: bool, s: bool, w: bool) -> ParkMode:
     conversing = i and not r
     rows = [
         (conversing and not li, Q),
         (conversing, H),
         (p and r and e, E),
         (d, C),
+        (w, W),
         (s, U),
         (True, Q),
     ]
     return next(mode for cond, mode in rows if cond)
 
 
-def test_every_one_of_the_128_input_combinations_takes_the_first_matching_row() -> None:
-    for combo in itertools.product([False, True], repeat=7):
-        i, r, p, li, e, d, s = combo
+def test_every_one_of_the_256_input_combinations_takes_the_first_matching_row() -> None:
+    for combo in itertools.product([False, True], repeat=8):
+        i, r, p, li, e, d, s, w = combo
         got = park_mode(
             interactive=i,
             returns=r,
@@ -94,8 +96,27 @@ def test_every_one_of_the_128_input_combinations_takes_the_first_matching_row() 
             engaged=e,
             live_descendants=d,
             schedules_armed=s,
+            live_workers=w,
         )
         assert got is _reference(*combo), combo
+
+
+def test_running_workers_hold_an_agent_that_would_otherwise_quiesce() -> None:
+    # a headless trunk and a settled-children sub-agent: the one-shot contract, unless workers
+    # it spawned are still running (their results are surfaced into its inbox)
+    for has_parent in (False, True):
+        idle = dict(
+            interactive=False,
+            returns=True,
+            has_parent=has_parent,
+            listed=True,
+            engaged=False,
+            live_descendants=False,
+        )
+        assert park_mode(**idle, schedules_armed=False) is Q
+        assert park_mode(**idle, schedules_armed=False, live_workers=True) is W
+        assert park_mode(**idle, schedules_armed=True, live_workers=True) is W
+        assert W.parks
 
 
 def test_returns_is_fixed_by_construction_fork_true_branch_false_trunk_not_interactive() -> None:

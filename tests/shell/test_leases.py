@@ -80,3 +80,46 @@ def test_probe_reads_figures_and_renews_nothing(start_shell) -> None:
     assert first.bytes_held > 0
     for _ in range(3):
         assert shell.probe().get() == first
+
+
+def test_a_name_the_panicking_call_referenced_is_not_pruned_by_its_rollback(start_shell) -> None:
+    shell = start_shell(idle_calls=3, notice_sink=lambda n: None).proxy()
+    shell.run("let keep = 41").get()  # epoch 1
+    shell.run("2").get()
+    shell.run("3").get()
+    # epoch 4 would prune `keep` (idle 3 calls) had the panicking call not renewed it
+    assert shell.run("echo $keep; fault panic").get().rolled_back
+    assert shell.run("add $keep 1").get().value == "42"
+
+
+def test_a_name_the_crashed_call_referenced_survives_its_rollback_too(start_shell) -> None:
+    shell = start_shell(idle_calls=3, notice_sink=lambda n: None).proxy()
+    shell.run("let keep = 41").get()
+    shell.run("2").get()
+    shell.run("3").get()
+    # SIGKILL mid-call: the harvest was sent before anything ran, so it outlives the host
+    assert shell.run("echo $keep; fault crash").get().rolled_back
+    assert shell.run("add $keep 1").get().value == "42"
+
+
+def test_a_rollback_still_ages_a_name_the_panicking_call_did_not_reference(start_shell) -> None:
+    shell = start_shell(idle_calls=3, notice_sink=lambda n: None).proxy()
+    shell.run("let idle = 1").get()
+    shell.run("2").get()
+    shell.run("3").get()
+    assert shell.run("fault panic").get().rolled_back
+    assert shell.run("echo $idle").get().error == "1:6 undefined variable idle"
+
+
+def test_a_name_only_a_use_file_referenced_survives_the_rollback_of_the_panicking_call(
+    start_shell, tmp_path: Path
+) -> None:
+    lib = tmp_path / "lib.ral"
+    lib.write_text("echo $keep\n")
+    shell = start_shell(idle_calls=3, notice_sink=lambda n: None).proxy()
+    shell.run("let keep = 41").get()
+    shell.run("2").get()
+    shell.run("3").get()
+    # the script never names `keep`: the host reports the use file's harvest before running it
+    assert shell.run(f"use '{lib}'; fault crash").get().rolled_back
+    assert shell.run("add $keep 1").get().value == "42"

@@ -15,7 +15,9 @@ from runtime.ledger import (
     LedgerStateInvalid,
     PruneOutcome,
     PruneRefused,
+    carry_renewals,
     reaches_running_worker,
+    referenced_names,
 )
 from runtime.ral.values import Closure, Variant, WorkerHandle
 
@@ -351,3 +353,33 @@ def test_deep_and_shared_structure_is_walked_without_recursion_or_blowup() -> No
     for _ in range(200):
         shared = [shared, shared]  # 2**200 paths, 200 distinct lists
     assert not reaches_running_worker(shared, is_running)
+
+
+# -- rollback keeps renewals ----------------------------------------------------------------------
+
+
+def test_carried_renewals_keep_a_name_the_rolled_back_call_used_from_falling() -> None:
+    ledger = armed("lib", idle=3)
+    ledger.note_define("keep", 1, 8)
+    ledger.note_define("idle", 1, 8)
+    checkpoint = ledger.to_state()  # the last clean boundary (epoch 3)
+    restored = BindingLedger.from_state(carry_renewals(checkpoint, ["keep", "lib", "nope"], 4))
+    run_until(restored, 4)
+    assert boundary(restored, 4).fell == ("idle",), "only the name the call did not use falls"
+    assert restored.last_use("keep") == 4
+    assert "nope" not in restored.names() and "lib" not in restored.names()
+
+
+def test_carried_renewals_never_shorten_a_lease() -> None:
+    ledger = armed(idle=3)
+    ledger.note_define("fresh", 9, 8)
+    state = carry_renewals(ledger.to_state(), ["fresh"], 4)
+    assert BindingLedger.from_state(state).last_use("fresh") == 9
+
+
+def test_referenced_names_are_the_harvest_of_the_script_text_and_nothing_if_it_cannot_parse() -> (
+    None
+):
+    assert referenced_names("echo $a; let b = { f $c }; g") == {"echo", "a", "f", "c", "g"}
+    assert referenced_names("echo $undefined_here") == {"echo", "undefined_here"}
+    assert referenced_names("echo 'unterminated") == frozenset()
