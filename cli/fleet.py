@@ -19,6 +19,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from cli.provider_options import ProviderChoice, output_options, provider_options
+from cli.recording import record_option
 from cli.run_report import RunReporter, agent_line
 from cli.runner import run_headless, session_path, spec_for
 
@@ -72,12 +73,14 @@ def yield_table(fy: dict[str, Any]) -> Table:
 @provider_options("Model provider (default: scripted for a SCENARIO.toml, else openai).")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the run.")
 @click.option("--no-live", is_flag=True, help="Skip the live view even on a terminal.")
+@record_option
 @output_options
 def fleet_command(
     target: str,
     connection: ProviderChoice,
     session_dir: str | None,
     no_live: bool,
+    record: str | None,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -94,7 +97,7 @@ def fleet_command(
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
       130  cancelled: Ctrl-C cancels the whole tree and leaves no process behind
     """
-    spec = spec_for(target, connection, session_dir=session_dir)
+    spec = spec_for(target, connection, session_dir=session_dir, record=record)
     report = RunReporter(
         as_json=as_json, quiet=quiet, live=not no_live, view=render_tree, keep_view=True
     )

@@ -8,6 +8,7 @@ import click
 
 from cli.grants import grant_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
+from cli.recording import record_option
 from cli.run_report import RunReporter
 from cli.runner import run_headless, spec_for
 
@@ -22,6 +23,7 @@ from cli.runner import run_headless, spec_for
 @click.option("--chat", is_flag=True, help="No system prompt and no tool: a bare conversation.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
+@record_option
 @grant_options
 @output_options
 def run_command(
@@ -33,6 +35,7 @@ def run_command(
     window_tokens: int | None,
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
+    record: str | None,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -68,6 +71,7 @@ def run_command(
         window_tokens=window_tokens,
         grant_exec=grant_exec,
         grant_root=grant_root,
+        record=record,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

@@ -56,6 +56,11 @@ class RunSpec:
     grant_exec: tuple[str, ...] = ()
     grant_root: tuple[str, ...] = ()
     """``--grant-exec`` / ``--grant-root`` as given (:func:`cli.grants.fleet_policy` resolves)."""
+    record: str | None = None
+    """``--record FILE.toml``: where to write the recording (``cli/recording.py``)."""
+    cwd: str | None = None
+    grants: GrantPolicy | None = None
+    """Grants already resolved (``replay``: the recorded run's); else from the flags."""
 
 
 @dataclass(frozen=True)
@@ -178,8 +183,9 @@ def run_headless(
     session directory is created, so a refused run leaves nothing behind."""
     from actors.fleet import Fleet, FleetConfig
     from cli.grants import fleet_policy
+    from cli.recording import open_recording
 
-    grants = fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)  # before any effect
+    grants = spec.grants or fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)
     prompt = spec.prompt
     system = None
     if spec.scenario is not None:
@@ -190,10 +196,13 @@ def run_headless(
     factory = provider_factory(spec)
     session = SessionDir.at(spec.session_dir) if spec.session_dir else SessionDir.new()
     write_run_spec(session, spec, grants)
+    recording = open_recording(spec, session, factory, prompt=prompt, system=system)
+    if recording is not None:
+        factory = recording.factory
     fleet = Fleet(
         session,
         factory,
-        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes, grants=grants),
+        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes, grants=grants, cwd=spec.cwd),
     )
     outcome = "failed"
     reply: str | None = None
@@ -221,6 +230,8 @@ def run_headless(
         try:
             fleet.close()
         finally:
+            if recording is not None:
+                recording.close()
             if observer is not None:
                 observer.detach()
     fy = fleet.write_result(outcome, reply)
@@ -241,7 +252,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "chat": spec.chat,
         "diskWarnBytes": spec.disk_warn_bytes,
         "windowTokens": spec.window_tokens,
-        "cwd": str(Path.cwd()),
+        "cwd": spec.cwd or str(Path.cwd()),
         "grants": (grants or GrantPolicy()).to_dict(),
     }
     atomic_write_bytes(session.root / "run.json", json.dumps(data, indent=2).encode())
