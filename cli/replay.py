@@ -28,6 +28,7 @@ from runtime.session_dir import SessionDir
 
 SHOWN_LINES = 12
 """Lines of each side of a divergence printed (replay-report.json keeps all of it)."""
+_INDENT = 11
 
 
 class _Deadline:
@@ -209,5 +210,5 @@ def _side(label: str, text: str | None) -> str:
     lines = (text if text is not None else "(nothing)").splitlines() or [""]
     if len(lines) > SHOWN_LINES:
         lines = [*lines[:SHOWN_LINES], f"... {len(lines) - SHOWN_LINES} more lines"]
-    head = f"  {label}:".ljust(9)
-    return head + ("\n" + " " * 9).join(lines)
+    head = f"  {label}:".ljust(_INDENT)
+    return head + ("\n" + " " * _INDENT).join(lines)

@@ -161,7 +161,7 @@ def agent_calls(events: Sequence[Mapping[str, Any]]) -> tuple[CallResult, ...]:
 
 def read_session(root: str | Path) -> SessionFacts:
     """The facts :func:`compare` needs, from the files alone (torn tails skipped)."""
-    base = Path(root)
+    base = Path(root).resolve()
     transcript = read_jsonl(base / "transcript.jsonl").records
     born = [r for r in transcript if r.get("kind") == "Born"]
     died = {str(r.get("agent")): r for r in transcript if r.get("kind") == "Died"}
