@@ -60,6 +60,8 @@ class RunRecording:
 
     def close(self) -> None:
         self.recorder.close()
+        if self.recorder.error is not None:
+            click.echo(f"warning: --record: {self.recorder.error}", err=True)
 
 
 def open_recording(

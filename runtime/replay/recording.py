@@ -13,8 +13,9 @@ FILE.toml`` replays a crashed recording with no extra step. Each block is writte
 happen when its process is SIGKILLed, so a killed run leaves only whole blocks. A block can only
 be torn by a full disk or a power loss (there is no fsync per reply: a reply costs a model
 round-trip, the recording must not add a disk flush to it); :func:`drop_torn_tail` finds such a
-block by a rule the writer keeps -- ``stop = "..."`` is always a block's last line -- and the
-scenario reader drops it with a warning.
+block by two rules the writer keeps -- a ``# NAME, reply N`` line before every header and
+``stop = "..."`` as every block's last line -- and the scenario reader drops it with a warning.
+A block a person adds by hand has no such mark and is never dropped.
 
 Invariants (property-tested in tests/replay/test_recording_format.py):
 
@@ -50,7 +51,9 @@ RECORDED_ERRORS = ("rate_limit", "transport", "truncated", "timeout", "malformed
 failure of any other kind is recorded as ``transport`` with its message kept."""
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_HEADER = re.compile(r"^\[\[\s*agents\s*\.", re.MULTILINE)
+_TABLE_LINE = re.compile(r"^\[.*$", re.MULTILINE)
+_BLOCK = "[[agents."
+_MARK = re.compile(r"^# .+, reply \d+( \(spawned by .+\))?$")
 _STOP_LINE = re.compile(r'^\s*stop\s*=\s*"[a-z_]+"[ \t]*(#.*)?$', re.MULTILINE)
 _RECORDING_TABLE = re.compile(r"^\[recording\]\s*$", re.MULTILINE)
 
@@ -198,18 +201,26 @@ def _call_table(call: ToolCall) -> str:
     )
 
 
+def reply_mark(agent: str, n: int, parent: str | None = None) -> str:
+    """The comment the writer puts before the ``n``-th block of ``agent`` (and how the reader
+    tells a block it wrote from one a person added: only the former can be torn)."""
+    spawned = f" (spawned by {parent})" if parent else ""
+    return f"{agent}, reply {n}{spawned}"
+
+
 def reply_block(
     agent: str,
     msg: AssistantMessage,
     *,
     error: str | None = None,
     error_message: str | None = None,
-    comment: str | None = None,
+    mark: str | None = None,
 ) -> str:
     """One ``[[agents.AGENT]]`` block reproducing ``msg`` (as the provider returned it, before
     admission), or the failure ``error`` (a kind of :data:`RECORDED_ERRORS`) with ``msg`` as
-    the partial reply of a truncation. ``stop`` is always the last line (see the module doc)."""
-    out = [f"\n# {comment}\n" if comment else "\n", f"[[agents.{toml_key(agent)}]]\n"]
+    the partial reply of a truncation. ``stop`` is always the last line, and ``mark`` (the
+    writer's ``# NAME, reply N`` line, :func:`reply_mark`) the line before the header."""
+    out = [f"\n# {mark}\n" if mark else "\n", f"[[agents.{toml_key(agent)}]]\n"]
     if msg.text:
         out.append(_line("text", msg.text))
     scripts = [_plain_ral(c) for c in msg.tool_calls]
@@ -244,21 +255,28 @@ class TornBlock:
 def drop_torn_tail(text: str) -> tuple[str, TornBlock | None]:
     """``text`` without a torn final reply block, and which block was dropped (None if none).
 
-    Applies only to a recording (a file with a ``[recording]`` table): its last
-    ``[[agents.NAME]]`` block is whole iff it has a complete ``stop = "..."`` line, the line the
-    writer always writes last. Anything else is left to the ordinary parser."""
+    Applies only to a block the writer wrote (its ``# NAME, reply N`` mark line, then a header
+    starting ``[[agents.``, or any prefix of one: a header cut short) when it is the last table
+    of a recording (a file with a ``[recording]`` table): that block is whole iff a complete
+    ``stop = "..."`` line follows, the line the writer always writes last. A block a person
+    added without a mark is never dropped; anything else is left to the ordinary parser."""
     if _RECORDING_TABLE.search(text) is None:
         return text, None
-    headers = list(_HEADER.finditer(text))
-    if not headers:
+    opens = list(_TABLE_LINE.finditer(text))
+    if not opens:
         return text, None
-    last = headers[-1]
-    block = text[last.start() :]
-    if _STOP_LINE.search(block) is not None:
+    last = opens[-1]
+    line = last.group(0)
+    if not (line.startswith(_BLOCK) or _BLOCK.startswith(line)):
         return text, None
-    line = text.count("\n", 0, last.start()) + 1
-    header = block.split("\n", 1)[0].strip()
-    return text[: last.start()], TornBlock(line, header)
+    before = text.rfind("\n", 0, max(last.start() - 1, 0))
+    mark = text[before + 1 : max(last.start() - 1, 0)]
+    if _MARK.match(mark) is None:
+        return text, None
+    if _STOP_LINE.search(text, last.end()) is not None:
+        return text, None
+    number = text.count("\n", 0, last.start()) + 1
+    return text[: before + 1], TornBlock(number, line.strip())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,7 +288,9 @@ class Recorder:
 
     The header is written when the recorder is made; each reply is one block written with one
     ``write(2)`` per file (see the module doc). :meth:`close` fsyncs and closes; it is
-    idempotent, and a reply after close is ignored (a straggler of a closing fleet)."""
+    idempotent, and a reply after close is ignored (a straggler of a closing fleet). A write that
+    fails (a full disk) stops the recording, never the run: :attr:`error` says so, and what was
+    written stays readable (a torn last block is dropped by the reader)."""
 
     def __init__(self, paths: Sequence[Path], header: RecordingHeader) -> None:
         unique: list[Path] = []
@@ -281,9 +301,11 @@ class Recorder:
         self.header = header
         self._lock = threading.Lock()
         self._fds: list[int] = []
-        self._seen: set[str] = set()
+        self._counts: dict[str, int] = {}
         self._parents: dict[str, str] = {}
         self.replies = 0
+        self.error: str | None = None
+        """Why the recording stopped before the run ended (a write failed), else None."""
         try:
             for p in self.paths:
                 p.parent.mkdir(parents=True, exist_ok=True)
@@ -311,14 +333,16 @@ class Recorder:
         with self._lock:
             if not self._fds:
                 return
-            comment = None
-            if agent not in self._seen:
-                self._seen.add(agent)
-                parent = self._parents.get(agent)
-                comment = f"{agent}: spawned by {parent}" if parent else f"{agent}: first reply"
-            self._write(
-                reply_block(agent, msg, error=error, error_message=message, comment=comment)
-            )
+            n = self._counts[agent] = self._counts.get(agent, 0) + 1
+            mark = reply_mark(agent, n, self._parents.get(agent) if n == 1 else None)
+            try:
+                self._write(reply_block(agent, msg, error=error, error_message=message, mark=mark))
+            except OSError as e:  # a full disk must not fail the run: the recording stops here
+                self.error = f"recording stopped after {self.replies} replies: {e.strerror or e}"
+                fds, self._fds = self._fds, []
+                for fd in fds:
+                    os.close(fd)
+                return
             self.replies += 1
 
     def _write(self, text: str) -> None:

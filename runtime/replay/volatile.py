@@ -36,7 +36,7 @@ _DATE = r"\d{4}-\d{2}-\d{2}"
 _CLOCK = r"\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
 _ZONE = r"(?:Z|[+-]\d{2}:?\d{2})?"
 _TIME = re.compile(
-    rf"(?<![\w.]){_DATE}(?:[T ]{_CLOCK}{_ZONE})?(?![\w])|(?<![\w:.]){_CLOCK}{_ZONE}(?![\w:])"
+    rf"(?<![\w.]){_DATE}(?:[T ]{_CLOCK}{_ZONE})?(?!\w)|(?<![\w:.]){_CLOCK}{_ZONE}(?!\w)"
 )
 _PID = re.compile(r"(?i)(\bp?pid\b[\"']?\s*[:=]?\s*)\d+")
 
