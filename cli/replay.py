@@ -194,16 +194,16 @@ def _print(report: Report) -> None:
             click.echo(_side("now", d.now))
     for note in report.notes:
         click.echo(f"note: {note}", err=True)
+    calls, agents = _count(report.calls, "ral call"), _count(report.agents, "agent")
     if report.diverged:
-        agents = len({d.agent for d in report.divergences})
-        click.echo(
-            f"diverged: {agents} of {report.agents} agents ({report.calls} ral calls compared)"
-        )
+        diverged = len({d.agent for d in report.divergences})
+        click.echo(f"diverged: {diverged} of {agents} ({calls} compared)")
     else:
-        click.echo(
-            f"no divergence: {report.calls} ral calls of {report.agents} agents returned what "
-            "they returned then"
-        )
+        click.echo(f"no divergence: {calls} of {agents} returned what they returned then")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
 def _side(label: str, text: str | None) -> str:

@@ -152,7 +152,7 @@ def test_timestamps_and_pids_diverge_unless_the_ignore_rules_blank_them(tmp_path
     )
     assert code == 0, out
     assert report["ignore"] == ["session", "time", "pid"]
-    assert "no divergence: 3 ral calls of 1 agents" in out
+    assert "no divergence: 3 ral calls of 1 agent returned" in out
 
 
 def test_fleet_record_writes_the_recording_with_each_child_under_its_name(tmp_path: Path) -> None:
