@@ -125,7 +125,7 @@ def replay_command(
     observer = _Deadline(deadline, quiet=as_json)
     outcome = run_headless(spec, observer=observer)
     if outcome.outcome == "cancelled" and not observer.hit:
-        sys.exit(130)
+        sys.exit(outcome.exit_code)  # Ctrl-C: the run's own exit code
     new = outcome.session
     normalise = dataclasses.replace(normalise, roots=_roots(old.root, new.root))
     report = compare(
