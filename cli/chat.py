@@ -17,6 +17,7 @@ import click
 from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, provider_options
+from cli.recording import open_recording, record_option
 from cli.runner import RunSpec, open_session, provider_factory, read_scenario, session_path
 from runtime.limits import ShellLimits
 
@@ -33,6 +34,7 @@ from runtime.limits import ShellLimits
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 @grant_options
 @limit_options
+@record_option
 def chat_command(
     scenario: str | None,
     connection: ProviderChoice,
@@ -43,6 +45,7 @@ def chat_command(
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
     limits: ShellLimits,
+    record: str | None,
 ) -> None:
     """Talk to an interactive trunk in a terminal UI: one tab per agent. With no SCENARIO and
     no --model (and so a bare `exarch-actors`) it plays a packaged scripted demo: no network,
@@ -81,6 +84,7 @@ def chat_command(
         disk_warn_bytes=disk_warn_bytes,
         window_tokens=window_tokens,
         provider_options=connection.network_options(provider),
+        record=record,
     )
     grants = fleet_policy(grant_exec, grant_root, spec.scenario)
     try:
@@ -95,6 +99,11 @@ def chat_command(
     prompt = loaded.prompt if send_prompt and loaded is not None else None
     system = loaded.system if loaded is not None else None
     session = open_session(session_dir)
+    recording = open_recording(
+        spec, session, factory, prompt=prompt, system=system, interactive=True
+    )
+    if recording is not None:
+        factory = recording.factory
     fleet = Fleet(
         session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes, grants=grants, limits=limits)
     )
@@ -105,6 +114,8 @@ def chat_command(
         app.run()
     finally:
         app.control.close_fleet("quit")  # idempotent: a no-op when the app already closed it
+        if recording is not None:
+            recording.close()
     trunk = fleet.trunk
     outcome = (
         trunk.outcome.value if trunk is not None and trunk.outcome is not None else "cancelled"

@@ -20,6 +20,7 @@ from rich.tree import Tree
 
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
+from cli.recording import record_option
 from cli.run_report import RunReporter, agent_line
 from cli.runner import run_headless, session_path, spec_for
 from runtime.limits import ShellLimits
@@ -74,6 +75,7 @@ def yield_table(fy: dict[str, Any]) -> Table:
 @provider_options("Model provider (default: scripted for a SCENARIO.toml, else openai).")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the run.")
 @click.option("--no-live", is_flag=True, help="Skip the live view even on a terminal.")
+@record_option
 @output_options
 @limit_options
 def fleet_command(
@@ -81,6 +83,7 @@ def fleet_command(
     connection: ProviderChoice,
     session_dir: str | None,
     no_live: bool,
+    record: str | None,
     as_json: bool,
     quiet: bool,
     limits: ShellLimits,
@@ -100,7 +103,7 @@ def fleet_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
-    spec = spec_for(target, connection, session_dir=session_dir, limits=limits)
+    spec = spec_for(target, connection, session_dir=session_dir, limits=limits, record=record)
     report = RunReporter(
         as_json=as_json, quiet=quiet, live=not no_live, view=render_tree, keep_view=True
     )

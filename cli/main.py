@@ -24,6 +24,11 @@ _SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "drill": ("cli.drill", "drill_command", "Break a fleet on purpose; check its invariants."),
     "check": ("cli.check", "check_command", "Check a session directory's invariants."),
     "resume": ("cli.resume", "resume_command", "Resume a run from its session directory."),
+    "replay": (
+        "cli.replay",
+        "replay_command",
+        "Replay a recorded session offline; report where ral results diverge.",
+    ),
     "chat": ("cli.chat", "chat_command", "Talk to a conversing trunk in a terminal UI."),
 }
 

@@ -9,6 +9,7 @@ import click
 from cli.grants import grant_options
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
+from cli.recording import record_option
 from cli.run_report import RunReporter
 from cli.runner import run_headless, spec_for
 from runtime.limits import ShellLimits
@@ -24,6 +25,7 @@ from runtime.limits import ShellLimits
 @click.option("--chat", is_flag=True, help="No system prompt and no tool: a bare conversation.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
+@record_option
 @grant_options
 @output_options
 @limit_options
@@ -36,6 +38,7 @@ def run_command(
     window_tokens: int | None,
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
+    record: str | None,
     as_json: bool,
     quiet: bool,
     limits: ShellLimits,
@@ -75,6 +78,7 @@ def run_command(
         grant_exec=grant_exec,
         grant_root=grant_root,
         limits=limits,
+        record=record,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

@@ -71,6 +71,11 @@ class RunSpec:
     """``--grant-exec`` / ``--grant-root`` as given (:func:`cli.grants.fleet_policy` resolves)."""
     limits: ShellLimits = field(default_factory=ShellLimits)
     """Every shell's memory, live-worker and binding-size limits (``cli/limits.py`` flags)."""
+    record: str | None = None
+    """``--record FILE.toml``: where to write the recording (``cli/recording.py``)."""
+    cwd: str | None = None
+    grants: GrantPolicy | None = None
+    """Grants already resolved (``replay``: the recorded run's); else from the flags."""
 
 
 @dataclass(frozen=True)
@@ -214,8 +219,9 @@ def run_headless(
     session directory is created, so a refused run leaves nothing behind."""
     from actors.fleet import Fleet, FleetConfig
     from cli.grants import fleet_policy
+    from cli.recording import open_recording
 
-    grants = fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)  # before any effect
+    grants = spec.grants or fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)
     prompt = spec.prompt
     system = None
     if spec.scenario is not None:
@@ -226,10 +232,15 @@ def run_headless(
     factory = provider_factory(spec)
     session = open_session(spec.session_dir)
     write_run_spec(session, spec, grants)
+    recording = open_recording(spec, session, factory, prompt=prompt, system=system)
+    if recording is not None:
+        factory = recording.factory
     fleet = Fleet(
         session,
         factory,
-        FleetConfig(disk_warn_bytes=spec.disk_warn_bytes, grants=grants, limits=spec.limits),
+        FleetConfig(
+            disk_warn_bytes=spec.disk_warn_bytes, grants=grants, limits=spec.limits, cwd=spec.cwd
+        ),
     )
     outcome = "failed"
     reply: str | None = None
@@ -257,6 +268,8 @@ def run_headless(
         try:
             fleet.close()
         finally:
+            if recording is not None:
+                recording.close()
             if observer is not None:
                 observer.detach()
     fy = fleet.write_result(outcome, reply)
@@ -289,7 +302,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "diskWarnBytes": spec.disk_warn_bytes,
         "windowTokens": spec.window_tokens,
         "shellLimits": spec.limits.to_json(),
-        "cwd": str(Path.cwd()),
+        "cwd": spec.cwd or str(Path.cwd()),
         "grants": (grants or GrantPolicy()).to_dict(),
     }
     atomic_write_bytes(session.root / "run.json", json.dumps(data, indent=2).encode())

@@ -143,6 +143,16 @@ class SessionDir:
     def result(self) -> Path:
         return self.root / "result.json"
 
+    @property
+    def recording(self) -> Path:
+        """``--record``: every agent's model replies as a scenario (``runtime/replay/``)."""
+        return self.root / "recording.toml"
+
+    @property
+    def replay_report(self) -> Path:
+        """``replay``: the replay's divergences from the session it replayed."""
+        return self.root / "replay-report.json"
+
     def agent_dir(self, name: str) -> Path:
         return self.root / "agents" / _safe(name)
 

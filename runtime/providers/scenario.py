@@ -21,7 +21,7 @@ import fnmatch
 import json
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,16 +29,42 @@ from typing import Any
 from runtime.errors import GrantUnresolvable, ScenarioError
 from runtime.messages import StopReason
 from runtime.ral.grants import Grants
+from runtime.replay.recording import drop_torn_tail
 
-ERROR_KINDS = ("rate_limit", "transport", "truncated", "timeout", "malformed")
-"""SCENARIO.md names the first three; ``timeout`` and ``malformed`` are extras."""
+ERROR_KINDS = ("rate_limit", "transport", "truncated", "timeout", "malformed", "rejected")
+"""SCENARIO.md names the first three; ``timeout``, ``malformed`` and ``rejected`` are extras."""
 
 _MESSAGE_KEYS = frozenset(
-    {"text", "ral", "stop", "repeat", "usage_tokens", "fn_arguments", "delay_ms", "error"}
+    {
+        "text",
+        "ral",
+        "stop",
+        "repeat",
+        "usage_tokens",
+        "fn_arguments",
+        "delay_ms",
+        "error",
+        # what a recording adds (docs/scenarios.md, "Recording and replay")
+        "ids",
+        "calls",
+        "usage_output_tokens",
+        "error_message",
+    }
 )
+_CALL_KEYS = frozenset({"id", "name", "arguments"})
 _FLEET_KEYS = frozenset({"prompt", "window_tokens", "system"})
 _GRANT_KEYS = ("exec", "roots")
 _GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True)
+class ScriptedCall:
+    """One tool call of a ``calls = [...]`` entry: any tool name, raw or object arguments, and
+    the id the model gave it (``None``: the provider's deterministic one)."""
+
+    name: str
+    arguments: dict[str, Any] | str
+    id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +81,12 @@ class ScriptedMessage:
     error: str | None = None
     where: str = ""
     """Key path of this entry, e.g. ``agents.trunk[2]`` (for diagnostics)."""
+    ids: tuple[str, ...] = ()
+    """The call ids of ``ral`` (as many as scripts), as the recorded model gave them."""
+    calls: tuple[ScriptedCall, ...] = ()
+    """Tool calls that are not plain ``ral`` scripts (another tool, raw arguments)."""
+    usage_output_tokens: int | None = None
+    error_message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +118,8 @@ class Scenario:
     source: str = "<scenario>"
     warnings: tuple[str, ...] = ()
     grants: tuple[GrantTable, ...] = ()
+    recording: Mapping[str, Any] | None = None
+    """The ``[recording]`` table of a recorded scenario (provider, model, ...), else None."""
 
     @property
     def prompt(self) -> str | None:
@@ -153,11 +187,17 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def parse_scenario(text: str, *, source: str = "<scenario>") -> Scenario:
+    """Parse ``text``. A recording cut mid-write (a crash, a full disk) loses only its torn
+    final reply block, reported as a warning (:func:`runtime.replay.recording.drop_torn_tail`)."""
+    text, torn = drop_torn_tail(text)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(_toml_error(source, text, e)) from e
-    return _Parser(text, source).scenario(doc)
+    parser = _Parser(text, source)
+    if torn is not None:
+        parser.warn(torn.line, torn.what, "torn final reply block dropped (cut mid-write)")
+    return parser.scenario(doc)
 
 
 def _toml_error(source: str, text: str, e: tomllib.TOMLDecodeError) -> str:
@@ -233,7 +273,7 @@ class _Parser:
 
     def scenario(self, doc: dict[str, Any]) -> Scenario:
         for key in doc:
-            if key not in ("fleet", "agents", "grants"):
+            if key not in ("fleet", "agents", "grants", "recording"):
                 self.warn(self._section_line(key), key, "unknown top-level key (ignored)")
         fleet = self.fleet(doc.get("fleet", {}))
         agents_doc = doc.get("agents", {})
@@ -255,7 +295,15 @@ class _Parser:
             source=self.source,
             warnings=tuple(self.warnings),
             grants=grants,
+            recording=self.recording(doc.get("recording")),
         )
+
+    def recording(self, table: Any) -> Mapping[str, Any] | None:
+        if table is None:
+            return None
+        if not isinstance(table, dict):
+            raise self.fail(self._section_line("recording"), "recording", "expected a table")
+        return table
 
     def grants(self, doc: Any) -> tuple[GrantTable, ...]:
         if not isinstance(doc, dict):
@@ -360,6 +408,10 @@ class _Parser:
                     _expected("a string (one ral script)", script),
                 )
         ral = tuple(ral_raw)
+        ids = self._ids(entry.get("ids"), ral, fail)
+        calls = self._calls(entry.get("calls"), path, header)
+        if calls and (ral or "fn_arguments" in entry):
+            raise fail("calls", "a message has ral scripts or calls, not both")
 
         fn_raw = entry.get("fn_arguments")
         fn_arguments: dict[str, Any] | str | None
@@ -367,7 +419,7 @@ class _Parser:
             fn_arguments = fn_raw
         else:  # any other TOML value is sent as its (non-object) JSON text
             fn_arguments = json.dumps(fn_raw, default=str)
-        has_calls = bool(ral) or fn_arguments is not None
+        has_calls = bool(ral) or bool(calls) or fn_arguments is not None
 
         stop_raw = entry.get("stop")
         if stop_raw is None:
@@ -390,9 +442,15 @@ class _Parser:
         delay = entry.get("delay_ms", 0)
         if not _is_int(delay) or delay < 0:
             raise fail("delay_ms", _expected("a non-negative integer (milliseconds)", delay))
+        output = entry.get("usage_output_tokens")
+        if output is not None and (not _is_int(output) or output < 0):
+            raise fail("usage_output_tokens", _expected("a non-negative integer", output))
         error = entry.get("error")
         if error is not None and error not in ERROR_KINDS:
             raise fail("error", f"expected one of {', '.join(ERROR_KINDS)}, got {_show(error)}")
+        error_message = entry.get("error_message")
+        if error_message is not None and not isinstance(error_message, str):
+            raise fail("error_message", _expected("a string", error_message))
 
         return ScriptedMessage(
             text=text,
@@ -404,7 +462,48 @@ class _Parser:
             delay_ms=delay,
             error=error,
             where=path,
+            ids=ids,
+            calls=calls,
+            usage_output_tokens=output,
+            error_message=error_message,
         )
+
+    def _ids(
+        self, raw: Any, ral: tuple[str, ...], fail: Callable[[str, str], ScenarioError]
+    ) -> tuple[str, ...]:
+        if raw is None:
+            return ()
+        if not isinstance(raw, list) or not all(isinstance(i, str) for i in raw):
+            raise fail("ids", _expected("a list of strings (one call id per ral script)", raw))
+        if len(raw) != len(ral):
+            raise fail("ids", f"expected {len(ral)} ids (one per ral script), got {len(raw)}")
+        return tuple(raw)
+
+    def _calls(self, raw: Any, path: str, header: int | None) -> tuple[ScriptedCall, ...]:
+        if raw is None:
+            return ()
+        line = self._key_line(header, "calls")
+        if not isinstance(raw, list):
+            raise self.fail(line, f"{path}.calls", _expected("a list of inline tables", raw))
+        out = []
+        for j, call in enumerate(raw):
+            where = f"{path}.calls[{j}]"
+            if not isinstance(call, dict):
+                raise self.fail(line, where, _expected("a table {name, arguments, id}", call))
+            for key in call:
+                if key not in _CALL_KEYS:
+                    self.warn(line, f"{where}.{key}", "unknown key (ignored)")
+            name, arguments, call_id = call.get("name"), call.get("arguments", {}), call.get("id")
+            if not isinstance(name, str):
+                raise self.fail(line, f"{where}.name", _expected("a string", name))
+            if not isinstance(arguments, str | dict):
+                raise self.fail(
+                    line, f"{where}.arguments", _expected("a string or a table", arguments)
+                )
+            if call_id is not None and not isinstance(call_id, str):
+                raise self.fail(line, f"{where}.id", _expected("a string", call_id))
+            out.append(ScriptedCall(name, arguments, call_id))
+        return tuple(out)
 
 
 def _is_int(v: Any) -> bool:

@@ -11,10 +11,16 @@ One :class:`ScenarioPlayback` holds the scenario and one cursor per agent name f
 - ``delay_ms`` waits on the cancel scope (a cancel ends the wait within one scheduler tick);
 - ``error`` raises that :class:`~runtime.providers.base.ProviderError` after the delay;
 - tool calls are named ``ral`` with arguments ``{"script": ...}`` and ids
-  ``call_<agent>_<round>_<i>``, so a rerun produces byte-identical transcripts;
+  ``call_<agent>_<round>_<i>``, so a rerun produces byte-identical transcripts; ``ids = [...]``
+  (a recording's) gives them the ids the model gave instead;
+- ``calls = [{name, arguments, id}]`` (a recording's) plays any tool call as written: another
+  tool's name, raw arguments (a string is passed on raw, as a network provider passes text that
+  is not a JSON object), the recorded id;
 - ``fn_arguments`` replaces every tool call's arguments with that raw value (one ``ral`` call is
   made if the message has no ``ral`` scripts);
-- ``usage_tokens = N`` reports ``Usage(input_tokens=N)``; without it usage is ``None``.
+- ``usage_tokens = N`` reports ``Usage(input_tokens=N)`` (``usage_output_tokens = M`` adds
+  ``output_tokens=M``); with neither, usage is ``None``;
+- ``error_message`` replaces the scripted error's text (a recording keeps the original's).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from runtime.providers.base import (
     ProviderError,
     ProviderTimeout,
     RateLimited,
+    RequestRejected,
     TextDelta,
     ToolCallDelta,
     ToolSpec,
@@ -170,13 +177,19 @@ class ScriptedProvider(Provider):
 
     def _message(self, n: int, entry: ScriptedMessage) -> AssistantMessage:
         prefix = f"call_{_id_safe(self.agent_name)}_{n}"
-        args: list[dict[str, Any] | str] = [{"script": s} for s in entry.ral]
-        if entry.fn_arguments is not None:
-            args = [entry.fn_arguments] * max(1, len(args))
-        calls = tuple(ToolCall(f"{prefix}_{i}", RAL_TOOL.name, a) for i, a in enumerate(args))
-        usage = Usage(entry.usage_tokens) if entry.usage_tokens is not None else None
+        if entry.calls:
+            calls = tuple(
+                ToolCall(c.id if c.id is not None else f"{prefix}_{i}", c.name, c.arguments)
+                for i, c in enumerate(entry.calls)
+            )
+        else:
+            args: list[dict[str, Any] | str] = [{"script": s} for s in entry.ral]
+            if entry.fn_arguments is not None:
+                args = [entry.fn_arguments] * max(1, len(args))
+            ids = entry.ids or tuple(f"{prefix}_{i}" for i in range(len(args)))
+            calls = tuple(ToolCall(i, RAL_TOOL.name, a) for i, a in zip(ids, args))
         return AssistantMessage(
-            text=entry.text, tool_calls=calls, stop_reason=entry.stop, usage=usage
+            text=entry.text, tool_calls=calls, stop_reason=entry.stop, usage=_usage(entry)
         )
 
     def summarize(
@@ -210,8 +223,14 @@ def _clip(text: str) -> str:
     return text if len(text) <= _SUMMARY_CLIP else text[: _SUMMARY_CLIP - 3] + "..."
 
 
+def _usage(entry: ScriptedMessage) -> Usage | None:
+    if entry.usage_tokens is None and entry.usage_output_tokens is None:
+        return None
+    return Usage(entry.usage_tokens or 0, entry.usage_output_tokens or 0)
+
+
 def _scripted_error(entry: ScriptedMessage, agent: str) -> ProviderError:
-    what = f"scripted {entry.error} for {agent} ({entry.where})"
+    what = entry.error_message or f"scripted {entry.error} for {agent} ({entry.where})"
     if entry.error == "rate_limit":
         return RateLimited(what, status=429)
     if entry.error == "transport":
@@ -220,9 +239,9 @@ def _scripted_error(entry: ScriptedMessage, agent: str) -> ProviderError:
         return ProviderTimeout(what)
     if entry.error == "malformed":
         return MalformedReply(what)
+    if entry.error == "rejected":
+        return RequestRejected(what, status=400)
     partial = AssistantMessage(
-        text=entry.text,
-        stop_reason=StopReason.MAX_TOKENS,
-        usage=Usage(entry.usage_tokens) if entry.usage_tokens is not None else None,
+        text=entry.text, stop_reason=StopReason.MAX_TOKENS, usage=_usage(entry)
     )
     return Truncated(partial, what)

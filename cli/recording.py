@@ -1,0 +1,102 @@
+"""``--record FILE.toml`` for ``run``, ``fleet`` and ``chat``: write every agent's model replies
+as a scenario while the run goes on (the format and its writer: ``runtime/replay/recording.py``).
+
+The recording is written twice, block by block: to ``FILE.toml`` and to the session directory's
+``recording.toml`` (so ``exarch-actors replay SESSION_DIR`` needs nothing else). A path that
+cannot be written is refused before the session directory is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from runtime.constants import TRUNK_NAME
+from runtime.durable import now_iso
+from runtime.providers.base import Provider
+from runtime.replay.provider import recorded
+from runtime.replay.recording import Recorder, RecordingHeader
+from runtime.session_dir import SessionDir
+
+if TYPE_CHECKING:
+    from cli.runner import RunSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _writable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir():
+        raise click.BadParameter(f"{value} is a directory; give a FILE.toml", ctx, param)
+    if not path.resolve().parent.is_dir():
+        raise click.BadParameter(f"{path.parent} is not a directory", ctx, param)
+    return value
+
+
+def record_option(f: F) -> F:
+    """Add ``--record FILE.toml`` to a running command."""
+    return click.option(
+        "--record",
+        metavar="FILE.toml",
+        callback=_writable,
+        help="Record every agent's model replies to FILE.toml (and to the session's "
+        "recording.toml) as they arrive: replay it offline with `run FILE.toml`, compare with "
+        "`replay SESSION_DIR`.",
+    )(f)
+
+
+@dataclass
+class RunRecording:
+    """A run being recorded: the provider factory to build the fleet with, and the writer."""
+
+    factory: Callable[[str], Provider]
+    recorder: Recorder
+
+    def close(self) -> None:
+        self.recorder.close()
+        if self.recorder.error is not None:
+            click.echo(f"warning: --record: {self.recorder.error}", err=True)
+
+
+def open_recording(
+    spec: RunSpec,
+    session: SessionDir,
+    factory: Callable[[str], Provider],
+    *,
+    prompt: str | None,
+    system: str | None,
+    interactive: bool = False,
+) -> RunRecording | None:
+    """Start recording ``spec``'s run when ``--record`` was given (else None)."""
+    if spec.record is None:
+        return None
+    probe = factory(TRUNK_NAME)  # provider, model and window as the trunk will have them
+    flags = [f"--grant-exec {g}" for g in spec.grant_exec]
+    flags += [f"--grant-root {g}" for g in spec.grant_root]
+    scenario = spec.scenario
+    header = RecordingHeader(
+        provider=probe.name,
+        model=probe.model,
+        started=now_iso(),
+        prompt=prompt,
+        system=system,
+        window_tokens=probe.window_tokens,
+        chat=spec.chat,
+        interactive=interactive,
+        source=str(Path(scenario.source).resolve()) if scenario is not None else None,
+        grant_flags=tuple(flags),
+        grants=tuple((t.pattern, {"exec": t.exec, "roots": t.roots}) for t in scenario.grants)
+        if scenario is not None
+        else (),
+    )
+    try:
+        recorder = Recorder([Path(spec.record), session.recording], header)
+    except OSError as e:
+        raise click.UsageError(f"--record {spec.record}: {e.strerror or e}") from None
+    return RunRecording(recorded(factory, recorder), recorder)
