@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from cli.runner import sigint_cancels
 from runtime.ral.context import DynamicContext, Grants
 from runtime.ral.errors import RalSyntaxError
 from runtime.ral.lexer import tokenize
@@ -54,7 +55,10 @@ def _exit_code(r: RunResult) -> int:
 
 
 def _run_interruptibly(session: Session, source: str) -> RunResult:
-    """Run on a helper thread so Ctrl-C on the main thread becomes ``session.cancel``."""
+    """Run on a helper thread; Ctrl-C meanwhile becomes ``session.cancel`` (a SIGINT handler).
+
+    No KeyboardInterrupt is raised during a run: one landing between two bytecodes of the wait
+    escaped it, and the REPL exited with click's "Aborted!" (seen under load)."""
     box: list[RunResult] = []
     failure: list[BaseException] = []
     done = threading.Event()
@@ -68,15 +72,13 @@ def _run_interruptibly(session: Session, source: str) -> RunResult:
             done.set()
 
     t = threading.Thread(target=target, name="ral-run", daemon=True)
-    t.start()
-    # Wait on an Event, not Thread.join: a KeyboardInterrupt landing inside join() can leave
-    # CPython 3.11's thread marked finished while it still runs (seen here: Ctrl-C during
-    # `sleep 5` made the REPL read an empty result and crash).
-    while not done.is_set():
-        try:
-            done.wait(0.1)
-        except KeyboardInterrupt:
-            session.cancel("interrupted")
+    with sigint_cancels(lambda: session.cancel("interrupted")):
+        t.start()
+        # Wait on an Event, not Thread.join: an interrupt landing inside join() can leave
+        # CPython 3.11's thread marked finished while it still runs (seen here: Ctrl-C during
+        # `sleep 5` made the REPL read an empty result and crash).
+        while not done.wait(0.1):
+            pass
     t.join()
     if failure:
         raise failure[0]
@@ -135,7 +137,10 @@ def _repl(session: Session) -> int:
                 continue
             if not text.strip():
                 continue
-            _show(_run_interruptibly(session, text), repl=True)
+            try:
+                _show(_run_interruptibly(session, text), repl=True)
+            except KeyboardInterrupt:  # a Ctrl-C as the run ended, before the handler was in
+                click.echo("", err=True)
     finally:
         if readline is not None:
             try:
