@@ -25,6 +25,8 @@ ORDER = [
     ("mailbox_throughput", "quota mailbox vs a plain pykka actor"),
     ("cancel_cascade", "cancel cascade over 10 / 100 / 1,000 registry entries"),
     ("cancel_cascade_shells", "cancel cascade with real shell processes at 10 / 100"),
+    ("cancel_latency", "cancel() to the cancelled call returning: ral, shell, providers"),
+    ("digest_cost", "digesting a 50 MB tool result vs a 50 KB one"),
     ("agent_overhead", "one ral call through the whole stack vs the shell round trip"),
     ("fleet_throughput", "10 / 50 / 200 agents x 50 ral calls: calls/s, memory per agent"),
     ("recovery", "fault to the affected agent's next successful call"),

@@ -11,8 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
-from runtime.cancel import CancelScope
+from runtime.cancel import Cancelled, CancelScope
+from runtime.ral import natives
+from runtime.ral.context import DynamicContext
+from runtime.ral.interp import Interp
+from runtime.ral.natives import MAX_RANGE
 from runtime.ral.session import RunResult, Session
 from tests.support.waiting import HANG_GUARD
 from tests.support.waiting import wait_for as _wait_for
@@ -170,3 +175,15 @@ def test_finished_runs_do_not_accumulate_under_the_root_scope(session: Session) 
         session.run("add 1 2")
     session.run("1")
     assert len(session.root_scope._children) <= 2
+
+
+def test_building_a_ten_million_item_range_stops_at_a_cancel() -> None:
+    """``range`` polls while it builds: a cancel landing in ``for i in (range 10000000)`` is not
+    held up by the whole list being built first (which took over a second under load)."""
+    scope = CancelScope()
+    scope.cancel("mid-range")
+    it = Interp(ctx=DynamicContext(), scope=scope, sigma={})
+    with pytest.raises(Cancelled, match="mid-range"):
+        natives._range(it, [MAX_RANGE])
+    live = Interp(ctx=DynamicContext(), scope=CancelScope(), sigma={})
+    assert natives._range(live, [3, 200_003, 2]) == list(range(3, 200_003, 2))  # chunked
