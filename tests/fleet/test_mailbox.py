@@ -56,17 +56,23 @@ def worker() -> Iterator[tuple[pykka.ActorRef[Worker], Worker]]:
         ref.stop(block=True, timeout=5)
 
 
-def test_a_full_mailbox_rejects_the_65th_tell_to_its_sender_and_handles_the_first_64(
-    worker: tuple[pykka.ActorRef[Worker], Worker],
-) -> None:
-    ref, actor = worker
+def _block_and_fill(ref: pykka.ActorRef[Worker], actor: Worker) -> InboxFull:
+    """Park the actor, queue 64 agent messages (the source cap) and return the 65th's refusal."""
     ref.tell("block")
     assert actor.blocked.wait(5)
     for i in range(64):
         ref.tell(AgentMessage("s", str(i)))
     with pytest.raises(InboxFull) as exc:
         ref.tell(AgentMessage("s", "64"))
-    assert exc.value.source == "agent_message" and exc.value.recipient == "worker"
+    return exc.value
+
+
+def test_a_full_mailbox_rejects_the_65th_tell_to_its_sender_and_handles_the_first_64(
+    worker: tuple[pykka.ActorRef[Worker], Worker],
+) -> None:
+    ref, actor = worker
+    refused = _block_and_fill(ref, actor)
+    assert refused.source == "agent_message" and refused.recipient == "worker"
     actor.gate.set()
     assert [m.text for m in ref.proxy().seen().get(timeout=5)] == [str(i) for i in range(64)]
 
@@ -159,12 +165,7 @@ def test_a_stop_is_never_refused_by_a_full_mailbox_and_is_served_after_the_full_
     worker: tuple[pykka.ActorRef[Worker], Worker],
 ) -> None:
     ref, actor = worker
-    ref.tell("block")
-    assert actor.blocked.wait(5)
-    for i in range(64):
-        ref.tell(AgentMessage("s", str(i)))
-    with pytest.raises(InboxFull):
-        ref.tell(AgentMessage("s", "64"))
+    _block_and_fill(ref, actor)
     stopped = ref.stop(block=False)  # the source is full; a stop is still admitted
     actor.gate.set()
     assert stopped.get(timeout=5) is True
