@@ -35,13 +35,13 @@ MAX_INT_BITS = 1 << 22
 ``mul`` loop would exhaust memory before any poll point could cancel it."""
 
 MAX_RANGE = 10_000_000
+"""Largest list ``range`` builds (~80 MB of pointers)."""
 
 RANGE_CHUNK = 1 << 16
 """Items ``range`` builds between two cancellation polls. Building all 10,000,000 at once is
 one uninterruptible call of ~0.3 s idle and over 1 s on a loaded 2-core machine (measured: a
 cancel landing in ``for i in (range 10000000)`` took 370-680 ms, against RAL.md's 100 ms);
 65,536 items take ~2 ms idle."""
-"""Largest list ``range`` builds (~80 MB of pointers)."""
 
 Fn = Callable[[Interp, list[Any]], Any]
 NATIVES: dict[str, Native] = {}
