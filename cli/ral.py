@@ -18,7 +18,6 @@ from typing import Any
 
 import click
 
-from cli.runner import sigint_cancels
 from runtime.ral.context import DynamicContext, Grants
 from runtime.ral.errors import RalSyntaxError
 from runtime.ral.lexer import tokenize
@@ -59,6 +58,8 @@ def _run_interruptibly(session: Session, source: str) -> RunResult:
 
     No KeyboardInterrupt is raised during a run: one landing between two bytecodes of the wait
     escaped it, and the REPL exited with click's "Aborted!" (seen under load)."""
+    from cli.runner import sigint_cancels  # here: the REPL starts without the runner's imports
+
     box: list[RunResult] = []
     failure: list[BaseException] = []
     done = threading.Event()
