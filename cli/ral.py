@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 import threading
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import click
@@ -53,13 +56,18 @@ def _exit_code(r: RunResult) -> int:
     return 2 if r.error.kind in ("syntax", "elaboration") else 1
 
 
+def _cancel_on_sigint(session: Session) -> Callable[[int, FrameType | None], None]:
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        session.cancel("interrupted")
+
+    return handler
+
+
 def _run_interruptibly(session: Session, source: str) -> RunResult:
     """Run on a helper thread; Ctrl-C meanwhile becomes ``session.cancel`` (a SIGINT handler).
 
     No KeyboardInterrupt is raised during a run: one landing between two bytecodes of the wait
     escaped it, and the REPL exited with click's "Aborted!" (seen under load)."""
-    from cli.runner import sigint_cancels  # here: the REPL starts without the runner's imports
-
     box: list[RunResult] = []
     failure: list[BaseException] = []
     done = threading.Event()
@@ -73,13 +81,18 @@ def _run_interruptibly(session: Session, source: str) -> RunResult:
             done.set()
 
     t = threading.Thread(target=target, name="ral-run", daemon=True)
-    with sigint_cancels(lambda: session.cancel("interrupted")):
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _cancel_on_sigint(session)) if main else None
+    try:
         t.start()
         # Wait on an Event, not Thread.join: an interrupt landing inside join() can leave
         # CPython 3.11's thread marked finished while it still runs (seen here: Ctrl-C during
         # `sleep 5` made the REPL read an empty result and crash).
         while not done.wait(0.1):
             pass
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
     t.join()
     if failure:
         raise failure[0]
