@@ -29,7 +29,7 @@ import pykka
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
 from actors.bus import start_bus
-from actors.mailbox import QuotaActor
+from actors.mailbox import Cancel, QuotaActor
 from actors.registry import Entry, start_registry
 from actors.shell import EvalRoot, ShellActor
 from actors.shell_workers import WorkerSurfaces
@@ -300,7 +300,8 @@ class Fleet:
             self.stop_shell(agent)
             self.registry.deregister(agent.name)
         for ref in refs:
-            try:
+            try:  # a stop waits behind the actor's work: a Cancel first ends a stuck drive
+                ref.tell(Cancel("close"))
                 ref.stop(block=True, timeout=5.0)
             except Exception:  # already stopped (ActorDeadError): the state wanted
                 pass

@@ -4,16 +4,21 @@ pykka 4.5 builds an actor's inbox with ``_create_actor_inbox()`` and only ever c
 ``get`` and ``empty`` on it (``pykka._actor.ActorInbox``), so a :class:`QuotaMailbox` is a
 ``queue.Queue`` look-alike with two lanes:
 
-- the **control lane** — :class:`Cancel`, :class:`Interrupt`, pykka's own stop envelope, and
-  any proxy call to a method the actor lists in ``control_methods``. Never quota-checked, always
-  served before queued work, and the actor's control hook runs *in the producer's thread at put
-  time*, so a cancel trips the cooperative token while the actor may still be busy in a long
-  handler.
+- the **control lane** — :class:`Cancel`, :class:`Interrupt` and any proxy call to a method the
+  actor lists in ``control_methods``. Never quota-checked, always served before queued work,
+  and the actor's control hook runs *in the producer's thread at put time*, so a cancel trips
+  the cooperative token while the actor may still be busy in a long handler.
 - the **work lane** — everything else, admitted by :class:`runtime.inbox.InboxRule`. Inbox
   messages keep their own source (and coalesce as the rule says); any other message (a proxy
   call, a plain ``tell``) counts against the actor's ``call_source`` (``command`` by default).
   A refused message raises :class:`runtime.errors.InboxFull` out of the sender's ``tell``/
   ``ask``/proxy call and is never queued: rejected to the sender, never dropped.
+
+pykka's stop keeps pykka's contract: it travels the work lane in FIFO order (source ``stop``,
+never quota-checked, never coalesced), so it is served after every message queued before it,
+and it trips no token (a stop is not a cancel: send :class:`Cancel` first to abort the work).
+What is queued behind a stop is settled when it is served (``QuotaActor._stop``). pykka's own
+suite runs against this mailbox in ours (``tests/pykka_contract/``).
 
 Subclass :class:`QuotaActor` instead of ``pykka.ThreadingActor``.
 """
@@ -44,6 +49,9 @@ log = logging.getLogger(__name__)
 
 CONTROL = "control"
 """The mailbox lane of messages that are never quota-checked and jump the queue."""
+
+STOP = "stop"
+"""The work-lane source of pykka's stop: never quota-checked, served in FIFO order."""
 
 _ActorStop: type = pykka_messages._ActorStop  # pykka's stop payload (private, stable since 2.0)
 
@@ -119,6 +127,11 @@ class QuotaMailbox:
     ) -> None:
         """Admit ``envelope`` or raise InboxFull in the sender's thread. Never blocks."""
         message = envelope.message
+        if isinstance(message, _ActorStop):  # never refused, never reordered: pykka's contract
+            with self._cond:
+                self._rule.push_exempt(message, source=STOP, tag=envelope)
+                self._cond.notify()
+            return
         lane = self._classify(message)
         if lane == CONTROL:
             hook = self._on_control
@@ -178,14 +191,15 @@ class QuotaMailbox:
             return len(self._control) + len(self._rule)
 
     def depths(self) -> dict[str, int]:
-        """Queued work per source plus the control lane (a probe; never mutates)."""
+        """Queued work per source (``stop`` while a stop is queued) plus the control lane
+        (a probe; never mutates)."""
         with self._cond:
             out = self._rule.depths()
             out[CONTROL] = len(self._control)
             return out
 
 
-_CONTROL_TYPES: tuple[type, ...] = (Cancel, Interrupt, _ActorStop)
+_CONTROL_TYPES: tuple[type, ...] = (Cancel, Interrupt)
 
 
 def is_control(message: Any, control_methods: frozenset[str] = frozenset()) -> bool:
@@ -261,8 +275,6 @@ class QuotaActor(pykka.ThreadingActor):
         """Runs in the *producer's* thread as a control message is put: trip the tokens now."""
         if isinstance(message, Cancel):
             self.cancel_scope.cancel(message.cause)
-        elif isinstance(message, _ActorStop):
-            self.cancel_scope.cancel("stop")
         elif isinstance(message, Interrupt):
             scope = self.interrupt_scope
             if scope is not None:
@@ -294,15 +306,15 @@ class QuotaActor(pykka.ThreadingActor):
             log.warning("%s stopped before handling %r", self, message)
 
     def serves_at_stop(self, message: Any) -> bool:
-        """Whether a message still queued at stop is handled anyway (the bus writes queued
-        publishes); the default refuses everything queued behind a stop."""
+        """Whether a message queued *behind* a stop is handled anyway (the bus writes late
+        publishes); the default refuses it (work queued before the stop was already served)."""
         return False
 
     def _stop(self) -> None:
-        """pykka's stop, then settle every queued envelope *before* the stop is acknowledged:
-        served (:meth:`serves_at_stop`), refused with ActorDeadError (asks), or handed to
-        :meth:`on_undelivered` (tells) — none vanishes silently, and a caller whose
-        ``stop(block=True)`` returned sees the final state."""
+        """pykka's stop (served in its FIFO place), then settle every envelope queued behind it
+        *before* the stop is acknowledged: served (:meth:`serves_at_stop`), refused with
+        ActorDeadError (asks), or handed to :meth:`on_undelivered` (tells) — none vanishes
+        silently, and a caller whose ``stop(block=True)`` returned sees the final state."""
         super()._stop()
         self._settle_queued()
 

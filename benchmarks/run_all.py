@@ -22,6 +22,8 @@ ORDER = [
     ("checkpoint_cost", "MobileSnapshot checkpoint with 10 / 1,000 / 100,000 bindings"),
     ("shell_roundtrip", "trivial ral call through the ShellActor vs a bare msgpack echo"),
     ("panic_to_ready", "SIGKILL of a shell to the next call's result"),
+    ("cancel_latency", "cancel() to the cancelled call returning: ral, shell, providers"),
+    ("digest_cost", "digesting a 50 MB tool result vs a 50 KB one"),
     ("mailbox_throughput", "quota mailbox vs a plain pykka actor"),
     ("cancel_cascade", "cancel cascade over 10 / 100 / 1,000 registry entries"),
     ("cancel_cascade_shells", "cancel cascade with real shell processes at 10 / 100"),

@@ -13,8 +13,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 import threading
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import click
@@ -83,8 +86,18 @@ def _exit_code(r: RunResult) -> int:
     return 2 if r.error.kind in ("syntax", "elaboration") else 1
 
 
+def _cancel_on_sigint(session: Session) -> Callable[[int, FrameType | None], None]:
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        session.cancel("interrupted")
+
+    return handler
+
+
 def _run_interruptibly(session: Session, source: str) -> RunResult:
-    """Run on a helper thread so Ctrl-C on the main thread becomes ``session.cancel``."""
+    """Run on a helper thread; Ctrl-C meanwhile becomes ``session.cancel`` (a SIGINT handler).
+
+    No KeyboardInterrupt is raised during a run: one landing between two bytecodes of the wait
+    escaped it, and the REPL exited with click's "Aborted!" (seen under load)."""
     box: list[RunResult] = []
     failure: list[BaseException] = []
     done = threading.Event()
@@ -98,15 +111,18 @@ def _run_interruptibly(session: Session, source: str) -> RunResult:
             done.set()
 
     t = threading.Thread(target=target, name="ral-run", daemon=True)
-    t.start()
-    # Wait on an Event, not Thread.join: a KeyboardInterrupt landing inside join() can leave
-    # CPython 3.11's thread marked finished while it still runs (seen here: Ctrl-C during
-    # `sleep 5` made the REPL read an empty result and crash).
-    while not done.is_set():
-        try:
-            done.wait(0.1)
-        except KeyboardInterrupt:
-            session.cancel("interrupted")
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _cancel_on_sigint(session)) if main else None
+    try:
+        t.start()
+        # Wait on an Event, not Thread.join: an interrupt landing inside join() can leave
+        # CPython 3.11's thread marked finished while it still runs (seen here: Ctrl-C during
+        # `sleep 5` made the REPL read an empty result and crash).
+        while not done.wait(0.1):
+            pass
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
     t.join()
     if failure:
         raise failure[0]
@@ -165,7 +181,10 @@ def _repl(session: Session) -> int:
                 continue
             if not text.strip():
                 continue
-            _show(_run_interruptibly(session, text), repl=True)
+            try:
+                _show(_run_interruptibly(session, text), repl=True)
+            except KeyboardInterrupt:  # a Ctrl-C as the run ended, before the handler was in
+                click.echo("", err=True)
     finally:
         if readline is not None:
             try:

@@ -229,6 +229,14 @@ class InboxRule:
         self._append(_Entry(src, item, tag))
         return Pushed(Outcome.QUEUED)
 
+    def push_exempt(self, item: Any, *, source: str, tag: Any = None) -> None:
+        """Queue ``item`` at the tail with no quota check and no coalescing.
+
+        For the one message a mailbox may neither refuse nor reorder: pykka's stop, which is
+        served after the work queued before it. It counts in the depth like any other entry.
+        """
+        self._append(_Entry(source, item, tag))
+
     def _coalesce(self, item: Any, tag: Any) -> Pushed | None:
         if isinstance(item, ScheduledWakeup):
             for entry in self._queue:

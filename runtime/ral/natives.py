@@ -38,6 +38,12 @@ MAX_INT_BITS = 1 << 22
 MAX_RANGE = 10_000_000
 """Largest list ``range`` builds (~80 MB of pointers)."""
 
+RANGE_CHUNK = 1 << 16
+"""Items ``range`` builds between two cancellation polls. Building all 10,000,000 at once is
+one uninterruptible call of ~0.3 s idle and over 1 s on a loaded 2-core machine (measured: a
+cancel landing in ``for i in (range 10000000)`` took 370-680 ms, against RAL.md's 100 ms);
+65,536 items take ~2 ms idle."""
+
 Fn = Callable[[Interp, list[Any]], Any]
 NATIVES: dict[str, Native] = {}
 
@@ -256,7 +262,11 @@ def _range(it: Interp, a: list[Any]) -> Any:
     r = range(*xs)
     if len(r) > MAX_RANGE:
         raise RalError(f"range: {len(r)} items is over the limit of {MAX_RANGE}")
-    return list(r)
+    out: list[int] = []
+    for start in range(0, len(r), RANGE_CHUNK):
+        it.poll()
+        out.extend(r[start : start + RANGE_CHUNK])
+    return out
 
 
 @native("str", 1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -81,12 +80,10 @@ def test_invalid_utf8_bytes_still_fit_the_cap() -> None:
     assert "\ufffd" in out
 
 
-def test_a_50_mb_result_is_digested_in_well_under_a_second() -> None:
+def test_a_50_mb_result_is_digested_to_within_the_caps() -> None:
+    # How long it takes (ms, against a 50 KB result) is benchmarks/digest_cost.py's figure.
     for big in ("x" * (50 << 20), "é" * (25 << 20), b"y" * (50 << 20)):
-        t0 = time.perf_counter()
         out = digest_tool_result("unit", stdout=big)
-        elapsed = time.perf_counter() - t0
-        assert elapsed < 0.5, elapsed  # measured: 0.05 ms ASCII, 26 ms non-ASCII, 0.1 ms bytes
         assert nbytes(out) < VALUE_CAP + STDOUT_CAP
 
 

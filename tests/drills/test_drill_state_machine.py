@@ -91,7 +91,7 @@ class FleetUnderFire(RuleBasedStateMachine):
         if not root.exists():
             return
         # a /clear between the shell reset and its marker is a few ms: re-read before blaming
-        ok = eventually(lambda: check_session(root, live=True).ok, 2.0)
+        ok = eventually(lambda: check_session(root, live=True).ok)
         assert ok, json.dumps(check_session(root, live=True).to_json(), indent=1)
 
     def teardown(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,11 +67,9 @@ def test_a_slow_subscriber_never_blocks_the_producer_and_gets_an_explicit_overfl
 ) -> None:
     slow = bus.subscribe(capacity=4, name="slow")
     fast = bus.subscribe(capacity=1000, name="fast")
-    started = time.monotonic()
-    for i in range(100):
+    for i in range(100):  # a producer blocked on the full subscriber would hang here
         bus.publish(Notice("a", notice="Tick", text=str(i)))
     bus.flush()
-    assert time.monotonic() - started < 5
     got_fast = fast.drain()
     assert [e.text for e in got_fast if isinstance(e, Notice)] == [str(i) for i in range(100)]
     got_slow = slow.drain()
@@ -112,13 +109,14 @@ def test_record_rejected_writes_straight_to_the_transcript_and_not_to_subscriber
 
 
 def test_a_stalled_bus_never_blocks_producers_and_loses_or_reorders_nothing(tmp_path: Path) -> None:
-    gate, entered = threading.Event(), threading.Event()
+    gate, entered, left = threading.Event(), threading.Event(), threading.Event()
 
     class StalledCore(BusCore):
         def drain(self) -> int:
             if threading.current_thread().name.startswith("Bus-") and not gate.is_set():
                 entered.set()
-                gate.wait(10)  # the bus thread is stuck; producers must not be
+                gate.wait(30)  # the bus thread is stuck; producers must not be
+                left.set()
             return super().drain()
 
     core = StalledCore(tmp_path / "transcript.jsonl")
@@ -126,11 +124,10 @@ def test_a_stalled_bus_never_blocks_producers_and_loses_or_reorders_nothing(tmp_
     try:
         handle.publish(Notice("a", text="first"))
         assert entered.wait(5)
-        started = time.monotonic()
         for i in range(300):  # 64 wait for the bus; then each producer writes the backlog
             handle.publish(Notice("a", text=str(i)))
         handle.ref.proxy().publish(Notice("a", text="via proxy")).get(timeout=5)
-        assert time.monotonic() - started < 5
+        assert not left.is_set(), "the producers waited for the stalled bus thread"
         gate.set()
     finally:
         gate.set()

@@ -27,6 +27,7 @@ from runtime.inbox import (
     source_of,
 )
 from runtime.park import ParkMode
+from tests.support.waiting import HANG_GUARD, wait_for
 
 SMALL_SOURCE_CAP = 3
 SMALL_TOTAL_CAP = 8
@@ -302,11 +303,10 @@ def test_next_or_idle_reevaluates_the_verdict_on_every_wake() -> None:
 
     t = threading.Thread(target=lambda: result.append(inbox.next_or_idle(park, wake_timeout=30)))
     t.start()
-    while calls < 2:  # parked: the verdict was read once on entry
-        threading.Event().wait(0.001)
+    wait_for(lambda: calls >= 2, what="parked: the verdict read once on entry")
     verdict["mode"] = ParkMode.QUIESCE  # the last child settled...
     inbox.wake()  # ...and its settle wakes the parent, which re-reads the verdict at once
-    t.join(timeout=5)
+    t.join(timeout=HANG_GUARD)  # well inside the 30 s backstop
     assert not t.is_alive()
     assert result[-1] is None
 

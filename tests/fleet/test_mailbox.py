@@ -8,6 +8,7 @@ from typing import Any
 
 import pykka
 import pytest
+from pykka import messages as pykka_messages
 
 from actors.mailbox import Cancel, Coalesced, Interrupt, QuotaActor, QuotaMailbox
 from runtime.cancel import CancelScope
@@ -55,17 +56,23 @@ def worker() -> Iterator[tuple[pykka.ActorRef[Worker], Worker]]:
         ref.stop(block=True, timeout=5)
 
 
-def test_a_full_mailbox_rejects_the_65th_tell_to_its_sender_and_handles_the_first_64(
-    worker: tuple[pykka.ActorRef[Worker], Worker],
-) -> None:
-    ref, actor = worker
+def _block_and_fill(ref: pykka.ActorRef[Worker], actor: Worker) -> InboxFull:
+    """Park the actor, queue 64 agent messages (the source cap) and return the 65th's refusal."""
     ref.tell("block")
     assert actor.blocked.wait(5)
     for i in range(64):
         ref.tell(AgentMessage("s", str(i)))
     with pytest.raises(InboxFull) as exc:
         ref.tell(AgentMessage("s", "64"))
-    assert exc.value.source == "agent_message" and exc.value.recipient == "worker"
+    return exc.value
+
+
+def test_a_full_mailbox_rejects_the_65th_tell_to_its_sender_and_handles_the_first_64(
+    worker: tuple[pykka.ActorRef[Worker], Worker],
+) -> None:
+    ref, actor = worker
+    refused = _block_and_fill(ref, actor)
+    assert refused.source == "agent_message" and refused.recipient == "worker"
     actor.gate.set()
     assert [m.text for m in ref.proxy().seen().get(timeout=5)] == [str(i) for i in range(64)]
 
@@ -131,24 +138,54 @@ def test_interrupt_trips_only_the_current_turn_scope(
     assert not actor.cancel_scope.cancelled
 
 
-def test_stop_jumps_the_queue_and_every_queued_ask_gets_actor_dead_not_silence() -> None:
+def test_work_queued_before_a_stop_is_served_before_it_and_work_after_it_gets_actor_dead() -> None:
+    """pykka's contract: a stop waits its turn behind the work queued before it."""
     ref = Worker.start()
     actor = ref._actor_weakref()
     assert actor is not None
     ref.tell("block")
     assert actor.blocked.wait(5)
-    queued = [ref.ask(("call", i), block=False) for i in range(5)]
+    before = [ref.ask(("call", i), block=False) for i in range(5)]
+    ref.tell(AgentMessage("s", "told before the stop"))
     stopped = ref.stop(block=False)
-    assert actor.cancel_scope.cancelled  # pykka's own stop envelope trips the token at put time
+    after = ref.ask(("call", "late"), block=False)
+    assert not actor.cancel_scope.cancelled  # a stop is no cancel: queued work runs unhindered
     actor.gate.set()
     assert stopped.get(timeout=5) is True
-    for fut in queued:
-        with pytest.raises(pykka.ActorDeadError):
-            fut.get(timeout=5)
-    assert actor.handled == []
+    assert [fut.get(timeout=5) for fut in before] == [1, 2, 3, 4, 5]
+    assert actor.handled == [
+        *(("call", i) for i in range(5)),
+        AgentMessage("s", "told before the stop"),
+    ]
+    with pytest.raises(pykka.ActorDeadError):
+        after.get(timeout=5)
 
 
-def test_undelivered_tells_at_stop_are_handed_to_on_undelivered() -> None:
+def test_a_stop_is_never_refused_by_a_full_mailbox_and_is_served_after_the_full_backlog(
+    worker: tuple[pykka.ActorRef[Worker], Worker],
+) -> None:
+    ref, actor = worker
+    _block_and_fill(ref, actor)
+    stopped = ref.stop(block=False)  # the source is full; a stop is still admitted
+    actor.gate.set()
+    assert stopped.get(timeout=5) is True
+    assert [m.text for m in actor.handled] == [str(i) for i in range(64)]
+
+
+def test_cancel_still_jumps_a_queued_stop_and_the_work_before_it() -> None:
+    box = QuotaMailbox()
+    from pykka._envelope import Envelope
+
+    box.put(Envelope(AgentMessage("a", "1")))
+    box.put(Envelope(pykka_messages._ActorStop()))
+    box.put(Envelope(Cancel()))
+    assert isinstance(box.get().message, Cancel)
+    assert box.get().message == AgentMessage("a", "1")
+    assert isinstance(box.get().message, pykka_messages._ActorStop)
+    assert box.empty()
+
+
+def test_tells_queued_behind_a_stop_are_handed_to_on_undelivered() -> None:
     seen: list[Any] = []
 
     class Recording(Worker):
@@ -160,8 +197,8 @@ def test_undelivered_tells_at_stop_are_handed_to_on_undelivered() -> None:
     assert actor is not None
     ref.tell("block")
     assert actor.blocked.wait(5)
-    ref.tell(AgentMessage("s", "late"))
     stopped = ref.stop(block=False)
+    ref.tell(AgentMessage("s", "late"))
     actor.gate.set()
     stopped.get(timeout=5)
     assert seen == [AgentMessage("s", "late")]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +14,7 @@ from runtime.errors import FuelExhausted, InboxFull, NameTaken, UnknownAgent
 from runtime.events import InboxRejected
 from runtime.inbox import AgentMessage, AgentResult, Surface, UserSteering
 from runtime.spawn_tree import AgentEnded
+from tests.support.waiting import HANG_GUARD
 
 
 class FakeClock:
@@ -105,14 +105,14 @@ def test_cancelling_a_three_level_tree_trips_every_token_and_eval_root_and_leave
     reg: RegistryHandle,
 ) -> None:
     handles = _build_three_level_tree(reg.core)
-    stopped: dict[str, float] = {}
+    stopped: set[str] = set()
 
     def node(name: str, token: CancelScope, root: CancelScope) -> None:
         # stands in for an agent whose ral eval is in flight under its eval root
         run = root.child()
         while not (run.wait(0.05) or token.cancelled):
             pass
-        stopped[name] = time.monotonic()
+        stopped.add(name)
         reg.core.deregister(name)
 
     threads = [
@@ -122,7 +122,6 @@ def test_cancelling_a_three_level_tree_trips_every_token_and_eval_root_and_leave
     ]
     for t in threads:
         t.start()
-    started = time.monotonic()
     cancelled = reg.proxy.cancel(TRUNK_NAME, "close").get(timeout=5)
     assert set(cancelled) == set(handles)
     for name, (token, root) in handles.items():
@@ -130,11 +129,11 @@ def test_cancelling_a_three_level_tree_trips_every_token_and_eval_root_and_leave
         if name != TRUNK_NAME:
             assert root.cancelled, name
     for t in threads:
-        t.join(timeout=5)
+        t.join(timeout=HANG_GUARD)
     assert not any(t.is_alive() for t in threads)
-    assert max(stopped.values()) - started < 0.2
+    assert stopped == set(handles) - {TRUNK_NAME}
     reg.core.deregister(TRUNK_NAME)
-    assert reg.core.wait_empty(timeout=1) and reg.core.is_empty()
+    assert reg.core.wait_empty(timeout=HANG_GUARD) and reg.core.is_empty()
 
 
 def test_cancel_trips_the_subtree_in_the_callers_thread_while_the_registry_is_busy() -> None:
@@ -364,8 +363,6 @@ def test_the_last_child_deregistering_wakes_its_parked_parent_at_once(reg: Regis
     )
     parked.start()
     assert asked.wait(5)  # parked HeldByChildren
-    started = time.monotonic()
     reg.core.deregister("only-child")
-    parked.join(timeout=5)
+    parked.join(timeout=HANG_GUARD)  # well inside the 30 s backstop: the wake ended the park
     assert not parked.is_alive() and result == [None]
-    assert time.monotonic() - started < 1.0  # the wake, not the 30 s backstop

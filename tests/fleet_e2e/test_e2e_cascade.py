@@ -4,17 +4,17 @@ The tree is trunk → c1, c2 → g11, g12, g21, g22, every node spawned by its p
 verb through the real desk, every shell busy in a 30 s evaluation: ral ``sleep 30`` on five of
 them, an external ``/bin/sleep 30`` on g11 and a worker ``await (spawn { sleep 30 })`` on g12.
 
-The observable, chosen to be the strictest one the fleet offers: the clock starts just before
-``fleet.registry.cancel("trunk", ...)`` and stops when the last agent's ``done`` event is set.
-``done`` is set only after the agent's drive returned (its ral call came back cancelled) *and*
-its spawn site settled it: terminal journal record, result routed, shell host closed and
-reaped, workers stopped. So "every drive ended" implies "every shell run returned cancelled";
-the test checks the latter separately in each agent's durable event log.
+The observable, chosen to be the strictest one the fleet offers: every agent's ``done`` event
+is set after ``fleet.registry.cancel("trunk", ...)``. ``done`` is set only after the agent's
+drive returned (its ral call came back cancelled) *and* its spawn site settled it: terminal
+journal record, result routed, shell host closed and reaped, workers stopped. So "every drive
+ended" implies "every shell run returned cancelled"; the test checks the latter separately in
+each agent's durable event log. How fast (the issue's 200 ms bound; about 25 ms measured) is a
+benchmark figure: ``benchmarks/cancel_cascade_shells.py``, docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import psutil
@@ -27,12 +27,10 @@ from e2e_support import (
 )
 
 from actors.agent import Agent
+from tests.support.waiting import HANG_GUARD
 from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
-
-BUDGET = 0.200
-"""The issue's bound for the whole cascade (measured: about 25 ms on 2 cores)."""
 
 TREE = """
 [fleet]
@@ -67,7 +65,7 @@ def _host_pid(agent: Agent) -> int:
     return host.pid
 
 
-def test_cancelling_the_trunk_stops_seven_busy_shells_within_200_ms_and_leaves_no_process(
+def test_cancelling_the_trunk_stops_seven_busy_shells_and_leaves_no_process(
     fleet_of: Callable[..., FleetRun],
 ) -> None:
     before = descendants()
@@ -98,17 +96,14 @@ def test_cancelling_the_trunk_stops_seven_busy_shells_within_200_ms_and_leaves_n
     assert len(programs) == 1 and len(workers) == 1, (programs, workers)
     assert set(hosts.values()) <= pids
 
-    t0 = time.perf_counter()
     reached = fleet.registry.cancel("trunk", "test")
-    for name in NAMES:
-        assert fleet.agents[name].done.wait(5.0), f"{name} still running"
-    elapsed = time.perf_counter() - t0
+    for name in NAMES:  # every shell is busy for 30 s: only the cascade ends them this soon
+        assert fleet.agents[name].done.wait(HANG_GUARD), f"{name} still running"
 
     assert sorted(reached) == sorted(NAMES)
-    assert elapsed < BUDGET, f"cascade took {elapsed * 1e3:.1f} ms"
     assert {n: str(fleet.agents[n].outcome) for n in NAMES} == {n: "cancelled" for n in NAMES}
     # no shell host, worker or external program of the run remains (zombies count as gone)
-    wait_until(lambda: not any(alive(p) for p in pids), timeout=1.0, what="every process gone")
+    wait_until(lambda: not any(alive(p) for p in pids), HANG_GUARD, "every process gone")
     assert not run_pids(), f"left running: {[(p, _cmdline(p)) for p in run_pids()]}"
 
     run.close()

@@ -23,6 +23,7 @@ from e2e_support import (
     fleet_factory,
 )
 
+from tests.support.waiting import HANG_GUARD
 from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)
@@ -73,7 +74,7 @@ def test_a_child_forked_while_its_parent_is_being_cancelled_ends_cancelled_befor
     assert trunk.outcome is not None and trunk.outcome.value == "cancelled"
     kid_pid = kid.shell_pid()
     assert kid_pid is not None and not alive(kid_pid)
-    wait_until(lambda: not (descendants() - before), timeout=2.0, what="no process left")
+    wait_until(lambda: not (descendants() - before), HANG_GUARD, "no process left")
 
     run.close()
     records = [r for r in run.journal() if r["id"] == "kid"]

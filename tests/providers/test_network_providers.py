@@ -40,6 +40,7 @@ from tests.support.protocol_servers import (
     openai_chunks,
     sse,
 )
+from tests.support.waiting import HANG_GUARD
 
 SCRIPT_ARGS = '{"script": "echo hi"}'
 
@@ -216,7 +217,7 @@ def test_a_stream_that_ends_without_its_terminal_event_is_a_cut(
         proto.provider(server, max_retries=0).complete([UserMessage("hi")], cancel=CancelScope())
 
 
-def test_a_server_that_never_answers_raises_provider_timeout(
+def test_a_server_that_never_answers_raises_provider_timeout_after_the_read_timeout(
     server: ProtocolServer, proto: Proto
 ) -> None:
     server.script(Exchange(hang=True))
@@ -225,10 +226,10 @@ def test_a_server_that_never_answers_raises_provider_timeout(
         proto.provider(server, max_retries=0, read_timeout=0.2).complete(
             [UserMessage("hi")], cancel=CancelScope()
         )
-    assert 0.2 <= time.monotonic() - t0 < 1.5
+    assert 0.2 <= time.monotonic() - t0 < HANG_GUARD  # 0.2 s, not the 120 s default
 
 
-def test_a_stream_that_never_ends_is_cancelled_within_200_ms(
+def test_a_stream_that_never_ends_is_cancelled_and_its_connection_closed(
     server: ProtocolServer, proto: Proto
 ) -> None:
     tick = (
@@ -255,15 +256,13 @@ def test_a_stream_that_never_ends_is_cancelled_within_200_ms(
         assert server.wait_for_requests(1)
     else:
         assert first_event.wait(5)
-    t0 = time.monotonic()
     scope.cancel("user interrupt")
-    t.join(5)
-    assert time.monotonic() - t0 < 0.2
-    assert isinstance(outcome[0], Cancelled)
-    assert server.client_gone.wait(5)  # the connection was really closed
+    t.join(HANG_GUARD)  # the stream never ends: only the cancel can end the call
+    assert not t.is_alive() and isinstance(outcome[0], Cancelled)
+    assert server.client_gone.wait(HANG_GUARD)  # the connection was really closed
 
 
-def test_a_cancel_while_waiting_for_a_hung_server_is_prompt(
+def test_a_cancel_while_waiting_for_a_hung_server_ends_the_wait_before_its_read_timeout(
     server: ProtocolServer, proto: Proto
 ) -> None:
     server.script(Exchange(hang=True))
@@ -279,14 +278,14 @@ def test_a_cancel_while_waiting_for_a_hung_server_is_prompt(
     t = threading.Thread(target=run)
     t.start()
     assert server.wait_for_requests(1)
-    t0 = time.monotonic()
     scope.cancel()
-    t.join(5)
-    assert time.monotonic() - t0 < 0.2
-    assert isinstance(outcome[0], Cancelled)
+    t.join(HANG_GUARD)  # well inside the 30 s read timeout
+    assert not t.is_alive() and isinstance(outcome[0], Cancelled)
 
 
-def test_a_cancel_during_the_retry_backoff_is_prompt(server: ProtocolServer, proto: Proto) -> None:
+def test_a_cancel_during_the_retry_backoff_ends_it_before_the_retry_after(
+    server: ProtocolServer, proto: Proto
+) -> None:
     server.script(Exchange(status=503, headers={"retry-after": "30"}, body=b""))
     scope = CancelScope()
     reset_seen = threading.Event()
@@ -303,11 +302,9 @@ def test_a_cancel_during_the_retry_backoff_is_prompt(server: ProtocolServer, pro
     t = threading.Thread(target=run)
     t.start()
     assert reset_seen.wait(5)
-    t0 = time.monotonic()
     scope.cancel()
-    t.join(5)
-    assert time.monotonic() - t0 < 0.2
-    assert isinstance(outcome[0], Cancelled)
+    t.join(HANG_GUARD)  # well inside the 30 s retry-after
+    assert not t.is_alive() and isinstance(outcome[0], Cancelled)
 
 
 def test_a_client_error_is_rejected_at_once_without_retry(

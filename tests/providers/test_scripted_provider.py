@@ -31,6 +31,7 @@ from runtime.providers import (
     parse_scenario,
 )
 from runtime.providers.base import MalformedReply, ProviderTimeout
+from tests.support.waiting import HANG_GUARD
 
 TRUNK = """
 [fleet]
@@ -193,12 +194,11 @@ def test_delay_ms_delays_the_message() -> None:
     assert time.monotonic() - t0 >= 0.12
 
 
-def test_a_cancel_during_delay_ms_raises_cancelled_within_200_ms() -> None:
+def test_a_cancel_during_delay_ms_raises_cancelled_before_the_delay_ends() -> None:
     p = play('[[agents.a]]\ntext = "never"\ndelay_ms = 30000\n').provider("a")
     scope = CancelScope()
     started = threading.Event()
     outcome: list[BaseException] = []
-    cancelled_at: list[float] = []
 
     def run() -> None:
         started.set()
@@ -210,11 +210,9 @@ def test_a_cancel_during_delay_ms_raises_cancelled_within_200_ms() -> None:
     t = threading.Thread(target=run)
     t.start()
     started.wait()
-    cancelled_at.append(time.monotonic())
     scope.cancel("user interrupt")
-    t.join(5)
-    assert isinstance(outcome[0], Cancelled)
-    assert time.monotonic() - cancelled_at[0] < 0.2
+    t.join(HANG_GUARD)  # well inside the 30 s delay
+    assert not t.is_alive() and isinstance(outcome[0], Cancelled)
 
 
 def test_an_already_cancelled_scope_consumes_nothing() -> None:

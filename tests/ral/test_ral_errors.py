@@ -6,6 +6,7 @@ import pytest
 
 from runtime.ral.errors import MidRunRefused
 from runtime.ral.session import Session
+from tests.support.waiting import HANG_GUARD, wait_for
 
 BAD: list[tuple[str, str, str, tuple[int, int]]] = [
     # (source, kind, message fragment, (line, col))
@@ -88,10 +89,7 @@ def test_unset_and_restore_are_refused_while_a_run_is_in_flight() -> None:
     try:
         t = threading.Thread(target=lambda: s.run("sleep 5"), daemon=True)
         t.start()
-        import time
-
-        while not s.running:
-            time.sleep(0.001)
+        wait_for(lambda: s.running, what="the run in flight")
         with pytest.raises(MidRunRefused):
             s.unset("x")
         with pytest.raises(MidRunRefused):
@@ -99,7 +97,7 @@ def test_unset_and_restore_are_refused_while_a_run_is_in_flight() -> None:
         with pytest.raises(MidRunRefused):
             s.run("1")
         s.cancel()
-        t.join(2)
+        t.join(HANG_GUARD)
     finally:
         s.close()
 

@@ -42,22 +42,39 @@ def test_teardown_with_grace_terminates_a_live_process_and_removes_its_scratch(s
     assert ex.teardown(2.0) == r  # idempotent: the same receipt, not a second kill
 
 
-def test_brutal_kill_ends_a_sigterm_ignoring_process_at_once(spawn) -> None:
+def _signals_sent(ex: LocalProcessExecutor, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record every signal the executor sends its process group (and still send it)."""
+    sent: list[int] = []
+    send = ex._kill_group
+
+    def recording(sig: signal.Signals) -> None:
+        sent.append(sig)
+        send(sig)
+
+    monkeypatch.setattr(ex, "_kill_group", recording)
+    return sent
+
+
+def test_brutal_kill_ends_a_sigterm_ignoring_process_at_once(
+    spawn, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ex = spawn(IGNORE_TERM)
     _ready(ex)
-    t0 = time.monotonic()
+    sent = _signals_sent(ex, monkeypatch)
     r = ex.teardown("brutal-kill")
-    assert r.destroyed and time.monotonic() - t0 < 1.0
-    assert "signal 9" in r.detail
+    assert r.destroyed and "signal 9" in r.detail
+    assert sent[0] == signal.SIGKILL and signal.SIGTERM not in sent  # no grace asked for
 
 
-def test_an_expired_grace_escalates_to_sigkill(spawn) -> None:
+def test_an_expired_grace_escalates_to_sigkill(spawn, monkeypatch: pytest.MonkeyPatch) -> None:
     ex = spawn(IGNORE_TERM)
     _ready(ex)
+    sent = _signals_sent(ex, monkeypatch)
     t0 = time.monotonic()
     r = ex.teardown(0.2)
     took = time.monotonic() - t0
-    assert r.destroyed and "signal 9" in r.detail and 0.2 <= took < 2.0
+    assert r.destroyed and "signal 9" in r.detail and took >= 0.2  # the grace was given
+    assert sent[:2] == [signal.SIGTERM, signal.SIGKILL]
 
 
 def test_infinity_waits_for_the_process_to_honour_sigterm(spawn) -> None:

