@@ -91,7 +91,7 @@ def worker_main(
         listener = CancelListener(ctl, session.cancel)
         session.restore({BODY_NAME: decode_value(frame["closure"])}, context)
         listener.begin(0)
-        rr = session.run(BODY_NAME, filename="<worker>")
+        rr = session.run(BODY_NAME)
         listener.end()
         if rr.error is not None:
             data.send("result", error=error_fields(rr.error), stdout=rr.stdout, stderr=rr.stderr)

@@ -182,14 +182,3 @@ class Overflow(Event):
     at: str = field(default_factory=now_iso)
     kind: ClassVar[str] = "Overflow"
 
-
-EVENT_TYPES: tuple[type[Event], ...] = (
-    Born,
-    Died,
-    Notice,
-    Io,
-    Resources,
-    ProviderError,
-    SystemNote,
-    InboxRejected,
-)

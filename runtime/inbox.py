@@ -40,7 +40,6 @@ COMMAND = "command"
 SURFACE = "surface"
 
 IDEMPOTENT_SOURCES: frozenset[str] = frozenset({USER, SCHEDULE, NUDGE})
-QUOTA_SOURCES: frozenset[str] = frozenset({AGENT_RESULT, AGENT_MESSAGE, COMMAND, SURFACE})
 SOURCES: tuple[str, ...] = (USER, SCHEDULE, NUDGE, AGENT_RESULT, AGENT_MESSAGE, COMMAND, SURFACE)
 
 

@@ -24,7 +24,6 @@ random crashes, spawn to last terminal record, 0.4 s on 2 cores).
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -445,9 +444,3 @@ def resume_sweep(
         children.append(RetainedChild(node.id, ex))
     outcomes = release_sweep(journal, children, retain="release", policy=policy, scope=scope)
     return ResumeReport(outcomes, no_env, recovered, journal.state.never_settled)
-
-
-def remove_scratch(path: str | None) -> None:
-    """What a sweeper does with a ``teardown-unconfirmed`` scratch path (tests and tools)."""
-    if path:
-        shutil.rmtree(path, ignore_errors=True)

@@ -57,7 +57,7 @@ from runtime.providers.base import (
     TransportError,
     Truncated,
 )
-from runtime.providers.scenario import Scenario, ScriptedMessage, load_scenario
+from runtime.providers.scenario import Scenario, ScriptedMessage
 
 _SUMMARY_CLIP = 200
 
@@ -74,10 +74,6 @@ class ScenarioPlayback:
         self._lock = threading.Lock()
         self._scripts: dict[str, tuple[ScriptedMessage, ...]] = {}
         self._rounds: dict[str, int] = {}
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> ScenarioPlayback:
-        return cls(load_scenario(path))
 
     def provider(self, agent_name: str) -> ScriptedProvider:
         return ScriptedProvider(self, agent_name)
