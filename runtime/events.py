@@ -181,4 +181,3 @@ class Overflow(Event):
     missed: int = 0
     at: str = field(default_factory=now_iso)
     kind: ClassVar[str] = "Overflow"
-
