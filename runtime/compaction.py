@@ -1,4 +1,4 @@
-"""Compaction policy (seed 001, "Lifecycle: clear, compact, fork"): when to summarise, whether it
+"""Compaction policy: when to summarise an agent's history, whether it
 is allowed, and which suffix of the history survives.
 
 - :func:`compaction_due` — used tokens entered the top 15% of a *known* window (the provider's

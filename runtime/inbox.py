@@ -1,6 +1,6 @@
 """The inbox rule: one shared admission rule for every agent inbox and every actor mailbox.
 
-Sources split in two (seed 001, the inbox quota paragraph):
+Sources split in two:
 
 - ``user``, ``schedule`` and ``nudge`` are idempotent: a push always succeeds and *coalesces*
   instead of growing the queue. A :class:`ScheduledWakeup` replaces a still-queued wakeup with the

@@ -1,4 +1,4 @@
-"""``park_mode``: the should-park verdict of an agent with an empty inbox (seed 001, the opening).
+"""``park_mode``: the should-park verdict of an agent with an empty inbox.
 
 The verdict is a pure function of explicit inputs so the drive loop can re-evaluate it on every
 inbox wake (``Inbox.next_or_idle``) and tests can cover the whole table. Rows, first match wins::
@@ -71,7 +71,7 @@ def park_mode(
     schedules_armed: bool,
     live_workers: bool = False,
 ) -> ParkMode:
-    """The seed's table, first matching row wins (see the module docstring)."""
+    """The table in the module docstring: first matching row wins."""
     if conversing(interactive=interactive, returns=returns):
         return ParkMode.HELD if listed else ParkMode.QUIESCE
     if has_parent and returns and engaged:

@@ -1,4 +1,4 @@
-"""The embedded default provider: plays a scenario (SCENARIO.md) exactly, with no network.
+"""The embedded default provider: plays a scenario (docs/scenarios.md) exactly, with no network.
 
 One :class:`ScenarioPlayback` holds the scenario and one cursor per agent name for the whole run;
 :meth:`ScenarioPlayback.provider` hands out a :class:`ScriptedProvider` bound to a name. Rules:
