@@ -1,4 +1,4 @@
-"""The agent node and its drive loop (seed 001, "The drive loop").
+"""The agent node and its drive loop (docs/architecture.md, One turn, end to end).
 
 An :class:`Agent` is the uniform node of a run: its event log, its persistent shell (a
 :class:`actors.shell.ShellActor` owning one OS process), its quota inbox, its sticky cooperative
@@ -328,7 +328,7 @@ class Agent:
 
         Run at drive's top and before every provider round-trip (the log is ReadyForUser at
         both), so a long headless turn is checked too. Unconfigured it returns at once."""
-        # ral_calls is +1 per ral tool call, like the shell's epoch: the seed's one drum.
+        # ral_calls is +1 per ral tool call, like the shell's epoch: one clock for both.
         warning = self.disk_warn.check(self.stats.ral_calls)
         if warning is not None:
             self.fleet.publish(SystemNote(self.name, text=warning.text))

@@ -4,7 +4,7 @@ This adapts a running :class:`actors.agent.Agent` to the :class:`runtime.executo
 interface so the settlement rules of ``runtime/settlement.py`` (admission phases, teardown
 receipts, the release sweep) apply to every child by construction.
 
-Receipts tell the truth about what remains (seed 003): a shell this executor closed is
+Receipts tell the truth about what remains: a shell this executor closed is
 ``destroyed``; a shell process that died outside teardown (SIGKILL, OOM) is ``gone`` with
 ``destroyed: false`` — its scratch is kept as evidence and the release sweep closes the slot as
 ``release-unconfirmed`` naming exactly what a sweeper must delete.

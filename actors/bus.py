@@ -1,5 +1,5 @@
 """The fleet bus: one durable ``transcript.jsonl`` writer fanning events out to any number of
-subscribers (seed 001: the FleetBus; SCENARIO.md: ``transcript.jsonl``).
+subscribers (docs/scenarios.md, What a run leaves: ``transcript.jsonl``).
 
 Invariants:
 

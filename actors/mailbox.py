@@ -226,7 +226,7 @@ class QuotaActor(pykka.ThreadingActor):
 
     - ``control_methods``: proxy-call method names that travel the control lane;
     - ``call_source``: the quota source non-inbox messages count against (``command``);
-    - ``mailbox_source_cap`` / ``mailbox_total_cap``: the caps (the seed's 64 / 256).
+    - ``mailbox_source_cap`` / ``mailbox_total_cap``: the caps (64 per source / 256 in all).
 
     ``cancel_scope`` is the actor's cooperative token (an agent replaces it with the token it
     registered); ``interrupt_scope`` is the current turn's scope, if any. Control messages trip

@@ -1,5 +1,5 @@
 """The Registry actor: the fleet's spawn tree, its cancellation cascade and its idle leases
-(seed 001, "The Fleet" and "Cancellation cascades the subtree, across both layers").
+(docs/architecture.md, Cancellation: the cascade reaches both the agents and their shells).
 
 Two doors onto one lock-protected state, :class:`FleetRegistry`:
 

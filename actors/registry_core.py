@@ -1,6 +1,5 @@
 """The registry's state: :class:`FleetRegistry`, the fleet's spawn tree plus each entry's live
-cancel handles and inbox, behind one lock (seed 001, "The Fleet" and "Cancellation cascades the
-subtree, across both layers").
+cancel handles and inbox, behind one lock (docs/architecture.md, Cancellation).
 
 Invariants:
 

@@ -1,8 +1,9 @@
 """``resume``: rebuild a fleet from its session directory after the whole control process died.
 
-The durable files are enough (SCENARIO.md): ``run.json`` says how the run was started, the spawn
-journal says which children were admitted and which reached a terminal record, each agent's
-``events.jsonl`` is its conversation and ``snapshot.msgpack`` its shell at the last clean call.
+The durable files are enough (docs/scenarios.md): ``run.json`` says how the run was started,
+the spawn journal which children were admitted and which reached a terminal record, each
+agent's ``events.jsonl`` is its conversation and ``snapshot.msgpack`` its shell at the last
+clean call.
 
 Order, and why:
 

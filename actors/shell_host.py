@@ -66,8 +66,8 @@ __all__ = [
 ]
 
 FORK_VERBS = frozenset({"agent"})
-"""Desk verbs that fork a child agent: their enquiry carries the live scope (seed 001's
-``Shell::fork_into_nursery``: the child inherits every binding made so far, this run's too)."""
+"""Desk verbs that fork a child agent: their enquiry carries the live scope (the
+child inherits every binding made so far, this run's too)."""
 
 
 # -- the host process ------------------------------------------------------------------------

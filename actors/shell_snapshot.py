@@ -98,7 +98,7 @@ class ShellSnapshots:
         boundary. The file is rewritten when a binding, the context or the worker registry
         changed, and at least every :data:`SNAPSHOT_FILE_EVERY` calls otherwise: between those
         writes only the ledger's clock and stamps move, and a file whose stamps lag can only
-        *lengthen* a lease after a resume (the safe direction of seed 000). Measured: the
+        *lengthen* a lease after a resume (safe: a lease grows, never shrinks). Measured: the
         fsync'd write was ~490 of the ~680 µs of a trivial call.
         """
         workers = self._registry.to_state()

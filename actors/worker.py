@@ -16,7 +16,7 @@ kills the programs it started) and arms a hard kill of the worker's process grou
 Limits (documented, deliberate): a worker has no desk (agent verbs are unbound inside a
 worker) and its own nested ``spawn`` uses the in-process default backend of the ral Session; a
 worker's stdout/stderr are kept on its outcome but are not shown to the model (``await`` yields
-the value only, as RAL.md says).
+the value only, as docs/ral.md, Workers, says).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def worker_main(
         listener = CancelListener(ctl, session.cancel)
         session.restore({BODY_NAME: decode_value(frame["closure"])}, context)
         listener.begin(0)
-        rr = session.run(BODY_NAME, filename="<worker>")
+        rr = session.run(BODY_NAME)
         listener.end()
         if rr.error is not None:
             data.send("result", error=error_fields(rr.error), stdout=rr.stdout, stderr=rr.stderr)

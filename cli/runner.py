@@ -1,5 +1,5 @@
 """What ``run`` and ``fleet`` share: build a fleet from the command line, run a headless trunk to
-its end, write ``result.json``, and map the outcome to the exit code of SCENARIO.md.
+its end, write ``result.json``, and map the outcome to its exit code (docs/scenarios.md).
 
 Exit codes: 0 when the trunk replied or quiesced normally, 1 on a failed or capped run, 2 on bad
 input (an unreadable scenario, a bad flag, no API key for the hosted service), 130 when cancelled

@@ -1,7 +1,7 @@
 """Cancel scopes: the one cooperative cancellation primitive of the runtime.
 
 A :class:`CancelScope` is a tree node. Cancelling a scope cancels every scope below it, because
-``cancelled`` walks the ancestors (as the seed's ``CancelScope::is_cancelled`` does): a worker's
+``cancelled`` walks the ancestors (a scope is cancelled when any ancestor is): a worker's
 scope is a child of its shell's durable root, so tripping the root reaches every worker with no
 edge of its own. Cancelling is thread-safe and idempotent; a scope never becomes un-cancelled
 except through :meth:`reset`, which only the owner of a *sticky* token calls at a genuine turn
@@ -19,7 +19,7 @@ from collections.abc import Callable
 POLL_INTERVAL = 0.01
 """Seconds between cancellation checks while waiting on a program or a worker.
 
-10 ms keeps the RAL.md 100 ms cancellation bound with a 10x margin; measured cost of the poll
+10 ms keeps docs/ral.md's 100 ms cancellation bound with a 10x margin; measured cost of the poll
 loop is below 1% of one core.
 """
 

@@ -1,4 +1,4 @@
-"""Compaction policy (seed 001, "Lifecycle: clear, compact, fork"): when to summarise, whether it
+"""Compaction policy: when to summarise an agent's history, whether it
 is allowed, and which suffix of the history survives.
 
 - :func:`compaction_due` — used tokens entered the top 15% of a *known* window (the provider's
@@ -22,15 +22,6 @@ from runtime.constants import COMPACT_THRESHOLD, COMPACT_WINDOW_FRACTION
 SUFFIX_BUDGET_BYTES = COMPACT_THRESHOLD // 5
 """At most 100 KiB of recent history is kept verbatim after a compaction, so one compaction buys
 at least 400 KiB of headroom before the fallback threshold is due again."""
-
-SUMMARY_INSTRUCTIONS = (
-    "Summarise the conversation so far for your own later use; it will replace the history. "
-    "Keep: the task and every constraint the user gave, decisions made and why, facts learned "
-    "(paths, names, numbers, ral bindings you created and still need), work done, work remaining "
-    "and the next step, and the names of child agents you started and what each was asked. "
-    "Drop: raw tool output you no longer need. Be specific and compact."
-)
-"""The instruction a provider's ``summarize`` is given (model-facing)."""
 
 SUMMARY_PREAMBLE = "[Summary of the earlier conversation, which was compacted]\n"
 """Prefixed to the summary where it leads the rendered transcript (model-facing)."""

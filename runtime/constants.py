@@ -1,9 +1,9 @@
-"""The seeds' bounds and constants, in one place, under recognisable names."""
+"""The runtime's bounds and constants, in one place, under recognisable names."""
 
 from __future__ import annotations
 
 BINDING_IDLE_CALLS = 256
-"""A session binding unused for this many ral calls is pruned (seed 000)."""
+"""A session binding unused for this many ral calls is pruned (docs/ral.md, Binding leases)."""
 
 LARGE_BINDING_BYTES = 1 << 20
 """Writing a session binding whose encoding exceeds this emits one LargeBinding notice."""

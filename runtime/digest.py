@@ -1,4 +1,4 @@
-"""Digest caps: what the model sees of a tool result, byte-capped per section (seed 001, digest.rs).
+"""Digest caps: what the model sees of a tool result, byte-capped per section.
 
 An oversize section keeps a head and a tail and replaces the middle with an elision banner that
 says how many bytes were elided and tells the model to scope its query at the source and re-read

@@ -1,4 +1,4 @@
-"""The disk warning latch (seed 001, ``check_disk_warn``): report and warn only.
+"""The disk warning latch: report and warn only, never refuse or delete.
 
 - With no ceiling configured (the default) :meth:`DiskWarn.check` returns at once: nothing is
   walked, ever (a test injects a walker that fails if called).

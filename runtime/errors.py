@@ -77,14 +77,6 @@ class FuelExhausted(ExarchError):
         )
 
 
-class NotGranted(ExarchError):
-    """An operation outside the session's grants."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        super().__init__(f"not granted: {what}")
-
-
 class GrantUnresolvable(ExarchError):
     """A grant cannot be made: a program that is not an executable file on PATH, or a root that
     is not a directory. Raised when the grant is made (the command line exits 2), never later."""

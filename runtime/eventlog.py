@@ -1,4 +1,4 @@
-"""The agent's canonical event log (seed 001's ``AgentLog``).
+"""The agent's canonical event log: the one record of its conversation.
 
 Two halves that never disagree:
 

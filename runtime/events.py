@@ -1,8 +1,8 @@
-"""Fleet bus events (seed 001: ``Kind::Born``, ``Died``, ``Notice``, ``Io``, ``Resources``,
+"""Fleet bus events (``Born``, ``Died``, ``Notice``, ``Io``, ``Resources``,
 ``ProviderError``, ``SystemNote``, and the transcript-only ``InboxRejected``).
 
 Each event is a frozen dataclass naming the agent it concerns; :meth:`Event.to_record` is the
-``transcript.jsonl`` line (SCENARIO.md: every record has ``"kind"``, ``"agent"`` and an ISO
+``transcript.jsonl`` line (docs/scenarios.md: every record has ``"kind"``, ``"agent"`` and an ISO
 ``"at"``). Pure code builds events; only ``actors/bus.py`` writes them. ``at`` is stamped at
 construction so a record's time is when the fact happened, not when a slow bus wrote it.
 """
@@ -181,15 +181,3 @@ class Overflow(Event):
     missed: int = 0
     at: str = field(default_factory=now_iso)
     kind: ClassVar[str] = "Overflow"
-
-
-EVENT_TYPES: tuple[type[Event], ...] = (
-    Born,
-    Died,
-    Notice,
-    Io,
-    Resources,
-    ProviderError,
-    SystemNote,
-    InboxRejected,
-)

@@ -8,7 +8,7 @@ Invariants:
   never turn a present surface into an absent one. :class:`DelegatingExecutor` guarantees this by
   construction: every attribute it does not define is looked up on the executor it wraps
   (``__getattr__``), so presence and absence both propagate through any depth of wrapping. The
-  field report (seed 003) measured two allowlist wrappers silently dropping ``release_retained``,
+  field report on an earlier design saw two allowlist wrappers drop ``release_retained``,
   ``recover``, ``cancel`` and ``accounting``; there is no allowlist here to forget.
 - A :class:`Receipt` says whether *this executor's own action* destroyed the environment
   (``destroyed``) and, separately, what the environment is now (``state``). "Gone" (it ended
@@ -116,7 +116,8 @@ class ExecutorMisuse(ExarchError):
 
 
 class EnvironmentState(StrEnum):
-    """What an environment is after a teardown attempt — the typed distinction seed 003 asks for."""
+    """What an environment is after a teardown attempt: destroyed by us, gone on its own, or still
+    there — typed, because a sweeper acts differently on each."""
 
     DESTROYED = "destroyed"  # this executor ended it (or it completed cleanly) and removed scratch
     NEVER_PROVISIONED = "never-provisioned"  # nothing was ever started

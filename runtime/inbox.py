@@ -1,6 +1,6 @@
 """The inbox rule: one shared admission rule for every agent inbox and every actor mailbox.
 
-Sources split in two (seed 001, the inbox quota paragraph):
+Sources split in two:
 
 - ``user``, ``schedule`` and ``nudge`` are idempotent: a push always succeeds and *coalesces*
   instead of growing the queue. A :class:`ScheduledWakeup` replaces a still-queued wakeup with the
@@ -40,7 +40,6 @@ COMMAND = "command"
 SURFACE = "surface"
 
 IDEMPOTENT_SOURCES: frozenset[str] = frozenset({USER, SCHEDULE, NUDGE})
-QUOTA_SOURCES: frozenset[str] = frozenset({AGENT_RESULT, AGENT_MESSAGE, COMMAND, SURFACE})
 SOURCES: tuple[str, ...] = (USER, SCHEDULE, NUDGE, AGENT_RESULT, AGENT_MESSAGE, COMMAND, SURFACE)
 
 

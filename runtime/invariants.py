@@ -54,15 +54,6 @@ from runtime.snapshot import MobileSnapshot
 
 Status = Literal["held", "violated", "skipped"]
 
-INVARIANTS = (
-    "settled",
-    "committed",
-    "rejections",
-    "registry-empty",
-    "no-leftover-processes",
-    "files-parse",
-)
-
 PID_START_TOLERANCE = 1.0
 """Seconds between a recorded and a live create time that still count as the same process
 (``pidStartedAt`` is rounded to 10 ms; psutil reports boot-relative clock ticks)."""

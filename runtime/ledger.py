@@ -1,5 +1,5 @@
 """The binding-lease ledger: an agent shell's top-level scratch names expire when the model stops
-using them; nothing else about binding does (seed 000).
+using them; nothing else about binding does (docs/ral.md, Binding leases).
 
 Rules, each enforced here and each with its own test in ``tests/shell_rules/``:
 
@@ -10,8 +10,8 @@ Rules, each enforced here and each with its own test in ``tests/shell_rules/``:
   arm on the same ledger is a wiring bug, and silently keeping the first baseline would hide it.
 - **One chokepoint.** :meth:`BindingLedger.note_define` is the only way a name becomes a lease;
   the shell calls it from the session-level ``let`` alone. A rebind restamps (writing is use).
-  A baseline name the model rebinds *stays baseline*: the seed calls the seal "permanently
-  exempt", and pruning a rebound library name would leave the name unbound for every later
+  A baseline name the model rebinds *stays baseline*: the seal makes it permanently
+  exempt, and pruning a rebound library name would leave the name unbound for every later
   library caller — worse than the scratch it would free. The write still gets the large-binding
   check, because the bytes are the model's.
 - **Σ is never an entry.** Harvested names the ledger does not hold (natives, prelude, lexical

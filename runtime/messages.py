@@ -4,7 +4,7 @@ A transcript is a sequence of :data:`Message` values (user text, assistant repli
 plus an optional :class:`SystemPrompt`. Every value is a frozen dataclass with a JSON-dict form
 (``to_dict`` / :func:`message_from_dict`) for the agent's event log.
 
-The transcript-admission invariant (seed X2/X7) lives here as :func:`admit_assistant`: every
+The admission invariant (X2/X7, docs/architecture.md) lives here as :func:`admit_assistant`: every
 assistant message is passed through it at the commit boundary, so every committed message
 serialises to a request that a strict backend (OpenAI chat-completions, Anthropic Messages)
 accepts:

@@ -6,7 +6,7 @@ register, whether descendants are still live) plus the latch state, and returns 
 :class:`NudgeDecision`: a :class:`Verdict` for the driver and the nudges to post, with the updated
 latches. It never touches an inbox, a log or a clock.
 
-Rules (seed 001, "The headless-completion gate is gone..."):
+Rules (there is no separate completion gate; these are all of them):
 
 - **must_reply** — a returning agent (``returns``) whose loop ended without ``reply``.
 - **continue** — the loop ended truncated at the output-token limit with no tool call.

@@ -1,4 +1,4 @@
-"""``park_mode``: the should-park verdict of an agent with an empty inbox (seed 001, the opening).
+"""``park_mode``: the should-park verdict of an agent with an empty inbox.
 
 The verdict is a pure function of explicit inputs so the drive loop can re-evaluate it on every
 inbox wake (``Inbox.next_or_idle``) and tests can cover the whole table. Rows, first match wins::
@@ -23,7 +23,6 @@ the work the agent delegated to them.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 
 class ParkMode(enum.Enum):
@@ -61,20 +60,6 @@ def conversing(*, interactive: bool, returns: bool) -> bool:
     return interactive and not returns
 
 
-@dataclass(frozen=True)
-class ParkInputs:
-    """Everything :func:`park_mode` reads, named as the seed names it."""
-
-    interactive: bool
-    returns: bool
-    has_parent: bool
-    listed: bool  # registry.is_live(a)
-    engaged: bool  # registry.engaged(a): a human exchange was recorded
-    live_descendants: bool
-    schedules_armed: bool
-    live_workers: bool = False
-
-
 def park_mode(
     *,
     interactive: bool,
@@ -86,7 +71,7 @@ def park_mode(
     schedules_armed: bool,
     live_workers: bool = False,
 ) -> ParkMode:
-    """The seed's table, first matching row wins (see the module docstring)."""
+    """The table in the module docstring: first matching row wins."""
     if conversing(interactive=interactive, returns=returns):
         return ParkMode.HELD if listed else ParkMode.QUIESCE
     if has_parent and returns and engaged:
@@ -98,16 +83,3 @@ def park_mode(
     if schedules_armed:
         return ParkMode.UNTIL_CANCELLED
     return ParkMode.QUIESCE
-
-
-def park_mode_of(inputs: ParkInputs) -> ParkMode:
-    return park_mode(
-        interactive=inputs.interactive,
-        returns=inputs.returns,
-        has_parent=inputs.has_parent,
-        listed=inputs.listed,
-        engaged=inputs.engaged,
-        live_descendants=inputs.live_descendants,
-        schedules_armed=inputs.schedules_armed,
-        live_workers=inputs.live_workers,
-    )

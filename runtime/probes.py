@@ -1,4 +1,4 @@
-"""The ``/resources`` fold (seed 001, probe-convention): raw figures in, rows and a card out.
+"""The ``/resources`` fold: raw probe figures in, rows and a card out.
 
 The agent gathers what its thread may legally read — the worker registry's and the binding
 ledger's probe figures (read as data through the enquiry desk), inbox depth per source, the event

@@ -2,7 +2,7 @@
 
 ``system.md`` teaches ral; ``verbs.md`` holds the role paragraphs and one fragment per agent verb.
 :func:`build_system_prompt` shows an agent exactly the verbs its desk would accept and no others
-(seed 001: "no agent is shown a verb the desk would certainly refuse"), derived from the same
+(no agent is shown a verb the desk would certainly refuse), derived from the same
 construction-fixed ``returns`` bit the desk and the nudge layer read:
 
 - ``reply`` iff ``returns`` (a conversing agent has no ``reply``, a returning one must have it;
@@ -31,7 +31,7 @@ AGENT_VERBS: tuple[str, ...] = (
     "pin",
     "unpin",
 )
-"""Every agent verb (RAL.md), in the order the prompt lists them."""
+"""Every agent verb (docs/ral.md, Agent verbs), in the order the prompt lists them."""
 
 
 class VerbMismatch(ExarchError):

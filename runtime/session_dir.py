@@ -1,4 +1,4 @@
-"""The session directory: where every run leaves its durable files (SCENARIO.md contract).
+"""The session directory: where every run leaves its durable files (docs/scenarios.md).
 
 One place names every path, so readers (``check``, ``resume``) and writers agree by construction,
 and says what those readers rely on in the two shared logs (:data:`TRANSCRIPT_SHAPE`,

@@ -1,6 +1,6 @@
 """Retained executions and the release sweep: every child slot reaches a terminal record.
 
-The rule (seed 003, ask 1): under ``retain_at_settlement == "release"`` no process will resume the
+The rule: under ``retain_at_settlement == "release"`` no process will resume the
 run, so an environment that cannot be destroyed is *stronger* evidence that nothing will recover
 it. The sweep therefore closes every retained slot after a bounded retry window: ``released``
 when every receipt says destroyed and the confirming teardown agrees, otherwise
@@ -13,8 +13,8 @@ provider events as that turn's ``execution-result`` and its shell snapshot, copi
 environment (it may live in the scratch directory the teardown deletes).
 
 Per child, the terminal record's ``sweep`` field logs the branch taken, whether a
-``release_retained`` surface was bound, the receipt count and the attempts (the seed's "Open"
-measurement), so ``no-receipts``, ``release-raised`` and ``no-release-surface`` are told apart.
+``release_retained`` surface was bound, the receipt count and the attempts, so
+``no-receipts``, ``release-raised`` and ``no-release-surface`` are told apart.
 
 Defaults: 3 attempts, 0.05 s base delay doubling (0.05 s, 0.1 s): a retained slot closes within
 0.15 s of waiting plus the teardown grace. Attempts run in rounds across all retained children,
@@ -24,7 +24,6 @@ random crashes, spawn to last terminal record, 0.4 s on 2 cores).
 
 from __future__ import annotations
 
-import shutil
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -445,9 +444,3 @@ def resume_sweep(
         children.append(RetainedChild(node.id, ex))
     outcomes = release_sweep(journal, children, retain="release", policy=policy, scope=scope)
     return ResumeReport(outcomes, no_env, recovered, journal.state.never_settled)
-
-
-def remove_scratch(path: str | None) -> None:
-    """What a sweeper does with a ``teardown-unconfirmed`` scratch path (tests and tools)."""
-    if path:
-        shutil.rmtree(path, ignore_errors=True)

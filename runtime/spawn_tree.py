@@ -1,5 +1,5 @@
-"""The spawn tree: the registry's pure rules (seed 001, "The Fleet", "Cancellation cascades the
-subtree", and the fork paragraphs of "Lifecycle").
+"""The spawn tree: the registry's pure rules for names, forks and the cancellation cascade
+(docs/architecture.md, Cancellation).
 
 - An entry's name is its identity among *live* entries (:class:`NameTaken`); the trunk holds
   ``TRUNK_NAME``. Internally nodes carry a serial id, so a name reused after its holder ended
@@ -32,7 +32,7 @@ from runtime.park import conversing
 Clock = Callable[[], float]
 
 IDLE_LEASE_SECS = 900.0
-"""Default idle bound of a returning sub-agent with no human exchange (the seed gives no value;
+"""Default idle bound of a returning sub-agent with no human exchange (no rule fixes one;
 15 minutes outlasts any single provider round-trip by two orders of magnitude)."""
 
 

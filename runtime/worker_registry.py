@@ -1,5 +1,5 @@
 """The per-shell worker registry: which detached workers are running or settled, and when policy
-removes one (seed 001, "worker-reap notices", "the retention clock").
+removes one (a ``Reap`` notice, the retention clock).
 
 The registry retains each handle itself, so no session name is ever load-bearing for
 rediscovering a worker. Its removals, each returned as a :class:`ReapNotice` with its reason:

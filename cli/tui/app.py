@@ -1,6 +1,6 @@
 """The chat app: one tab per live agent, an input box, a status line and an error line.
 
-Rules (seed 001, "The Fleet" and "Cancellation cascades the subtree"):
+Rules:
 
 - **Tab focus is presentation only.** The focused agent is a name local to this app; switching
   tabs calls nothing in the fleet, so it never renews a lease and never changes who may reply.

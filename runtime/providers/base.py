@@ -11,7 +11,7 @@ Invariants every implementation keeps:
   scope is cancelled, closing whatever connection it holds; nothing it streamed is committed.
 - Failures are typed :class:`ProviderError` subclasses, raised only after the provider's own
   retries are exhausted. A network provider never raises :class:`Truncated` itself: it returns the
-  message with ``stop_reason == MAX_TOKENS`` and the driver decides (seed X6: with captured tool
+  message with ``stop_reason == MAX_TOKENS`` and the driver decides (X6, docs/architecture.md: with
   calls the driver dispatches them instead). A scripted ``error = "truncated"`` raises it directly.
 - The returned message is *not yet admitted*: tool-call arguments may be a raw string. The driver
   passes it through :func:`runtime.messages.admit_assistant` at the commit boundary.
@@ -64,7 +64,7 @@ RAL_TOOL = ToolSpec(
         "required": ["script"],
     },
 )
-"""The agent's only tool (DESIGN.md: ``ral`` with one argument, ``script``)."""
+"""The agent's only tool: ``ral``, with one argument, ``script``."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,7 +177,7 @@ class Truncated(ProviderError):
     """The reply stopped at max tokens with no tool call; ``partial`` is what was produced.
 
     The driver appends ``partial`` (admitted) before surfacing this, so a continue nudge keeps the
-    work as context (seed: StopReason::MaxTokens → ProviderError::Truncated).
+    work as context (a ``MAX_TOKENS`` stop with no tool call becomes this error).
     """
 
     kind = "truncated"

@@ -1,4 +1,4 @@
-"""Scenario files (SCENARIO.md): parse a TOML scenario into a typed :class:`Scenario`.
+"""Scenario files (docs/scenarios.md): parse a TOML scenario into a typed :class:`Scenario`.
 
 A malformed scenario raises :class:`~runtime.errors.ScenarioError` whose message starts with
 ``FILE:LINE:COL:`` (TOML syntax errors, from ``tomllib``) or ``FILE:LINE:`` plus the key path for
@@ -32,7 +32,7 @@ from runtime.ral.grants import Grants
 from runtime.replay.recording import drop_torn_tail
 
 ERROR_KINDS = ("rate_limit", "transport", "truncated", "timeout", "malformed", "rejected")
-"""SCENARIO.md names the first three; ``timeout``, ``malformed`` and ``rejected`` are extras."""
+"""docs/scenarios.md's contract names the first three; the last three are additions."""
 
 _MESSAGE_KEYS = frozenset(
     {

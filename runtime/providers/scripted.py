@@ -1,4 +1,4 @@
-"""The embedded default provider: plays a scenario (SCENARIO.md) exactly, with no network.
+"""The embedded default provider: plays a scenario (docs/scenarios.md) exactly, with no network.
 
 One :class:`ScenarioPlayback` holds the scenario and one cursor per agent name for the whole run;
 :meth:`ScenarioPlayback.provider` hands out a :class:`ScriptedProvider` bound to a name. Rules:
@@ -57,7 +57,7 @@ from runtime.providers.base import (
     TransportError,
     Truncated,
 )
-from runtime.providers.scenario import Scenario, ScriptedMessage, load_scenario
+from runtime.providers.scenario import Scenario, ScriptedMessage
 
 _SUMMARY_CLIP = 200
 
@@ -74,10 +74,6 @@ class ScenarioPlayback:
         self._lock = threading.Lock()
         self._scripts: dict[str, tuple[ScriptedMessage, ...]] = {}
         self._rounds: dict[str, int] = {}
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> ScenarioPlayback:
-        return cls(load_scenario(path))
 
     def provider(self, agent_name: str) -> ScriptedProvider:
         return ScriptedProvider(self, agent_name)

@@ -53,6 +53,6 @@ class Desk(Protocol):
 AGENT_VERBS = frozenset(
     {"agent", "message", "agent-cancel", "reply", "schedule", "unschedule", "pin", "unpin"}
 )
-"""The verbs RAL.md assigns to the desk."""
+"""The agent verbs, answered by the desk (docs/ral.md, Agent verbs)."""
 
 __all__ = ["AGENT_VERBS", "Desk", "DeskRefusal", "DynamicContext", "Grants"]

@@ -101,7 +101,7 @@ class Session:
         self.running = False
 
     # -- running -------------------------------------------------------------------------
-    def run(self, source: str, *, filename: str = "<run>") -> RunResult:
+    def run(self, source: str) -> RunResult:
         with self._lock:
             if self.running:
                 raise MidRunRefused("a run is already in flight on this session")

@@ -1,4 +1,4 @@
-"""The inbox rule against a plain model (Hypothesis), plus the cases the seed names."""
+"""The inbox rule against a plain model (Hypothesis), plus the cases runtime/inbox.py names."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _slash(text: str) -> bool:
 
 
 class InboxModel(RuleBasedStateMachine):
-    """The model is a list and the seed's sentences, written out independently of the rule."""
+    """The model is a list and runtime/inbox.py's sentences, written out apart from the rule."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""park_mode as the seed's table: every row, and the precedence between rows."""
+"""park_mode as the table in runtime/park.py: every row, and the precedence between rows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The transcript vocabulary and the admission invariant (seed X2/X7)."""
+"""The transcript vocabulary and the admission invariant (X2/X7, docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scenario files: the SCENARIO.md format, and malformed files rejected with their position."""
+"""Scenario files: docs/scenarios.md's format, and malformed files rejected with their position."""
 
 from __future__ import annotations
 

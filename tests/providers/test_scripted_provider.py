@@ -1,4 +1,4 @@
-"""The embedded scripted provider plays SCENARIO.md exactly."""
+"""The embedded scripted provider plays docs/scenarios.md exactly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One test (or more) per row of RAL.md, and every example RAL.md lists."""
+"""One test (or more) per rule of the ral core (docs/ral.md), and the examples that must hold."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def ok(s: Session, src: str) -> Any:
     return r.value
 
 
-# -- RAL.md "Examples that must hold" ---------------------------------------------------------
+# -- examples that must hold -------------------------------------------------------------------
 
 EXAMPLES: list[tuple[str, dict[str, Any]]] = [
     ("let x = 41; add $x 1", {"value": 42}),

@@ -1,4 +1,4 @@
-"""The release sweep end to end through the real LocalProcessExecutor (seed 003, asks 1–2).
+"""The release sweep end to end through the real LocalProcessExecutor (runtime/settlement.py).
 
 Each case forces one branch with an executor subclass, but the process is real; every case must
 reach a terminal record and leave no slot open.
@@ -76,7 +76,7 @@ class ConfirmThrows(LocalProcessExecutor):
 
 
 class ReleaseSaysDestroyedTeardownDisagrees(LocalProcessExecutor):
-    """The seed's contract-violating executor."""
+    """An executor that violates the receipt contract (runtime/executor.py)."""
 
     def release_retained(self) -> list[Receipt]:
         return [LocalProcessExecutor.teardown(self, 1.0)]

@@ -180,7 +180,7 @@ def test_an_optional_surface_the_inner_executor_lacks_stays_absent_through_every
 
 
 def test_an_allowlist_wrapper_is_caught_by_the_same_check() -> None:
-    """The check has teeth: the seed's allowlist shape fails it for every optional surface."""
+    """The check has teeth: an allowlist wrapper fails it for every optional surface."""
 
     class Allowlist:
         def __init__(self, inner: Any) -> None:

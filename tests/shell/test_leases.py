@@ -1,4 +1,4 @@
-"""Binding leases through the real shell: the seed's capture scenario, sinks, large bindings."""
+"""Binding leases through the real shell: a pruned name's closure works, sinks, large bindings."""
 
 from __future__ import annotations
 

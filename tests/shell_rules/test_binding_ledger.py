@@ -1,4 +1,4 @@
-"""Every rule of seed 000 that lives in the pure ledger, one test each."""
+"""Every binding-lease rule (runtime/ledger.py) that lives in the pure ledger, one test each."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ _SIGNIFICANT = list("\"'\\$#{}[]()|;,: \t\n=-.0123456789abcxyz_\0é")
 #
 # Built from a seed with plain ``random`` rather than from Hypothesis combinators: measured here,
 # a combinator-built program cost ~4.5 ms of generation, a seeded one well under 0.1 ms, and the
-# fuzz must fit 10,000 examples in about 30 s of CPU. Hypothesis draws the seed (so a failure
+# fuzz must fit 10,000 examples in about 30 s of CPU. Hypothesis draws that seed (so a failure
 # replays from its database) and the check reports the failing program's text.
 
 _SMALL_INTS = [str(i) for i in range(-3, 13)]
