@@ -36,7 +36,9 @@ from typing import Any
 
 import msgpack
 
+from runtime.ral.compile import Elaborator, Scope
 from runtime.ral.errors import CodecError, RalSyntaxError
+from runtime.ral.parser import parse_block
 from runtime.ral.values import UNIT, Builtin, Closure, Unit, Variant, WorkerHandle
 
 EXT_UNIT = 1
@@ -242,6 +244,11 @@ def encode_value(v: Any) -> bytes:
         raise CodecError(f"cannot encode value: {e}") from None
 
 
+def value_size(v: Any) -> int:
+    """Bytes of ``v``'s msgpack encoding (what the large-binding notice measures)."""
+    return len(encode_value(v))
+
+
 # -- decoding --------------------------------------------------------------------------------
 
 
@@ -435,9 +442,6 @@ def _decode_closure(body: list[Any]) -> Closure:
 def _compile_closure(
     source: str, params: tuple[str, ...], rec_name: str | None, line: int, col: int, names: set[str]
 ) -> Any:
-    from runtime.ral.compile import Elaborator, Scope
-    from runtime.ral.parser import parse_block
-
     try:
         node = parse_block(source, max(line, 1), max(col, 1))
     except RalSyntaxError as e:

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.cancel import Cancelled, CancelScope
-from runtime.ral.compile import Frame, ReturnSignal, Scope, compile_program, harvest, no_gc
-from runtime.ral.context import Desk, DynamicContext, Grants
+from runtime.ral.calls import Activation, ReturnSignal
+from runtime.ral.compile import Scope, compile_program, harvest, no_gc
+from runtime.ral.context import Desk, DynamicContext, Grants, WorkerBackend
 from runtime.ral.errors import (
     CodecError,
     DeskRefusal,
@@ -40,7 +41,7 @@ from runtime.ral.interp import Interp
 from runtime.ral.natives import NATIVES, build_sigma
 from runtime.ral.parser import parse
 from runtime.ral.values import UNIT, Value
-from runtime.ral.workers import ThreadWorkers, WorkerBackend
+from runtime.ral.workers import ThreadWorkers
 
 RECURSION_FLOOR = 20000
 """The Python recursion limit a session ensures: ral's own limit (1000 nested calls, 7 Python
@@ -145,7 +146,7 @@ class Session:
             worker_scope=self.root_scope,
             on_harvest=self.harvest_hook,
         )
-        frame = Frame(self._rho, None, it)
+        act = Activation(self._rho, None, it)
         value: Any = UNIT
         error: ErrorInfo | None = None
         line, col = 1, 1
@@ -154,7 +155,7 @@ class Session:
                 line, col = node.line, node.col
                 if it.stop:
                     it.poll()
-                value = ev(frame)
+                value = ev(act)
         except ReturnSignal as r:
             value = r.value
         except RalError as e:

@@ -16,10 +16,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from runtime.ral.compile import BlockCode
+from typing import Any, Protocol
 
 
 class Unit:
@@ -65,6 +62,23 @@ class Builtin:
     name: str
 
 
+class CompiledBody(Protocol):
+    """What a closure holds of its compiled block (:class:`runtime.ral.calls.BlockCode`)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def params(self) -> tuple[str, ...]: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def col(self) -> int: ...
+    @property
+    def run(self) -> Callable[[Any], Any]:
+        """Runs the body in an activation (:class:`runtime.ral.calls.Activation`)."""
+        ...
+
+
 class Closure:
     """A block value: its source span, parameters, compiled body and captured bindings.
 
@@ -76,7 +90,7 @@ class Closure:
 
     def __init__(
         self,
-        body: BlockCode,
+        body: CompiledBody,
         captured: dict[str, Any],
         rec_name: str | None = None,
     ) -> None:
@@ -308,10 +322,3 @@ def render(v: Any, *, nested: bool = False) -> str:
     if type(v) not in _NESTED:
         return _leaf_text(v, nested)
     return write_nested(v, _render_part)
-
-
-def value_size(v: Any) -> int:
-    """Bytes of ``v``'s msgpack encoding (what the large-binding notice measures)."""
-    from runtime.ral.codec import encode_value
-
-    return len(encode_value(v))
