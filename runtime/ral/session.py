@@ -40,7 +40,7 @@ from runtime.ral.errors import (
 from runtime.ral.interp import Interp
 from runtime.ral.natives import NATIVES, build_sigma
 from runtime.ral.parser import parse
-from runtime.ral.values import UNIT, Value
+from runtime.ral.values import UNIT, Value, cancellable_walks
 from runtime.ral.workers import ThreadWorkers
 
 RECURSION_FLOOR = 20000
@@ -151,11 +151,12 @@ class Session:
         error: ErrorInfo | None = None
         line, col = 1, 1
         try:
-            for ev, node in zip(evs, phrases):
-                line, col = node.line, node.col
-                if it.stop:
-                    it.poll()
-                value = ev(act)
+            with cancellable_walks(it.poll):
+                for ev, node in zip(evs, phrases):
+                    line, col = node.line, node.col
+                    if it.stop:
+                        it.poll()
+                    value = ev(act)
         except ReturnSignal as r:
             value = r.value
         except RalError as e:

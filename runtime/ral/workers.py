@@ -23,7 +23,7 @@ from runtime.ral.context import Desk, DynamicContext
 from runtime.ral.errors import RalError
 from runtime.ral.interp import Interp
 from runtime.ral.natives import build_sigma
-from runtime.ral.values import Closure, WorkerHandle
+from runtime.ral.values import Closure, WorkerHandle, cancellable_walks
 
 
 @dataclass
@@ -80,7 +80,8 @@ class ThreadWorkers:
             worker_scope=entry.scope.parent or entry.scope,
         )
         try:
-            entry.value = call_closure(it, closure, [], closure.line, closure.col, "worker")
+            with cancellable_walks(it.poll):
+                entry.value = call_closure(it, closure, [], closure.line, closure.col, "worker")
         except RalError as e:
             entry.error = e
         except Cancelled:
