@@ -313,9 +313,10 @@ def refuse_oversized(root: Any, limit: int = MAX_EXPANDED_ITEMS, *, closures: bo
 
     Only a value in which some container is reached twice can be larger written out than in
     memory, so a breadth-first scan at C speed (``gc.get_referents`` a level at a time) looks for
-    one first, and :func:`expanded_size` counts only a value that shares. Measured on a list of
-    100 000 small maps: the scan ~0.1 s, the count ~0.5 s, msgpack's encoding ~0.04 s (a loaded
-    2-core machine) -- the scan is the price of never hanging on ``[$a, $a]``.
+    one first, and :func:`expanded_size` counts only a value that shares. The scan is the price
+    of never hanging on ``[$a, $a]``; measured (one run, a loaded 2-core machine): a list of
+    10 M ints, scan 0.17 s against msgpack's 0.21 s; 100 000 small maps, scan 0.05 s against
+    0.02 s (the exact count would take 0.5 s).
     """
     if _shares(root, _CONTAINERS if closures else _NESTED):
         expanded_size(root, limit, closures=closures)
@@ -340,6 +341,8 @@ def _shares(root: Any, containers: frozenset[type]) -> bool:
         referents = level[0] if len(level) == 1 and type(level[0]) is list else None
         if referents is None:
             referents = gc.get_referents(*level)
+        if containers.isdisjoint(set(map(type, referents))):  # the cheapest pass: 17 ns/item
+            return False
         level = list(compress(referents, map(wanted, map(type, referents))))
     return False
 
