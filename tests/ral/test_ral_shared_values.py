@@ -82,11 +82,6 @@ def test_a_closure_that_captured_a_value_over_the_limit_is_refused_by_the_codec(
     refuse_oversized(r.value, closures=False)
 
 
-def test_eq_of_two_values_that_doubled_themselves_60_times_is_true(session: Session) -> None:
-    r = session.run(f"let a = {DOUBLED_60}; let b = {DOUBLED_60}; eq $a $b")
-    assert r.error is None and r.value is True
-
-
 def test_a_cancel_reaches_the_rendering_of_a_large_shared_value(
     session: Session, tmp_path: Path
 ) -> None:
