@@ -24,6 +24,7 @@ ORDER = [
     ("panic_to_ready", "SIGKILL of a shell to the next call's result"),
     ("cancel_latency", "cancel() to the cancelled call returning: ral, shell, providers"),
     ("digest_cost", "digesting a 50 MB tool result vs a 50 KB one"),
+    ("value_size", "encode / render with the shared-structure bound; refusing 2**61 items"),
     ("mailbox_throughput", "quota mailbox vs a plain pykka actor"),
     ("cancel_cascade", "cancel cascade over 10 / 100 / 1,000 registry entries"),
     ("cancel_cascade_shells", "cancel cascade with real shell processes at 10 / 100"),

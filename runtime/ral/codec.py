@@ -26,6 +26,12 @@ walks that lower values to msgpack data and raise decoded data back to values ke
 stacks. (The recursive decoder this replaces called ``unpackb`` once per nested variant, each
 call holding a 40 KB parse stack on the C stack: 300 nested variants killed the process with
 SIGSEGV.)
+
+Size. A value that shares structure (``[$a, $a]``) can be exponentially larger written out
+than in memory; one over :data:`runtime.ral.values.MAX_EXPANDED_ITEMS` items written out is
+refused with :class:`runtime.ral.errors.ValueTooLarge` before any byte is written
+(:func:`runtime.ral.values.refuse_oversized`), and the Python walk that lowers variants and
+closures calls the run's cancellation check (:func:`runtime.ral.values.cancellable_walks`).
 """
 
 from __future__ import annotations
@@ -36,8 +42,20 @@ from typing import Any
 
 import msgpack
 
+from runtime.ral.compile import Elaborator, Scope
 from runtime.ral.errors import CodecError, RalSyntaxError
-from runtime.ral.values import UNIT, Builtin, Closure, Unit, Variant, WorkerHandle
+from runtime.ral.parser import parse_block
+from runtime.ral.values import (
+    UNIT,
+    WALK_POLL_EVERY,
+    Builtin,
+    Closure,
+    Unit,
+    Variant,
+    WorkerHandle,
+    refuse_oversized,
+    walk_check,
+)
 
 EXT_UNIT = 1
 EXT_VARIANT = 2
@@ -192,8 +210,13 @@ def _lower(root: Any) -> Any:
     """
     if type(root) not in _NESTED:
         return root
+    check = walk_check()
+    frames = 0
     stack = [_Lowering(root, 1)]
     while True:
+        frames += 1
+        if check is not None and not frames % WALK_POLL_EVERY:
+            check()
         f = stack[-1]
         items, i, n, out = f.items, f.i, len(f.items), f.out
         inline = f.level < MAX_VALUE_NESTING  # may an item be a container without a frame?
@@ -229,7 +252,10 @@ def _lower(root: Any) -> Any:
 
 
 def encode_value(v: Any) -> bytes:
-    """msgpack bytes of a ral value; :class:`CodecError` for non-values and too-deep values."""
+    """msgpack bytes of a ral value; :class:`CodecError` for non-values and too-deep values,
+    :class:`ValueTooLarge` (a ``CodecError``) for values too large written out."""
+    if type(v) in _NESTED:
+        refuse_oversized(v)
     try:
         return _pack_plain(v)
     except (_NeedsLowering, ValueError, TypeError, OverflowError):
@@ -240,6 +266,11 @@ def encode_value(v: Any) -> bytes:
         raise
     except (ValueError, TypeError, OverflowError) as e:
         raise CodecError(f"cannot encode value: {e}") from None
+
+
+def value_size(v: Any) -> int:
+    """Bytes of ``v``'s msgpack encoding (what the large-binding notice measures)."""
+    return len(encode_value(v))
 
 
 # -- decoding --------------------------------------------------------------------------------
@@ -435,9 +466,6 @@ def _decode_closure(body: list[Any]) -> Closure:
 def _compile_closure(
     source: str, params: tuple[str, ...], rec_name: str | None, line: int, col: int, names: set[str]
 ) -> Any:
-    from runtime.ral.compile import Elaborator, Scope
-    from runtime.ral.parser import parse_block
-
     try:
         node = parse_block(source, max(line, 1), max(col, 1))
     except RalSyntaxError as e:

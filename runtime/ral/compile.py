@@ -8,16 +8,17 @@ harvest is linear). For each node it
   bound or not), unioned from the children's already-computed sets; the run's referenced names
   are the union of its phrases' ``occ`` (:func:`harvest`), so a stored closure body is never
   walked again;
-- resolves every name statically to a frame depth (or to "global": Σ, then a program on PATH)
-  and compiles to a closure ``ev(frame) -> value`` — per-node dispatch is decided here, once.
+- resolves every name statically to an activation depth (or to "global": Σ, then a program on PATH)
+  and compiles to a closure ``ev(activation) -> value`` — per-node dispatch is decided here, once.
 
-Frames mirror scopes one to one: the session frame (its ``vars`` *is* ρ), a frame per closure
-call (captured bindings + parameters; its parent is ``None``, so a closure body can reach only
-what it captured, Σ and PATH), and a frame per execution of an if/for/try body that binds names.
-A closure captures, at creation, exactly the outer bindings its body resolves outward — its free
-variables and the command heads that resolve to bindings — by value; so rebinding or removing a
-session name later never changes what a closure holds (the session scope is copy-on-write from
-every closure's point of view).
+Scopes mirror activations (:mod:`runtime.ral.calls`) one to one. A closure captures, at
+creation, exactly the outer bindings its body resolves outward -- its free variables and the
+command heads that resolve to bindings -- by value; so rebinding or removing a session name later
+never changes what a closure holds (the session scope is copy-on-write from every closure's
+point of view).
+
+``use PATH`` is compiled here too: it reads, parses and compiles the file when it runs
+(:func:`use_file`), so the elaborator is the one place that turns source into code.
 """
 
 from __future__ import annotations
@@ -25,11 +26,22 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from runtime.cancel import Cancelled
-from runtime.errors import ExarchError
+from runtime.ral.calls import (
+    MAX_DEPTH,
+    Activation,
+    BlockCode,
+    Ev,
+    ReturnSignal,
+    apply,
+    call_closure,
+    call_native,
+    index_value,
+)
 from runtime.ral.errors import RalError, RalSyntaxError
+from runtime.ral.files import read_bytes
+from runtime.ral.interp import Interp, check_cancel
 from runtime.ral.nodes import (
     EMPTY,
     Block,
@@ -38,7 +50,7 @@ from runtime.ral.nodes import (
     For,
     If,
     Index,
-    Interp,
+    Interpolation,
     Let,
     ListLit,
     Lit,
@@ -50,20 +62,8 @@ from runtime.ral.nodes import (
     Use,
     Var,
 )
-from runtime.ral.values import UNIT, Builtin, Closure, render, type_name
-
-if TYPE_CHECKING:
-    from runtime.ral.interp import Interp as Runtime
-
-Ev = Callable[["Frame"], Any]
-
-MAX_DEPTH = 1000
-"""Deepest ral call nesting before the ral error ``recursion limit``.
-
-Measured: one ral call level costs 7 Python frames here (2855 levels fit in 20000); 1000 levels
-stay far inside the
-interpreter recursion limit the session raises to (20000) and inside a thread's stack.
-"""
+from runtime.ral.parser import parse
+from runtime.ral.values import UNIT, Closure, render, type_name
 
 
 class Stats:
@@ -75,48 +75,8 @@ class Stats:
 STATS = Stats()
 
 
-class Frame:
-    __slots__ = ("it", "parent", "vars")
-
-    def __init__(self, vars: dict[str, Any], parent: Frame | None, it: Runtime) -> None:
-        self.vars = vars
-        self.parent = parent
-        self.it = it
-
-
-class ReturnSignal(Exception):
-    """``return EXPR``: unwinds to the innermost closure call (or the end of the run/file)."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-class BlockCode:
-    """A compiled closure literal, shared by every closure made from that node."""
-
-    __slots__ = ("captures", "col", "line", "occ", "params", "run", "source")
-
-    def __init__(
-        self,
-        params: tuple[str, ...],
-        run: Ev,
-        captures: tuple[tuple[str, Ev], ...],
-        source: str,
-        line: int,
-        col: int,
-        occ: frozenset[str],
-    ) -> None:
-        self.params = params
-        self.run = run
-        self.captures = captures
-        self.source = source
-        self.line = line
-        self.col = col
-        self.occ = occ
-
-
 class Scope:
-    """An elaboration scope, one per runtime frame."""
+    """An elaboration scope, one per runtime activation."""
 
     __slots__ = ("captures", "kind", "names", "parent")
 
@@ -128,7 +88,7 @@ class Scope:
 
 
 def resolve(scope: Scope, name: str) -> int | None:
-    """Frame depth at which ``name`` lives at runtime, or None for global (Σ / PATH)."""
+    """Activation depth at which ``name`` lives at runtime, or None for global (Σ / PATH)."""
     d = 0
     s = scope
     while True:
@@ -156,81 +116,13 @@ def getter(name: str, depth: int) -> Ev:
     if depth == 1:
         return lambda f: f.parent.vars[name]  # type: ignore[union-attr]
 
-    def deep(f: Frame) -> Any:
+    def deep(f: Activation) -> Any:
         g: Any = f
         for _ in range(depth):
             g = g.parent
         return g.vars[name]
 
     return deep
-
-
-def check_cancel(it: Runtime) -> None:
-    raise Cancelled(it.scope.reason or "cancelled")
-
-
-# -- calling ---------------------------------------------------------------------------------
-
-
-def call_closure(it: Runtime, c: Closure, argv: list[Any], line: int, col: int, who: str) -> Any:
-    code = c.body
-    params = code.params
-    if len(argv) != len(params):
-        raise RalError(f"{who}: expected {_nargs(len(params))}, got {len(argv)}", line, col)
-    vs = dict(c.captured)
-    if c.rec_name is not None:
-        vs[c.rec_name] = c
-    if params:
-        vs.update(zip(params, argv))
-    it.depth += 1
-    try:
-        if it.depth > MAX_DEPTH:
-            raise RalError(f"recursion limit: calls nested deeper than {MAX_DEPTH}", line, col)
-        return code.run(Frame(vs, None, it))
-    except ReturnSignal as r:
-        return r.value
-    finally:
-        it.depth -= 1
-
-
-def _nargs(n: int) -> str:
-    return "1 argument" if n == 1 else f"{n} arguments"
-
-
-_NATIVE_ERRORS = (ArithmeticError, ValueError, TypeError, LookupError, OSError)
-
-
-def call_native(it: Runtime, name: str, argv: list[Any], line: int, col: int) -> Any:
-    nat = it.sigma[name]
-    n = len(argv)
-    if n < nat.lo or (nat.hi is not None and n > nat.hi):
-        raise RalError(f"{name}: expected {nat.arity_text()}, got {n}", line, col)
-    try:
-        return nat.fn(it, argv)
-    except RalError as e:
-        if not e.line:
-            e.line, e.col = line, col
-        raise
-    except RecursionError:
-        raise RalError("recursion limit", line, col) from None
-    except MemoryError:  # a native leaves no half-done interpreter state behind
-        raise RalError(f"out of memory: {name} (the shell's memory limit)", line, col) from None
-    except (*_NATIVE_ERRORS, ExarchError) as e:  # e.g. a value the codec refuses to send
-        raise RalError(f"{name}: {e}", line, col) from None
-
-
-def apply(it: Runtime, v: Any, argv: list[Any], line: int, col: int, who: str = "") -> Any:
-    t = type(v)
-    if t is Closure:
-        return call_closure(it, v, argv, line, col, who or "closure")
-    if t is Builtin:
-        if v.name not in it.sigma:
-            raise RalError(f"builtin {v.name} is not available here", line, col)
-        return call_native(it, v.name, argv, line, col)
-    if not argv:
-        return v
-    what = f"{who} is a {type_name(v)}" if who else f"a {type_name(v)}"
-    raise RalError(f"{what}, not a command", line, col)
 
 
 # -- the elaborator --------------------------------------------------------------------------
@@ -273,12 +165,12 @@ class Elaborator:
         n.occ = n.target.occ | n.key.occ
         line, col = n.line, n.col
 
-        def ev(f: Frame) -> Any:
+        def ev(f: Activation) -> Any:
             return index_value(tgt(f), key(f), line, col)
 
         return ev
 
-    def interp(self, n: Interp, scope: Scope) -> Ev:
+    def interpolation(self, n: Interpolation, scope: Scope) -> Ev:
         parts: list[Any] = []
         names: list[str] = []
         for p in n.parts:
@@ -345,7 +237,7 @@ class Elaborator:
                 return _global_cmd(name, args, line, col)
             get = getter(name, d)
 
-            def local_cmd(f: Frame) -> Any:
+            def local_cmd(f: Activation) -> Any:
                 v = get(f)
                 if type(v) is Closure:
                     return call_closure(f.it, v, [a(f) for a in args], line, col, name)
@@ -360,7 +252,7 @@ class Elaborator:
         head = self.node(head_node, scope)
         n.occ = _union([head_node, *n.args])
 
-        def dyn_cmd(f: Frame) -> Any:
+        def dyn_cmd(f: Activation) -> Any:
             return apply(f.it, head(f), [a(f) for a in args], line, col)
 
         return dyn_cmd
@@ -377,13 +269,13 @@ class Elaborator:
         scope.names.add(name)
         if scope.kind == "session":
 
-            def session_let(f: Frame) -> Any:
+            def session_let(f: Activation) -> Any:
                 f.it.define(name, ev(f))
                 return UNIT
 
             return session_let
 
-        def local_let(f: Frame) -> Any:
+        def local_let(f: Activation) -> Any:
             f.vars[name] = ev(f)
             return UNIT
 
@@ -402,7 +294,7 @@ class Elaborator:
         run, own = self.body(b, scope)
         if not own:
             return run
-        return lambda f: run(Frame({}, f, f.it))
+        return lambda f: run(Activation({}, f, f.it))
 
     def sequence(self, phrases: list[Node], scope: Scope) -> Ev:
         evs = [self.node(p, scope) for p in phrases]
@@ -411,14 +303,14 @@ class Elaborator:
         if len(evs) == 1:
             only = evs[0]
 
-            def one(f: Frame) -> Any:
+            def one(f: Activation) -> Any:
                 if f.it.stop:
                     check_cancel(f.it)
                 return only(f)
 
             return one
 
-        def seq(f: Frame) -> Any:
+        def seq(f: Activation) -> Any:
             it = f.it
             v: Any = UNIT
             for e in evs:
@@ -445,7 +337,7 @@ class Elaborator:
             return lambda f: b0(f) if _truthy(c0(f)) else o(f)
         pairs = list(zip(conds, bodies))
 
-        def chain(f: Frame) -> Any:
+        def chain(f: Activation) -> Any:
             for c, b in pairs:
                 if _truthy(c(f)):
                     return b(f)
@@ -459,7 +351,7 @@ class Elaborator:
         n.occ = n.iterable.occ | n.body.occ
         var, line, col = n.var, n.line, n.col
 
-        def loop(f: Frame) -> Any:
+        def loop(f: Activation) -> Any:
             it = f.it
             xs = seq_ev(f)
             t = type(xs)
@@ -467,7 +359,7 @@ class Elaborator:
                 xs = list(xs)
             elif t is not list:
                 raise RalError(f"for: cannot iterate a {type_name(xs)}", line, col)
-            nf = Frame({}, f, it)
+            nf = Activation({}, f, it)
             vs = nf.vars
             for x in xs:
                 if it.stop:
@@ -484,12 +376,12 @@ class Elaborator:
         n.occ = n.body.occ | n.handler.occ
         var = n.var
 
-        def trying(f: Frame) -> Any:
+        def trying(f: Activation) -> Any:
             try:
                 return body(f)
             except RalError as e:
                 info = {"message": e.message, "line": e.line, "col": e.col}
-                return handler(Frame({var: info}, f, f.it))
+                return handler(Activation({var: info}, f, f.it))
 
         return trying
 
@@ -497,19 +389,19 @@ class Elaborator:
         path = self.node(n.path, scope)
         n.occ = n.path.occ
         line, col = n.line, n.col
-        return lambda f: f.it.use_file(path(f), line, col)
+        return lambda f: use_file(f.it, path(f), line, col)
 
     def return_(self, n: Return, scope: Scope) -> Ev:
         if n.expr is None:
 
-            def ret_unit(f: Frame) -> Any:
+            def ret_unit(f: Activation) -> Any:
                 raise ReturnSignal(UNIT)
 
             return ret_unit
         ev = self.node(n.expr, scope)
         n.occ = n.expr.occ
 
-        def ret(f: Frame) -> Any:
+        def ret(f: Activation) -> Any:
             raise ReturnSignal(ev(f))
 
         return ret
@@ -535,14 +427,14 @@ def _text(v: Any) -> str:
 def _joiner(parts: list[Any]) -> Ev:
     fixed: list[tuple[str, Any]] = [(p, None) if isinstance(p, str) else ("", p) for p in parts]
 
-    def join(f: Frame) -> str:
+    def join(f: Activation) -> str:
         return "".join([s if e is None else _text(e(f)) for s, e in fixed])
 
     return join
 
 
 def _global_cmd(name: str, args: list[Ev], line: int, col: int) -> Ev:
-    def ev(f: Frame) -> Any:
+    def ev(f: Activation) -> Any:
         it = f.it
         argv = [a(f) for a in args]
         if name in it.sigma:
@@ -550,22 +442,6 @@ def _global_cmd(name: str, args: list[Ev], line: int, col: int) -> Ev:
         return it.run_program(name, argv, line, col)
 
     return ev
-
-
-def index_value(t: Any, k: Any, line: int, col: int) -> Any:
-    tt = type(t)
-    if tt is list:
-        if type(k) is not int:
-            raise RalError(f"a list index must be an int, not a {type_name(k)}", line, col)
-        if not -len(t) <= k < len(t):
-            raise RalError(f"index {k} out of range for a list of {len(t)}", line, col)
-        return t[k]
-    if tt is dict:
-        key = k if type(k) is str else render(k)
-        if key not in t:
-            raise RalError(f"no key {key!r} in map", line, col)
-        return t[key]
-    raise RalError(f"cannot index a {type_name(t)}", line, col)
 
 
 def harvest(phrases: list[Node]) -> frozenset[str]:
@@ -599,11 +475,50 @@ def compile_program(
     return Elaborator(sigma, lenient).program(phrases, scope)
 
 
+def use_file(it: Interp, p: Any, line: int, col: int) -> Any:
+    """``use PATH``: run a file in a fresh activation below the session scope; its harvest
+    counts (reported to ``it.on_harvest`` before any of its phrases runs)."""
+    try:
+        text = read_bytes(it, p, "use").decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RalError(f"use: cannot read {p}: {e}", line, col) from None
+    except RalError as e:
+        raise RalError(e.message, line, col) from None
+    rho = it.session_vars
+    outer = Scope("session", set(rho), None) if rho is not None else None
+    scope = Scope("frame", set(), outer)
+    try:
+        with no_gc():
+            phrases = parse(text)
+            evs = compile_program(phrases, scope, set(it.sigma))
+    except RalSyntaxError as e:
+        raise RalError(f"use {p}: {e.line}:{e.col} {e.message}", line, col) from None
+    names = harvest(phrases)
+    it.referenced |= names
+    if it.on_harvest is not None:
+        it.on_harvest(names)
+    act = Activation({}, Activation(rho, None, it) if rho is not None else None, it)
+    it.depth += 1
+    try:
+        if it.depth > MAX_DEPTH:
+            raise RalError("recursion limit: use nested too deeply", line, col)
+        v: Any = UNIT
+        for ev in evs:
+            if it.stop:
+                check_cancel(it)
+            v = ev(act)
+        return v
+    except ReturnSignal as r:
+        return r.value
+    finally:
+        it.depth -= 1
+
+
 _DISPATCH: dict[type, Callable[[Elaborator, Any, Scope], Ev]] = {
     Lit: Elaborator.lit,
     Var: Elaborator.var,
     Index: Elaborator.index,
-    Interp: Elaborator.interp,
+    Interpolation: Elaborator.interpolation,
     Concat: Elaborator.concat,
     ListLit: Elaborator.list_,
     MapLit: Elaborator.map_,

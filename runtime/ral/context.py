@@ -1,4 +1,5 @@
-"""The dynamic context of a session: cwd, environment and grants; and the desk protocol.
+"""The dynamic context of a session: cwd, environment and grants; and the protocols of the two
+services a session is given: the desk (agent verbs) and the worker backend (``spawn``).
 
 The context is per session, survives between runs and is part of the snapshot (``to_dict`` /
 ``from_dict`` are plain JSON/msgpack-able data). Grants (``runtime/ral/grants.py``) only ever
@@ -12,8 +13,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from runtime.cancel import CancelScope
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.grants import Grants
+from runtime.ral.values import Closure, WorkerHandle
 
 
 @dataclass
@@ -50,9 +53,23 @@ class Desk(Protocol):
         ...
 
 
+@runtime_checkable
+class WorkerBackend(Protocol):
+    """Runs detached workers: :class:`runtime.ral.workers.ThreadWorkers` in the REPL, OS
+    processes owned by the control side in a shell host."""
+
+    def spawn(self, closure: Closure, ctx: DynamicContext, scope: CancelScope) -> WorkerHandle: ...
+
+    def await_(self, handle: WorkerHandle, scope: CancelScope) -> Any:
+        """The worker's value; re-raises its ral error; raises Cancelled if ``scope`` trips."""
+        ...
+
+    def cancel(self, handle: WorkerHandle) -> None: ...
+
+
 AGENT_VERBS = frozenset(
     {"agent", "message", "agent-cancel", "reply", "schedule", "unschedule", "pin", "unpin"}
 )
 """The agent verbs, answered by the desk (docs/ral.md, Agent verbs)."""
 
-__all__ = ["AGENT_VERBS", "Desk", "DeskRefusal", "DynamicContext", "Grants"]
+__all__ = ["AGENT_VERBS", "Desk", "DeskRefusal", "DynamicContext", "Grants", "WorkerBackend"]

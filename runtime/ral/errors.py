@@ -41,6 +41,13 @@ class CodecError(ExarchError):
     """Bytes that do not decode to a ral value, or a value that cannot be encoded."""
 
 
+class ValueTooLarge(CodecError):
+    """A value whose size written out -- each item of each container, a part that occurs n times
+    counted n times -- passes :data:`runtime.ral.values.MAX_EXPANDED_ITEMS`: encoding it would
+    take time and memory exponential in the program that built it (``fold { |a, x| [$a, $a] }``
+    doubles it each step), so the codec refuses it before writing a byte."""
+
+
 class DeskRefusal(ExarchError):
     """Raised by a desk to refuse an agent verb; the shell reports it as a ral error."""
 

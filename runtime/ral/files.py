@@ -18,15 +18,13 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runtime.ral import confine
 from runtime.ral.errors import RalError
+from runtime.ral.interp import Interp, Native
 from runtime.ral.pattern import compile_pattern
 from runtime.ral.values import UNIT, render, type_name
-
-if TYPE_CHECKING:
-    from runtime.ral.interp import Interp, Native
 
 LIST_CAP = 5000
 """Most entries ``explore-dir`` lists and most matches ``grep-files`` reports."""
@@ -192,8 +190,6 @@ def write_text(it: Interp, a: list[Any]) -> Any:
 
 
 def _natives() -> dict[str, Native]:
-    from runtime.ral.interp import Native
-
     return {
         "view-text": Native(view_text, 1, 3, "view-text PATH [FROM TO]"),
         "grep-files": Native(grep_files, 1, 2, "grep-files PATTERN [PATH] -> path:line:text lines"),

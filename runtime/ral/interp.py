@@ -1,5 +1,10 @@
 """The runtime state of one evaluation (a session run, or a worker) and its effects on the world:
-external programs and ``use``.
+external programs and file paths.
+
+This is the state compiled code reaches through ``activation.it`` and natives receive as their
+first argument; Σ (:class:`Native` entries) is handed in by whoever builds the evaluation, so
+this module knows no native, no compiler and no parser (``use`` is run by
+:func:`runtime.ral.compile.use_file`).
 
 Under exec grants a head runs exactly the file its grant resolved when it was made
 (:meth:`runtime.ral.grants.Grants.program`); the session's ``PATH`` is consulted only when every
@@ -17,26 +22,12 @@ import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runtime.cancel import POLL_INTERVAL, Cancelled, CancelScope
-from runtime.ral.compile import (
-    MAX_DEPTH,
-    Frame,
-    ReturnSignal,
-    Scope,
-    check_cancel,
-    compile_program,
-    harvest,
-    no_gc,
-)
-from runtime.ral.context import Desk, DynamicContext
-from runtime.ral.errors import RalError, RalSyntaxError
-from runtime.ral.parser import parse
-from runtime.ral.values import UNIT, Builtin, render
-
-if TYPE_CHECKING:
-    from runtime.ral.workers import WorkerBackend
+from runtime.ral.context import Desk, DynamicContext, WorkerBackend
+from runtime.ral.errors import RalError
+from runtime.ral.values import Builtin, render
 
 
 @dataclass(frozen=True)
@@ -57,7 +48,7 @@ class Native:
 
 
 class Interp:
-    """Everything a compiled node reaches through ``frame.it``."""
+    """Everything a compiled node reaches through ``activation.it``."""
 
     def __init__(
         self,
@@ -119,45 +110,6 @@ class Interp:
         refuse_nul(p, f"{what}: the path")
         full = os.path.normpath(os.path.join(self.ctx.cwd, os.path.expanduser(p)))
         return full
-
-    def use_file(self, p: Any, line: int, col: int) -> Any:
-        """``use PATH``: run a file in a fresh frame below the session scope; its harvest counts."""
-        from runtime.ral.files import read_bytes  # files builds its natives from this module
-
-        try:
-            text = read_bytes(self, p, "use").decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise RalError(f"use: cannot read {p}: {_reason(e)}", line, col) from None
-        except RalError as e:
-            raise RalError(e.message, line, col) from None
-        rho = self.session_vars
-        outer = Scope("session", set(rho), None) if rho is not None else None
-        scope = Scope("frame", set(), outer)
-        try:
-            with no_gc():
-                phrases = parse(text)
-                evs = compile_program(phrases, scope, set(self.sigma))
-        except RalSyntaxError as e:
-            raise RalError(f"use {p}: {e.line}:{e.col} {e.message}", line, col) from None
-        names = harvest(phrases)
-        self.referenced |= names
-        if self.on_harvest is not None:
-            self.on_harvest(names)
-        frame = Frame({}, Frame(rho, None, self) if rho is not None else None, self)
-        self.depth += 1
-        try:
-            if self.depth > MAX_DEPTH:
-                raise RalError("recursion limit: use nested too deeply", line, col)
-            v: Any = UNIT
-            for ev in evs:
-                if self.stop:
-                    check_cancel(self)
-                v = ev(frame)
-            return v
-        except ReturnSignal as r:
-            return r.value
-        finally:
-            self.depth -= 1
 
     # -- external programs ---------------------------------------------------------------
     def run_program(self, name: str, argv: list[Any], line: int, col: int) -> Any:
@@ -222,6 +174,12 @@ class Interp:
             return out
 
 
+def check_cancel(it: Interp) -> None:
+    """Raise :class:`Cancelled` for a tripped evaluation (callers test ``it.stop`` first, which
+    keeps the hot loops free of a call)."""
+    raise Cancelled(it.scope.reason or "cancelled")
+
+
 def refuse_nul(s: str | bytes, what: str, line: int = 0, col: int = 0) -> None:
     """Refuse a NUL character where the OS takes a C string (an argument, a path, an env var).
 
@@ -264,4 +222,4 @@ def _reason(e: BaseException) -> str:
     return str(e)
 
 
-__all__ = ["Cancelled", "Interp", "Native"]
+__all__ = ["Cancelled", "Interp", "Native", "check_cancel", "refuse_nul"]

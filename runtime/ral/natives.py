@@ -15,11 +15,11 @@ from typing import Any
 
 from runtime.errors import ExarchError
 from runtime.ral import confine
-from runtime.ral.compile import apply, check_cancel
+from runtime.ral.calls import apply
 from runtime.ral.context import Desk
 from runtime.ral.errors import DeskRefusal, InternalPanic, RalError
 from runtime.ral.files import FILE_NATIVES, refusals
-from runtime.ral.interp import Interp, Native, refuse_nul
+from runtime.ral.interp import Interp, Native, check_cancel, refuse_nul
 from runtime.ral.values import (
     UNIT,
     Closure,

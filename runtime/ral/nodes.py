@@ -50,7 +50,7 @@ class Index(Node):
         self.key = key
 
 
-class Interp(Node):
+class Interpolation(Node):
     """A ``"..."`` string with at least one ``$name`` to interpolate."""
 
     __slots__ = ("parts",)

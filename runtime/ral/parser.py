@@ -29,7 +29,7 @@ from runtime.ral.nodes import (
     For,
     If,
     Index,
-    Interp,
+    Interpolation,
     Let,
     ListLit,
     Lit,
@@ -303,7 +303,7 @@ class Parser:
             assert isinstance(parts, list)
             if len(parts) == 1 and isinstance(parts[0], str):
                 return Lit(parts[0], t.line, t.col)
-            return Interp(
+            return Interpolation(
                 [p if isinstance(p, str) else Var(p[0], p[1], p[2]) for p in parts], t.line, t.col
             )
         node: Node = Var(str(t.value), t.line, t.col)

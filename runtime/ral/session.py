@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.cancel import Cancelled, CancelScope
-from runtime.ral.compile import Frame, ReturnSignal, Scope, compile_program, harvest, no_gc
-from runtime.ral.context import Desk, DynamicContext, Grants
+from runtime.ral.calls import Activation, ReturnSignal
+from runtime.ral.compile import Scope, compile_program, harvest, no_gc
+from runtime.ral.context import Desk, DynamicContext, Grants, WorkerBackend
 from runtime.ral.errors import (
     CodecError,
     DeskRefusal,
@@ -39,8 +40,8 @@ from runtime.ral.errors import (
 from runtime.ral.interp import Interp
 from runtime.ral.natives import NATIVES, build_sigma
 from runtime.ral.parser import parse
-from runtime.ral.values import UNIT, Value
-from runtime.ral.workers import ThreadWorkers, WorkerBackend
+from runtime.ral.values import UNIT, Value, cancellable_walks
+from runtime.ral.workers import ThreadWorkers
 
 RECURSION_FLOOR = 20000
 """The Python recursion limit a session ensures: ral's own limit (1000 nested calls, 7 Python
@@ -145,16 +146,17 @@ class Session:
             worker_scope=self.root_scope,
             on_harvest=self.harvest_hook,
         )
-        frame = Frame(self._rho, None, it)
+        act = Activation(self._rho, None, it)
         value: Any = UNIT
         error: ErrorInfo | None = None
         line, col = 1, 1
         try:
-            for ev, node in zip(evs, phrases):
-                line, col = node.line, node.col
-                if it.stop:
-                    it.poll()
-                value = ev(frame)
+            with cancellable_walks(it.poll):
+                for ev, node in zip(evs, phrases):
+                    line, col = node.line, node.col
+                    if it.stop:
+                        it.poll()
+                    value = ev(act)
         except ReturnSignal as r:
             value = r.value
         except RalError as e:

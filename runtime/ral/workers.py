@@ -1,4 +1,5 @@
-"""Detached workers: the backend protocol and the REPL's thread-based default.
+"""Detached workers: the REPL's thread-based backend (the protocol is
+:class:`runtime.ral.context.WorkerBackend`).
 
 A worker runs one parameterless closure with a copy of the spawning context, under a cancel
 scope that is a child of the session's root scope (so cancelling the root cancels every worker).
@@ -14,23 +15,15 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from runtime.cancel import POLL_INTERVAL, Cancelled, CancelScope
+from runtime.ral.calls import call_closure
 from runtime.ral.context import Desk, DynamicContext
 from runtime.ral.errors import RalError
-from runtime.ral.values import Closure, WorkerHandle
-
-
-@runtime_checkable
-class WorkerBackend(Protocol):
-    def spawn(self, closure: Closure, ctx: DynamicContext, scope: CancelScope) -> WorkerHandle: ...
-
-    def await_(self, handle: WorkerHandle, scope: CancelScope) -> Any:
-        """The worker's value; re-raises its ral error; raises Cancelled if ``scope`` trips."""
-        ...
-
-    def cancel(self, handle: WorkerHandle) -> None: ...
+from runtime.ral.interp import Interp
+from runtime.ral.natives import build_sigma
+from runtime.ral.values import Closure, WorkerHandle, cancellable_walks
 
 
 @dataclass
@@ -76,10 +69,6 @@ class ThreadWorkers:
         return handle
 
     def _run(self, entry: _Entry, closure: Closure, ctx: DynamicContext) -> None:
-        from runtime.ral.compile import call_closure
-        from runtime.ral.interp import Interp
-        from runtime.ral.natives import build_sigma
-
         it = Interp(
             ctx=ctx,
             scope=entry.scope,
@@ -91,7 +80,8 @@ class ThreadWorkers:
             worker_scope=entry.scope.parent or entry.scope,
         )
         try:
-            entry.value = call_closure(it, closure, [], closure.line, closure.col, "worker")
+            with cancellable_walks(it.poll):
+                entry.value = call_closure(it, closure, [], closure.line, closure.col, "worker")
         except RalError as e:
             entry.error = e
         except Cancelled:

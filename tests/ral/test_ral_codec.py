@@ -119,6 +119,6 @@ def test_foreign_msgpack_data_is_refused() -> None:
 
 
 def test_value_size_is_the_encoded_length() -> None:
-    from runtime.ral.values import value_size
+    from runtime.ral.codec import value_size
 
     assert value_size("x" * 100) == len(encode_value("x" * 100))

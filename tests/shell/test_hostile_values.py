@@ -8,7 +8,11 @@ a SIGSEGV while decoding the snapshot at rollback, a CodecError escaping ``spawn
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from tests.support.ral_programs import rendering_after_marker
+from tests.support.waiting import HANG_GUARD, wait_for
 
 DEEP = "fold { |acc, x| [$acc] } [] (range 19999)"  # 20000 levels
 
@@ -59,3 +63,54 @@ def test_a_nul_in_a_program_argument_is_a_ral_error_in_the_shell(start_shell: Ca
     r = shell.run('printf "%s" "a\0b"').get()
     assert r.error_kind == "runtime" and not r.rolled_back
     assert r.error == "1:1 printf: argument 2 contains a NUL character, which the OS cannot pass"
+
+
+DOUBLED_60 = "fold { |a, x| [$a, $a] } [1] (range 60)"  # 61 lists, over 2**60 items written out
+
+
+def test_binding_a_value_that_doubled_itself_60_times_is_refused_as_too_large(
+    start_shell: Callable,
+) -> None:
+    shell: Any = start_shell().proxy()
+    r = shell.run(f"let x = {DOUBLED_60}").get()
+    assert r.error_kind == "runtime" and not r.rolled_back
+    assert "let x: refused" in r.error and "value too large" in r.error
+    assert shell.run("let y = 2; $y").get().value == "2"
+    assert shell.run("$x").get().error_kind == "elaboration"  # nothing was bound
+
+
+def test_spawning_a_closure_that_holds_a_value_too_large_written_out_is_a_ral_error(
+    start_shell: Callable,
+) -> None:
+    shell: Any = start_shell().proxy()
+    r = shell.run(
+        f"try {{ let d = {DOUBLED_60}; spawn {{ len $d }} }} catch e {{ $e[message] }}"
+    ).get()
+    assert r.error is None and not r.rolled_back
+    assert r.value.startswith("spawn: value too large: over")
+
+
+def test_a_result_that_doubled_itself_60_times_is_shown_as_a_placeholder(
+    start_shell: Callable,
+) -> None:
+    shell: Any = start_shell().proxy()
+    r = shell.run(DOUBLED_60).get()
+    assert r.error is None and not r.rolled_back
+    assert r.value.startswith("<value of over ")
+
+
+def test_a_cancel_reaches_a_shell_rendering_a_large_shared_value_without_a_rollback(
+    start_shell: Callable, tmp_path: Path
+) -> None:
+    """Rendering 2**23 shared leaves takes seconds; without a cancellation check in the walk the
+    host would not answer within the cancel grace and would be killed and rolled back."""
+    shell: Any = start_shell().proxy()
+    root = shell.eval_root.get()
+    assert shell.run("let kept = 1").get().error is None
+    marker = tmp_path / "rendering"
+    future = shell.run(rendering_after_marker(marker))
+    wait_for(marker.exists, HANG_GUARD, "the rendering to start")
+    root.interrupt("esc")
+    r = future.get(timeout=HANG_GUARD)
+    assert r.error_kind == "cancelled" and not r.rolled_back
+    assert shell.run("$kept").get().value == "1"

@@ -1,5 +1,6 @@
 """Generated ral programs and a bounded runner: the fuzz test (tests/ral/test_ral_fuzz.py) and
-its longer run (benchmarks/ral_fuzz.py) share them.
+its longer run (benchmarks/ral_fuzz.py) share them; and the few fixed programs that tests of the
+in-process session and of the shell host both run (:func:`rendering_after_marker`).
 
 Two kinds of input: grammar-shaped programs (strings with escapes and interpolation, lists,
 maps, blocks, lets, closures, ``for``, ``if``, ``try``, ``return``, natives with odd arguments)
@@ -20,13 +21,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from hypothesis import strategies as st
 
 from cli.ral import json_text
 from runtime.ral.codec import TOO_DEEP, decode_value, encode_value
 from runtime.ral.context import DynamicContext, Grants
-from runtime.ral.errors import CodecError
+from runtime.ral.errors import CodecError, ValueTooLarge
 from runtime.ral.natives import NATIVES
 from runtime.ral.session import RECURSION_FLOOR, RunResult, Session
 from runtime.ral.values import render, values_equal
@@ -230,7 +232,8 @@ def run_bounded(source: str, cwd: str, budget: float) -> Outcome:
 
 def check(o: Outcome, limit: float) -> None:
     """The fuzz contract: a typed outcome within ``limit`` seconds, and a result value that
-    renders, prints as JSON, and survives the codec (or is refused as too deep)."""
+    renders, prints as JSON, and survives the codec (or is refused as too deep, or as too large
+    written out: a value that shares structure, ``[$a, $a]`` repeated)."""
     r = o.result
     assert o.seconds <= limit, f"run took {o.seconds:.2f} s (limit {limit} s): {o.source!r}"
     if r.error is not None:
@@ -240,7 +243,18 @@ def check(o: Outcome, limit: float) -> None:
     json_text(r.value)
     try:
         back = decode_value(encode_value(r.value))
+    except ValueTooLarge:
+        return
     except CodecError as e:
         assert str(e) == TOO_DEEP, (str(e), o.source)
         return
     assert values_equal(back, r.value), o.source
+
+
+def rendering_after_marker(marker: Path) -> str:
+    """A script that builds a value of 2**23 leaves in a local binding (nothing to encode),
+    writes ``marker``, then renders the value."""
+    return (
+        f"try {{ let x = fold {{ |a, x| [$a, $a] }} [1] (range 23); "
+        f'write-text "{marker}" go; echo $x }} catch e {{ fail $e[message] }}'
+    )
