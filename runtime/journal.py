@@ -12,7 +12,8 @@ Invariants:
   ``release-unconfirmed`` only behind a ``teardown-unconfirmed`` naming what a sweeper deletes; so
   a replayed journal cannot claim a cleanup it never recorded.
 - :func:`fold` is pure; :class:`SpawnJournal` validates a record against the state *before* the
-  fsync'd append and folds it after, so the file never holds a record the fold would refuse.
+  append (acknowledged under the session's durability policy) and folds it after, so the file
+  never holds a record the fold would refuse.
 """
 
 from __future__ import annotations
@@ -429,7 +430,8 @@ def replay(path: str | os.PathLike[str], *, strict: bool = True) -> Replay:
 
 
 class SpawnJournal:
-    """The writer: assigns seqs, validates, appends with fsync, folds. Thread-safe."""
+    """The writer: assigns seqs, validates, appends (acknowledged under the session's
+    durability policy), folds. Thread-safe."""
 
     def __init__(self, path: str | os.PathLike[str], state: SettlementState | None = None) -> None:
         self.path = Path(path)
