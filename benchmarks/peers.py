@@ -2,8 +2,9 @@
 
 - **stack**: one ral call through the whole stack (a headless trunk on the scripted provider:
   provider, admission, event log, bus, shell actor, host, checkpoint), the mean per call over
-  ``--calls`` calls from ``transcript.jsonl``'s ``Io`` timestamps, for a trivial call (``1``)
-  and a binding-changing one (``let x = add 1 2``), under each ``--durability`` policy;
+  ``--calls`` calls (two per scripted reply) from ``transcript.jsonl``'s ``Io`` timestamps,
+  for a trivial call (``1``) and a binding-changing one (``let x = add 1 2``), under each
+  ``--durability`` policy;
 - **shell**: the same two calls through the ShellActor alone (mean of timed round trips);
 - **pipe floor**: a bare msgpack echo over the same kind of pipe to a process from the same fork
   server (benchmarks/shell_roundtrip.py's floor);
@@ -38,6 +39,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from actors.fleet import FleetConfig
 from actors.shell import ShellActor
 from actors.shell_host import ChildProcess, ensure_fork_server
 from runtime.durable import read_jsonl
@@ -45,13 +47,15 @@ from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.session_dir import SessionDir
 
-try:  # absent before the knob: the stack then runs as that code does (``--only stack``)
+if "durability" in FleetConfig.__dataclass_fields__:
     from runtime import durability as _durability
 
     POLICIES: list[Any] = list(_durability.Durability)
-except ImportError:
-    _durability = None  # type: ignore[assignment]
+else:  # code older than the knob (a before/after figure): the stack runs as that code does
     POLICIES = [None]
+
+FSYNCS: dict[str, tuple[int, int]] = {}
+"""Per stack run: (records appended, fsyncs of them), from its bound directory."""
 
 TRIVIAL = "1"
 BINDING = "let x = add 1 2"
@@ -62,16 +66,19 @@ WARMUP = 20
 
 
 def stack(calls: int, script: str, policy: Any) -> float:
-    """Mean seconds per ral call through the whole stack, from the transcript's Io stamps."""
-    from actors.fleet import Fleet, FleetConfig
+    """Mean seconds per ral call through the whole stack, from the transcript's Io stamps.
+
+    Two calls per scripted reply: a turn is capped at MAX_STEPS (250) provider round trips,
+    fewer than the calls measured."""
+    from actors.fleet import Fleet
 
     toml = f"""
 [fleet]
 prompt = "go"
 
 [[agents.trunk]]
-ral = [{script!r}]
-repeat = {calls + WARMUP}
+ral = [{script!r}, {script!r}]
+repeat = {(calls + WARMUP + 1) // 2}
 
 [[agents.trunk]]
 ral = ["reply done"]
@@ -79,6 +86,7 @@ ral = ["reply done"]
     playback = ScenarioPlayback(parse_scenario(toml))
     with tempfile.TemporaryDirectory() as d:
         config = FleetConfig() if policy is None else FleetConfig(durability=policy)
+        files = None if policy is None else _durability.bind(d, policy)  # the fleet shares it
         fleet = Fleet(SessionDir.at(d), playback.provider, config)
         try:
             fleet.start_trunk("go")
@@ -86,6 +94,9 @@ ral = ["reply done"]
                 raise RuntimeError("the benchmark run did not finish")
         finally:
             fleet.close()
+            if files is not None:
+                _durability.unbind(files)
+                FSYNCS[f"{script!r} [{policy.value}]"] = (files.records, files.fsyncs)
         stamps = [
             _epoch(r["at"])
             for r in read_jsonl(Path(d) / "transcript.jsonl").records
@@ -94,6 +105,28 @@ ral = ["reply done"]
     window = stamps[WARMUP - 1 : WARMUP + calls]
     assert len(window) == calls + 1, len(stamps)
     return (window[-1] - window[0]) / calls
+
+
+def fanout(agents: int, calls: int) -> tuple[int, int, float]:
+    """A fan-out of ``agents`` children making ``calls`` ral calls each under ``machine``:
+    (records appended, fsyncs of them, seconds): group commit across concurrent agents."""
+    from actors.fleet import Fleet
+    from runtime.nemesis import synthetic_scenario
+
+    playback = ScenarioPlayback(parse_scenario(synthetic_scenario(agents, calls, call_ms=0)))
+    with tempfile.TemporaryDirectory() as d:
+        files = _durability.bind(d, _durability.Durability.MACHINE)
+        fleet = Fleet(SessionDir.at(d), playback.provider, FleetConfig(durability=files.policy))
+        t = time.perf_counter()
+        try:
+            fleet.start_trunk("go")
+            if not fleet.wait_empty(600):
+                raise RuntimeError("the fan-out did not finish")
+        finally:
+            fleet.close()
+            took = time.perf_counter() - t
+            _durability.unbind(files)
+    return files.records, files.fsyncs, took
 
 
 def _epoch(at: str) -> float:
@@ -266,6 +299,9 @@ def main() -> int:
         if want("shell"):
             rows[f"shell actor {TRIVIAL!r} {tag}"] = shell(calls, TRIVIAL, policy)
             rows[f"shell actor {BINDING!r} {tag}"] = shell(calls, BINDING, policy)
+    fan: tuple[int, int, float] | None = None
+    if want("stack") and POLICIES != [None]:
+        fan = fanout(8, max(5, calls // 10))
     if want("floor"):
         rows["pipe floor (msgpack echo)"] = floor(calls)
     if want("shell"):
@@ -284,6 +320,13 @@ def main() -> int:
     print(f"per call, mean of {calls} calls (restart / panic: median of {restarts})")
     for name, value in rows.items():
         print(f"  {name:<46} {_ms(value)}")
+    for name, (records, fsyncs) in FSYNCS.items():
+        print(f"  stack {name}: {records} records appended, {fsyncs} fsyncs")
+    if fan is not None:
+        print(
+            f"  fan-out of 8 agents [machine]: {fan[0]} records appended, {fan[1]} fsyncs "
+            f"({fan[1] / fan[0]:.2f} per record) in {fan[2]:.2f} s"
+        )
     for line in skipped:
         print(f"  skipped {line}")
     jup = rows.get("jupyter execute 'x = i'")
