@@ -312,12 +312,14 @@ class Fleet:
                 ref.stop(block=True, timeout=5.0)
             except Exception:  # already stopped (ActorDeadError): the state wanted
                 pass
-        self._registry.stop()
-        self.bus.stop()
-        self._closed = True
-        files, self._files = self._files, None
-        if files is not None:  # every written record durable under the policy, files closed
-            durability.unbind(files)
+        try:
+            self._registry.stop()
+            self.bus.stop()
+        finally:
+            self._closed = True
+            files, self._files = self._files, None
+            if files is not None:  # every written record durable under the policy, files closed
+                durability.unbind(files)
         return fleet_yield(self.journal.state)
 
     def write_result(self, outcome: str, reply: str | None, **extra: Any) -> FleetYield:
