@@ -48,6 +48,7 @@ __all__ = [
     "read_jsonl",
     "set_aside_torn",
     "torn_path",
+    "write_jsonl",
 ]
 
 
@@ -61,6 +62,25 @@ def jsonl_line(record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     if "at" not in record:
         record = {**record, "at": now_iso()}
     return record, (json.dumps(record, ensure_ascii=False, default=_json_default) + "\n").encode()
+
+
+def write_jsonl(
+    path: str | os.PathLike[str], record: dict[str, Any]
+) -> tuple[dict[str, Any], Callable[[], None]]:
+    """Write ``record`` now (``write(2)``, in the file's order) and return it with the wait for
+    its acknowledgement under ``path``'s policy -- for a caller that orders its writes under a
+    lock of its own and must not hold that lock across an fsync: write under it, wait after."""
+    record, line = jsonl_line(record)
+    writer = durability.writer_for(path)
+    if writer is None:
+        durability.append(path, line)
+        return record, _acknowledged
+    ticket = writer.write(line)
+    return record, lambda: writer.wait(ticket)
+
+
+def _acknowledged() -> None:
+    return None
 
 
 def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.durable import Damage, Shape, append_jsonl, now_iso, read_jsonl
+from runtime.durable import Damage, Shape, now_iso, read_jsonl, write_jsonl
 from runtime.errors import ExarchError
 
 JOURNAL_NAME = "spawn-journal.jsonl"
@@ -453,6 +453,10 @@ class SpawnJournal:
         return cls.open(Path(session_dir) / JOURNAL_NAME)
 
     def append(self, kind: str, node_id: str, **fields: Any) -> dict[str, Any]:
+        """Validate, write and fold one record under the journal's lock (so seqs and file order
+        agree); return it once it is acknowledged, waiting for that (under ``machine``, the
+        group-commit fsync) after the lock is released, so no appender queues behind another's
+        fsync. A later record can never be durable without this one: one file, one order."""
         with self._lock:
             record = {
                 "kind": kind,
@@ -462,9 +466,10 @@ class SpawnJournal:
                 **{k: v for k, v in fields.items() if v is not None or k in _NULL_MEANS_UNKNOWN},
             }
             self.state.check(record)
-            written = append_jsonl(self.path, record)
+            written, acknowledged = write_jsonl(self.path, record)
             self.state._fold(written)
-            return written
+        acknowledged()
+        return written
 
     # -- one helper per record kind
 

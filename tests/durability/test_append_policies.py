@@ -19,6 +19,7 @@ from runtime import durability
 from runtime.durability import AppendFile, Durability, DurabilityConflict
 from runtime.durable import append_jsonl, atomic_write_bytes, read_jsonl
 from runtime.eventlog import AgentLog
+from runtime.journal import SpawnJournal
 from tests.support.fsyncs import CountingFsync, GatedFsync
 from tests.support.waiting import HANG_GUARD, wait_for
 
@@ -284,3 +285,28 @@ def test_binding_a_bound_directory_under_the_other_policy_is_refused(
         durability.bind(tmp_path, Durability.MACHINE)
     again = _bind(bound, tmp_path, Durability.PROCESS, os.fsync)
     assert again is bound[0]
+
+
+def test_a_second_journal_append_is_written_while_the_first_waits_on_its_fsync(
+    tmp_path: Path, bound: list[durability.DurableFiles]
+) -> None:
+    fsync = GatedFsync()
+    _bind(bound, tmp_path, Durability.MACHINE, fsync)
+    journal = SpawnJournal(tmp_path / "spawn-journal.jsonl")
+    try:
+        first = _thread(journal.spawned, "a")
+        assert fsync.entered.wait(HANG_GUARD)  # "a" is written; its fsync is blocked
+        second = _thread(journal.spawned, "b")
+        wait_for(
+            lambda: len(read_jsonl(journal.path).records) == 2,
+            what="the second journal record written while the first fsync is blocked",
+        )
+        assert first.is_alive() and second.is_alive()  # neither acknowledged yet
+        fsync.release.set()
+        first.join(HANG_GUARD)
+        second.join(HANG_GUARD)
+        assert not first.is_alive() and not second.is_alive()
+    finally:
+        fsync.release.set()
+    assert [(r["id"], r["seq"]) for r in read_jsonl(journal.path).records] == [("a", 0), ("b", 1)]
+    assert fsync.calls == 2
