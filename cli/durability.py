@@ -15,7 +15,7 @@ import click
 from runtime.durability import DEFAULT, PROMISES, Durability
 
 HELP = (
-    "What an acknowledged record of the session's files survives. process (default): written "
+    "What an acknowledged record of the session's files survives. process: written "
     "before it is acknowledged, no fsync per record; survives a SIGKILL of any process, not a "
     "power loss. machine: fsync'd before it is acknowledged (group commit: one fsync covers "
     "every record that arrived meanwhile); survives a kernel crash or power loss too."
