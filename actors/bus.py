@@ -3,8 +3,10 @@ subscribers (docs/scenarios.md, What a run leaves: ``transcript.jsonl``).
 
 Invariants:
 
-- every published event is appended (fsync'd) to ``transcript.jsonl`` before any subscriber
-  sees it, in one total order shared by the transcript and every subscriber;
+- every published event is appended to ``transcript.jsonl`` and acknowledged under the
+  session's durability policy (written; under ``machine`` also covered by a group-commit
+  fsync, waited for outside the bus lock) before any subscriber sees it, in one total order
+  shared by the transcript and every subscriber;
 - a slow subscriber never blocks a producer: each has a bounded buffer, and on overflow it is
   handed one :class:`runtime.events.Overflow` record counting exactly what it missed, in the
   position of the gap — never a silent drop, and the transcript still holds every event;
@@ -35,8 +37,10 @@ import pykka
 from pykka import messages as pykka_messages
 
 from actors.mailbox import QuotaActor
+from runtime import durability
 from runtime.constants import INBOX_SOURCE_CAP
-from runtime.durable import append_jsonl
+from runtime.durability import AppendFile
+from runtime.durable import append_jsonl, jsonl_line
 from runtime.errors import InboxFull
 from runtime.events import Event, InboxRejected, Overflow
 from runtime.inbox import SURFACE
@@ -132,7 +136,10 @@ class BusCore:
     """The bus state: thread-safe, callable from the bus actor or a producer's thread.
 
     Every write happens under one lock, pending events first, so the transcript and every
-    subscriber see one order that extends each producer's own order.
+    subscriber see one order that extends each producer's own order. That lock covers only
+    the ``write(2)``: under ``machine`` durability the wait for the group-commit fsync happens
+    after it is released (:meth:`_settle`), so no producer queues behind another's fsync, and
+    subscribers are handed events in that same order once the fsync that covers them ended.
     """
 
     def __init__(
@@ -142,7 +149,12 @@ class BusCore:
         self.pending_cap = pending_cap
         self._lock = threading.RLock()
         self._pending: deque[Event] = deque()
+        self._written: deque[tuple[int, Event]] = deque()  # written, not yet handed out
+        self._deliver = threading.Lock()  # hands out _written in order; never across an fsync
         self._subs: list[Subscription] = []
+        self._seq = 0
+        self._ticket = 0
+        self._writer: AppendFile | None = None
         self.published = 0
 
     def submit(self, event: Event) -> bool:
@@ -154,18 +166,27 @@ class BusCore:
                 return True
             self._drain_locked()
             self._write_locked(event)
-            return False
+            upto, ticket = self._seq, self._ticket
+        self._settle(upto, ticket)
+        return False
 
     def drain(self) -> int:
         """Write every pending event; return how many."""
         with self._lock:
-            return self._drain_locked()
+            n = self._drain_locked()
+            upto, ticket = self._seq, self._ticket
+        self._settle(upto, ticket)
+        return n
 
     def publish(self, event: Event) -> dict[str, Any]:
-        """Write the backlog, then ``event``, now; return ``event``'s record."""
+        """Write the backlog, then ``event``, now; return ``event``'s record once it is
+        acknowledged under the transcript's durability policy."""
         with self._lock:
             self._drain_locked()
-            return self._write_locked(event)
+            record = self._write_locked(event)
+            upto, ticket = self._seq, self._ticket
+        self._settle(upto, ticket)
+        return record
 
     def _drain_locked(self) -> int:
         n = 0
@@ -177,36 +198,51 @@ class BusCore:
     def _write_locked(self, event: Event) -> dict[str, Any]:
         record = event.to_record()
         if self.transcript is not None:
-            append_jsonl(self.transcript, record)
-        for sub in self._subs:
-            sub.offer(event)
+            writer = self._writer or durability.writer_for(self.transcript)
+            if writer is None:
+                append_jsonl(self.transcript, record)
+            else:
+                self._writer = writer
+                self._ticket = writer.write(jsonl_line(record)[1])
+        self._seq += 1
+        self._written.append((self._seq, event))
         self.published += 1
         return record
+
+    def _settle(self, upto: int, ticket: int) -> None:
+        """Wait (no bus lock held) until the transcript's fsync covers ``ticket`` under
+        ``machine``, then hand every written event up to ``upto`` to the subscribers, in order."""
+        if self._writer is not None:
+            self._writer.wait(ticket)
+        with self._deliver:
+            while self._written and self._written[0][0] <= upto:
+                event = self._written.popleft()[1]
+                for sub in self._subs:
+                    sub.offer(event)
 
     def subscribe(
         self, capacity: int = SUBSCRIBER_BUFFER, name: str = "subscriber"
     ) -> Subscription:
         sub = Subscription(capacity, name)
-        with self._lock:
-            self._subs.append(sub)
+        with self._deliver:
+            self._subs = [*self._subs, sub]
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
-        with self._lock:
-            if sub in self._subs:
-                self._subs.remove(sub)
+        with self._deliver:
+            self._subs = [s for s in self._subs if s is not sub]
         sub.close()
 
     def close(self) -> None:
-        with self._lock:
-            self._drain_locked()
+        self.drain()
+        with self._deliver:
             subs, self._subs = self._subs, []
         for sub in subs:
             sub.close()
 
 
 def record_rejected(transcript: str | os.PathLike[str], event: InboxRejected) -> dict[str, Any]:
-    """Write an ``InboxRejected`` straight to ``transcript.jsonl`` (fsync'd), bypassing the bus."""
+    """Write an ``InboxRejected`` straight to ``transcript.jsonl``, bypassing the bus."""
     return append_jsonl(transcript, event.to_record())
 
 

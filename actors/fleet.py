@@ -33,9 +33,12 @@ from actors.mailbox import Cancel, QuotaActor
 from actors.registry import Entry, start_registry
 from actors.shell import EvalRoot, ShellActor
 from actors.shell_workers import WorkerSurfaces
+from runtime import durability
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
 from runtime.digest import digest_tool_result
 from runtime.diskwarn import disk_usage
+from runtime.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.durability import Durability, DurableFiles
 from runtime.durable import append_jsonl
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources
@@ -81,6 +84,9 @@ class FleetConfig:
     """The registry's lease clock; ``None``: ``time.monotonic`` (injectable for tests)."""
     limits: ShellLimits = field(default_factory=ShellLimits)
     """Every shell's memory, live-worker and binding-size limits (``runtime/limits.py``)."""
+    durability: Durability = DEFAULT_DURABILITY
+    """What an acknowledged record of the session's files survives (``runtime/durability.py``):
+    every writer under the session directory keeps it while the fleet is open."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,7 @@ class Fleet:
         self.session = session
         self.config = config or FleetConfig()
         self._provider_for = provider_for
+        self._files: DurableFiles | None = durability.bind(session.root, self.config.durability)
         self.bus = start_bus(session.transcript)
         lease: dict[str, Any] = {}
         if self.config.lease_bound is not None:
@@ -305,14 +312,20 @@ class Fleet:
                 ref.stop(block=True, timeout=5.0)
             except Exception:  # already stopped (ActorDeadError): the state wanted
                 pass
-        self._registry.stop()
-        self.bus.stop()
-        self._closed = True
+        try:
+            self._registry.stop()
+            self.bus.stop()
+        finally:
+            self._closed = True
+            files, self._files = self._files, None
+            if files is not None:  # every written record durable under the policy, files closed
+                durability.unbind(files)
         return fleet_yield(self.journal.state)
 
     def write_result(self, outcome: str, reply: str | None, **extra: Any) -> FleetYield:
         fy = fleet_yield(self.journal.state)
-        write_result(self.session.root, outcome, reply, fy, **extra)
+        with durability.bound_to(self.session.root, self.config.durability):
+            write_result(self.session.root, outcome, reply, fy, **extra)
         return fy
 
     # --- the agents' shared services --------------------------------------------------------

@@ -397,19 +397,25 @@ class FleetRegistry:
         # The push happens under the registry lock: a recipient deregistering concurrently
         # either sees the item in its inbox (and records it if it cannot take it) or this call
         # sees it ended and records it here. Inbox.push never calls back into the registry.
+        # The drop is decided under the lock and recorded after it: the record is a durable
+        # append, and no lock but its file writer's own is held across its fsync.
+        dropped: tuple[str, str] | None = None
         try:
             with self._lock:
                 if not self.tree.is_live(recipient):
-                    return self._drop(recipient, msg, "recipient ended", sender, "ended")
-                if self.tree.is_stale(recipient, stamp):
-                    return self._drop(recipient, msg, "stale generation", sender, "stale")
-                self._handles[recipient].inbox.push(msg)
+                    dropped = ("recipient ended", "ended")
+                elif self.tree.is_stale(recipient, stamp):
+                    dropped = ("stale generation", "stale")
+                else:
+                    self._handles[recipient].inbox.push(msg)
         except InboxFull as full:
             event = InboxRejected.of(
                 recipient, msg, reason="inbox full", cap=full.cap, total=full.total, sender=sender
             )
             self._record(event)
             return "full"
+        if dropped is not None:
+            return self._drop(recipient, msg, dropped[0], sender, dropped[1])
         return "delivered"
 
     def _drop(

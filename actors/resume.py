@@ -33,6 +33,7 @@ Order, and why:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -44,6 +45,9 @@ from typing import Any
 
 from actors.agent import AgentSpec
 from runtime.constants import TRUNK_NAME
+from runtime.durability import Durability, bound_to
+from runtime.durability import parse as parse_durability
+from runtime.durable import atomic_write_bytes
 from runtime.errors import ExarchError
 from runtime.events import Died, InboxRejected, SystemNote
 from runtime.fleet_yield import FleetYield, settlement_status
@@ -288,6 +292,7 @@ def resume_run(
     on_start: Callable[[Any], None] | None = None,
     poll: Callable[[], bool] | None = None,
     connection: dict[str, Any] | None = None,
+    durability: Durability | None = None,
 ) -> ResumeOutcome:
     """Resume the run in ``session_dir`` to its end (see the module docstring).
 
@@ -295,7 +300,8 @@ def resume_run(
     ``connection`` overrides what ``run.json`` says of a network provider (``model``,
     ``base_url``, ``api_key``, constructor options such as ``read_timeout``); the key is never in
     ``run.json``, so without ``api_key`` it comes from the provider's variable. A provider that
-    cannot be built (no key for the hosted service) refuses the resume."""
+    cannot be built (no key for the hosted service) refuses the resume. ``durability``
+    overrides ``run.json``'s policy (absent there: ``process``), and is then written to it."""
     from actors.fleet import Fleet, FleetConfig
 
     plan = plan_resume(session_dir)
@@ -333,6 +339,11 @@ def resume_run(
         def provider_for(name: str) -> Provider:
             return base.for_agent(name)
 
+    policy = durability or parse_durability(run.get("durability"))
+    if durability is not None and policy.value != run.get("durability"):
+        kept = json.dumps({**run, "durability": policy.value}, indent=2).encode()
+        with bound_to(root, policy):  # what the run now keeps, for a later resume and check
+            atomic_write_bytes(root / "run.json", kept)
     extra: dict[str, Any] = {}
     if plan.files.corrupt_result is not None:  # derived data: set the bytes aside, rebuild it
         extra["corruptResultSetAside"] = set_aside_result(root).name
@@ -347,6 +358,7 @@ def resume_run(
             cwd=run.get("cwd"),
             grants=GrantPolicy.from_dict(run.get("grants")),  # as resolved when the run began
             limits=ShellLimits.from_json(run.get("shellLimits")),
+            durability=policy,
         ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), plan.trunk_reply

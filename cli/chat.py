@@ -14,11 +14,13 @@ from importlib import resources
 
 import click
 
+from cli.durability import durability_option
 from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, provider_options
 from cli.recording import open_recording, record_option
 from cli.runner import RunSpec, open_session, provider_factory, read_scenario, session_path
+from runtime.durability import Durability
 from runtime.limits import ShellLimits
 
 
@@ -35,6 +37,7 @@ from runtime.limits import ShellLimits
 @grant_options
 @limit_options
 @record_option
+@durability_option()
 def chat_command(
     scenario: str | None,
     connection: ProviderChoice,
@@ -46,6 +49,7 @@ def chat_command(
     grant_root: tuple[str, ...],
     limits: ShellLimits,
     record: str | None,
+    durability: Durability,
 ) -> None:
     """Talk to an interactive trunk in a terminal UI: one tab per agent. With no SCENARIO and
     no --model (and so a bare `exarch-actors`) it plays a packaged scripted demo: no network,
@@ -85,6 +89,7 @@ def chat_command(
         window_tokens=window_tokens,
         provider_options=connection.network_options(provider),
         record=record,
+        durability=durability,
     )
     grants = fleet_policy(grant_exec, grant_root, spec.scenario)
     try:
@@ -105,7 +110,11 @@ def chat_command(
     if recording is not None:
         factory = recording.factory
     fleet = Fleet(
-        session, factory, FleetConfig(disk_warn_bytes=disk_warn_bytes, grants=grants, limits=limits)
+        session,
+        factory,
+        FleetConfig(
+            disk_warn_bytes=disk_warn_bytes, grants=grants, limits=limits, durability=durability
+        ),
     )
     app = ChatApp(
         fleet, start=lambda f: f.start_trunk(prompt, interactive=True, system=system), intro=intro

@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cli.durability import describe
 from runtime.invariants import InvariantReport, NotASession, check_session
 
 _STYLE = {"held": "green", "violated": "bold red", "skipped": "dim"}
@@ -45,6 +46,7 @@ def report_table(report: InvariantReport, title: str | None = None) -> Table:
 def check_command(session_dir: str, as_json: bool, no_processes: bool) -> None:
     """Check the invariants of a SESSION_DIR (what `run`, `fleet`, `chat`, `resume` or a drill
     round left): every child settled once, no process left behind, append-only files intact.
+    It names the run's durability (run.json) and what it promised an acknowledged record.
 
     \b
     Exit codes:
@@ -61,6 +63,7 @@ def check_command(session_dir: str, as_json: bool, no_processes: bool) -> None:
     else:
         console = Console()
         console.print(report_table(report))
+        console.print(f"[dim]{describe(report.durability)}[/dim]")
         verdict = (
             "[green]all invariants held[/]"
             if report.ok

@@ -53,6 +53,9 @@ from cli.drill_faults import (
     round_times,
 )
 from cli.drill_rounds import Interrupt, LiveFeed, run_in_process, run_killed_and_resumed
+from cli.durability import durability_option
+from runtime.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.durability import Durability
 from runtime.durable import atomic_write_bytes
 from runtime.invariants import InvariantReport, InvariantResult, NotASession, check_session
 from runtime.nemesis import (
@@ -104,6 +107,8 @@ class DrillConfig:
     call_ms: int = 20
     scenario: str | None = None
     root: Path = Path(".")
+    durability: Durability = DEFAULT_DURABILITY
+    """Every round's ``--durability`` (a control-killed round's resume keeps it: run.json)."""
 
 
 @dataclass
@@ -211,6 +216,7 @@ class DrillResult:
             "agents": c.agents,
             "calls": c.calls,
             "scenario": c.scenario,
+            "durability": c.durability.value,
             "ok": self.ok,
             "interrupted": None
             if self.interrupted is None
@@ -299,7 +305,7 @@ def run_drill(
         if kill is not None:
             control.remove(kill)
             info, killed = run_killed_and_resumed(
-                scenario_path, session, kill, sure, rnd, feed, stop
+                scenario_path, session, kill, sure, rnd, feed, stop, cfg.durability
             )
             control_secs += time.monotonic() - start - t0
             if killed.landed:
@@ -307,7 +313,7 @@ def run_drill(
             else:
                 control.append(kill)  # the round ended before the kill: a later round takes it
         else:
-            info = run_in_process(scenario_path, session, rnd, feed, stop)
+            info = run_in_process(scenario_path, session, rnd, feed, stop, cfg.durability)
         scripted += _played(placed, session, cfg.calls, rnd, applied)
         measure_recovery(applied[before:], session)
         extra += _flood_accounting(applied[before:], rnd)
@@ -477,6 +483,7 @@ def invariant_table(result: DrillResult) -> Table:
 @click.option("--duration", type=float, default=10.0, show_default=True, help="Seconds.")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the drill.")
 @click.option("--json", "as_json", is_flag=True, help="Print drill-report.json instead of tables.")
+@durability_option()
 def drill_command(
     scenario: str | None,
     agents: int,
@@ -488,6 +495,7 @@ def drill_command(
     duration: float,
     session_dir: str | None,
     as_json: bool,
+    durability: Durability,
 ) -> None:
     """Run fleets for --duration seconds while a seeded nemesis injects faults; check the
     invariants after each round. Each round plays SCENARIO if given (as written: only live
@@ -526,6 +534,7 @@ def drill_command(
         call_ms,
         str(Path(scenario).resolve()) if scenario else None,
         root.resolve(),
+        durability,
     )
     console = Console(stderr=True)
     with Progress(

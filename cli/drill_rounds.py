@@ -36,6 +36,8 @@ from types import FrameType
 from typing import Any
 
 from cli.drill_faults import Applied, LiveNemesis, ok_calls
+from runtime.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.durability import Durability
 from runtime.durable import read_jsonl
 from runtime.nemesis import Fault, live_order
 
@@ -156,12 +158,19 @@ def _drive(
 
 
 def run_in_process(
-    scenario: Path, session: Path, rnd: int, feed: LiveFeed, stop: Interrupt
+    scenario: Path,
+    session: Path,
+    rnd: int,
+    feed: LiveFeed,
+    stop: Interrupt,
+    durability: Durability = DEFAULT_DURABILITY,
 ) -> dict[str, Any]:
     from cli.runner import RunSpec, run_headless
     from runtime.providers.scenario import load_scenario
 
-    spec = RunSpec("scripted", None, load_scenario(scenario), session_dir=str(session))
+    spec = RunSpec(
+        "scripted", None, load_scenario(scenario), session_dir=str(session), durability=durability
+    )
     got = _drive(
         lambda on_start: run_headless(spec, on_start=on_start), session, rnd, feed, stop, "round"
     )
@@ -214,6 +223,7 @@ def run_killed_and_resumed(
     rnd: int,
     feed: LiveFeed,
     stop: Interrupt,
+    durability: Durability = DEFAULT_DURABILITY,
 ) -> tuple[dict[str, Any], Applied]:
     """Run the round in a child process, SIGKILL it once ``f.param`` picks how far in (after
     the k-th ral call on the bus, k at most ``sure_calls``, the calls the round makes whatever
@@ -222,7 +232,7 @@ def run_killed_and_resumed(
     round ended before the kill)."""
     threshold = 1 + f.param % max(1, sure_calls)
     proc = subprocess.Popen(
-        exarch("run", str(scenario), "--session-dir", str(session)),
+        exarch("run", str(scenario), "--session-dir", str(session), "--durability", durability),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=child_env(),

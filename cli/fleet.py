@@ -18,11 +18,13 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from cli.durability import durability_option
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.recording import record_option
 from cli.run_report import RunReporter, agent_line
 from cli.runner import run_headless, session_path, spec_for
+from runtime.durability import Durability
 from runtime.limits import ShellLimits
 
 
@@ -78,6 +80,7 @@ def yield_table(fy: dict[str, Any]) -> Table:
 @record_option
 @output_options
 @limit_options
+@durability_option()
 def fleet_command(
     target: str,
     connection: ProviderChoice,
@@ -87,6 +90,7 @@ def fleet_command(
     as_json: bool,
     quiet: bool,
     limits: ShellLimits,
+    durability: Durability,
 ) -> None:
     """Run a multi-agent SCENARIO.toml (or a PROMPT for a real model) with a live spawn-tree
     view, then print the fleet yield (spawned, done, down, cancelled, never settled).
@@ -103,7 +107,14 @@ def fleet_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
-    spec = spec_for(target, connection, session_dir=session_dir, limits=limits, record=record)
+    spec = spec_for(
+        target,
+        connection,
+        session_dir=session_dir,
+        limits=limits,
+        record=record,
+        durability=durability,
+    )
     report = RunReporter(
         as_json=as_json, quiet=quiet, live=not no_live, view=render_tree, keep_view=True
     )

@@ -20,6 +20,8 @@ from typing import Any
 import click
 
 from cli.runner import RunSpec, read_scenario, run_headless, session_path
+from runtime.durability import Durability
+from runtime.durability import parse as parse_durability
 from runtime.durable import atomic_write_bytes
 from runtime.limits import ShellLimits
 from runtime.ral.grants import GrantPolicy
@@ -176,7 +178,15 @@ def _replay_spec(old: SessionDir, out_dir: str | None) -> RunSpec:
         cwd=run.get("cwd") if isinstance(run.get("cwd"), str) else None,
         grants=GrantPolicy.from_dict(run["grants"]) if run.get("grants") else None,
         limits=ShellLimits.from_json(run.get("shellLimits")),  # the recorded run's limits
+        durability=_durability(run.get("durability")),  # and its durability
     )
+
+
+def _durability(value: object) -> Durability:
+    try:
+        return parse_durability(value if isinstance(value, str) else None)
+    except ValueError:  # an unknown policy in a damaged run.json: the default, as when absent
+        return parse_durability(None)
 
 
 def _roots(*roots: Path) -> tuple[str, ...]:

@@ -16,9 +16,11 @@ from typing import Any
 import click
 
 from actors.resume import ResumeRefused, resume_run
+from cli.durability import durability_option
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
+from runtime.durability import Durability
 
 
 class Refused(click.ClickException):
@@ -31,8 +33,13 @@ class Refused(click.ClickException):
 @click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
 @provider_options(None)
 @output_options
+@durability_option(inherit=True)
 def resume_command(
-    session_dir: str, connection: ProviderChoice, as_json: bool, quiet: bool
+    session_dir: str,
+    connection: ProviderChoice,
+    as_json: bool,
+    quiet: bool,
+    durability: Durability | None,
 ) -> None:
     """Resume a run from its SESSION_DIR after the control process died, and finish it.
 
@@ -62,7 +69,11 @@ def resume_command(
 
         try:
             result = resume_run(
-                session_dir, on_start=report.attach, poll=poll, connection=overrides
+                session_dir,
+                on_start=report.attach,
+                poll=poll,
+                connection=overrides,
+                durability=durability,
             )
         except ResumeRefused as e:
             raise Refused(str(e)) from None

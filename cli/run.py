@@ -6,12 +6,14 @@ import sys
 
 import click
 
+from cli.durability import durability_option
 from cli.grants import grant_options
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.recording import record_option
 from cli.run_report import RunReporter
 from cli.runner import run_headless, spec_for
+from runtime.durability import Durability
 from runtime.limits import ShellLimits
 
 
@@ -29,6 +31,7 @@ from runtime.limits import ShellLimits
 @grant_options
 @output_options
 @limit_options
+@durability_option()
 def run_command(
     target: str,
     connection: ProviderChoice,
@@ -42,6 +45,7 @@ def run_command(
     as_json: bool,
     quiet: bool,
     limits: ShellLimits,
+    durability: Durability,
 ) -> None:
     """Run a headless trunk on a SCENARIO.toml (the scripted provider: no network, no key) or
     on a PROMPT (a real model), and print its reply.
@@ -79,6 +83,7 @@ def run_command(
         grant_root=grant_root,
         limits=limits,
         record=record,
+        durability=durability,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
+from runtime import durability
+from runtime.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.durability import Durability
 from runtime.durable import atomic_write_bytes
 from runtime.errors import ScenarioError
 from runtime.fleet_yield import FleetYield
@@ -76,6 +79,8 @@ class RunSpec:
     cwd: str | None = None
     grants: GrantPolicy | None = None
     """Grants already resolved (``replay``: the recorded run's); else from the flags."""
+    durability: Durability = DEFAULT_DURABILITY
+    """``--durability``: what an acknowledged record survives (``runtime/durability.py``)."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +244,11 @@ def run_headless(
         session,
         factory,
         FleetConfig(
-            disk_warn_bytes=spec.disk_warn_bytes, grants=grants, limits=spec.limits, cwd=spec.cwd
+            disk_warn_bytes=spec.disk_warn_bytes,
+            grants=grants,
+            limits=spec.limits,
+            cwd=spec.cwd,
+            durability=spec.durability,
         ),
     )
     outcome = "failed"
@@ -304,8 +313,10 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "shellLimits": spec.limits.to_json(),
         "cwd": spec.cwd or str(Path.cwd()),
         "grants": (grants or GrantPolicy()).to_dict(),
+        "durability": spec.durability.value,
     }
-    atomic_write_bytes(session.root / "run.json", json.dumps(data, indent=2).encode())
+    with durability.bound_to(session.root, spec.durability):
+        atomic_write_bytes(session.root / "run.json", json.dumps(data, indent=2).encode())
 
 
 def session_path(session: SessionDir) -> str:

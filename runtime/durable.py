@@ -1,27 +1,30 @@
-"""Durable files: append-only JSON lines fsync'd per record, torn-tail tolerant reads, and
-atomic whole-file replacement.
+"""Durable files: append-only JSON lines, torn-tail tolerant reads, and atomic whole-file
+replacement, each kept under the session's durability policy (:mod:`runtime.durability`).
 
 Invariants:
-- :func:`append_jsonl` writes one complete line and fsyncs before returning, so a record that was
-  acknowledged survives a SIGKILL of the writer.
+- :func:`append_jsonl` writes one complete line and returns once it is acknowledged under the
+  policy of the directory it lies in: under ``process`` once it is written (``write(2)`` into
+  the page cache, which survives a SIGKILL of the writer or of any process: the kernel writes
+  it back), under ``machine`` once a group-commit fsync covers it (which survives a kernel
+  crash or power loss too). An fsync protects only against the latter; it is not what makes a
+  record survive the death of a process.
 - Every append starts on a fresh line. A file that does not end in a newline was torn by a crash
   mid-append: a last line that is a whole record (only its newline lost) is completed; any other
-  fragment is *set aside* — copied, fsync'd, to ``<file>.torn`` (:data:`TORN_SUFFIX`) with its
-  offset — and only then cut from the file. The fragment was never acknowledged (its append
-  never returned), so cutting it loses no record, and its bytes are kept.
+  fragment is *set aside* — copied to ``<file>.torn`` (:data:`TORN_SUFFIX`) with its offset —
+  and only then cut from the file. The fragment was never acknowledged (its append never
+  returned), so cutting it loses no record, and its bytes are kept.
 - :func:`read_jsonl` never raises on a torn or corrupt line: it returns the readable records and
   reports each damaged line (a torn *last* line is the expected shape of a crash mid-write).
-- :func:`atomic_write_bytes` replaces a file with write-to-temp, fsync, rename, fsync-dir, so a
-  reader sees either the old bytes or the new ones, never a mixture.
+- :func:`atomic_write_bytes` replaces a file with write-to-temp, rename, so a reader sees
+  either the old bytes or the new ones, never a mixture; under ``machine`` the temp file is
+  fsync'd before the rename and the directory after it.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as _dt
 import json
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -29,15 +32,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger(__name__)
+from runtime import durability
+from runtime.durability import TORN_SUFFIX, set_aside_torn, torn_path, write_all
 
-TORN_SUFFIX = ".torn"
-"""``<file>.torn``: JSON lines, one per torn tail set aside (offset, length, bytes in base64)."""
-
-_SCAN = 64 * 1024
-
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
+__all__ = [
+    "TORN_SUFFIX",
+    "Damage",
+    "JsonlRead",
+    "ListOf",
+    "Shape",
+    "append_jsonl",
+    "atomic_write_bytes",
+    "jsonl_line",
+    "now_iso",
+    "read_jsonl",
+    "set_aside_torn",
+    "torn_path",
+    "write_jsonl",
+]
 
 
 def now_iso() -> str:
@@ -45,106 +57,42 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _lock_for(path: Path) -> threading.Lock:
-    key = str(path)
-    with _locks_guard:
-        lock = _locks.get(key)
-        if lock is None:
-            lock = _locks[key] = threading.Lock()
-        return lock
-
-
-def append_jsonl(
-    path: str | os.PathLike[str], record: dict[str, Any], *, fsync: bool = True
-) -> dict[str, Any]:
-    """Append ``record`` as one JSON line; add ``"at"`` if absent. Returns the written record.
-
-    Appends from threads of one process to one path are serialised; ``O_APPEND`` keeps whole
-    lines from separate processes from interleaving for lines under the pipe-atomic size.
-    """
-    p = Path(path)
+def jsonl_line(record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """``record`` (with ``"at"`` added if absent) and its JSON line."""
     if "at" not in record:
         record = {**record, "at": now_iso()}
-    line = (json.dumps(record, ensure_ascii=False, default=_json_default) + "\n").encode()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    with _lock_for(p):
-        fd = os.open(p, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            _start_on_a_fresh_line(p, fd)
-            _write_all(fd, line)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+    return record, (json.dumps(record, ensure_ascii=False, default=_json_default) + "\n").encode()
+
+
+def write_jsonl(
+    path: str | os.PathLike[str], record: dict[str, Any]
+) -> tuple[dict[str, Any], Callable[[], None]]:
+    """Write ``record`` now (``write(2)``, in the file's order) and return it with the wait for
+    its acknowledgement under ``path``'s policy -- for a caller that orders its writes under a
+    lock of its own and must not hold that lock across an fsync: write under it, wait after."""
+    record, line = jsonl_line(record)
+    writer = durability.writer_for(path)
+    if writer is None:
+        durability.append(path, line)
+        return record, _acknowledged
+    ticket = writer.write(line)
+    return record, lambda: writer.wait(ticket)
+
+
+def _acknowledged() -> None:
+    return None
+
+
+def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> dict[str, Any]:
+    """Append ``record`` as one JSON line; add ``"at"`` if absent. Returns the written record
+    once it is acknowledged under ``path``'s durability policy.
+
+    Appends from threads of one process to one path are serialised by its one writer;
+    ``O_APPEND`` keeps whole lines from separate processes from interleaving for lines under
+    the pipe-atomic size."""
+    record, line = jsonl_line(record)
+    durability.append(path, line)
     return record
-
-
-def _start_on_a_fresh_line(path: Path, fd: int) -> None:
-    """Make the file end in a newline before an append (see the module docstring).
-
-    Checked on every append, not once per path: another process (``resume`` after a crash) or
-    a failed partial write can tear a file this process has written before. The cost, when the
-    file is whole: an ``fstat`` and a one-byte ``pread``, measured at ~40 us per append on the
-    2-core dev box (best of 30 batches, fsync off) against ~4 ms for the fsync every durable
-    append already pays -- about 1 %."""
-    size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return
-    start = _last_line_start(fd, size)
-    tail = os.pread(fd, size - start, start)
-    if _is_record(tail):
-        _write_all(fd, b"\n")
-        log.warning("%s: completed a whole last record that had lost its newline", path)
-    else:
-        set_aside_torn(path, start, tail)
-        os.ftruncate(fd, start)
-        log.warning("%s: set aside a torn tail of %d bytes to %s", path, len(tail), TORN_SUFFIX)
-    os.fsync(fd)
-
-
-def _last_line_start(fd: int, size: int) -> int:
-    """Offset just after the file's last newline (0 if it has none), scanning back by blocks."""
-    end = size
-    while end > 0:
-        begin = max(0, end - _SCAN)
-        cut = os.pread(fd, end - begin, begin).rfind(b"\n")
-        if cut >= 0:
-            return begin + cut + 1
-        end = begin
-    return 0
-
-
-def _is_record(raw: bytes) -> bool:
-    try:
-        return isinstance(json.loads(raw), dict)
-    except (ValueError, UnicodeDecodeError):
-        return False
-
-
-def torn_path(path: str | os.PathLike[str]) -> Path:
-    """Where the torn tails of ``path`` are set aside."""
-    p = Path(path)
-    return p.with_name(p.name + TORN_SUFFIX)
-
-
-def set_aside_torn(path: str | os.PathLike[str], offset: int, data: bytes) -> None:
-    """Record a torn fragment of ``path`` in its side file (fsync'd) before it is cut."""
-    append_jsonl(
-        torn_path(path),
-        {
-            "file": Path(path).name,
-            "offset": offset,
-            "length": len(data),
-            "bytes": base64.b64encode(data).decode("ascii"),
-        },
-    )
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def _json_default(o: Any) -> Any:
@@ -284,15 +232,16 @@ def read_jsonl(path: str | os.PathLike[str], shape: Shape | None = None) -> Json
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably."""
+    """Replace ``path`` with ``data`` atomically, durable under ``path``'s policy."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sync = durability.sync_for(p)
     try:
         try:
-            _write_all(fd, data)
-            os.fsync(fd)
+            write_all(fd, data)
+            sync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, p)
@@ -302,6 +251,6 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         raise
     dfd = os.open(p.parent, os.O_RDONLY)
     try:
-        os.fsync(dfd)
+        sync(dfd)
     finally:
         os.close(dfd)

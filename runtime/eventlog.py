@@ -2,8 +2,9 @@
 
 Two halves that never disagree:
 
-- **on disk**, ``agents/<name>/events.jsonl``: append-only JSON lines, fsync'd per record
-  (:func:`runtime.durable.append_jsonl`). Compaction never rewrites it; it only appends a
+- **on disk**, ``agents/<name>/events.jsonl``: append-only JSON lines, each acknowledged under
+  the session's durability policy (:func:`runtime.durable.append_jsonl`: written; under
+  ``machine`` also fsync'd, group-committed). Compaction never rewrites it; it only appends a
   ``compacted`` breadcrumb.
 - **in memory**, the *mirror*: the events the model's context is rendered from. A compaction
   physically drops the summarised prefix from the mirror (``del events[:k]``, so the heap is
@@ -23,10 +24,10 @@ flagged), ``compacted`` (the breadcrumb: summary and how many mirror events it r
 disk-only ``cleared`` marker that opens a fresh generation.
 
 /clear (:meth:`AgentLog.restart`): the current ``events.jsonl`` is renamed to the next free
-``events.<n>.jsonl`` (an atomic rename, directory fsync'd) and a fresh ``events.jsonl`` starts
-with one ``cleared`` record naming the archive. Nothing before the clear can re-enter the
-model's context: the mirror is emptied, and :meth:`AgentLog.load` only ever reads the current
-``events.jsonl``. The archive stays for forensics; nothing is deleted.
+``events.<n>.jsonl`` (an atomic rename; the directory fsync'd under ``machine``) and a fresh
+``events.jsonl`` starts with one ``cleared`` record naming the archive. Nothing before the
+clear can re-enter the model's context: the mirror is emptied, and :meth:`AgentLog.load` only
+ever reads the current ``events.jsonl``. The archive stays for forensics; nothing is deleted.
 
 An AgentLog belongs to one agent (one actor thread); it takes no locks.
 """
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from runtime.compaction import SUMMARY_PREAMBLE, suffix_start
+from runtime.durability import sync_for
 from runtime.durable import Damage, Shape, append_jsonl, read_jsonl
 from runtime.errors import ExarchError
 from runtime.messages import (
@@ -307,7 +309,7 @@ class AgentLog:
         """Replace the mirror's prefix ``[:keep_from]`` with ``summary``.
 
         ``keep_from`` defaults to :func:`runtime.compaction.suffix_start`. The breadcrumb is
-        appended (fsync'd) first; only then is the prefix dropped. Raises
+        appended (acknowledged) first; only then is the prefix dropped. Raises
         :class:`CompactionRefused` with tool results pending, dropping nothing.
         """
         if not self.can_compact():
@@ -473,8 +475,9 @@ class AgentLog:
 
 
 def _fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable under its policy (a no-op under ``process``)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        sync_for(path)(fd)
     finally:
         os.close(fd)

@@ -27,6 +27,16 @@ violation:
   on, an unreadable ``result.json``/``run.json`` or a refused snapshot is a violation (a corrupt
   ``result.json`` is ``settled``'s too, with what to do: resume rebuilds it).
 
+What the files can prove depends on the run's durability policy (``run.json``'s
+``durability``, absent: ``process``; :mod:`runtime.durability`), and the report names it.
+Both policies promise that an acknowledged record survives the death of any process, so every
+invariant above holds after a SIGKILL of the control process, a shell or a worker, under either
+(the drills' ``control-kill`` proves it for both); a torn last line is, under both, a record
+that was never acknowledged. Only ``machine`` also promises survival of a kernel crash or a
+power loss. No drill simulates one (nothing short of the kernel losing its page cache can), so
+under ``process`` nothing changes in what is checked: a power loss there may lose acknowledged
+records, and a session that went through one is outside what ``process`` promised.
+
 Times compared between files are the ISO ``"at"`` stamps (millisecond resolution). "Later" is
 ``>=``: two facts of one agent in the same millisecond are written by one thread in order, so
 the tie can only hide a violation, never invent one.
@@ -43,6 +53,9 @@ from typing import Any, Literal
 
 import psutil
 
+from runtime.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.durability import PROMISES, Durability
+from runtime.durability import parse as parse_durability
 from runtime.durable import TORN_SUFFIX, Shape, read_jsonl
 from runtime.errors import ExarchError, SnapshotRefused
 from runtime.eventlog import EVENT_SHAPE
@@ -113,6 +126,8 @@ class InvariantResult:
 class InvariantReport:
     session: str
     results: tuple[InvariantResult, ...]
+    durability: Durability = DEFAULT_DURABILITY
+    """The run's policy (``run.json``): what an acknowledged record was promised to survive."""
 
     @property
     def ok(self) -> bool:
@@ -136,6 +151,8 @@ class InvariantReport:
         return {
             "session": self.session,
             "ok": self.ok,
+            "durability": self.durability.value,
+            "promise": PROMISES[self.durability],
             "checked": sum(1 for r in self.results if r.status != "skipped"),
             "held": len(self.held),
             "violated": len(self.violated),
@@ -537,4 +554,14 @@ def check_session(
         else skip("no-leftover-processes", "run still live" if live else "turned off"),
     ]
     results.append(_check_files(s))  # last: every file the others read is in its cache
-    return InvariantReport(str(root), tuple(results))
+    return InvariantReport(str(root), tuple(results), _durability_of(root))
+
+
+def _durability_of(root: Path) -> Durability:
+    """The run's policy; ``process`` when ``run.json`` does not say (or cannot: files-parse
+    reports a damaged one)."""
+    try:
+        run = read_run(root)
+    except ResumeRefused:
+        return DEFAULT_DURABILITY
+    return parse_durability(run.get("durability"))

@@ -12,7 +12,8 @@ Invariants:
   ``release-unconfirmed`` only behind a ``teardown-unconfirmed`` naming what a sweeper deletes; so
   a replayed journal cannot claim a cleanup it never recorded.
 - :func:`fold` is pure; :class:`SpawnJournal` validates a record against the state *before* the
-  fsync'd append and folds it after, so the file never holds a record the fold would refuse.
+  append (acknowledged under the session's durability policy) and folds it after, so the file
+  never holds a record the fold would refuse.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.durable import Damage, Shape, append_jsonl, now_iso, read_jsonl
+from runtime.durable import Damage, Shape, now_iso, read_jsonl, write_jsonl
 from runtime.errors import ExarchError
 
 JOURNAL_NAME = "spawn-journal.jsonl"
@@ -429,7 +430,8 @@ def replay(path: str | os.PathLike[str], *, strict: bool = True) -> Replay:
 
 
 class SpawnJournal:
-    """The writer: assigns seqs, validates, appends with fsync, folds. Thread-safe."""
+    """The writer: assigns seqs, validates, appends (acknowledged under the session's
+    durability policy), folds. Thread-safe."""
 
     def __init__(self, path: str | os.PathLike[str], state: SettlementState | None = None) -> None:
         self.path = Path(path)
@@ -451,6 +453,10 @@ class SpawnJournal:
         return cls.open(Path(session_dir) / JOURNAL_NAME)
 
     def append(self, kind: str, node_id: str, **fields: Any) -> dict[str, Any]:
+        """Validate, write and fold one record under the journal's lock (so seqs and file order
+        agree); return it once it is acknowledged, waiting for that (under ``machine``, the
+        group-commit fsync) after the lock is released, so no appender queues behind another's
+        fsync. A later record can never be durable without this one: one file, one order."""
         with self._lock:
             record = {
                 "kind": kind,
@@ -460,9 +466,10 @@ class SpawnJournal:
                 **{k: v for k, v in fields.items() if v is not None or k in _NULL_MEANS_UNKNOWN},
             }
             self.state.check(record)
-            written = append_jsonl(self.path, record)
+            written, acknowledged = write_jsonl(self.path, record)
             self.state._fold(written)
-            return written
+        acknowledged()
+        return written
 
     # -- one helper per record kind
 

@@ -66,7 +66,7 @@ RECORD_SHAPE = Shape(
 
 def born_children(transcript: Iterable[dict[str, Any]]) -> set[str]:
     """Children the bus saw born (a parent, and a result owed). A spawned child is journalled
-    (``spawned``, fsync'd) before its ``Born`` is published, so every one of these must be in
+    (``spawned``, acknowledged) before its ``Born`` is published, so every one of these must be in
     the spawn journal: one that is not is a journal that lost records."""
     return {
         str(r["agent"])

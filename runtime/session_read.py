@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runtime.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.durability import Durability
 from runtime.durable import JsonlRead, Shape, read_jsonl
 from runtime.errors import ExarchError, SnapshotRefused
 from runtime.eventlog import EVENT_SHAPE
@@ -55,6 +57,8 @@ class DamagedSession(ResumeRefused):
             f"{todo} `exarch-actors check {root}` lists every damaged line."
         )
 
+
+DURABILITIES = tuple(d.value for d in Durability)
 
 _RUN_FIELDS: dict[str, tuple[Any, ...]] = {
     "prompt": (str, type(None)),
@@ -212,6 +216,8 @@ def _run_problem(run: Any) -> str | None:
         value = run.get(name)
         if isinstance(value, bool) or not isinstance(value, types):
             return f"{name} is {type(value).__name__}"
+    if run.get("durability", DEFAULT_DURABILITY.value) not in DURABILITIES:
+        return f"durability {run.get('durability')!r} is not one of {DURABILITIES}"
     for name, parse in (("grants", GrantPolicy.from_dict), ("shellLimits", ShellLimits.from_json)):
         try:
             parse(run.get(name))

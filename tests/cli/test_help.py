@@ -53,6 +53,14 @@ def test_every_command_lists_its_exit_codes_in_its_help() -> None:
         assert listed == codes, f"{name}: {sorted(listed)}"
 
 
+def test_every_command_that_writes_a_session_offers_the_durability_knob_and_its_promises() -> None:
+    for name in ("run", "fleet", "chat", "resume", "drill"):
+        out = " ".join(_help(name).split())
+        assert "--durability [process|machine]" in out, name
+        assert "survives a SIGKILL of any process, not a power loss" in out, name
+        assert "survives a kernel crash or power loss too" in out, name
+
+
 def test_the_top_level_help_says_a_bare_command_opens_the_chat_demo() -> None:
     out = " ".join(_help().split())
     assert "With no command, `exarch-actors` opens the chat UI on a packaged scripted demo" in out

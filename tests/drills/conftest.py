@@ -119,9 +119,9 @@ def settled_ids(session: Path) -> set[str]:
     }
 
 
-def kill_mid_run(tmp_path: Path) -> Path:
+def kill_mid_run(tmp_path: Path, *flags: str) -> Path:
     """A session whose control process was SIGKILLed mid-run: ``quick`` settled, ``slow`` in the
-    middle of a 30 s call, no ``result.json``."""
+    middle of a 30 s call, no ``result.json``. ``flags`` go to ``run``."""
     scenario = tmp_path / "s.toml"
     scenario.write_text(CRASH_SCENARIO)
     session = tmp_path / "session"
@@ -135,6 +135,7 @@ def kill_mid_run(tmp_path: Path) -> Path:
             str(scenario),
             "--session-dir",
             str(session),
+            *flags,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -1,0 +1,453 @@
+"""The durability policy of a session's files, and the append writer that keeps it.
+
+One knob, ``--durability process|machine`` (default ``process``), persisted in ``run.json`` so
+``resume`` keeps the run's policy. What each promises about an *acknowledged* record (its
+append returned; for the bus, its ``publish`` returned and subscribers were handed it):
+
+- ``process``: the record was written (``write(2)`` into the kernel's page cache) before it was
+  acknowledged. It survives a SIGKILL, OOM kill or crash of **any process**, this one included:
+  the page cache belongs to the kernel, which writes it back whether or not the writer lives.
+  It is not promised to survive the kernel crashing or the machine losing power. No fsync per
+  record.
+- ``machine``: the record was also on stable storage (``fsync``) before it was acknowledged, so
+  it survives a kernel crash or a power loss too. Group commit, as databases do it: the first
+  appender that finds no fsync running becomes the file's leader and fsyncs once for every
+  record written so far; appenders that arrive while that fsync runs write their records and
+  wait; when it ends, one of them leads the next fsync, which covers all of them. So N
+  concurrent appenders cost far fewer than N fsyncs (:attr:`AppendFile.fsyncs` counts them).
+
+Both policies: every append starts on a fresh line (:func:`start_on_a_fresh_line`: a torn tail
+left by a crash mid-append is completed or set aside to ``<file>.torn``, never silently lost),
+and a file is opened once and stays open while its directory is bound (:func:`bind`), instead
+of an ``open``/``close`` per record. The writer's own lock serialises ``write(2)`` calls; **no
+lock is held across an fsync** — the leader fsyncs with only a ``syncing`` flag set, so
+another appender's ``write(2)`` proceeds while an fsync is in progress (and a caller's lock,
+such as the bus's, need not be held across one: write under it, :meth:`AppendFile.wait` after).
+
+Routing: :func:`bind` registers a directory (a session root) with its policy; :func:`append`
+sends a path under a bound directory to that directory's open :class:`AppendFile`, and any other
+path to a one-shot open/append/close under :data:`DEFAULT`. A path whose file was renamed or
+deleted since it was opened (``/clear`` archives ``events.jsonl``) is reopened on the next
+append, after the old file's written records are made durable under the policy.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from enum import StrEnum
+from pathlib import Path
+
+from runtime.errors import ExarchError
+
+log = logging.getLogger(__name__)
+
+
+class Durability(StrEnum):
+    """What an acknowledged record survives (see the module docstring)."""
+
+    PROCESS = "process"
+    MACHINE = "machine"
+
+
+DEFAULT = Durability.PROCESS
+
+PROMISES = {
+    Durability.PROCESS: "an acknowledged record was written (page cache) before it was "
+    "acknowledged: it survives the death of any process, not a kernel crash or power loss",
+    Durability.MACHINE: "an acknowledged record was fsync'd (group commit) before it was "
+    "acknowledged: it survives the death of any process, a kernel crash and a power loss",
+}
+"""One line per policy: what ``--help``, ``check`` and the docs say it promises."""
+
+FsyncFn = Callable[[int], None]
+
+TORN_SUFFIX = ".torn"
+"""``<file>.torn``: JSON lines, one per torn tail set aside (offset, length, bytes in base64)."""
+
+_SCAN = 64 * 1024
+
+
+def parse(value: str | None) -> Durability:
+    """``run.json``'s ``durability`` (absent in sessions older than the knob: ``process``)."""
+    return DEFAULT if value is None else Durability(value)
+
+
+class AppendFile:
+    """One open append-only file and its one writer, keeping ``policy``.
+
+    Thread-safe. ``fsync`` is the function that makes the file durable (``os.fsync``; tests
+    pass a counting or blocking one)."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], policy: Durability, *, fsync: FsyncFn = os.fsync
+    ) -> None:
+        self.path = Path(path)
+        self.policy = policy
+        self._fsync = fsync
+        self._lock = threading.Lock()  # the writer's own: write(2) order, never across an fsync
+        self._sync = threading.Condition(threading.Lock())  # guards the fields below it
+        self._fd = -1
+        self._ino = -1
+        self._closed = False
+        self._written = 0  # records whose write(2) completed, in this writer's order
+        self._durable = 0  # records the last completed fsync covered
+        self._syncing = False
+        self.fsyncs = 0
+        self.records = 0
+
+    # --- appending -------------------------------------------------------------------------
+
+    def append(self, data: bytes) -> None:
+        """Append ``data`` (whole lines); return once it is acknowledged under the policy."""
+        ticket = self.write(data)
+        self.wait(ticket)
+
+    def write(self, data: bytes) -> int:
+        """``write(2)`` ``data`` now, under the writer's lock only; return its ticket for
+        :meth:`wait`. Under ``process`` the record is acknowledged when this returns."""
+        with self._lock:
+            if self._closed:
+                _one_shot(self.path, data, self._repair_sync)
+                return 0
+            fd = self._current_fd()
+            start_on_a_fresh_line(self.path, fd, self._repair_sync)
+            write_all(fd, data)
+            self._written += 1
+            self.records += 1
+            return self._written
+
+    def wait(self, ticket: int) -> None:
+        """Return once record ``ticket`` is acknowledged: at once under ``process``; under
+        ``machine`` once an fsync that began after its write completed (group commit)."""
+        if self.policy is not Durability.MACHINE or ticket == 0:
+            return
+        while True:
+            with self._sync:
+                while self._syncing and self._durable < ticket:
+                    self._sync.wait()
+                if self._durable >= ticket:
+                    return
+                self._syncing = True  # this appender leads the next fsync
+                fd, target = self._fd, self._written
+            try:
+                self._fsync(fd)  # no lock held: other appenders write meanwhile
+            except BaseException:
+                with self._sync:
+                    self._syncing = False
+                    self._sync.notify_all()
+                raise
+            with self._sync:
+                self.fsyncs += 1
+                self._durable = max(self._durable, target)
+                self._syncing = False
+                self._sync.notify_all()
+
+    # --- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the file (its written records durable under the policy first). Appends after
+        this still work, one open/append/close each."""
+        with self._lock:
+            self._closed = True
+            self._retire_fd()
+
+    def _current_fd(self) -> int:
+        """The open fd, (re)opened if the path no longer names the file it had (renamed,
+        deleted) -- so a ``/clear``'s archive never receives the next generation's records."""
+        if self._fd >= 0:
+            try:
+                if os.stat(self.path).st_ino == self._ino:
+                    return self._fd
+            except FileNotFoundError:
+                pass
+            self._retire_fd()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        self._ino = os.fstat(self._fd).st_ino
+        return self._fd
+
+    def _retire_fd(self) -> None:
+        """Close the fd, under the writer's lock: wait out a running fsync (the one wait in
+        which this writer's own lock is held across an fsync), make what was written on it
+        durable under the policy, then close."""
+        if self._fd < 0:
+            return
+        with self._sync:
+            while self._syncing:
+                self._sync.wait()
+            try:
+                if self.policy is Durability.MACHINE and self._durable < self._written:
+                    self._fsync(self._fd)
+                    self.fsyncs += 1
+                    self._durable = self._written
+            finally:
+                os.close(self._fd)
+                self._fd, self._ino = -1, -1
+
+    def _repair_sync(self, fd: int) -> None:
+        if self.policy is Durability.MACHINE:
+            self._fsync(fd)
+            self.fsyncs += 1
+
+
+def _one_shot(path: Path, data: bytes, sync: FsyncFn) -> None:
+    """Append to a file no bound directory holds open: open, append, ``sync``, close."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _one_shot_lock(path):
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            start_on_a_fresh_line(path, fd, sync)
+            write_all(fd, data)
+            sync(fd)
+        finally:
+            os.close(fd)
+
+
+def _no_sync(_fd: int) -> None:
+    return None
+
+
+_one_shot_locks: dict[str, threading.Lock] = {}
+
+
+def _one_shot_lock(path: Path) -> threading.Lock:
+    with _registry_lock:
+        return _one_shot_locks.setdefault(str(path), threading.Lock())
+
+
+# --- torn tails ------------------------------------------------------------------------------
+
+
+def start_on_a_fresh_line(path: Path, fd: int, sync: FsyncFn) -> None:
+    """Make the file end in a newline before an append.
+
+    A file that does not end in a newline was torn by a crash mid-append: a last line that is
+    a whole record (only its newline lost) is completed; any other fragment is *set aside* --
+    copied to ``<file>.torn`` (:data:`TORN_SUFFIX`) with its offset -- and only then cut from
+    the file. The fragment was never acknowledged (its append never returned), so cutting it
+    loses no record, and its bytes are kept. ``sync`` makes the repair durable under the
+    policy before the append that follows it.
+
+    Checked on every append, not once per open: another process (``resume`` after a crash) or
+    a failed partial write can tear a file this writer holds open. The cost when the file is
+    whole is an ``fstat`` and a one-byte ``pread`` on the open fd."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = _last_line_start(fd, size)
+    tail = os.pread(fd, size - start, start)
+    if _is_record(tail):
+        write_all(fd, b"\n")
+        log.warning("%s: completed a whole last record that had lost its newline", path)
+    else:
+        set_aside_torn(path, start, tail, sync)
+        os.ftruncate(fd, start)
+        log.warning("%s: set aside a torn tail of %d bytes to %s", path, len(tail), TORN_SUFFIX)
+    sync(fd)
+
+
+def torn_path(path: str | os.PathLike[str]) -> Path:
+    """Where the torn tails of ``path`` are set aside."""
+    p = Path(path)
+    return p.with_name(p.name + TORN_SUFFIX)
+
+
+def set_aside_torn(
+    path: str | os.PathLike[str], offset: int, data: bytes, sync: FsyncFn | None = None
+) -> None:
+    """Record a torn fragment of ``path`` in its side file before it is cut (``sync``: how the
+    side file is made durable first; by default as :func:`policy_for` says)."""
+    record = {
+        "file": Path(path).name,
+        "offset": offset,
+        "length": len(data),
+        "bytes": base64.b64encode(data).decode("ascii"),
+    }
+    line = (json.dumps(record) + "\n").encode()
+    _one_shot(torn_path(path), line, sync_for(path) if sync is None else sync)
+
+
+def _last_line_start(fd: int, size: int) -> int:
+    """Offset just after the file's last newline (0 if it has none), scanning back by blocks."""
+    end = size
+    while end > 0:
+        begin = max(0, end - _SCAN)
+        cut = os.pread(fd, end - begin, begin).rfind(b"\n")
+        if cut >= 0:
+            return begin + cut + 1
+        end = begin
+    return 0
+
+
+def _is_record(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw), dict)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+# --- bound directories -----------------------------------------------------------------------
+
+
+class DurableFiles:
+    """The open append files under one directory, all kept under one policy."""
+
+    def __init__(
+        self, root: str | os.PathLike[str], policy: Durability, *, fsync: FsyncFn = os.fsync
+    ) -> None:
+        self.root = Path(os.path.abspath(root))
+        self.policy = policy
+        self.fsync = fsync
+        self._files: dict[str, AppendFile] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def file(self, path: str | os.PathLike[str]) -> AppendFile:
+        """The one writer of ``path`` (opened on its first append)."""
+        key = os.path.abspath(path)
+        with self._lock:
+            f = self._files.get(key)
+            if f is None:
+                f = self._files[key] = AppendFile(key, self.policy, fsync=self.fsync)
+                if self._closed:
+                    f._closed = True
+            return f
+
+    @property
+    def fsyncs(self) -> int:
+        """fsyncs of appended records (and torn-tail repairs) so far, over every file."""
+        with self._lock:
+            return sum(f.fsyncs for f in self._files.values())
+
+    @property
+    def records(self) -> int:
+        with self._lock:
+            return sum(f.records for f in self._files.values())
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            files = list(self._files.values())
+        for f in files:
+            f.close()
+
+
+_registry_lock = threading.Lock()
+_bound: dict[Path, tuple[DurableFiles, int]] = {}
+_routes: dict[str, AppendFile] = {}
+
+
+def bind(
+    root: str | os.PathLike[str], policy: Durability, *, fsync: FsyncFn = os.fsync
+) -> DurableFiles:
+    """Keep the files under ``root`` open, under ``policy``, until :func:`unbind`.
+
+    Binding a bound root again with the same policy shares its files (counted: each bind needs
+    its unbind); with another policy it is refused (:class:`DurabilityConflict`)."""
+    files = DurableFiles(root, policy, fsync=fsync)
+    with _registry_lock:
+        held = _bound.get(files.root)
+        if held is not None:
+            if held[0].policy is not policy:
+                raise DurabilityConflict(files.root, held[0].policy, policy)
+            _bound[files.root] = (held[0], held[1] + 1)
+            return held[0]
+        _bound[files.root] = (files, 1)
+        return files
+
+
+@contextlib.contextmanager
+def bound_to(root: str | os.PathLike[str], policy: Durability) -> Iterator[DurableFiles]:
+    """:func:`bind` for the length of a ``with`` block (a write before or after a fleet's
+    lifetime: ``run.json``, ``result.json``)."""
+    files = bind(root, policy)
+    try:
+        yield files
+    finally:
+        unbind(files)
+
+
+def unbind(files: DurableFiles) -> None:
+    """Release one :func:`bind`; the last one closes the files (durable under the policy)."""
+    with _registry_lock:
+        held = _bound.get(files.root)
+        if held is None or held[0] is not files:
+            return
+        if held[1] > 1:
+            _bound[files.root] = (files, held[1] - 1)
+            return
+        del _bound[files.root]
+        for key in [k for k, f in _routes.items() if f in files._files.values()]:
+            del _routes[key]
+    files.close()
+
+
+def bound(path: str | os.PathLike[str]) -> DurableFiles | None:
+    """The bound directory ``path`` lies under (the innermost), if any."""
+    p = Path(os.path.abspath(path))
+    with _registry_lock:
+        for parent in (p, *p.parents):
+            held = _bound.get(parent)
+            if held is not None:
+                return held[0]
+    return None
+
+
+def policy_for(path: str | os.PathLike[str]) -> Durability:
+    """The policy ``path``'s writes keep: its bound directory's, else :data:`DEFAULT`."""
+    files = bound(path)
+    return files.policy if files is not None else DEFAULT
+
+
+def writer_for(path: str | os.PathLike[str]) -> AppendFile | None:
+    """The open writer of ``path`` when it lies under a bound directory."""
+    key = os.path.abspath(path)
+    f = _routes.get(key)
+    if f is not None:
+        return f
+    files = bound(path)
+    if files is None:
+        return None
+    f = files.file(path)
+    with _registry_lock:
+        if _bound.get(files.root, (None, 0))[0] is files:
+            _routes[key] = f
+    return f
+
+
+def append(path: str | os.PathLike[str], data: bytes) -> None:
+    """Append ``data`` to ``path``; return once it is acknowledged under ``path``'s policy."""
+    f = writer_for(path)
+    if f is None:
+        _one_shot(Path(path), data, sync_for(path))
+    else:
+        f.append(data)
+
+
+def sync_for(path: str | os.PathLike[str]) -> FsyncFn:
+    """The fsync a whole-file write of ``path`` needs under its policy (a no-op under
+    ``process``: a rename after ``write(2)`` already survives the death of any process)."""
+    files = bound(path)
+    if files is None or files.policy is Durability.PROCESS:
+        return _no_sync
+    return files.fsync
+
+
+class DurabilityConflict(ExarchError):
+    """A directory already bound under one policy was bound again under another."""
+
+    def __init__(self, root: Path, held: Durability, wanted: Durability) -> None:
+        super().__init__(f"{root} is already written under durability {held}, not {wanted}")
