@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
+from cli.recording import open_recording
 from runtime.durable import atomic_write_bytes
 from runtime.errors import ScenarioError
 from runtime.fleet_yield import FleetYield
@@ -219,7 +220,6 @@ def run_headless(
     session directory is created, so a refused run leaves nothing behind."""
     from actors.fleet import Fleet, FleetConfig
     from cli.grants import fleet_policy
-    from cli.recording import open_recording
 
     grants = spec.grants or fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)
     prompt = spec.prompt

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -61,3 +62,167 @@ def test_no_file_cites_a_document_outside_the_repository() -> None:
         "cite docs/ral.md, docs/scenarios.md, docs/architecture.md or docs/drills.md, or state "
         "the rule in place:\n" + "\n".join(hits)
     )
+
+
+# --------------------------------------------------------------------------- the import graph
+
+LAYERS = ("runtime", "actors", "cli")
+"""The project's packages, lowest first: a package may import only from itself and those
+before it (runtime never imports actors or cli; actors never imports cli)."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _project_modules() -> dict[str, Path]:
+    return {
+        _module_name(p): p
+        for top in LAYERS
+        for p in sorted((ROOT / top).rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
+
+
+def _imported_names(path: Path, module: str) -> set[str]:
+    """Every module ``path`` imports, wherever the import sits (type-checking blocks and
+    function bodies included), relative imports resolved. ``from a import b`` counts as an
+    import of ``a.b`` when that is a module, else of ``a``; ``import a.b.c`` of ``a.b.c``."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            out.add(source)
+            out.update(f"{source}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = _project_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = {t for t in _imported_names(path, name) if t in modules and t != name}
+        # ``import a.b`` also runs the package a/__init__.py; the packages here are empty or
+        # import nothing of the project, so only the named module is an edge.
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each as a cycle
+    through its members, smallest component first."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component: list[str] = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(components, key=lambda c: (len(c), c))
+
+
+def _a_cycle_through(component: list[str], graph: dict[str, set[str]]) -> list[str]:
+    """One concrete cycle inside a strongly connected component, as ``a -> b -> ... -> a``."""
+    members = set(component)
+    start = component[0]
+    # breadth-first from start back to start, inside the component
+    paths = {w: [start, w] for w in sorted(graph[start] & members)}
+    frontier = list(paths)
+    while start not in paths:
+        nxt: list[str] = []
+        for v in frontier:
+            for w in sorted(graph[v] & members):
+                if w not in paths:
+                    paths[w] = [*paths[v], w]
+                    nxt.append(w)
+        frontier = nxt
+    return paths[start]
+
+
+def test_the_import_scan_counts_type_checking_function_local_and_relative_imports(
+    tmp_path: Path,
+) -> None:
+    pkg = tmp_path / "runtime" / "fleet"
+    pkg.mkdir(parents=True)
+    source = pkg / "inbox.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from runtime.journal import Journal\n"
+        "import runtime.ral.values\n"
+        "from . import park\n"
+        "from ..session_dir import SessionDir\n"
+        "def f():\n"
+        "    from cli import main\n",
+        encoding="utf-8",
+    )
+    found = _imported_names(source, "runtime.fleet.inbox")
+    assert {
+        "runtime.journal",
+        "runtime.ral.values",
+        "runtime.fleet.park",
+        "runtime.session_dir",
+        "cli.main",
+    } <= found
+
+
+def test_the_import_graph_covers_runtime_actors_and_cli() -> None:
+    graph = _import_graph()
+    assert {m.split(".")[0] for m in graph} == set(LAYERS)
+    assert "runtime.journal" in graph["runtime.settlement"]
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    graph = _import_graph()
+    cycles = [
+        f"{' -> '.join(_a_cycle_through(c, graph))}  (all of: {', '.join(c)})"
+        for c in _cycles(graph)
+    ]
+    assert not cycles, "import cycles (every import counts, however deep):\n" + "\n".join(cycles)
+
+
+def test_runtime_never_imports_actors_or_cli_and_actors_never_imports_cli() -> None:
+    graph = _import_graph()
+    rank = {top: n for n, top in enumerate(LAYERS)}
+    upward = [
+        f"{src} imports {dst}"
+        for src, targets in sorted(graph.items())
+        for dst in sorted(targets)
+        if rank[dst.split(".")[0]] > rank[src.split(".")[0]]
+    ]
+    assert not upward, "a lower layer imports a higher one:\n" + "\n".join(upward)

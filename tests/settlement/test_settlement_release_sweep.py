@@ -24,12 +24,12 @@ from runtime.executor import (
     ExecutionSpec,
     Grace,
     InFlight,
-    LocalProcessExecutor,
     Receipt,
     RetryPreSpawnRefusals,
 )
 from runtime.fleet_yield import fleet_yield, write_result
 from runtime.journal import SpawnJournal, replay
+from runtime.local_executor import LocalProcessExecutor
 from runtime.settlement import (
     RetainedChild,
     SweepPolicy,
