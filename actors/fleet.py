@@ -42,7 +42,6 @@ from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources
 from runtime.executor import ExecutionSpec
 from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, write_result
 from runtime.inbox import AgentResult, Surface
-from runtime.invariants import commit_record
 from runtime.journal import SpawnJournal
 from runtime.limits import ShellLimits
 from runtime.park import Construction
@@ -53,6 +52,7 @@ from runtime.ral.errors import DeskRefusal
 from runtime.ral.grants import GrantPolicy, Grants
 from runtime.ral.values import render
 from runtime.session_dir import SessionDir
+from runtime.session_records import commit_record
 from runtime.settlement import (
     RetainedChild,
     SweepPolicy,
@@ -140,7 +140,7 @@ class Fleet:
         self._registry = start_registry(on_dropped=self.bus.record_rejected, **lease)
         self.registry = self._registry.core
         """The registry's thread-safe core: reads and the cascade never wait on a mailbox."""
-        self.journal, _ = SpawnJournal.in_session(session.root)
+        self.journal, _ = SpawnJournal.in_session(session)
         self._lock = threading.Lock()
         self.agents: dict[str, Agent] = {}
         self._actors: dict[str, pykka.ActorRef[Any]] = {}
@@ -312,7 +312,7 @@ class Fleet:
 
     def write_result(self, outcome: str, reply: str | None, **extra: Any) -> FleetYield:
         fy = fleet_yield(self.journal.state)
-        write_result(self.session.root, outcome, reply, fy, **extra)
+        write_result(self.session, outcome, reply, fy, **extra)
         return fy
 
     # --- the agents' shared services --------------------------------------------------------

@@ -13,7 +13,7 @@ time comes:
   resumes it here (``cli/drill_rounds.py``); control-kill rounds take at most half the drill's
   time, so every live kind gets in-process rounds to land in.
 
-After every round ``runtime/invariants.py`` checks the round's directory; the drill adds two
+After every round ``runtime/invariant_check.py`` checks the round's directory; the drill adds two
 checks of its own (a flood's accounting, and no stray child process of the drill). Recovery is
 measured from each fault to the affected agent's next successful ral call (``Io`` without error
 in the transcript). ``drill-report.json`` in the drill directory holds the schedule, what was
@@ -54,7 +54,7 @@ from cli.drill_faults import (
 )
 from cli.drill_rounds import Interrupt, LiveFeed, run_in_process, run_killed_and_resumed
 from runtime.durable import atomic_write_bytes
-from runtime.invariants import InvariantReport, InvariantResult, NotASession, check_session
+from runtime.invariant_check import InvariantReport, InvariantResult, NotASession, check_session
 from runtime.nemesis import (
     CONTROL,
     FAULT_KINDS,
@@ -281,7 +281,7 @@ def run_drill(
         window = t0 + est
         mine = [f for f in scripted if f.at < window]
         scripted = [f for f in scripted if f.at >= window]
-        session = cfg.root / f"round-{rnd:03d}"
+        session = SessionDir(cfg.root / f"round-{rnd:03d}")
         scenario_path = cfg.root / f"round-{rnd:03d}.toml"
         placed: list[Placed] = []
         sure = cfg.agents * cfg.calls  # a given scenario: the flags' estimate of its calls
@@ -317,13 +317,15 @@ def run_drill(
             # A round that left no session directory lost everything it was given: a
             # violation to report, never a reason for the drill itself to crash.
             report = InvariantReport(
-                str(session),
+                str(session.root),
                 (InvariantResult("session-written", "violated", 1, (str(e),)),),
             )
         reports.append(report)
         if stop.is_set():
             info["interrupted"] = True
-        rounds.append({"round": rnd, "dir": str(session), **info, "invariants": report.to_json()})
+        rounds.append(
+            {"round": rnd, "dir": str(session.root), **info, "invariants": report.to_json()}
+        )
         if on_progress is not None:
             on_progress(rnd, time.monotonic() - start, sum(1 for a in applied if a.landed))
         rnd += 1
@@ -345,7 +347,7 @@ def run_drill(
 
 
 def _played(
-    placed: list[Placed], session: Path, calls: int, rnd: int, applied: list[Applied]
+    placed: list[Placed], session: SessionDir, calls: int, rnd: int, applied: list[Applied]
 ) -> list[Fault]:
     """Record each scripted fault the round played, at the time its message was played; return
     the ones it never reached (their agent ended first), which a later round places again."""

@@ -38,6 +38,7 @@ from typing import Any
 from cli.drill_faults import Applied, LiveNemesis, ok_calls
 from runtime.durable import read_jsonl
 from runtime.nemesis import Fault, live_order
+from runtime.session_dir import SessionDir
 
 POLL_SECS = 0.02
 """How often the drill looks at a running round (due faults, the kill threshold, a stop)."""
@@ -114,7 +115,7 @@ class LiveFeed:
 
 def _drive(
     run: Callable[[Callable[[Any], None]], Any],
-    session: Path,
+    session: SessionDir,
     rnd: int,
     feed: LiveFeed,
     stop: Interrupt,
@@ -156,12 +157,12 @@ def _drive(
 
 
 def run_in_process(
-    scenario: Path, session: Path, rnd: int, feed: LiveFeed, stop: Interrupt
+    scenario: Path, session: SessionDir, rnd: int, feed: LiveFeed, stop: Interrupt
 ) -> dict[str, Any]:
     from cli.runner import RunSpec, run_headless
     from runtime.providers.scenario import load_scenario
 
-    spec = RunSpec("scripted", None, load_scenario(scenario), session_dir=str(session))
+    spec = RunSpec("scripted", None, load_scenario(scenario), session_dir=str(session.root))
     got = _drive(
         lambda on_start: run_headless(spec, on_start=on_start), session, rnd, feed, stop, "round"
     )
@@ -191,11 +192,11 @@ def child_env() -> dict[str, str]:
     }
 
 
-def _count(session: Path, kind: str) -> int:
-    return sum(1 for r in read_jsonl(session / "transcript.jsonl").records if r.get("kind") == kind)
+def _count(session: SessionDir, kind: str) -> int:
+    return sum(1 for r in read_jsonl(session.transcript).records if r.get("kind") == kind)
 
 
-def _trunk_born(session: Path, proc: subprocess.Popen[bytes]) -> bool:
+def _trunk_born(session: SessionDir, proc: subprocess.Popen[bytes]) -> bool:
     """Wait until the child's trunk is on the bus (so a kill leaves a run that resume can
     rebuild) or the child has ended; whether it was born."""
     deadline = time.monotonic() + START_SECS
@@ -208,7 +209,7 @@ def _trunk_born(session: Path, proc: subprocess.Popen[bytes]) -> bool:
 
 def run_killed_and_resumed(
     scenario: Path,
-    session: Path,
+    session: SessionDir,
     f: Fault,
     sure_calls: int,
     rnd: int,
@@ -222,7 +223,7 @@ def run_killed_and_resumed(
     round ended before the kill)."""
     threshold = 1 + f.param % max(1, sure_calls)
     proc = subprocess.Popen(
-        exarch("run", str(scenario), "--session-dir", str(session)),
+        exarch("run", str(scenario), "--session-dir", str(session.root)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=child_env(),
@@ -237,7 +238,7 @@ def run_killed_and_resumed(
         time.sleep(POLL_SECS)
     if stop.is_set():
         _trunk_born(session, proc)
-    killed = proc.poll() is None and not (session / "result.json").exists()
+    killed = proc.poll() is None and not session.result.exists()
     if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
     rc = proc.wait()

@@ -19,6 +19,7 @@ from actors.resume import ResumeRefused, resume_run
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
+from runtime.session_dir import SessionDir
 
 
 class Refused(click.ClickException):
@@ -51,7 +52,8 @@ def resume_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
-    overrides = _connection_overrides(session_dir, connection)
+    session = SessionDir(Path(session_dir).resolve())
+    overrides = _connection_overrides(session, connection)
     report = RunReporter(as_json=as_json, quiet=quiet)
     hit = {"cancel": False}
     with signals_cancel(lambda: hit.__setitem__("cancel", True)) as interrupted:
@@ -61,9 +63,7 @@ def resume_command(
             return interrupted.is_set()
 
         try:
-            result = resume_run(
-                session_dir, on_start=report.attach, poll=poll, connection=overrides
-            )
+            result = resume_run(session, on_start=report.attach, poll=poll, connection=overrides)
         except ResumeRefused as e:
             raise Refused(str(e)) from None
         finally:
@@ -85,11 +85,11 @@ def resume_command(
     sys.exit(exit_code(outcome, interrupted.signum))
 
 
-def _connection_overrides(session_dir: str, connection: ProviderChoice) -> dict[str, Any]:
+def _connection_overrides(session: SessionDir, connection: ProviderChoice) -> dict[str, Any]:
     """The flags given, as :func:`actors.resume.resume_run`'s ``connection``; provider flags on
     a scripted run are refused rather than ignored."""
     try:
-        run = json.loads((Path(session_dir) / "run.json").read_text())
+        run = json.loads(session.run_spec.read_text())
         provider = str(run["provider"])
     except (OSError, ValueError, KeyError, TypeError):
         return {}  # resume_run refuses the directory with the precise reason

@@ -305,7 +305,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "cwd": spec.cwd or str(Path.cwd()),
         "grants": (grants or GrantPolicy()).to_dict(),
     }
-    atomic_write_bytes(session.root / "run.json", json.dumps(data, indent=2).encode())
+    atomic_write_bytes(session.run_spec, json.dumps(data, indent=2).encode())
 
 
 def session_path(session: SessionDir) -> str:

@@ -226,3 +226,87 @@ def test_runtime_never_imports_actors_or_cli_and_actors_never_imports_cli() -> N
         if rank[dst.split(".")[0]] > rank[src.split(".")[0]]
     ]
     assert not upward, "a lower layer imports a higher one:\n" + "\n".join(upward)
+
+
+# --------------------------------------------------------------------------- the session layout
+
+SESSION_DIR_MODULE = ROOT / "runtime" / "session_dir.py"
+
+SESSION_FILE_NAMES = frozenset(
+    {
+        "run.json",
+        "transcript.jsonl",
+        "record.jsonl",
+        "spawn-journal.jsonl",
+        "result.json",
+        "recording.toml",
+        "replay-report.json",
+        "events.jsonl",
+        "snapshot.msgpack",
+    }
+)
+"""Every file a session directory holds (docs/scenarios.md)."""
+
+SESSION_DIR_NAMES = frozenset({"agents", "scratch", "retained"})
+"""Its directories: named only where a path is built (``x / "agents"``), since the same words are
+also ordinary keys (a scenario's ``agents`` table)."""
+
+
+def _session_names_in(path: Path, root: Path = ROOT) -> list[str]:
+    """Each string constant in ``path`` that is a session file's name, a glob of one
+    (``events*.jsonl``), or a session directory's name joined onto a path."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    stems = {name.split(".")[0] for name in SESSION_FILE_NAMES}
+    hits: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            named = text in SESSION_FILE_NAMES or any(
+                text.startswith(stem + "*") or text.startswith(stem + ".")
+                for stem in stems
+                if text.endswith((".jsonl", ".json", ".msgpack", ".toml"))
+            )
+            if named:
+                hits.append(f"{path.relative_to(root)}:{node.lineno}: {text!r}")
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            right = node.right
+            if isinstance(right, ast.Constant) and right.value in SESSION_DIR_NAMES:
+                hits.append(f"{path.relative_to(root)}:{node.lineno}: / {right.value!r}")
+    return hits
+
+
+def test_the_session_name_scan_finds_names_globs_and_joined_directories(tmp_path: Path) -> None:
+    source = tmp_path / "reader.py"
+    source.write_text(
+        "from pathlib import Path\n"
+        "def f(root: Path) -> list[Path]:\n"
+        "    a = root / 'transcript.jsonl'\n"
+        "    b = sorted((root / 'agents' / 'x').glob('events*.jsonl'))\n"
+        "    return [a, *b, root / 'result.json']\n"
+        "AGENTS_KEY = 'agents'  # an ordinary key, not a path\n",
+        encoding="utf-8",
+    )
+    found = {hit.split(": ", 1)[1] for hit in _session_names_in(source, tmp_path)}
+    assert found == {"'transcript.jsonl'", "/ 'agents'", "'events*.jsonl'", "'result.json'"}
+
+
+def test_only_the_session_dir_module_names_a_session_file() -> None:
+    hits = [
+        hit
+        for path in sorted(_project_modules().values())
+        if path != SESSION_DIR_MODULE
+        for hit in _session_names_in(path)
+    ]
+    assert not hits, "name a session's files through runtime.session_dir.SessionDir:\n" + "\n".join(
+        hits
+    )
+
+
+def test_the_session_dir_module_names_every_session_file() -> None:
+    source = SESSION_DIR_MODULE.read_text(encoding="utf-8")
+    constants = {
+        n.value
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+    assert constants >= SESSION_FILE_NAMES
