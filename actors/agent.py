@@ -91,7 +91,7 @@ from runtime.ral.values import render
 
 if TYPE_CHECKING:
     from actors.fleet import Fleet, ShellOutput
-    from actors.registry import Entry
+    from runtime.fleet_registry import Entry
     from runtime.inbox import Inbox
     from runtime.ral.context import DynamicContext
     from runtime.snapshot import MobileSnapshot

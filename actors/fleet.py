@@ -30,7 +30,7 @@ from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
 from actors.bus import start_bus
 from actors.mailbox import Cancel, QuotaActor
-from actors.registry import Entry, start_registry
+from actors.registry import start_registry
 from actors.shell import EvalRoot, ShellActor
 from actors.shell_workers import WorkerSurfaces
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
@@ -40,6 +40,7 @@ from runtime.durable import append_jsonl
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources
 from runtime.executor import ExecutionSpec
+from runtime.fleet_registry import Entry
 from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, write_result
 from runtime.inbox import AgentResult, Surface
 from runtime.journal import SpawnJournal

@@ -16,8 +16,8 @@ registered) and its shell's eval root (a CancelScope-like or callable handle; ``
 trunk). It calls them directly, never through the target's own mailbox, so a node busy in a
 long handler or an in-flight ral evaluation is reached at its next poll point.
 
-The core and its value types live in :mod:`actors.registry_core` and are re-exported here; this
-module holds the actor, its lease-reaper thread and :func:`start_registry`.
+The core and its value types live in :mod:`runtime.fleet_registry`; this module holds the actor,
+its lease-reaper thread and :func:`start_registry`.
 """
 
 from __future__ import annotations
@@ -31,17 +31,14 @@ import pykka
 from pykka import messages as pykka_messages
 
 from actors.mailbox import QuotaActor
-from actors.registry_core import (
-    DEADLINE,
-    Cancellable,
+from runtime.fleet_registry import (
     Entry,
-    EvalRoot,
     FleetRegistry,
     LeaseReport,
     Recorder,
 )
 from runtime.inbox import AgentMessage, AgentResult, Outcome, Surface
-from runtime.spawn_tree import IDLE_LEASE_SECS, AgentEnded, Clock
+from runtime.spawn_tree import IDLE_LEASE_SECS, Clock
 
 
 class _LeaseReaper:
@@ -232,22 +229,3 @@ def start_registry(
     core = FleetRegistry(clock=clock, lease_bound=lease_bound, on_dropped=on_dropped)
     ref = Registry.start(core=core, lease_timer=lease_timer)
     return RegistryHandle(ref, core)
-
-
-RegistryActor = Registry
-"""Alias: the fleet names actors ``<Thing>Actor``."""
-
-__all__ = [
-    "DEADLINE",
-    "AgentEnded",
-    "Cancellable",
-    "Entry",
-    "EvalRoot",
-    "FleetRegistry",
-    "LeaseReport",
-    "Recorder",
-    "Registry",
-    "RegistryActor",
-    "RegistryHandle",
-    "start_registry",
-]

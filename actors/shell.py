@@ -65,7 +65,7 @@ from actors.shell_types import (
     _Run,
 )
 from actors.shell_workers import ShellWorkers, WorkerSurfaces
-from actors.worker import WorkerLink
+from actors.worker_process import WorkerLink
 from runtime.cancel import POLL_INTERVAL
 from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
 from runtime.durable import append_jsonl
@@ -74,7 +74,7 @@ from runtime.events import Notice
 from runtime.ledger import BindingLedger, carry_renewals, referenced_names
 from runtime.limits import ShellLimits
 from runtime.snapshot import MobileSnapshot, SnapshotBuilder
-from runtime.worker_registry import (
+from runtime.worker_retention import (
     WORKER_BACKSTOP_SECS,
     WORKER_IDLE_CALLS,
     WorkerRegistry,

@@ -46,8 +46,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cli.drill_faults import (
-    FLOOD,
-    WRITE_FAILURE_SECS,
     Applied,
     measure_recovery,
     round_times,
@@ -78,8 +76,6 @@ from runtime.nemesis import (
 from runtime.session_dir import SessionDir
 
 __all__ = [
-    "FLOOD",
-    "WRITE_FAILURE_SECS",
     "Applied",
     "DrillConfig",
     "DrillResult",

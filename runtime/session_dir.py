@@ -135,13 +135,13 @@ class SessionDir:
         d = self.agents
         return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
 
-    def agent_dir(self, name: str) -> Path:
+    def _agent_dir(self, name: str) -> Path:
         return self.agents / _safe(name)
 
     def events(self, name: str) -> Path:
         """``name``'s current event log; ``/clear`` archives it beside itself as
         ``events.<N>.jsonl`` (``runtime/eventlog.py``)."""
-        return self.agent_dir(name) / "events.jsonl"
+        return self._agent_dir(name) / "events.jsonl"
 
     def event_logs(self, name: str) -> list[Path]:
         """Every generation of ``name``'s event log (archives from /clear, then the current),
@@ -151,7 +151,7 @@ class SessionDir:
         return sorted(d.glob(f"{current.stem}*{current.suffix}")) if d.is_dir() else []
 
     def snapshot(self, name: str) -> Path:
-        return self.agent_dir(name) / "snapshot.msgpack"
+        return self._agent_dir(name) / "snapshot.msgpack"
 
     def scratch(self, name: str) -> Path:
         return self.root / "scratch" / _safe(name)

@@ -14,7 +14,7 @@
   last-human-exchange stamp seeded at birth; :meth:`SpawnTree.record_exchange` (the registry's
   ``steer``) is the only renewal. The clock is injectable.
 
-Nothing here is thread-safe or touches a thread: ``actors/registry_core.py`` holds the lock.
+Nothing here is thread-safe or touches a thread: ``runtime/fleet_registry.py`` holds the lock.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The registry's state: :class:`FleetRegistry`, the fleet's spawn tree plus each entry's live
-cancel handles and inbox, behind one lock (docs/architecture.md, Cancellation).
+cancel handles and inbox, behind one lock (docs/architecture.md, Cancellation). Pure state and
+rules, no actor: ``actors/registry.py`` puts an actor and a lease-reaper thread in front of it.
 
 Invariants:
 
@@ -49,7 +50,9 @@ class Cancellable(Protocol):
     def cancel(self, reason: str = ..., /) -> None: ...
 
 
-EvalRoot = Cancellable | Callable[[str], None]
+CancelHandle = Cancellable | Callable[[str], None]
+"""A node's shell handle the cascade trips: a CancelScope-like (``actors.shell_types.EvalRoot``)
+or a plain callable taking the cause."""
 Recorder = Callable[[InboxRejected], None]
 
 
@@ -68,7 +71,7 @@ def _trip(handle: Any, cause: str) -> None:
 @dataclass
 class _Handles:
     token: CancelScope
-    eval_root: EvalRoot | None
+    eval_root: CancelHandle | None
     inbox: AgentInbox
     interrupt: Callable[[str], None] | None
     on_cancel: Callable[[str], None] | None = None
@@ -85,7 +88,7 @@ class Entry:
     fuel: int
     generation: int
     token: CancelScope
-    eval_root: EvalRoot | None
+    eval_root: CancelHandle | None
     inbox: AgentInbox
     engaged: bool
     lease: IdleLease | None
@@ -136,7 +139,7 @@ class FleetRegistry:
         returns: bool,
         interactive: bool = False,
         token: CancelScope | None = None,
-        eval_root: EvalRoot | None = None,
+        eval_root: CancelHandle | None = None,
         inbox: AgentInbox | None = None,
         interrupt: Callable[[str], None] | None = None,
         on_cancel: Callable[[str], None] | None = None,
@@ -171,7 +174,7 @@ class FleetRegistry:
         name: str,
         *,
         token: CancelScope | None = None,
-        eval_root: EvalRoot | None = None,
+        eval_root: CancelHandle | None = None,
         inbox: AgentInbox | None = None,
         interrupt: Callable[[str], None] | None = None,
         on_cancel: Callable[[str], None] | None = None,
