@@ -37,7 +37,7 @@ from runtime.fleet_registry import (
     LeaseReport,
     Recorder,
 )
-from runtime.inbox import AgentMessage, AgentResult, Outcome, Surface
+from runtime.inbox import AgentMessage, AgentResult, PushEffect, Surface
 from runtime.spawn_tree import IDLE_LEASE_SECS, Clock
 
 
@@ -161,10 +161,10 @@ class Registry(QuotaActor):
     def interrupt(self, name: str, reason: str = "interrupt") -> None:
         self.core.interrupt(name, reason)
 
-    def steer(self, name: str, text: str) -> Outcome:
+    def steer(self, name: str, text: str) -> PushEffect:
         return self.core.steer(name, text)
 
-    def message(self, sender: str, name: str, text: str | AgentMessage) -> Outcome:
+    def message(self, sender: str, name: str, text: str | AgentMessage) -> PushEffect:
         return self.core.message(sender, name, text)
 
     def record_exchange(self, name: str) -> None:

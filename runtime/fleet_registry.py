@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from runtime.cancel import CancelScope
 from runtime.errors import InboxFull
 from runtime.events import InboxRejected
-from runtime.inbox import AgentMessage, AgentResult, InboxMsg, Outcome, Surface, UserSteering
+from runtime.inbox import AgentMessage, AgentResult, InboxMsg, PushEffect, Surface, UserSteering
 from runtime.inbox import Inbox as AgentInbox
 from runtime.spawn_tree import (
     IDLE_LEASE_SECS,
@@ -36,7 +36,7 @@ from runtime.spawn_tree import (
     IdleLease,
     LeaseExpired,
     LeaseRemaining,
-    Node,
+    SpawnNode,
     SpawnTree,
 )
 
@@ -359,7 +359,7 @@ class FleetRegistry:
 
     # -- delivery --
 
-    def steer(self, name: str, text: str) -> Outcome:
+    def steer(self, name: str, text: str) -> PushEffect:
         """Deliver a human message: engaged, and the idle lease renewed (the only renewal)."""
         with self._lock:  # pushed under the lock: never into the inbox of an agent that ended
             self.tree.get(name)
@@ -374,7 +374,7 @@ class FleetRegistry:
             if self.tree.is_live(name):
                 self.tree.record_exchange(name)
 
-    def message(self, sender: str, name: str, text: str | AgentMessage) -> Outcome:
+    def message(self, sender: str, name: str, text: str | AgentMessage) -> PushEffect:
         """Model-facing message: renews nothing. Raises InboxFull, UnknownAgent or AgentEnded."""
         msg = text if isinstance(text, AgentMessage) else AgentMessage(sender, text)
         with self._lock:  # pushed under the lock: never into the inbox of an agent that ended
@@ -461,7 +461,7 @@ class FleetRegistry:
 
     # -- helpers --
 
-    def _entry(self, node: Node) -> Entry:
+    def _entry(self, node: SpawnNode) -> Entry:
         h = self._handles[node.name]
         return Entry(
             name=node.name,
