@@ -71,6 +71,7 @@ from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
 from runtime.durable import append_jsonl
 from runtime.errors import ExarchError
 from runtime.events import Notice
+from runtime.fault_switch import faults_enabled
 from runtime.ledger import BindingLedger, carry_renewals, referenced_names
 from runtime.limits import ShellLimits
 from runtime.snapshot import MobileSnapshot, SnapshotBuilder
@@ -144,7 +145,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         self._sink = notice_sink
         self._initial_context = _context_dict(context)
         self._boot_snapshot = snapshot
-        self._faults = (os.environ.get("EXARCH_FAULTS") == "1") if faults is None else faults
+        self._faults = faults_enabled() if faults is None else faults
         self.eval_root = eval_root or EvalRoot()
         self._surfaces = surfaces or WorkerSurfaces()  # no sink: nothing is surfaced
         self._idle_calls = idle_calls

@@ -29,7 +29,6 @@ after settling the current round and writing the report of the rounds run, marke
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
 import sys
@@ -52,6 +51,7 @@ from cli.drill_faults import (
 )
 from cli.drill_rounds import Interrupt, LiveFeed, run_in_process, run_killed_and_resumed
 from runtime.durable import atomic_write_bytes
+from runtime.fault_switch import injecting_faults
 from runtime.invariant_check import InvariantReport, InvariantResult, NotASession, check_session
 from runtime.nemesis import (
     CONTROL,
@@ -256,9 +256,16 @@ def _stray_children() -> list[int]:
 def run_drill(
     cfg: DrillConfig, *, on_progress: Any = None, stop: Interrupt | None = None
 ) -> DrillResult:
-    """Run the drill (see the module docstring); ``stop`` ends it after settling its round."""
-    os.environ["EXARCH_FAULTS"] = "1"
-    stop = stop if stop is not None else Interrupt()
+    """Run the drill (see the module docstring); ``stop`` ends it after settling its round.
+
+    Fault injection is on for the shells of the rounds run in this process while the drill runs
+    (:func:`runtime.fault_switch.injecting_faults`), and off again when it returns; a round run
+    in a child process gets it in that child's environment alone (``cli/drill_rounds.py``)."""
+    with injecting_faults():
+        return _run_rounds(cfg, on_progress, stop if stop is not None else Interrupt())
+
+
+def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: Interrupt) -> DrillResult:
     cfg.root.mkdir(parents=True, exist_ok=True)
     schedule = fault_schedule(cfg.seed, cfg.rate, cfg.faults, cfg.duration)
     scripted = [f for f in schedule if f.kind in SCRIPTED]

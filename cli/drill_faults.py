@@ -28,6 +28,7 @@ import os
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,14 @@ class LiveNemesis:
         """Shell pids this nemesis SIGKILLed: a dying process is not hit (and counted) twice."""
         self._cancelled: set[str] = set()
         """Agents a cancel storm reached: still registered while they wind down, not targets."""
+        self.appliers: dict[str, Callable[[Applied, str, random.Random], bool]] = {
+            "shell-kill": self._shell_kill,
+            "inbox-flood": self._inbox_flood,
+            "cancel-storm": self._cancel_storm,
+            "clear-storm": self._clear_storm,
+            "write-failure": self._write_failure,
+        }
+        """How each live kind (:data:`runtime.nemesis.LIVE`) is applied."""
 
     def _live(self, *, trunk: bool) -> list[str]:
         if self.fleet is None:
@@ -206,7 +215,7 @@ class LiveNemesis:
             return None  # its shell has not checkpointed yet: hit it once it has
         a = Applied(f, self.round, name, time.time())
         try:
-            a.landed = bool(getattr(self, "_" + f.kind.replace("-", "_"))(a, name, rng))
+            a.landed = bool(self.appliers[f.kind](a, name, rng))
         except _NotYet:
             return None
         except (ExarchError, KeyError, OSError, psutil.Error) as e:

@@ -37,6 +37,7 @@ from typing import Any
 
 from cli.drill_faults import Applied, LiveNemesis, ok_calls
 from runtime.durable import read_jsonl
+from runtime.fault_switch import FAULTS_ENV
 from runtime.nemesis import Fault, live_order
 from runtime.session_dir import SessionDir
 
@@ -187,7 +188,7 @@ def child_env() -> dict[str, str]:
     pp = os.environ.get("PYTHONPATH")
     return {
         **os.environ,
-        "EXARCH_FAULTS": "1",
+        FAULTS_ENV: "1",  # that child's own switch (runtime/fault_switch.py)
         "PYTHONPATH": root + (os.pathsep + pp if pp else ""),
     }
 

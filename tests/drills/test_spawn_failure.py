@@ -100,7 +100,7 @@ def test_a_second_child_under_a_used_name_is_refused_by_name_and_the_run_ends(
         "name used: a child named 'lo' already ran in this run" in v
         for v in _io_values(out.session.root)
     )
-    assert check_session(SessionDir(out.session.root)).ok
+    assert check_session(out.session).ok
 
 
 def _run_cli(session: Path, scenario: Path) -> tuple[int, str]:
