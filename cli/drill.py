@@ -86,7 +86,6 @@ __all__ = [
 
 EXIT_HELD = 0
 EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
 
 
 @dataclass(frozen=True)
