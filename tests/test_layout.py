@@ -114,8 +114,8 @@ def _import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets = {t for t in _imported_names(path, name) if t in modules and t != name}
-        # ``import a.b`` also runs the package a/__init__.py; the packages here are empty or
-        # import nothing of the project, so only the named module is an edge.
+        # ``import a.b`` also runs a/__init__.py; that is not counted as an edge: a package's
+        # __init__ importing its own modules (runtime/providers/) is how a package is built.
         graph[name] = targets
     return graph
 
