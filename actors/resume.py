@@ -60,8 +60,6 @@ from runtime.ral.values import render
 from runtime.run_processes import leftover_processes
 from runtime.session_dir import SessionDir
 from runtime.session_read import (
-    DamagedSession,
-    NothingToResume,
     ResumeRefused,
     SessionFiles,
     load_snapshot,
@@ -80,7 +78,7 @@ RESUME_NOTE = (
 _CALL_ROUND = re.compile(r"_(\d+)_\d+$")
 
 
-__all__ = ["DamagedSession", "NothingToResume", "ResumeRefused", "plan_resume", "resume_run"]
+__all__ = ["plan_resume", "resume_run"]
 
 
 @dataclass

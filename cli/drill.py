@@ -76,10 +76,8 @@ from runtime.nemesis import (
 from runtime.session_dir import SessionDir
 
 __all__ = [
-    "Applied",
     "DrillConfig",
     "DrillResult",
-    "Interrupt",
     "drill_command",
     "run_drill",
 ]

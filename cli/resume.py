@@ -15,11 +15,12 @@ from typing import Any
 
 import click
 
-from actors.resume import ResumeRefused, resume_run
+from actors.resume import resume_run
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
 from runtime.session_dir import SessionDir
+from runtime.session_read import ResumeRefused
 
 
 class Refused(click.ClickException):
