@@ -35,7 +35,7 @@ from runtime.fleet_registry import (
     Entry,
     FleetRegistry,
     LeaseReport,
-    Recorder,
+    RejectionRecorder,
 )
 from runtime.inbox import AgentMessage, AgentResult, PushEffect, Surface
 from runtime.spawn_tree import IDLE_LEASE_SECS, Clock
@@ -82,7 +82,7 @@ class Registry(QuotaActor):
         *,
         clock: Clock = time.monotonic,
         lease_bound: float = IDLE_LEASE_SECS,
-        on_dropped: Recorder | None = None,
+        on_dropped: RejectionRecorder | None = None,
         lease_timer: bool = True,
         core: FleetRegistry | None = None,
     ) -> None:
@@ -222,7 +222,7 @@ def start_registry(
     *,
     clock: Clock = time.monotonic,
     lease_bound: float = IDLE_LEASE_SECS,
-    on_dropped: Recorder | None = None,
+    on_dropped: RejectionRecorder | None = None,
     lease_timer: bool = True,
 ) -> RegistryHandle:
     """Start a Registry actor; the caller stops it with ``handle.stop()``."""

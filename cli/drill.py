@@ -49,7 +49,7 @@ from cli.drill_faults import (
     measure_recovery,
     round_times,
 )
-from cli.drill_rounds import Interrupt, LiveFeed, run_in_process, run_killed_and_resumed
+from cli.drill_rounds import DrillStop, LiveFeed, run_in_process, run_killed_and_resumed
 from runtime.durable import atomic_write_bytes
 from runtime.fault_switch import injecting_faults
 from runtime.invariant_check import InvariantReport, InvariantResult, NotASession, check_session
@@ -251,7 +251,7 @@ def _stray_children() -> list[int]:
 
 
 def run_drill(
-    cfg: DrillConfig, *, on_progress: Any = None, stop: Interrupt | None = None
+    cfg: DrillConfig, *, on_progress: Any = None, stop: DrillStop | None = None
 ) -> DrillResult:
     """Run the drill (see the module docstring); ``stop`` ends it after settling its round.
 
@@ -259,10 +259,10 @@ def run_drill(
     (:func:`runtime.fault_switch.injecting_faults`), and off again when it returns; a round run
     in a child process gets it in that child's environment alone (``cli/drill_rounds.py``)."""
     with injecting_faults():
-        return _run_rounds(cfg, on_progress, stop if stop is not None else Interrupt())
+        return _run_rounds(cfg, on_progress, stop if stop is not None else DrillStop())
 
 
-def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: Interrupt) -> DrillResult:
+def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillResult:
     cfg.root.mkdir(parents=True, exist_ok=True)
     schedule = fault_schedule(cfg.seed, cfg.rate, cfg.faults, cfg.duration)
     scripted = [f for f in schedule if f.kind in SCRIPTED]
@@ -546,7 +546,7 @@ def drill_command(
                 description=f"round {rnd + 1}, {n} faults applied",
             )
 
-        with Interrupt().installed() as stop:
+        with DrillStop().installed() as stop:
             result = run_drill(cfg, on_progress=tick, stop=stop)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))

@@ -11,7 +11,7 @@ a snapshot write failure) to the child.
 Invariants:
 
 - Every round ends settled: its session directory gets ``result.json`` even when the drill is
-  interrupted. :class:`Interrupt` (SIGINT, SIGTERM) cancels a fleet in this process (its
+  interrupted. :class:`DrillStop` (SIGINT, SIGTERM) cancels a fleet in this process (its
   ``result.json`` says ``cancelled``); a child process still running is SIGKILLed once its
   trunk is born and the round is resumed and cancelled at once, so nothing of it is left
   running and its journal is closed by the same code that closes any crashed run.
@@ -52,7 +52,7 @@ START_SECS = 60.0
 
 
 @dataclass
-class Interrupt:
+class DrillStop:
     """The drill was asked to stop (SIGINT, SIGTERM): settle the current round and report."""
 
     event: threading.Event = field(default_factory=threading.Event)
@@ -67,7 +67,7 @@ class Interrupt:
         return self.event.is_set()
 
     @contextmanager
-    def installed(self) -> Iterator[Interrupt]:
+    def installed(self) -> Iterator[DrillStop]:
         """SIGINT and SIGTERM trip this instead of raising (main thread only). The handler only
         sets a flag: cancelling a fleet from inside a signal handler could wait on a lock the
         interrupted frame holds; the drill's polling loop does it within :data:`POLL_SECS`."""
@@ -119,7 +119,7 @@ def _drive(
     session: SessionDir,
     rnd: int,
     feed: LiveFeed,
-    stop: Interrupt,
+    stop: DrillStop,
     name: str,
 ) -> dict[str, Any]:
     """Run ``run(on_start)`` on a thread; feed its fleet live faults until it ends, or cancel
@@ -158,7 +158,7 @@ def _drive(
 
 
 def run_in_process(
-    scenario: Path, session: SessionDir, rnd: int, feed: LiveFeed, stop: Interrupt
+    scenario: Path, session: SessionDir, rnd: int, feed: LiveFeed, stop: DrillStop
 ) -> dict[str, Any]:
     from cli.runner import RunSpec, run_headless
     from runtime.providers.scenario import load_scenario
@@ -215,7 +215,7 @@ def run_killed_and_resumed(
     sure_calls: int,
     rnd: int,
     feed: LiveFeed,
-    stop: Interrupt,
+    stop: DrillStop,
 ) -> tuple[dict[str, Any], Applied]:
     """Run the round in a child process, SIGKILL it once ``f.param`` picks how far in (after
     the k-th ral call on the bus, k at most ``sure_calls``, the calls the round makes whatever

@@ -53,7 +53,7 @@ class Cancellable(Protocol):
 CancelHandle = Cancellable | Callable[[str], None]
 """A node's shell handle the cascade trips: a CancelScope-like (``actors.shell_types.EvalRoot``)
 or a plain callable taking the cause."""
-Recorder = Callable[[InboxRejected], None]
+RejectionRecorder = Callable[[InboxRejected], None]
 
 
 def _trip(handle: Any, cause: str) -> None:
@@ -119,7 +119,7 @@ class FleetRegistry:
         *,
         clock: Clock = time.monotonic,
         lease_bound: float = IDLE_LEASE_SECS,
-        on_dropped: Recorder | None = None,
+        on_dropped: RejectionRecorder | None = None,
     ) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)

@@ -39,7 +39,7 @@ from runtime.events import (
     SystemNote,
 )
 
-ItemKind = Literal[
+TabItemKind = Literal[
     "user",
     "steering",
     "inbound",
@@ -61,11 +61,11 @@ RESULT_PREVIEW_LINES = 12
 
 
 @dataclass(frozen=True)
-class TranscriptItem:
+class TabItem:
     """One transcript item. ``key`` is unique within its tab (a ral call's key is its call id)."""
 
     key: str
-    kind: ItemKind
+    kind: TabItemKind
     text: str
     result: str | None = None
     is_error: bool = False
@@ -87,13 +87,13 @@ class TranscriptItem:
 @dataclass(frozen=True)
 class Append:
     agent: str
-    entry: TranscriptItem
+    entry: TabItem
 
 
 @dataclass(frozen=True)
 class Update:
     agent: str
-    entry: TranscriptItem
+    entry: TabItem
 
 
 @dataclass(frozen=True)
@@ -128,14 +128,14 @@ class Transcript:
         self._task_from = task_from
         self._in_inherited = False
         self._seq = 0
-        self._calls: dict[str, TranscriptItem] = {}
+        self._calls: dict[str, TabItem] = {}
 
     def _key(self) -> str:
         self._seq += 1
         return f"e{self._seq}"
 
-    def _new(self, kind: ItemKind, text: str, **kw: Any) -> Change:
-        return Append(self.agent, TranscriptItem(self._key(), kind, text, **kw))
+    def _new(self, kind: TabItemKind, text: str, **kw: Any) -> Change:
+        return Append(self.agent, TabItem(self._key(), kind, text, **kw))
 
     # --- the event log -------------------------------------------------------------------
 
@@ -214,7 +214,7 @@ class Transcript:
                 # its own entry, and from now on the id's results are its.
                 self._seq += 1
                 key = f"{cid}#{self._seq}"
-            entry = TranscriptItem(key, "ral", shown, inherited=inherited)
+            entry = TabItem(key, "ral", shown, inherited=inherited)
             self._calls[cid] = entry
             out.append(Append(self.agent, entry))
         return out
@@ -222,7 +222,7 @@ class Transcript:
     def _result(self, cid: str, content: str, is_error: bool) -> list[Change]:
         entry = self._calls.get(cid)
         if entry is None:  # a result whose call the log never showed: shown on its own
-            orphan = TranscriptItem(
+            orphan = TabItem(
                 cid or self._key(), "ral", "(call not shown)", preview(content), is_error
             )
             self._calls[orphan.key] = orphan

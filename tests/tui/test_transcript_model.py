@@ -14,8 +14,8 @@ from cli.tui.model import (
     Change,
     LogTail,
     Reset,
+    TabItem,
     Transcript,
-    TranscriptItem,
     Update,
     preview,
 )
@@ -41,8 +41,8 @@ def _result(cid: str, content: str) -> dict[str, object]:
     return {"kind": "tool_result", "message": {"tool_call_id": cid, "content": content}}
 
 
-def _shown(changes: list[Change]) -> dict[str, TranscriptItem]:
-    shown: dict[str, TranscriptItem] = {}
+def _shown(changes: list[Change]) -> dict[str, TabItem]:
+    shown: dict[str, TabItem] = {}
     for ch in changes:
         if isinstance(ch, Reset):
             shown.clear()
