@@ -76,7 +76,8 @@ class SessionDir:
 
     @classmethod
     def at(cls, path: str | os.PathLike[str]) -> SessionDir:
-        """Use ``path`` (created if missing), whatever it holds (``resume``, ``check``)."""
+        """Use ``path`` (created if missing), whatever it holds. Readers of an existing session
+        (``check``, ``resume``, ``replay``) use ``SessionDir(path)``, which creates nothing."""
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         return cls(root)
