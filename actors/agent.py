@@ -53,18 +53,16 @@ from runtime.digest import Section, clip_agent_reply, clip_section
 from runtime.diskwarn import DiskWarn
 from runtime.eventlog import AgentLog
 from runtime.events import InboxRejected, Io, Notice, Resources, SystemNote
-from runtime.events import ProviderError as ProviderErrorEvent
+from runtime.events import ProviderFailed as ProviderErrorEvent
 from runtime.inbox import (
     SURFACE,
     AgentMessage,
     AgentResult,
     Command,
+    InboxNudge,
     ScheduledWakeup,
     Surface,
     UserSteering,
-)
-from runtime.inbox import (
-    Nudge as InboxNudge,
 )
 from runtime.ledger import LargeBinding
 from runtime.messages import AssistantMessage, ToolResult, admit_assistant
@@ -91,7 +89,7 @@ from runtime.ral.values import render
 
 if TYPE_CHECKING:
     from actors.fleet import Fleet, ShellOutput
-    from actors.registry import Entry
+    from runtime.fleet_registry import Entry
     from runtime.inbox import Inbox
     from runtime.ral.context import DynamicContext
     from runtime.snapshot import MobileSnapshot

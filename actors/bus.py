@@ -369,7 +369,3 @@ def start_bus(transcript: str | os.PathLike[str] | None) -> BusHandle:
     """Start the fleet bus writing ``transcript`` (``None``: subscribers only)."""
     core = BusCore(transcript)
     return BusHandle(Bus.start(core), core)
-
-
-BusActor = Bus
-"""Alias: the fleet names actors ``<Thing>Actor``."""

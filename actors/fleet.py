@@ -30,7 +30,7 @@ from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
 from actors.bus import start_bus
 from actors.mailbox import Cancel, QuotaActor
-from actors.registry import Entry, start_registry
+from actors.registry import start_registry
 from actors.shell import EvalRoot, ShellActor
 from actors.shell_workers import WorkerSurfaces
 from runtime import durability
@@ -43,9 +43,9 @@ from runtime.durable import append_jsonl
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources
 from runtime.executor import ExecutionSpec
+from runtime.fleet_registry import Entry
 from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, write_result
 from runtime.inbox import AgentResult, Surface
-from runtime.invariants import commit_record
 from runtime.journal import SpawnJournal
 from runtime.limits import ShellLimits
 from runtime.park import Construction
@@ -56,6 +56,7 @@ from runtime.ral.errors import DeskRefusal
 from runtime.ral.grants import GrantPolicy, Grants
 from runtime.ral.values import render
 from runtime.session_dir import SessionDir
+from runtime.session_records import commit_record
 from runtime.settlement import (
     RetainedChild,
     SweepPolicy,
@@ -147,7 +148,7 @@ class Fleet:
         self._registry = start_registry(on_dropped=self.bus.record_rejected, **lease)
         self.registry = self._registry.core
         """The registry's thread-safe core: reads and the cascade never wait on a mailbox."""
-        self.journal, _ = SpawnJournal.in_session(session.root)
+        self.journal, _ = SpawnJournal.in_session(session)
         self._lock = threading.Lock()
         self.agents: dict[str, Agent] = {}
         self._actors: dict[str, pykka.ActorRef[Any]] = {}
@@ -325,7 +326,7 @@ class Fleet:
     def write_result(self, outcome: str, reply: str | None, **extra: Any) -> FleetYield:
         fy = fleet_yield(self.journal.state)
         with durability.bound_to(self.session.root, self.config.durability):
-            write_result(self.session.root, outcome, reply, fy, **extra)
+            write_result(self.session, outcome, reply, fy, **extra)
         return fy
 
     # --- the agents' shared services --------------------------------------------------------

@@ -40,7 +40,7 @@ from pykka import messages as pykka_messages
 from runtime.cancel import CancelScope
 from runtime.constants import INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
 from runtime.errors import InboxFull
-from runtime.inbox import COMMAND, InboxRule, Outcome, source_of
+from runtime.inbox import COMMAND, InboxRule, PushEffect, source_of
 
 if TYPE_CHECKING:
     from pykka._envelope import Envelope
@@ -74,10 +74,10 @@ class Interrupt:
 class Coalesced:
     """The reply an ``ask`` gets when its message was folded into a queued one by the rule."""
 
-    outcome: Outcome
+    outcome: PushEffect
 
 
-def _resolve_absorbed(envelopes: tuple[Any, ...], outcome: Outcome) -> None:
+def _resolve_absorbed(envelopes: tuple[Any, ...], outcome: PushEffect) -> None:
     for env in envelopes:
         reply_to = getattr(env, "reply_to", None)
         if reply_to is not None:

@@ -45,7 +45,7 @@ from runtime.cancel import POLL_INTERVAL
 
 PRELOAD = [
     "actors.shell_host",
-    "actors.worker",
+    "actors.worker_process",
     "actors.agent_host",
     "runtime.ral.session",
     "runtime.ral.codec",

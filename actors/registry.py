@@ -16,8 +16,8 @@ registered) and its shell's eval root (a CancelScope-like or callable handle; ``
 trunk). It calls them directly, never through the target's own mailbox, so a node busy in a
 long handler or an in-flight ral evaluation is reached at its next poll point.
 
-The core and its value types live in :mod:`actors.registry_core` and are re-exported here; this
-module holds the actor, its lease-reaper thread and :func:`start_registry`.
+The core and its value types live in :mod:`runtime.fleet_registry`; this module holds the actor,
+its lease-reaper thread and :func:`start_registry`.
 """
 
 from __future__ import annotations
@@ -31,17 +31,14 @@ import pykka
 from pykka import messages as pykka_messages
 
 from actors.mailbox import QuotaActor
-from actors.registry_core import (
-    DEADLINE,
-    Cancellable,
+from runtime.fleet_registry import (
     Entry,
-    EvalRoot,
     FleetRegistry,
     LeaseReport,
-    Recorder,
+    RejectionRecorder,
 )
-from runtime.inbox import AgentMessage, AgentResult, Outcome, Surface
-from runtime.spawn_tree import IDLE_LEASE_SECS, AgentEnded, Clock
+from runtime.inbox import AgentMessage, AgentResult, PushEffect, Surface
+from runtime.spawn_tree import IDLE_LEASE_SECS, Clock
 
 
 class _LeaseReaper:
@@ -85,7 +82,7 @@ class Registry(QuotaActor):
         *,
         clock: Clock = time.monotonic,
         lease_bound: float = IDLE_LEASE_SECS,
-        on_dropped: Recorder | None = None,
+        on_dropped: RejectionRecorder | None = None,
         lease_timer: bool = True,
         core: FleetRegistry | None = None,
     ) -> None:
@@ -164,10 +161,10 @@ class Registry(QuotaActor):
     def interrupt(self, name: str, reason: str = "interrupt") -> None:
         self.core.interrupt(name, reason)
 
-    def steer(self, name: str, text: str) -> Outcome:
+    def steer(self, name: str, text: str) -> PushEffect:
         return self.core.steer(name, text)
 
-    def message(self, sender: str, name: str, text: str | AgentMessage) -> Outcome:
+    def message(self, sender: str, name: str, text: str | AgentMessage) -> PushEffect:
         return self.core.message(sender, name, text)
 
     def record_exchange(self, name: str) -> None:
@@ -225,29 +222,10 @@ def start_registry(
     *,
     clock: Clock = time.monotonic,
     lease_bound: float = IDLE_LEASE_SECS,
-    on_dropped: Recorder | None = None,
+    on_dropped: RejectionRecorder | None = None,
     lease_timer: bool = True,
 ) -> RegistryHandle:
     """Start a Registry actor; the caller stops it with ``handle.stop()``."""
     core = FleetRegistry(clock=clock, lease_bound=lease_bound, on_dropped=on_dropped)
     ref = Registry.start(core=core, lease_timer=lease_timer)
     return RegistryHandle(ref, core)
-
-
-RegistryActor = Registry
-"""Alias: the fleet names actors ``<Thing>Actor``."""
-
-__all__ = [
-    "DEADLINE",
-    "AgentEnded",
-    "Cancellable",
-    "Entry",
-    "EvalRoot",
-    "FleetRegistry",
-    "LeaseReport",
-    "Recorder",
-    "Registry",
-    "RegistryActor",
-    "RegistryHandle",
-    "start_registry",
-]

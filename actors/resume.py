@@ -40,7 +40,6 @@ import signal
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from actors.agent import AgentSpec
@@ -52,7 +51,6 @@ from runtime.errors import ExarchError
 from runtime.events import Died, InboxRejected, SystemNote
 from runtime.fleet_yield import FleetYield, settlement_status
 from runtime.inbox import AgentResult, UserSteering
-from runtime.invariants import leftover_processes
 from runtime.journal import NodeState, SpawnJournal
 from runtime.limits import ShellLimits
 from runtime.messages import AssistantMessage
@@ -63,16 +61,16 @@ from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
+from runtime.run_processes import leftover_processes
 from runtime.session_dir import SessionDir
 from runtime.session_read import (
-    DamagedSession,
-    NothingToResume,
     ResumeRefused,
     SessionFiles,
     load_snapshot,
     read_session,
     set_aside_result,
 )
+from runtime.session_records import CONTROL_DIED
 from runtime.settlement import RetainedChild, adopt_local, release_sweep, spend_of
 from runtime.snapshot import MobileSnapshot
 
@@ -81,18 +79,17 @@ RESUME_NOTE = (
     "in flight is marked interrupted; your shell holds every binding of the calls that "
     "completed. Continue where you left off."
 )
-CONTROL_DIED = "control process died"
 _CALL_ROUND = re.compile(r"_(\d+)_\d+$")
 
 
-__all__ = ["DamagedSession", "NothingToResume", "ResumeRefused", "plan_resume", "resume_run"]
+__all__ = ["plan_resume", "resume_run"]
 
 
 @dataclass
 class ResumePlan:
     """What :func:`resume_run` will do; built from the files alone."""
 
-    root: Path
+    session: SessionDir
     files: SessionFiles
     run: dict[str, Any]
     alive_at_crash: list[str]
@@ -163,17 +160,16 @@ def _result_logged(files: SessionFiles, parent: str, child: str) -> bool:
     )
 
 
-def plan_resume(session_dir: str | os.PathLike[str]) -> ResumePlan:
+def plan_resume(session: SessionDir) -> ResumePlan:
     """Read the session and decide (see the module docstring); raises :class:`ResumeRefused`
     (:class:`DamagedSession` naming file and line when a file it builds on is damaged)."""
-    root = Path(session_dir).resolve()
-    files = read_session(root)
+    files = read_session(session)
     transcript = files.transcript
     born = Counter(r["agent"] for r in transcript if r.get("kind") == "Born")
     died = Counter(r["agent"] for r in transcript if r.get("kind") == "Died")
     alive = sorted(a for a in born if born[a] > died[a])
     state = files.journal.state
-    trunk_events = root / "agents" / TRUNK_NAME / "events.jsonl"
+    trunk_events = session.events(TRUNK_NAME)
     rebuild_trunk = TRUNK_NAME in alive or (not born and trunk_events.exists())
     resumed = {TRUNK_NAME} if rebuild_trunk else set()
     rebuild: list[str] = []
@@ -182,6 +178,7 @@ def plan_resume(session_dir: str | os.PathLike[str]) -> ResumePlan:
     no_env: list[str] = []
     retained: list[str] = []
     nodes = sorted(state.nodes.values(), key=lambda n: int(n.spawned["seq"]))
+    with_files = set(session.agent_names())
     for n in nodes:
         if not n.open:
             continue
@@ -192,13 +189,22 @@ def plan_resume(session_dir: str | os.PathLike[str]) -> ResumePlan:
             no_env.append(n.id)
         elif n.results:
             finished.append(n.id)
-        elif "dispatched" in n.phases and parent in resumed and (root / "agents" / n.id).is_dir():
+        elif "dispatched" in n.phases and parent in resumed and n.id in with_files:
             rebuild.append(n.id)
             resumed.add(n.id)
         else:
             orphaned.append(n.id)
     plan = ResumePlan(
-        root, files, files.run, alive, rebuild_trunk, rebuild, finished, orphaned, no_env, retained
+        session,
+        files,
+        files.run,
+        alive,
+        rebuild_trunk,
+        rebuild,
+        finished,
+        orphaned,
+        no_env,
+        retained,
     )
     for r in transcript:
         if r.get("kind") == "Died" and r["agent"] == TRUNK_NAME:
@@ -287,14 +293,14 @@ def _owes_a_response(agent: Any) -> bool:
 
 
 def resume_run(
-    session_dir: str | os.PathLike[str],
+    session: SessionDir,
     *,
     on_start: Callable[[Any], None] | None = None,
     poll: Callable[[], bool] | None = None,
     connection: dict[str, Any] | None = None,
     durability: Durability | None = None,
 ) -> ResumeOutcome:
-    """Resume the run in ``session_dir`` to its end (see the module docstring).
+    """Resume the run in ``session`` to its end (see the module docstring).
 
     ``poll`` is called while waiting; returning True cancels the whole tree (Ctrl-C).
     ``connection`` overrides what ``run.json`` says of a network provider (``model``,
@@ -304,10 +310,8 @@ def resume_run(
     overrides ``run.json``'s policy (absent there: ``process``), and is then written to it."""
     from actors.fleet import Fleet, FleetConfig
 
-    plan = plan_resume(session_dir)
-    root = plan.root
-    session = SessionDir.at(root)
-    for proc in leftover_processes(root):
+    plan = plan_resume(session)
+    for proc in leftover_processes(session):
         try:
             os.kill(proc.pid, signal.SIGKILL)
         except OSError:
@@ -342,11 +346,11 @@ def resume_run(
     policy = durability or parse_durability(run.get("durability"))
     if durability is not None and policy.value != run.get("durability"):
         kept = json.dumps({**run, "durability": policy.value}, indent=2).encode()
-        with bound_to(root, policy):  # what the run now keeps, for a later resume and check
-            atomic_write_bytes(root / "run.json", kept)
+        with bound_to(session.root, policy):  # what the run now keeps, for resume and check
+            atomic_write_bytes(session.run_spec, kept)
     extra: dict[str, Any] = {}
     if plan.files.corrupt_result is not None:  # derived data: set the bytes aside, rebuild it
-        extra["corruptResultSetAside"] = set_aside_result(root).name
+        extra["corruptResultSetAside"] = set_aside_result(session).name
     if playback is not None:
         for name, n in plan.cursors.items():
             playback.advance(name, n)

@@ -65,16 +65,17 @@ from actors.shell_types import (
     _Run,
 )
 from actors.shell_workers import ShellWorkers, WorkerSurfaces
-from actors.worker import WorkerLink
+from actors.worker_process import WorkerLink
 from runtime.cancel import POLL_INTERVAL
 from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
 from runtime.durable import append_jsonl
 from runtime.errors import ExarchError
 from runtime.events import Notice
+from runtime.fault_switch import faults_enabled
 from runtime.ledger import BindingLedger, carry_renewals, referenced_names
 from runtime.limits import ShellLimits
 from runtime.snapshot import MobileSnapshot, SnapshotBuilder
-from runtime.worker_registry import (
+from runtime.worker_retention import (
     WORKER_BACKSTOP_SECS,
     WORKER_IDLE_CALLS,
     WorkerRegistry,
@@ -144,7 +145,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         self._sink = notice_sink
         self._initial_context = _context_dict(context)
         self._boot_snapshot = snapshot
-        self._faults = (os.environ.get("EXARCH_FAULTS") == "1") if faults is None else faults
+        self._faults = faults_enabled() if faults is None else faults
         self.eval_root = eval_root or EvalRoot()
         self._surfaces = surfaces or WorkerSurfaces()  # no sink: nothing is surfaced
         self._idle_calls = idle_calls

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from actors.frames import Frame
 from runtime.events import Notice
 from runtime.snapshot import MobileSnapshot, SnapshotBuilder
-from runtime.worker_registry import WorkerRegistry
+from runtime.worker_retention import WorkerRegistry
 
 SNAPSHOT_FILE_EVERY = 32
 """Calls between snapshot-file writes when only the ledger's clock moved (see _checkpoint)."""

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from cli.durability import describe
-from runtime.invariants import InvariantReport, NotASession, check_session
+from runtime.invariant_check import InvariantReport, NotASession, check_session
+from runtime.session_dir import SessionDir
 
 _STYLE = {"held": "green", "violated": "bold red", "skipped": "dim"}
 
@@ -55,7 +57,7 @@ def check_command(session_dir: str, as_json: bool, no_processes: bool) -> None:
       2    the path is not a session directory
     """
     try:
-        report = check_session(session_dir, processes=not no_processes)
+        report = check_session(SessionDir(Path(session_dir)), processes=not no_processes)
     except NotASession as e:
         raise click.UsageError(str(e)) from None
     if as_json:

@@ -13,7 +13,7 @@ time comes:
   resumes it here (``cli/drill_rounds.py``); control-kill rounds take at most half the drill's
   time, so every live kind gets in-process rounds to land in.
 
-After every round ``runtime/invariants.py`` checks the round's directory; the drill adds two
+After every round ``runtime/invariant_check.py`` checks the round's directory; the drill adds two
 checks of its own (a flood's accounting, and no stray child process of the drill). Recovery is
 measured from each fault to the affected agent's next successful ral call (``Io`` without error
 in the transcript). ``drill-report.json`` in the drill directory holds the schedule, what was
@@ -29,7 +29,6 @@ after settling the current round and writing the report of the rounds run, marke
 from __future__ import annotations
 
 import json
-import os
 import signal
 import statistics
 import sys
@@ -46,18 +45,17 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cli.drill_faults import (
-    FLOOD,
-    WRITE_FAILURE_SECS,
     Applied,
     measure_recovery,
     round_times,
 )
-from cli.drill_rounds import Interrupt, LiveFeed, run_in_process, run_killed_and_resumed
+from cli.drill_rounds import DrillStop, LiveFeed, run_in_process, run_killed_and_resumed
 from cli.durability import durability_option
 from runtime.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.durability import Durability
 from runtime.durable import atomic_write_bytes
-from runtime.invariants import InvariantReport, InvariantResult, NotASession, check_session
+from runtime.fault_switch import injecting_faults
+from runtime.invariant_check import InvariantReport, InvariantResult, NotASession, check_session
 from runtime.nemesis import (
     CONTROL,
     FAULT_KINDS,
@@ -81,19 +79,14 @@ from runtime.nemesis import (
 from runtime.session_dir import SessionDir
 
 __all__ = [
-    "FLOOD",
-    "WRITE_FAILURE_SECS",
-    "Applied",
     "DrillConfig",
     "DrillResult",
-    "Interrupt",
     "drill_command",
     "run_drill",
 ]
 
 EXIT_HELD = 0
 EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
 
 
 @dataclass(frozen=True)
@@ -264,11 +257,18 @@ def _stray_children() -> list[int]:
 
 
 def run_drill(
-    cfg: DrillConfig, *, on_progress: Any = None, stop: Interrupt | None = None
+    cfg: DrillConfig, *, on_progress: Any = None, stop: DrillStop | None = None
 ) -> DrillResult:
-    """Run the drill (see the module docstring); ``stop`` ends it after settling its round."""
-    os.environ["EXARCH_FAULTS"] = "1"
-    stop = stop if stop is not None else Interrupt()
+    """Run the drill (see the module docstring); ``stop`` ends it after settling its round.
+
+    Fault injection is on for the shells of the rounds run in this process while the drill runs
+    (:func:`runtime.fault_switch.injecting_faults`), and off again when it returns; a round run
+    in a child process gets it in that child's environment alone (``cli/drill_rounds.py``)."""
+    with injecting_faults():
+        return _run_rounds(cfg, on_progress, stop if stop is not None else DrillStop())
+
+
+def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillResult:
     cfg.root.mkdir(parents=True, exist_ok=True)
     schedule = fault_schedule(cfg.seed, cfg.rate, cfg.faults, cfg.duration)
     scripted = [f for f in schedule if f.kind in SCRIPTED]
@@ -287,7 +287,7 @@ def run_drill(
         window = t0 + est
         mine = [f for f in scripted if f.at < window]
         scripted = [f for f in scripted if f.at >= window]
-        session = cfg.root / f"round-{rnd:03d}"
+        session = SessionDir(cfg.root / f"round-{rnd:03d}")
         scenario_path = cfg.root / f"round-{rnd:03d}.toml"
         placed: list[Placed] = []
         sure = cfg.agents * cfg.calls  # a given scenario: the flags' estimate of its calls
@@ -323,13 +323,15 @@ def run_drill(
             # A round that left no session directory lost everything it was given: a
             # violation to report, never a reason for the drill itself to crash.
             report = InvariantReport(
-                str(session),
+                str(session.root),
                 (InvariantResult("session-written", "violated", 1, (str(e),)),),
             )
         reports.append(report)
         if stop.is_set():
             info["interrupted"] = True
-        rounds.append({"round": rnd, "dir": str(session), **info, "invariants": report.to_json()})
+        rounds.append(
+            {"round": rnd, "dir": str(session.root), **info, "invariants": report.to_json()}
+        )
         if on_progress is not None:
             on_progress(rnd, time.monotonic() - start, sum(1 for a in applied if a.landed))
         rnd += 1
@@ -351,7 +353,7 @@ def run_drill(
 
 
 def _played(
-    placed: list[Placed], session: Path, calls: int, rnd: int, applied: list[Applied]
+    placed: list[Placed], session: SessionDir, calls: int, rnd: int, applied: list[Applied]
 ) -> list[Fault]:
     """Record each scripted fault the round played, at the time its message was played; return
     the ones it never reached (their agent ended first), which a later round places again."""
@@ -553,7 +555,7 @@ def drill_command(
                 description=f"round {rnd + 1}, {n} faults applied",
             )
 
-        with Interrupt().installed() as stop:
+        with DrillStop().installed() as stop:
             result = run_drill(cfg, on_progress=tick, stop=stop)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))

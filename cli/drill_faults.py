@@ -28,6 +28,7 @@ import os
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,8 @@ from runtime.constants import INBOX_SOURCE_CAP, TRUNK_NAME
 from runtime.durable import read_jsonl
 from runtime.errors import ExarchError, InboxFull
 from runtime.inbox import Command
-from runtime.invariants import PID_START_TOLERANCE
 from runtime.nemesis import LANDS_OUTSIDE, RECOVERING, Fault
+from runtime.run_processes import PID_START_TOLERANCE
 from runtime.session_dir import SessionDir
 from runtime.spawn_tree import AgentEnded
 
@@ -81,31 +82,30 @@ def _epoch(at: str) -> float:
     return _dt.datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
 
 
-def ok_calls(root: Path) -> dict[str, list[float]]:
+def ok_calls(session: SessionDir) -> dict[str, list[float]]:
     out: dict[str, list[float]] = defaultdict(list)
-    for r in read_jsonl(root / "transcript.jsonl").records:
+    for r in read_jsonl(session.transcript).records:
         if r.get("kind") == "Io" and r.get("error") is None and r.get("at"):
             out[str(r.get("agent"))].append(_epoch(str(r["at"])))
     return out
 
 
-def round_times(root: Path, agent: str) -> list[float]:
+def round_times(session: SessionDir, agent: str) -> list[float]:
     """When each provider round-trip of ``agent`` ended: an assistant event or a ProviderError
     (every scripted round leaves exactly one), in order, so index n is scripted message n."""
     times: list[float] = []
-    d = root / "agents" / agent
-    for p in sorted(d.glob("events*.jsonl")) if d.is_dir() else []:
+    for p in session.event_logs(agent):
         times += [_epoch(r["at"]) for r in read_jsonl(p).records if r.get("kind") == "assistant"]
     times += [
         _epoch(r["at"])
-        for r in read_jsonl(root / "transcript.jsonl").records
+        for r in read_jsonl(session.transcript).records
         if r.get("kind") == "ProviderError" and r.get("agent") == agent
     ]
     return sorted(times)
 
 
-def measure_recovery(applied: list[Applied], root: Path) -> None:
-    ok = ok_calls(root)
+def measure_recovery(applied: list[Applied], session: SessionDir) -> None:
+    ok = ok_calls(session)
     for a in applied:
         if a.agent is None or not a.landed:
             continue
@@ -122,7 +122,7 @@ def measure_recovery(applied: list[Applied], root: Path) -> None:
 # --------------------------------------------------------------------------- live faults
 
 
-def live_shells(root: Path) -> dict[str, psutil.Process]:
+def live_shells(session: SessionDir) -> dict[str, psutil.Process]:
     """Each agent's latest recorded shell host that still runs, read from the session files
     alone: the journal's environment records (a child's first shell) and the ``Commit`` records
     (the shell of each clean call; the host a rollback starts shows up at its next commit).
@@ -130,12 +130,12 @@ def live_shells(root: Path) -> dict[str, psutil.Process]:
     latest: dict[str, tuple[str, int, Any]] = {}
     recs = [
         (str(r.get("id")), r)
-        for r in read_jsonl(root / "spawn-journal.jsonl").records
+        for r in read_jsonl(session.journal).records
         if r.get("kind") == "execution-admitted"
     ]
     recs += [
         (str(r.get("agent")), r)
-        for r in read_jsonl(root / "record.jsonl").records
+        for r in read_jsonl(session.record).records
         if r.get("kind") == "Commit"
     ]
     for agent, r in recs:
@@ -166,8 +166,8 @@ class LiveNemesis:
     control-kill round's child process, where only the kinds of
     :data:`runtime.nemesis.LANDS_OUTSIDE` can land."""
 
-    def __init__(self, root: Path, round_no: int, fleet: Any = None) -> None:
-        self.root = root
+    def __init__(self, session: SessionDir, round_no: int, fleet: Any = None) -> None:
+        self.session = session
         self.fleet = fleet
         self.round = round_no
         self._shells: dict[str, psutil.Process] = {}
@@ -175,6 +175,14 @@ class LiveNemesis:
         """Shell pids this nemesis SIGKILLed: a dying process is not hit (and counted) twice."""
         self._cancelled: set[str] = set()
         """Agents a cancel storm reached: still registered while they wind down, not targets."""
+        self.appliers: dict[str, Callable[[Applied, str, random.Random], bool]] = {
+            "shell-kill": self._shell_kill,
+            "inbox-flood": self._inbox_flood,
+            "cancel-storm": self._cancel_storm,
+            "clear-storm": self._clear_storm,
+            "write-failure": self._write_failure,
+        }
+        """How each live kind (:data:`runtime.nemesis.LIVE`) is applied."""
 
     def _live(self, *, trunk: bool) -> list[str]:
         if self.fleet is None:
@@ -184,11 +192,11 @@ class LiveNemesis:
         return [n for n in names if (trunk or n != TRUNK_NAME) and n not in self._cancelled]
 
     def _live_shells(self) -> dict[str, psutil.Process]:
-        shells = live_shells(self.root)
+        shells = live_shells(self.session)
         return {n: p for n, p in shells.items() if p.pid not in self._killed}
 
     def _snapshot(self, name: str) -> Path:
-        return SessionDir(self.root).snapshot(name)
+        return self.session.snapshot(name)
 
     def apply(self, f: Fault) -> Applied | None:
         """Apply ``f`` now; None when it cannot land yet (nothing live to hit)."""
@@ -207,7 +215,7 @@ class LiveNemesis:
             return None  # its shell has not checkpointed yet: hit it once it has
         a = Applied(f, self.round, name, time.time())
         try:
-            a.landed = bool(getattr(self, "_" + f.kind.replace("-", "_"))(a, name, rng))
+            a.landed = bool(self.appliers[f.kind](a, name, rng))
         except _NotYet:
             return None
         except (ExarchError, KeyError, OSError, psutil.Error) as e:
@@ -273,7 +281,7 @@ class LiveNemesis:
         """The agent's snapshot path becomes a directory for a moment: the atomic rename of a
         checkpoint onto it fails (as root, a read-only mode bit would not stop a write)."""
         path = self._snapshot(name)
-        aside = path.with_name(".snapshot.msgpack.drill-aside")
+        aside = path.with_name(f".{path.name}.drill-aside")
         had = path.exists()
         if had:
             os.replace(path, aside)
@@ -285,6 +293,6 @@ class LiveNemesis:
                 aside.unlink()
             else:
                 os.replace(aside, path)
-        litter = [p.name for p in path.parent.glob(".snapshot.msgpack.*.tmp")]
+        litter = [p.name for p in path.parent.glob(f".{path.name}.*.tmp")]
         a.detail.update(window_secs=WRITE_FAILURE_SECS, tmp_litter=litter)
         return True

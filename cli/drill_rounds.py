@@ -11,7 +11,7 @@ a snapshot write failure) to the child.
 Invariants:
 
 - Every round ends settled: its session directory gets ``result.json`` even when the drill is
-  interrupted. :class:`Interrupt` (SIGINT, SIGTERM) cancels a fleet in this process (its
+  interrupted. :class:`DrillStop` (SIGINT, SIGTERM) cancels a fleet in this process (its
   ``result.json`` says ``cancelled``); a child process still running is SIGKILLed once its
   trunk is born and the round is resumed and cancelled at once, so nothing of it is left
   running and its journal is closed by the same code that closes any crashed run.
@@ -39,7 +39,9 @@ from cli.drill_faults import Applied, LiveNemesis, ok_calls
 from runtime.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.durability import Durability
 from runtime.durable import read_jsonl
+from runtime.fault_switch import FAULTS_ENV
 from runtime.nemesis import Fault, live_order
+from runtime.session_dir import SessionDir
 
 POLL_SECS = 0.02
 """How often the drill looks at a running round (due faults, the kill threshold, a stop)."""
@@ -52,7 +54,7 @@ START_SECS = 60.0
 
 
 @dataclass
-class Interrupt:
+class DrillStop:
     """The drill was asked to stop (SIGINT, SIGTERM): settle the current round and report."""
 
     event: threading.Event = field(default_factory=threading.Event)
@@ -67,7 +69,7 @@ class Interrupt:
         return self.event.is_set()
 
     @contextmanager
-    def installed(self) -> Iterator[Interrupt]:
+    def installed(self) -> Iterator[DrillStop]:
         """SIGINT and SIGTERM trip this instead of raising (main thread only). The handler only
         sets a flag: cancelling a fleet from inside a signal handler could wait on a lock the
         interrupted frame holds; the drill's polling loop does it within :data:`POLL_SECS`."""
@@ -116,10 +118,10 @@ class LiveFeed:
 
 def _drive(
     run: Callable[[Callable[[Any], None]], Any],
-    session: Path,
+    session: SessionDir,
     rnd: int,
     feed: LiveFeed,
-    stop: Interrupt,
+    stop: DrillStop,
     name: str,
 ) -> dict[str, Any]:
     """Run ``run(on_start)`` on a thread; feed its fleet live faults until it ends, or cancel
@@ -159,17 +161,18 @@ def _drive(
 
 def run_in_process(
     scenario: Path,
-    session: Path,
+    session: SessionDir,
     rnd: int,
     feed: LiveFeed,
-    stop: Interrupt,
+    stop: DrillStop,
     durability: Durability = DEFAULT_DURABILITY,
 ) -> dict[str, Any]:
     from cli.runner import RunSpec, run_headless
     from runtime.providers.scenario import load_scenario
 
     spec = RunSpec(
-        "scripted", None, load_scenario(scenario), session_dir=str(session), durability=durability
+        "scripted", None, load_scenario(scenario), session_dir=str(session.root),
+        durability=durability,
     )
     got = _drive(
         lambda on_start: run_headless(spec, on_start=on_start), session, rnd, feed, stop, "round"
@@ -195,16 +198,16 @@ def child_env() -> dict[str, str]:
     pp = os.environ.get("PYTHONPATH")
     return {
         **os.environ,
-        "EXARCH_FAULTS": "1",
+        FAULTS_ENV: "1",  # that child's own switch (runtime/fault_switch.py)
         "PYTHONPATH": root + (os.pathsep + pp if pp else ""),
     }
 
 
-def _count(session: Path, kind: str) -> int:
-    return sum(1 for r in read_jsonl(session / "transcript.jsonl").records if r.get("kind") == kind)
+def _count(session: SessionDir, kind: str) -> int:
+    return sum(1 for r in read_jsonl(session.transcript).records if r.get("kind") == kind)
 
 
-def _trunk_born(session: Path, proc: subprocess.Popen[bytes]) -> bool:
+def _trunk_born(session: SessionDir, proc: subprocess.Popen[bytes]) -> bool:
     """Wait until the child's trunk is on the bus (so a kill leaves a run that resume can
     rebuild) or the child has ended; whether it was born."""
     deadline = time.monotonic() + START_SECS
@@ -217,12 +220,12 @@ def _trunk_born(session: Path, proc: subprocess.Popen[bytes]) -> bool:
 
 def run_killed_and_resumed(
     scenario: Path,
-    session: Path,
+    session: SessionDir,
     f: Fault,
     sure_calls: int,
     rnd: int,
     feed: LiveFeed,
-    stop: Interrupt,
+    stop: DrillStop,
     durability: Durability = DEFAULT_DURABILITY,
 ) -> tuple[dict[str, Any], Applied]:
     """Run the round in a child process, SIGKILL it once ``f.param`` picks how far in (after
@@ -232,7 +235,9 @@ def run_killed_and_resumed(
     round ended before the kill)."""
     threshold = 1 + f.param % max(1, sure_calls)
     proc = subprocess.Popen(
-        exarch("run", str(scenario), "--session-dir", str(session), "--durability", durability),
+        exarch(
+            "run", str(scenario), "--session-dir", str(session.root), "--durability", durability
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=child_env(),
@@ -247,7 +252,7 @@ def run_killed_and_resumed(
         time.sleep(POLL_SECS)
     if stop.is_set():
         _trunk_born(session, proc)
-    killed = proc.poll() is None and not (session / "result.json").exists()
+    killed = proc.poll() is None and not session.result.exists()
     if proc.poll() is None:
         proc.send_signal(signal.SIGKILL)
     rc = proc.wait()

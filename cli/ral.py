@@ -129,7 +129,7 @@ def _run_interruptibly(session: Session, source: str) -> RunResult:
     return box[0]
 
 
-def _show(r: RunResult, *, repl: bool = False) -> None:
+def _show(r: RunResult) -> None:
     if r.stdout:
         sys.stdout.write(r.stdout)
         sys.stdout.flush()
@@ -182,7 +182,7 @@ def _repl(session: Session) -> int:
             if not text.strip():
                 continue
             try:
-                _show(_run_interruptibly(session, text), repl=True)
+                _show(_run_interruptibly(session, text))
             except KeyboardInterrupt:  # a Ctrl-C as the run ended, before the handler was in
                 click.echo("", err=True)
     finally:

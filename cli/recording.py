@@ -11,21 +11,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 
 from runtime.constants import TRUNK_NAME
 from runtime.durable import now_iso
 from runtime.providers.base import Provider
+from runtime.providers.scenario import Scenario
 from runtime.replay.provider import recorded
 from runtime.replay.recording import Recorder, RecordingHeader
 from runtime.session_dir import SessionDir
 
-if TYPE_CHECKING:
-    from cli.runner import RunSpec
-
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class RecordedRun(Protocol):
+    """What a recording needs to know of the run it records (``cli.runner.RunSpec`` has it)."""
+
+    @property
+    def record(self) -> str | None: ...
+    @property
+    def grant_exec(self) -> tuple[str, ...]: ...
+    @property
+    def grant_root(self) -> tuple[str, ...]: ...
+    @property
+    def scenario(self) -> Scenario | None: ...
+    @property
+    def chat(self) -> bool: ...
 
 
 def _writable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -65,7 +78,7 @@ class RunRecording:
 
 
 def open_recording(
-    spec: RunSpec,
+    spec: RecordedRun,
     session: SessionDir,
     factory: Callable[[str], Provider],
     *,

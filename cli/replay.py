@@ -25,7 +25,7 @@ from runtime.durability import parse as parse_durability
 from runtime.durable import atomic_write_bytes
 from runtime.limits import ShellLimits
 from runtime.ral.grants import GrantPolicy
-from runtime.replay.divergence import Divergence, Report, compare, read_session
+from runtime.replay.divergence import Divergence, Report, compare, read_facts
 from runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
 from runtime.session_dir import SessionDir
 
@@ -132,9 +132,7 @@ def replay_command(
         sys.exit(outcome.exit_code)  # Ctrl-C: the run's own exit code
     new = outcome.session
     normalise = dataclasses.replace(normalise, roots=_roots(old.root, new.root))
-    report = compare(
-        read_session(old.root), read_session(new.root), normalise, ignore=normalise.describe()
-    )
+    report = compare(read_facts(old), read_facts(new), normalise, ignore=normalise.describe())
     if observer.hit:
         late = Divergence(
             "*", "deadline", f"the replay did not finish within {deadline:g} s: cancelled"
@@ -164,7 +162,7 @@ def _replay_spec(old: SessionDir, out_dir: str | None) -> RunSpec:
     if out_dir is not None and Path(out_dir).resolve() == old.root:
         raise click.UsageError("--session-dir: a replay never writes into the session it replays")
     try:
-        run = json.loads((old.root / "run.json").read_text())
+        run = json.loads(old.run_spec.read_text())
     except (OSError, ValueError):
         run = {}
     recorded = scenario.recording or {}

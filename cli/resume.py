@@ -15,12 +15,14 @@ from typing import Any
 
 import click
 
-from actors.resume import ResumeRefused, resume_run
+from actors.resume import resume_run
 from cli.durability import durability_option
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
 from runtime.durability import Durability
+from runtime.session_dir import SessionDir
+from runtime.session_read import ResumeRefused
 
 
 class Refused(click.ClickException):
@@ -58,7 +60,8 @@ def resume_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
-    overrides = _connection_overrides(session_dir, connection)
+    session = SessionDir(Path(session_dir).resolve())
+    overrides = _connection_overrides(session, connection)
     report = RunReporter(as_json=as_json, quiet=quiet)
     hit = {"cancel": False}
     with signals_cancel(lambda: hit.__setitem__("cancel", True)) as interrupted:
@@ -69,7 +72,7 @@ def resume_command(
 
         try:
             result = resume_run(
-                session_dir,
+                session,
                 on_start=report.attach,
                 poll=poll,
                 connection=overrides,
@@ -96,11 +99,11 @@ def resume_command(
     sys.exit(exit_code(outcome, interrupted.signum))
 
 
-def _connection_overrides(session_dir: str, connection: ProviderChoice) -> dict[str, Any]:
+def _connection_overrides(session: SessionDir, connection: ProviderChoice) -> dict[str, Any]:
     """The flags given, as :func:`actors.resume.resume_run`'s ``connection``; provider flags on
     a scripted run are refused rather than ignored."""
     try:
-        run = json.loads((Path(session_dir) / "run.json").read_text())
+        run = json.loads(session.run_spec.read_text())
         provider = str(run["provider"])
     except (OSError, ValueError, KeyError, TypeError):
         return {}  # resume_run refuses the directory with the precise reason

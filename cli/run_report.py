@@ -36,7 +36,7 @@ from rich.text import Text
 
 from cli.runner import session_path
 from runtime.constants import TRUNK_NAME
-from runtime.events import Event, Io, ProviderError, SystemNote
+from runtime.events import Event, Io, ProviderFailed, SystemNote
 from runtime.messages import EMPTY_REPLY_STUB, AssistantMessage
 from runtime.session_dir import SessionDir
 
@@ -158,7 +158,7 @@ class RunReporter:
             self.calls[event.agent] = LastCall(event.script, failed)
             if trunk and failed and not self.silent:
                 self.say(f"ral error ({event.agent}): {ral_error_text(event.value)}")
-        elif isinstance(event, ProviderError):
+        elif isinstance(event, ProviderFailed):
             self.provider_errors[event.agent] = event.message
         elif isinstance(event, SystemNote):
             self.notes[event.agent] = event.text

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import click
 
+from cli.recording import open_recording
 from runtime import durability
 from runtime.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.durability import Durability
@@ -224,7 +225,6 @@ def run_headless(
     session directory is created, so a refused run leaves nothing behind."""
     from actors.fleet import Fleet, FleetConfig
     from cli.grants import fleet_policy
-    from cli.recording import open_recording
 
     grants = spec.grants or fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)
     prompt = spec.prompt
@@ -316,7 +316,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "durability": spec.durability.value,
     }
     with durability.bound_to(session.root, spec.durability):
-        atomic_write_bytes(session.root / "run.json", json.dumps(data, indent=2).encode())
+        atomic_write_bytes(session.run_spec, json.dumps(data, indent=2).encode())
 
 
 def session_path(session: SessionDir) -> str:

@@ -93,7 +93,6 @@ INTERRUPTED_RESULT = (
 _UNPARSED = object()
 USER_ROLE_KINDS = frozenset({"user", "nudge", "steering"})
 _META_KINDS = frozenset({"cleared"})
-_ARCHIVE = re.compile(r"^events\.(\d+)\.jsonl$")
 
 
 def _message_of(kind: str, want: type) -> Callable[[dict[str, Any]], str | None]:
@@ -342,7 +341,8 @@ class AgentLog:
         """
         archive: Path | None = None
         if self.path.exists():
-            archive = self.path.with_name(f"events.{self._next_generation()}.jsonl")
+            stem, suffix = self.path.stem, self.path.suffix  # events.jsonl -> events.<N>.jsonl
+            archive = self.path.with_name(f"{stem}.{self._next_generation()}{suffix}")
             os.replace(self.path, archive)
             _fsync_dir(self.path.parent)
         append_jsonl(self.path, {"kind": "cleared", "archived": archive.name if archive else None})
@@ -466,10 +466,11 @@ class AgentLog:
         self._pending = []
 
     def _next_generation(self) -> int:
+        archive = re.compile(rf"^{re.escape(self.path.stem)}\.(\d+){re.escape(self.path.suffix)}$")
         taken = [
             int(m.group(1))
             for p in self.path.parent.iterdir()
-            if (m := _ARCHIVE.match(p.name)) is not None
+            if (m := archive.match(p.name)) is not None
         ]
         return max(taken, default=0) + 1
 

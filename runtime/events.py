@@ -1,5 +1,5 @@
-"""Fleet bus events (``Born``, ``Died``, ``Notice``, ``Io``, ``Resources``,
-``ProviderError``, ``SystemNote``, and the transcript-only ``InboxRejected``).
+"""Fleet bus events (``Born``, ``Died``, ``Notice``, ``Io``, ``Resources``, ``ProviderFailed``
+(kind ``ProviderError``), ``SystemNote``, and the transcript-only ``InboxRejected``).
 
 Each event is a frozen dataclass naming the agent it concerns; :meth:`Event.to_record` is the
 ``transcript.jsonl`` line (docs/scenarios.md: every record has ``"kind"``, ``"agent"`` and an ISO
@@ -112,8 +112,10 @@ class Resources(Event):
 
 
 @dataclass(frozen=True)
-class ProviderError(Event):
-    """An exhausted transport or rate-limit failure: a provider fact, not a model nudge."""
+class ProviderFailed(Event):
+    """An exhausted transport or rate-limit failure: a provider fact, not a model nudge. Its
+    record keeps the kind ``ProviderError`` that transcripts have always carried (the exception
+    of that name is ``runtime.providers.base.ProviderError``)."""
 
     error: str = ""
     message: str = ""

@@ -18,8 +18,8 @@ Invariants:
 - :meth:`cancel` answers ``accepted`` only on an acknowledgement (the process was observed to
   end); a signal sent with no observed effect is ``unknown``, never ``accepted``.
 
-The one implementation for OS processes, :class:`LocalProcessExecutor`, lives in
-:mod:`runtime.local_executor` and is re-exported here (lazily, see ``__getattr__``).
+The one implementation for OS processes, ``LocalProcessExecutor``, lives in
+:mod:`runtime.local_executor` (which imports this interface; nothing here imports it back).
 """
 
 from __future__ import annotations
@@ -30,21 +30,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 
-if TYPE_CHECKING:
-    from runtime.local_executor import (
-        CANCEL_ACK_TIMEOUT,
-        KILL_REAP_TIMEOUT,
-        LocalProcessExecutor,
-    )
-
 __all__ = [
-    "CANCEL_ACK_TIMEOUT",
-    "KILL_REAP_TIMEOUT",
     "OPTIONAL_SURFACES",
     "REQUIRED_SURFACES",
     "Accounting",
@@ -62,7 +53,6 @@ __all__ = [
     "ExecutorMisuse",
     "Grace",
     "InFlight",
-    "LocalProcessExecutor",
     "Observation",
     "OptionalSurfaces",
     "PreSpawnRefusal",
@@ -72,28 +62,6 @@ __all__ = [
     "scratch_file_deliverable",
     "surface",
 ]
-
-_MOVED_TO_LOCAL_EXECUTOR = frozenset(
-    {"CANCEL_ACK_TIMEOUT", "KILL_REAP_TIMEOUT", "LocalProcessExecutor"}
-)
-
-
-def __getattr__(name: str) -> Any:
-    """Re-export the local-process executor from :mod:`runtime.local_executor` on first use.
-
-    Lazy because that module implements this interface (it imports from here): an eager import
-    at either end would make whichever module is imported first see the other half-initialised.
-    """
-    if name in _MOVED_TO_LOCAL_EXECUTOR:
-        from runtime import local_executor
-
-        return getattr(local_executor, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | _MOVED_TO_LOCAL_EXECUTOR)
-
 
 Grace = float | Literal["brutal-kill", "infinity"]
 """Seconds between SIGTERM and SIGKILL; ``"brutal-kill"`` = SIGKILL at once; ``"infinity"`` =

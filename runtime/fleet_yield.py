@@ -13,7 +13,6 @@ Invariants:
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +20,7 @@ from typing import Any, Literal
 from runtime.durable import atomic_write_bytes, now_iso
 from runtime.errors import ExarchError
 from runtime.journal import SettlementState
+from runtime.session_dir import SessionDir
 
 OUTCOMES = ("replied", "quiesced", "capped", "cancelled", "failed")
 NORMAL_ENDS = frozenset({"replied", "quiesced"})
@@ -31,9 +31,6 @@ this way exits 0. Every other end (capped, cancelled, failed) is ``down`` / non-
 def settlement_status(outcome: str | None) -> Literal["done", "down"]:
     """The ``settled`` status of a child that ended with ``outcome``."""
     return "done" if outcome in NORMAL_ENDS else "down"
-
-
-RESULT_NAME = "result.json"
 
 
 class BadOutcome(ExarchError):
@@ -140,7 +137,7 @@ def fleet_yield(state: SettlementState) -> FleetYield:
 
 
 def write_result(
-    session_dir: str | os.PathLike[str],
+    session: SessionDir,
     outcome: str,
     reply: str | None,
     fleet_yield: FleetYield,
@@ -156,17 +153,17 @@ def write_result(
         "at": now_iso(),
         **extra,
     }
-    path = Path(session_dir) / RESULT_NAME
+    path = session.result
     atomic_write_bytes(path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode())
     return path
 
 
-def read_result(session_dir: str | os.PathLike[str]) -> tuple[dict[str, Any] | None, str | None]:
+def read_result(session: SessionDir) -> tuple[dict[str, Any] | None, str | None]:
     """``result.json`` of a session: ``(doc, None)`` when it reads as one :func:`write_result`
     wrote, ``(None, None)`` when there is none (the run did not finish), ``(None, problem)`` when
     it exists but is corrupt (it is written atomically, so no crash leaves it so: disk damage or
     a hand edit). ``check`` and ``resume`` both decide with this, so they agree."""
-    path = Path(session_dir) / RESULT_NAME
+    path = session.result
     try:
         doc = json.loads(path.read_bytes())
     except FileNotFoundError:

@@ -7,7 +7,7 @@ Sources split in two:
   same schedule id in place (newest wins); a :class:`UserSteering` merges into a queued steering
   that is the queue's tail with a blank line, unless either side holds a line starting with
   ``/`` (merging would silently change that line's turn-boundary classification); an
-  exact-duplicate :class:`Nudge` is a no-op.
+  exact-duplicate :class:`InboxNudge` is a no-op.
 - ``agent_result``, ``agent_message``, ``command`` and ``surface`` are quota-checked against
   ``INBOX_SOURCE_CAP`` per source and ``INBOX_TOTAL_CAP`` over the whole queue, and *rejected,
   never dropped*: :class:`runtime.errors.InboxFull` goes back to the producer and the queue is
@@ -68,7 +68,7 @@ class ScheduledWakeup:
 
 
 @dataclass(frozen=True)
-class Nudge:
+class InboxNudge:
     """A runtime nudge (must_reply, continue, pin reminder, ...)."""
 
     kind: str
@@ -115,11 +115,13 @@ class Surface:
     source: ClassVar[str] = SURFACE
 
 
-InboxMsg = UserSteering | ScheduledWakeup | Nudge | AgentResult | AgentMessage | Command | Surface
+InboxMsg = (
+    UserSteering | ScheduledWakeup | InboxNudge | AgentResult | AgentMessage | Command | Surface
+)
 INBOX_MESSAGE_TYPES: tuple[type, ...] = (
     UserSteering,
     ScheduledWakeup,
-    Nudge,
+    InboxNudge,
     AgentResult,
     AgentMessage,
     Command,
@@ -142,7 +144,7 @@ def source_of(msg: object) -> str | None:
 # --- the pure rule ----------------------------------------------------------------------------
 
 
-class Outcome(enum.Enum):
+class PushEffect(enum.Enum):
     """What a successful push did to the queue."""
 
     QUEUED = "queued"  # a new entry at the tail
@@ -167,7 +169,7 @@ class Pushed:
     or was a duplicate). A mailbox resolves their reply futures; an agent inbox ignores them.
     """
 
-    outcome: Outcome
+    outcome: PushEffect
     absorbed: tuple[Any, ...] = ()
 
 
@@ -226,7 +228,7 @@ class InboxRule:
             if refusal is not None:
                 raise refusal
         self._append(_Entry(src, item, tag))
-        return Pushed(Outcome.QUEUED)
+        return Pushed(PushEffect.QUEUED)
 
     def push_exempt(self, item: Any, *, source: str, tag: Any = None) -> None:
         """Queue ``item`` at the tail with no quota check and no coalescing.
@@ -243,7 +245,7 @@ class InboxRule:
                 if isinstance(old, ScheduledWakeup) and old.schedule_id == item.schedule_id:
                     old_tag = entry.tag
                     entry.item, entry.tag = item, tag
-                    return Pushed(Outcome.REPLACED, (old_tag,))
+                    return Pushed(PushEffect.REPLACED, (old_tag,))
             return None
         if isinstance(item, UserSteering):
             if not self._queue:
@@ -251,12 +253,12 @@ class InboxRule:
             tail = self._queue[-1]
             if isinstance(tail.item, UserSteering) and not tail.item.is_slash and not item.is_slash:
                 tail.item = UserSteering(f"{tail.item.text}\n\n{item.text}")
-                return Pushed(Outcome.MERGED, (tag,))
+                return Pushed(PushEffect.MERGED, (tag,))
             return None
-        if isinstance(item, Nudge):
+        if isinstance(item, InboxNudge):
             for entry in self._queue:
                 if entry.item == item:
-                    return Pushed(Outcome.DUPLICATE, (tag,))
+                    return Pushed(PushEffect.DUPLICATE, (tag,))
             return None
         return None
 
@@ -355,7 +357,7 @@ class Inbox:
     def recipient(self) -> str | None:
         return self._rule.recipient
 
-    def push(self, msg: InboxMsg) -> Outcome:
+    def push(self, msg: InboxMsg) -> PushEffect:
         """Admit ``msg`` or raise :class:`InboxFull` naming source, cap and recipient."""
         with self._cond:
             outcome = self._rule.push(msg).outcome

@@ -27,8 +27,7 @@ from typing import Any
 
 from runtime.durable import Damage, Shape, now_iso, read_jsonl, write_jsonl
 from runtime.errors import ExarchError
-
-JOURNAL_NAME = "spawn-journal.jsonl"
+from runtime.session_dir import SessionDir
 
 KINDS = (
     "spawned",
@@ -381,27 +380,28 @@ class Replay:
     damage: list[Damage]
     refused: list[JournalError] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)  # the file line of each kept record
+    name: str = "journal"  # the file's name, as problems name it
 
     @property
     def torn(self) -> bool:
         return any(d.torn_tail for d in self.damage)
 
     def problems(self) -> list[str]:
-        """What no crash leaves behind, each as ``spawn-journal.jsonl:LINE: what``: a damaged
+        """What no crash leaves behind, each as ``<journal file>:LINE: what``: a damaged
         line other than a torn last one, a record the fold refused, a seq gap (the writer
         numbers records 0, 1, 2, ...; a gap is a record lost from the middle). A journal with
         any of these cannot be replayed honestly: the state after it is a guess."""
-        return [d.where(JOURNAL_NAME) for d in self.damage if not d.torn_tail] + (
+        return [d.where(self.name) for d in self.damage if not d.torn_tail] + (
             self.inconsistencies()
         )
 
     def inconsistencies(self) -> list[str]:
         """The readable records' problems: refused by the fold, or after a seq gap."""
-        out = [f"{JOURNAL_NAME}:{e.line}: refused {type(e).__name__}: {e}" for e in self.refused]
+        out = [f"{self.name}:{e.line}: refused {type(e).__name__}: {e}" for e in self.refused]
         expected = 0
         for r, line in zip(self.records, self.lines):
             if r["seq"] != expected:
-                out.append(f"{JOURNAL_NAME}:{line}: seq {r['seq']} where {expected} was due")
+                out.append(f"{self.name}:{line}: seq {r['seq']} where {expected} was due")
             expected = r["seq"] + 1
         return out
 
@@ -426,7 +426,7 @@ def replay(path: str | os.PathLike[str], *, strict: bool = True) -> Replay:
             continue
         kept.append(r)
         lines.append(line)
-    return Replay(st, kept, read.damage, refused, lines)
+    return Replay(st, kept, read.damage, refused, lines, Path(path).name)
 
 
 class SpawnJournal:
@@ -449,8 +449,9 @@ class SpawnJournal:
         return cls(p, rep.state), rep
 
     @classmethod
-    def in_session(cls, session_dir: str | os.PathLike[str]) -> tuple[SpawnJournal, Replay]:
-        return cls.open(Path(session_dir) / JOURNAL_NAME)
+    def in_session(cls, session: SessionDir) -> tuple[SpawnJournal, Replay]:
+        """The journal of ``session``, replayed (:meth:`open`)."""
+        return cls.open(session.journal)
 
     def append(self, kind: str, node_id: str, **fields: Any) -> dict[str, Any]:
         """Validate, write and fold one record under the journal's lock (so seqs and file order

@@ -1,10 +1,10 @@
 """The session directory: where every run leaves its durable files (docs/scenarios.md).
 
-One place names every path, so readers (``check``, ``resume``) and writers agree by construction,
-and says what those readers rely on in the two shared logs (:data:`TRANSCRIPT_SHAPE`,
-:data:`RECORD_SHAPE`): a line that breaks it is damage named by file and line, never a failure
-deep inside a reader. (The journal's and the event log's shapes live with their formats:
-``runtime/journal.py``, ``runtime/eventlog.py``.)
+The one module that names a file of a session: every reader (``check``, ``resume``, ``replay``,
+the drills) and every writer reaches a file through :class:`SessionDir`, so they agree by
+construction (``tests/test_layout.py`` holds every other module to it). What the records in
+those files look like lives with their formats: ``runtime/session_records.py`` (transcript and
+forensic record), ``runtime/journal.py``, ``runtime/eventlog.py``, ``runtime/fleet_yield.py``.
 """
 
 from __future__ import annotations
@@ -12,67 +12,21 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import secrets
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from runtime.durable import ListOf, Shape
+from runtime.durable import TORN_SUFFIX
 from runtime.errors import ExarchError
-from runtime.fleet_yield import OUTCOMES
 
-RUN_FILES = (
-    "run.json",
-    "transcript.jsonl",
-    "record.jsonl",
-    "spawn-journal.jsonl",
-    "result.json",
-    "agents",
-)
+_RUN_SPEC = "run.json"
+_TRANSCRIPT = "transcript.jsonl"
+_RECORD = "record.jsonl"
+_JOURNAL = "spawn-journal.jsonl"
+_RESULT = "result.json"
+_AGENTS = "agents"
+
+RUN_FILES = (_RUN_SPEC, _TRANSCRIPT, _RECORD, _JOURNAL, _RESULT, _AGENTS)
 """What a run leaves in its directory; any one of them means the directory holds a run."""
-
-
-def _known_outcome(r: dict[str, object]) -> str | None:
-    outcome = r.get("outcome")
-    return None if outcome is None or outcome in OUTCOMES else f"Died outcome {outcome!r}"
-
-
-TRANSCRIPT_SHAPE = Shape(
-    {
-        "Born": {"agent": (str,), "parent?": (str, None), "returns?": (bool,)},
-        "Died": {"agent": (str,), "outcome?": (str,), "cause?": (str, None), "reply?": (str, None)},
-        "InboxRejected": {"agent": (str,), "message?": (dict,)},
-        "ProviderError": {"agent": (str,)},
-        "Notice": {"agent": (str,), "notice?": (str,), "text?": (str,)},
-    },
-    {"Died": _known_outcome},
-)
-"""``transcript.jsonl``: the fields ``resume`` and the checker read."""
-
-RECORD_SHAPE = Shape(
-    {
-        "Commit": {
-            "agent": (str,),
-            "epoch": (int,),
-            "defined": (ListOf(str),),
-            "pid?": (int, None),
-            "pidStartedAt?": (int, float, None),
-        },
-        "Prune": {"agent": (str,), "epoch?": (int, None), "names": (ListOf(str),)},
-    }
-)
-"""``record.jsonl``: the fields the checker (and ``resume``'s process sweep) read."""
-
-
-def born_children(transcript: Iterable[dict[str, Any]]) -> set[str]:
-    """Children the bus saw born (a parent, and a result owed). A spawned child is journalled
-    (``spawned``, acknowledged) before its ``Born`` is published, so every one of these must be in
-    the spawn journal: one that is not is a journal that lost records."""
-    return {
-        str(r["agent"])
-        for r in transcript
-        if r.get("kind") == "Born" and isinstance(r.get("parent"), str) and r.get("returns")
-    }
 
 
 class SessionDirInUse(ExarchError):
@@ -83,7 +37,7 @@ class SessionDirInUse(ExarchError):
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.finished = (root / "result.json").exists()
+        self.finished = SessionDir(root).result.exists()
         if self.finished:
             what = "a finished run (result.json exists)"
             todo = "start the new run in a fresh directory (omit --session-dir for a new one)"
@@ -116,32 +70,51 @@ class SessionDir:
         """``path`` for a *new* run: created if missing, refused with :class:`SessionDirInUse`
         if it already holds a run's files (an empty existing directory is fine)."""
         root = Path(path)
-        if root.is_dir() and any((root / name).exists() for name in RUN_FILES):
+        if cls(root).holds_a_run():
             raise SessionDirInUse(root)
         return cls.at(root)
 
     @classmethod
     def at(cls, path: str | os.PathLike[str]) -> SessionDir:
-        """Use ``path`` (created if missing), whatever it holds (``resume``, ``check``)."""
+        """Use ``path`` (created if missing), whatever it holds. Readers of an existing session
+        (``check``, ``resume``, ``replay``) use ``SessionDir(path)``, which creates nothing."""
         root = Path(path)
         root.mkdir(parents=True, exist_ok=True)
         return cls(root)
 
+    def holds_a_run(self) -> bool:
+        """Whether any file a run leaves is here (:data:`RUN_FILES`)."""
+        return self.root.is_dir() and any((self.root / name).exists() for name in RUN_FILES)
+
+    @property
+    def run_spec(self) -> Path:
+        """How the run was started (provider, prompt, scenario, grants): ``resume`` restarts
+        it from this."""
+        return self.root / _RUN_SPEC
+
     @property
     def transcript(self) -> Path:
-        return self.root / "transcript.jsonl"
+        """The bus: every event of every agent (``runtime/session_records.py``)."""
+        return self.root / _TRANSCRIPT
 
     @property
     def record(self) -> Path:
-        return self.root / "record.jsonl"
+        """Forensic records: Commit, Prune, Rollback, Reap (``runtime/session_records.py``)."""
+        return self.root / _RECORD
 
     @property
     def journal(self) -> Path:
-        return self.root / "spawn-journal.jsonl"
+        """The settlement journal (``runtime/journal.py``)."""
+        return self.root / _JOURNAL
 
     @property
     def result(self) -> Path:
-        return self.root / "result.json"
+        """Outcome, reply and fleet yield, written at the end (``runtime/fleet_yield.py``)."""
+        return self.root / _RESULT
+
+    def result_set_aside(self, n: int) -> Path:
+        """Where the ``n``-th corrupt ``result.json`` is set aside (its bytes kept)."""
+        return self.root / (f"{_RESULT}.corrupt" if n == 1 else f"{_RESULT}.corrupt.{n}")
 
     @property
     def recording(self) -> Path:
@@ -153,17 +126,46 @@ class SessionDir:
         """``replay``: the replay's divergences from the session it replayed."""
         return self.root / "replay-report.json"
 
-    def agent_dir(self, name: str) -> Path:
-        return self.root / "agents" / _safe(name)
+    @property
+    def agents(self) -> Path:
+        """The directory of every agent's own files."""
+        return self.root / _AGENTS
+
+    def agent_names(self) -> list[str]:
+        """Every agent that has a directory here, sorted."""
+        d = self.agents
+        return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+
+    def _agent_dir(self, name: str) -> Path:
+        return self.agents / _safe(name)
 
     def events(self, name: str) -> Path:
-        return self.agent_dir(name) / "events.jsonl"
+        """``name``'s current event log; ``/clear`` archives it beside itself as
+        ``events.<N>.jsonl`` (``runtime/eventlog.py``)."""
+        return self._agent_dir(name) / "events.jsonl"
+
+    def event_logs(self, name: str) -> list[Path]:
+        """Every generation of ``name``'s event log (archives from /clear, then the current),
+        sorted by file name."""
+        current = self.events(name)
+        d = current.parent
+        return sorted(d.glob(f"{current.stem}*{current.suffix}")) if d.is_dir() else []
 
     def snapshot(self, name: str) -> Path:
-        return self.agent_dir(name) / "snapshot.msgpack"
+        return self._agent_dir(name) / "snapshot.msgpack"
 
     def scratch(self, name: str) -> Path:
         return self.root / "scratch" / _safe(name)
+
+    def retained_snapshot(self, node_id: str) -> Path:
+        """Where the release sweep keeps a retained child's in-flight snapshot. A node id is
+        rewritten, not refused, here: the sweep must persist whatever id the journal holds."""
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in node_id) or "_"
+        return self.root / "retained" / safe / "snapshot.msgpack"
+
+    def torn_side_files(self) -> list[Path]:
+        """Torn tails an append set aside (``<file>.torn``, ``runtime/durable.py``), sorted."""
+        return sorted([*self.root.glob("*" + TORN_SUFFIX), *self.agents.glob(f"*/*{TORN_SUFFIX}")])
 
 
 def _safe(name: str) -> str:

@@ -26,12 +26,13 @@ from runtime.durability import Durability
 from runtime.durable import JsonlRead, Shape, read_jsonl
 from runtime.errors import ExarchError, SnapshotRefused
 from runtime.eventlog import EVENT_SHAPE
-from runtime.fleet_yield import RESULT_NAME, read_result
-from runtime.journal import JOURNAL_NAME, Replay, replay
+from runtime.fleet_yield import read_result
+from runtime.journal import Replay, replay
 from runtime.limits import ShellLimits
 from runtime.providers import PROVIDER_NAMES
 from runtime.ral.grants import GrantPolicy
-from runtime.session_dir import RECORD_SHAPE, TRANSCRIPT_SHAPE, born_children
+from runtime.session_dir import SessionDir
+from runtime.session_records import RECORD_SHAPE, TRANSCRIPT_SHAPE, born_children
 from runtime.snapshot import MobileSnapshot, SnapshotMissing
 
 
@@ -75,7 +76,7 @@ _RUN_FIELDS: dict[str, tuple[Any, ...]] = {
 class SessionFiles:
     """What ``resume`` read, every part validated (see the module docstring)."""
 
-    root: Path
+    session: SessionDir
     run: dict[str, Any]
     transcript: list[dict[str, Any]]
     journal: Replay
@@ -87,24 +88,20 @@ class SessionFiles:
         return self.events.get(agent, [])
 
 
-def read_session(root: Path) -> SessionFiles:
+def read_session(session: SessionDir) -> SessionFiles:
     """Read and validate every file ``resume`` plans from; raises :class:`ResumeRefused`."""
-    doc, corrupt = read_result(root)
+    root = session.root
+    doc, corrupt = read_result(session)
     if doc is not None:
-        raise NothingToResume(f"{root}: result.json exists, the run already ended")
-    run = read_run(root)
-    transcript = _trusted(root, "transcript.jsonl", TRANSCRIPT_SHAPE)
-    record = _trusted(root, "record.jsonl", RECORD_SHAPE)
-    events: dict[str, list[dict[str, Any]]] = {}
-    agents = root / "agents"
-    for d in sorted(agents.iterdir()) if agents.is_dir() else []:
-        if d.is_dir():
-            events[d.name] = [
-                r
-                for p in sorted(d.glob("events*.jsonl"))
-                for r in _trusted(root, str(p.relative_to(root)), EVENT_SHAPE)
-            ]
-    journal = replay(root / JOURNAL_NAME, strict=False)
+        raise NothingToResume(f"{root}: {session.result.name} exists, the run already ended")
+    run = read_run(session)
+    transcript = _trusted(session, session.transcript, TRANSCRIPT_SHAPE)
+    record = _trusted(session, session.record, RECORD_SHAPE)
+    events: dict[str, list[dict[str, Any]]] = {
+        name: [r for p in session.event_logs(name) for r in _trusted(session, p, EVENT_SHAPE)]
+        for name in session.agent_names()
+    }
+    journal = replay(session.journal, strict=False)
     problems = journal.problems()
     if problems:
         raise DamagedSession(
@@ -114,9 +111,9 @@ def read_session(root: Path) -> SessionFiles:
             "is unknown",
             "Start a fresh run;",
         )
-    _require_journal_covers_born(root, transcript, journal)
+    _require_journal_covers_born(session, transcript, journal)
     return SessionFiles(
-        root,
+        session,
         run,
         transcript,
         journal,
@@ -126,16 +123,18 @@ def read_session(root: Path) -> SessionFiles:
     )
 
 
-def _require_journal_covers_born(root: Path, transcript: list[dict[str, Any]], rep: Replay) -> None:
+def _require_journal_covers_born(
+    session: SessionDir, transcript: list[dict[str, Any]], rep: Replay
+) -> None:
     missing = sorted(born_children(transcript) - set(rep.state.nodes))
     if not missing:
         return
-    path = root / JOURNAL_NAME
+    path = session.journal
     state = "missing" if not path.exists() else "empty" if not rep.records else "incomplete"
     raise DamagedSession(
-        root,
+        session.root,
         [
-            f"{JOURNAL_NAME}: {state}, but transcript.jsonl records {len(missing)} Born "
+            f"{path.name}: {state}, but {session.transcript.name} records {len(missing)} Born "
             f"child(ren) it lacks ({', '.join(missing[:5])})"
         ],
         "their settlement records are lost, so whether they finished is unknown",
@@ -147,42 +146,43 @@ def load_snapshot(files: SessionFiles, agent: str) -> MobileSnapshot | None:
     """The snapshot ``agent`` is rebuilt from. None when it never checkpointed; refused when it
     is corrupt, or missing although ``record.jsonl`` shows the agent committed bindings (its
     shell would come back empty: every committed binding lost)."""
-    rel = f"agents/{agent}/snapshot.msgpack"
+    path = files.session.snapshot(agent)
+    rel = path.relative_to(files.session.root)
     try:
-        return MobileSnapshot.load(files.root / rel)
+        return MobileSnapshot.load(path)
     except SnapshotMissing:
         if agent not in files.committed:
             return None
-        problem = f"{rel}: missing, but record.jsonl shows {agent} committed bindings"
+        record = files.session.record.name
+        problem = f"{rel}: missing, but {record} shows {agent} committed bindings"
     except SnapshotRefused as e:
         problem = f"{rel}: {e}"
     raise DamagedSession(
-        files.root,
+        files.session.root,
         [problem],
         f"{agent}'s shell cannot be restored with the bindings it committed",
         "Restore the snapshot if you have a copy, or start a fresh run;",
     )
 
 
-def set_aside_result(root: Path) -> Path:
+def set_aside_result(session: SessionDir) -> Path:
     """Move a corrupt ``result.json`` to the first free ``result.json.corrupt[.N]``; its bytes
     are kept, and ``resume`` writes a fresh one."""
-    src = root / RESULT_NAME
     n = 1
-    dst = root / f"{RESULT_NAME}.corrupt"
-    while dst.exists():
+    while session.result_set_aside(n).exists():
         n += 1
-        dst = root / f"{RESULT_NAME}.corrupt.{n}"
-    os.replace(src, dst)
+    dst = session.result_set_aside(n)
+    os.replace(session.result, dst)
     return dst
 
 
-def _trusted(root: Path, rel: str, shape: Shape) -> list[dict[str, Any]]:
-    read: JsonlRead = read_jsonl(root / rel, shape)
+def _trusted(session: SessionDir, path: Path, shape: Shape) -> list[dict[str, Any]]:
+    read: JsonlRead = read_jsonl(path, shape)
+    rel = str(path.relative_to(session.root))
     bad = [d.where(rel) for d in read.inner_damage]
     if bad:
         raise DamagedSession(
-            root,
+            session.root,
             bad,
             "a line in the middle no crash leaves behind means records are lost",
             "Repair or delete the line by hand (it is the only copy) and resume again, or "
@@ -191,17 +191,20 @@ def _trusted(root: Path, rel: str, shape: Shape) -> list[dict[str, Any]]:
     return read.records
 
 
-def read_run(root: Path) -> dict[str, Any]:
+def read_run(session: SessionDir) -> dict[str, Any]:
     """``run.json``, checked for what restarting the run needs; :class:`ResumeRefused`."""
+    path = session.run_spec
     try:
-        run = json.loads((root / "run.json").read_bytes())
+        run = json.loads(path.read_bytes())
     except FileNotFoundError:
-        raise ResumeRefused(f"{root}: no run.json, so nothing says how to restart it") from None
+        raise ResumeRefused(
+            f"{session.root}: no {path.name}, so nothing says how to restart it"
+        ) from None
     except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise ResumeRefused(f"{root}/run.json is unreadable ({e}); resume cannot restart it") from e
+        raise ResumeRefused(f"{path} is unreadable ({e}); resume cannot restart it") from e
     problem = _run_problem(run)
     if problem is not None:
-        raise ResumeRefused(f"{root}/run.json is damaged: {problem}; resume cannot restart it")
+        raise ResumeRefused(f"{path} is damaged: {problem}; resume cannot restart it")
     return run
 
 

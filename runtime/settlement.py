@@ -46,6 +46,7 @@ from runtime.executor import (
 )
 from runtime.journal import JournalError, NodeState, SpawnJournal
 from runtime.local_executor import LocalProcessExecutor
+from runtime.session_dir import SessionDir
 
 RetainAtSettlement = Literal["keep", "release"]
 
@@ -277,7 +278,8 @@ def _persist_in_flight(journal: SpawnJournal, s: _Slot) -> None:
         return
     snapshot, note = got.snapshot_path, "persisted"
     if snapshot and Path(snapshot).is_file():
-        dest = journal.path.parent / "retained" / _safe(s.node.id) / "snapshot.msgpack"
+        # the journal sits at its session's root (SessionDir.journal)
+        dest = SessionDir(journal.path.parent).retained_snapshot(s.node.id)
         try:
             atomic_write_bytes(dest, Path(snapshot).read_bytes())
             snapshot = str(dest)
@@ -294,10 +296,6 @@ def _persist_in_flight(journal: SpawnJournal, s: _Slot) -> None:
         source="release-sweep",
     )
     s.log["inFlight"] = f"{note}: {len(got.events)} events"
-
-
-def _safe(node_id: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in node_id) or "_"
 
 
 def _attempt(journal: SpawnJournal, s: _Slot, grace: Grace) -> None:

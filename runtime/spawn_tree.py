@@ -14,7 +14,7 @@
   last-human-exchange stamp seeded at birth; :meth:`SpawnTree.record_exchange` (the registry's
   ``steer``) is the only renewal. The clock is injectable.
 
-Nothing here is thread-safe or touches a thread: ``actors/registry_core.py`` holds the lock.
+Nothing here is thread-safe or touches a thread: ``runtime/fleet_registry.py`` holds the lock.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class IdleLease:
 
 
 @dataclass
-class Node:
+class SpawnNode:
     """One live (or just-ended) entry of the spawn tree."""
 
     id: int
@@ -152,7 +152,7 @@ class SpawnTree:
         self.generation = 0
         self._ids = itertools.count(1)
         self._by_name: dict[str, int] = {}
-        self._nodes: dict[int, Node] = {}
+        self._nodes: dict[int, SpawnNode] = {}
         self._ended: set[str] = set()
 
     # -- membership --
@@ -165,7 +165,7 @@ class SpawnTree:
         returns: bool,
         interactive: bool = False,
         fuel: int | None = None,
-    ) -> Node:
+    ) -> SpawnNode:
         """Add a live entry. Raises NameTaken, UnknownAgent/AgentEnded (parent), FuelExhausted.
 
         ``fuel`` may only be given for a parentless node (a resumed trunk); a child always gets
@@ -176,7 +176,7 @@ class SpawnTree:
             raise BadAgentName(name)
         if name in self._by_name:
             raise NameTaken(name)
-        parent_node: Node | None = None
+        parent_node: SpawnNode | None = None
         if parent is not None:
             parent_node = self.get(parent)
             if fuel is not None:
@@ -185,7 +185,7 @@ class SpawnTree:
         else:
             child_fuel = self.root_fuel if fuel is None else fuel
         now = self.clock()
-        node = Node(
+        node = SpawnNode(
             id=next(self._ids),
             name=name,
             parent=parent_node.id if parent_node else None,
@@ -214,7 +214,7 @@ class SpawnTree:
             raise FuelExhausted(parent)
         return node.fuel - 1
 
-    def deregister(self, name: str) -> Node:
+    def deregister(self, name: str) -> SpawnNode:
         """Remove a live entry (the agent ended). Its live children stay registered."""
         node = self.get(name)
         del self._by_name[name]
@@ -226,7 +226,7 @@ class SpawnTree:
         self._ended.add(name)
         return node
 
-    def get(self, name: str) -> Node:
+    def get(self, name: str) -> SpawnNode:
         """The live node named ``name``; AgentEnded if it ended, UnknownAgent if never seen."""
         nid = self._by_name.get(name)
         if nid is None:
@@ -235,7 +235,7 @@ class SpawnTree:
             raise UnknownAgent(name)
         return self._nodes[nid]
 
-    def lookup(self, name: str) -> Node | None:
+    def lookup(self, name: str) -> SpawnNode | None:
         nid = self._by_name.get(name)
         return None if nid is None else self._nodes[nid]
 
@@ -255,23 +255,23 @@ class SpawnTree:
         return len(self._by_name)
 
     @property
-    def trunk(self) -> Node | None:
+    def trunk(self) -> SpawnNode | None:
         return self.lookup(TRUNK_NAME)
 
     # -- the tree --
 
-    def _walk(self, node: Node) -> Iterator[Node]:
+    def _walk(self, node: SpawnNode) -> Iterator[SpawnNode]:
         stack = [node]
         while stack:
             current = stack.pop()
             yield current
             stack.extend(self._nodes[c] for c in reversed(current.children) if c in self._nodes)
 
-    def subtree(self, name: str) -> list[Node]:
+    def subtree(self, name: str) -> list[SpawnNode]:
         """``name`` and every live descendant, parents before children."""
         return list(self._walk(self.get(name)))
 
-    def descendants(self, name: str) -> list[Node]:
+    def descendants(self, name: str) -> list[SpawnNode]:
         """Every live proper descendant of ``name``, parents before children."""
         return self.subtree(name)[1:]
 
@@ -284,7 +284,7 @@ class SpawnTree:
             node, d = self._nodes[node.parent], d + 1
         return d
 
-    def mark_cancelled(self, nodes: list[Node], cause: str) -> None:
+    def mark_cancelled(self, nodes: list[SpawnNode], cause: str) -> None:
         """Record the cause on nodes not already cancelled (the first cause is kept)."""
         for node in nodes:
             if node.cancel_cause is None:
@@ -292,7 +292,7 @@ class SpawnTree:
 
     # -- generations --
 
-    def clear_subtree(self, name: str) -> tuple[int, list[Node]]:
+    def clear_subtree(self, name: str) -> tuple[int, list[SpawnNode]]:
         """Advance the generation and make every pre-clear stamp stale for the subtree."""
         nodes = self.subtree(name)
         self.generation += 1
@@ -307,7 +307,7 @@ class SpawnTree:
 
     # -- human exchange and leases --
 
-    def record_exchange(self, name: str) -> Node:
+    def record_exchange(self, name: str) -> SpawnNode:
         """A delivered human message: engaged, and the idle lease renewed (the only renewal)."""
         node = self.get(name)
         node.engaged = True
@@ -323,5 +323,5 @@ class SpawnTree:
             return None
         return node.lease.fire(self.clock())
 
-    def leased(self) -> list[Node]:
+    def leased(self) -> list[SpawnNode]:
         return [n for n in self._nodes.values() if n.lease is not None]

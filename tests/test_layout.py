@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -61,3 +62,251 @@ def test_no_file_cites_a_document_outside_the_repository() -> None:
         "cite docs/ral.md, docs/scenarios.md, docs/architecture.md or docs/drills.md, or state "
         "the rule in place:\n" + "\n".join(hits)
     )
+
+
+# --------------------------------------------------------------------------- the import graph
+
+LAYERS = ("runtime", "actors", "cli")
+"""The project's packages, lowest first: a package may import only from itself and those
+before it (runtime never imports actors or cli; actors never imports cli)."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _project_modules() -> dict[str, Path]:
+    return {
+        _module_name(p): p
+        for top in LAYERS
+        for p in sorted((ROOT / top).rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
+
+
+def _imported_names(path: Path, module: str) -> set[str]:
+    """Every module ``path`` imports, wherever the import sits (type-checking blocks and
+    function bodies included), relative imports resolved. ``from a import b`` counts as an
+    import of ``a.b`` when that is a module, else of ``a``; ``import a.b.c`` of ``a.b.c``."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            out.add(source)
+            out.update(f"{source}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = _project_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = {t for t in _imported_names(path, name) if t in modules and t != name}
+        # ``import a.b`` also runs a/__init__.py; that is not counted as an edge: a package's
+        # __init__ importing its own modules (runtime/providers/) is how a package is built.
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each as a cycle
+    through its members, smallest component first."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component: list[str] = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(components, key=lambda c: (len(c), c))
+
+
+def _a_cycle_through(component: list[str], graph: dict[str, set[str]]) -> list[str]:
+    """One concrete cycle inside a strongly connected component, as ``a -> b -> ... -> a``."""
+    members = set(component)
+    start = component[0]
+    # breadth-first from start back to start, inside the component
+    paths = {w: [start, w] for w in sorted(graph[start] & members)}
+    frontier = list(paths)
+    while start not in paths:
+        nxt: list[str] = []
+        for v in frontier:
+            for w in sorted(graph[v] & members):
+                if w not in paths:
+                    paths[w] = [*paths[v], w]
+                    nxt.append(w)
+        frontier = nxt
+    return paths[start]
+
+
+def test_the_import_scan_counts_type_checking_function_local_and_relative_imports(
+    tmp_path: Path,
+) -> None:
+    pkg = tmp_path / "runtime" / "fleet"
+    pkg.mkdir(parents=True)
+    source = pkg / "inbox.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from runtime.journal import Journal\n"
+        "import runtime.ral.values\n"
+        "from . import park\n"
+        "from ..session_dir import SessionDir\n"
+        "def f():\n"
+        "    from cli import main\n",
+        encoding="utf-8",
+    )
+    found = _imported_names(source, "runtime.fleet.inbox")
+    assert {
+        "runtime.journal",
+        "runtime.ral.values",
+        "runtime.fleet.park",
+        "runtime.session_dir",
+        "cli.main",
+    } <= found
+
+
+def test_the_import_graph_covers_runtime_actors_and_cli() -> None:
+    graph = _import_graph()
+    assert {m.split(".")[0] for m in graph} == set(LAYERS)
+    assert "runtime.journal" in graph["runtime.settlement"]
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    graph = _import_graph()
+    cycles = [
+        f"{' -> '.join(_a_cycle_through(c, graph))}  (all of: {', '.join(c)})"
+        for c in _cycles(graph)
+    ]
+    assert not cycles, "import cycles (every import counts, however deep):\n" + "\n".join(cycles)
+
+
+def test_runtime_never_imports_actors_or_cli_and_actors_never_imports_cli() -> None:
+    graph = _import_graph()
+    rank = {top: n for n, top in enumerate(LAYERS)}
+    upward = [
+        f"{src} imports {dst}"
+        for src, targets in sorted(graph.items())
+        for dst in sorted(targets)
+        if rank[dst.split(".")[0]] > rank[src.split(".")[0]]
+    ]
+    assert not upward, "a lower layer imports a higher one:\n" + "\n".join(upward)
+
+
+# --------------------------------------------------------------------------- the session layout
+
+SESSION_DIR_MODULE = ROOT / "runtime" / "session_dir.py"
+
+SESSION_FILE_NAMES = frozenset(
+    {
+        "run.json",
+        "transcript.jsonl",
+        "record.jsonl",
+        "spawn-journal.jsonl",
+        "result.json",
+        "recording.toml",
+        "replay-report.json",
+        "events.jsonl",
+        "snapshot.msgpack",
+    }
+)
+"""Every file a session directory holds (docs/scenarios.md)."""
+
+SESSION_DIR_NAMES = frozenset({"agents", "scratch", "retained"})
+"""Its directories: named only where a path is built (``x / "agents"``), since the same words are
+also ordinary keys (a scenario's ``agents`` table)."""
+
+
+def _session_names_in(path: Path, root: Path = ROOT) -> list[str]:
+    """Each string constant in ``path`` that is a session file's name, a glob of one
+    (``events*.jsonl``), or a session directory's name joined onto a path."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    stems = {name.split(".")[0] for name in SESSION_FILE_NAMES}
+    hits: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            named = text in SESSION_FILE_NAMES or any(
+                text.startswith(stem + "*") or text.startswith(stem + ".")
+                for stem in stems
+                if text.endswith((".jsonl", ".json", ".msgpack", ".toml"))
+            )
+            if named:
+                hits.append(f"{path.relative_to(root)}:{node.lineno}: {text!r}")
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            right = node.right
+            if isinstance(right, ast.Constant) and right.value in SESSION_DIR_NAMES:
+                hits.append(f"{path.relative_to(root)}:{node.lineno}: / {right.value!r}")
+    return hits
+
+
+def test_the_session_name_scan_finds_names_globs_and_joined_directories(tmp_path: Path) -> None:
+    source = tmp_path / "reader.py"
+    source.write_text(
+        "from pathlib import Path\n"
+        "def f(root: Path) -> list[Path]:\n"
+        "    a = root / 'transcript.jsonl'\n"
+        "    b = sorted((root / 'agents' / 'x').glob('events*.jsonl'))\n"
+        "    return [a, *b, root / 'result.json']\n"
+        "AGENTS_KEY = 'agents'  # an ordinary key, not a path\n",
+        encoding="utf-8",
+    )
+    found = {hit.split(": ", 1)[1] for hit in _session_names_in(source, tmp_path)}
+    assert found == {"'transcript.jsonl'", "/ 'agents'", "'events*.jsonl'", "'result.json'"}
+
+
+def test_only_the_session_dir_module_names_a_session_file() -> None:
+    hits = [
+        hit
+        for path in sorted(_project_modules().values())
+        if path != SESSION_DIR_MODULE
+        for hit in _session_names_in(path)
+    ]
+    assert not hits, "name a session's files through runtime.session_dir.SessionDir:\n" + "\n".join(
+        hits
+    )
+
+
+def test_the_session_dir_module_names_every_session_file() -> None:
+    source = SESSION_DIR_MODULE.read_text(encoding="utf-8")
+    constants = {
+        n.value
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+    assert constants >= SESSION_FILE_NAMES

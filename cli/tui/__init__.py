@@ -1,5 +1,2 @@
-"""The interactive frontend (``exarch-actors chat``), built on textual."""
-
-from cli.tui.app import ChatApp
-
-__all__ = ["ChatApp"]
+"""The interactive frontend (``exarch-actors chat``), built on textual: ``app`` (the app),
+``model`` (what a tab shows), ``bridge`` (the fleet's events into it), ``widgets``."""

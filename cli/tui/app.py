@@ -37,7 +37,7 @@ from cli.tui.bridge import (
     FleetUpdate,
     TabInfo,
 )
-from cli.tui.model import Append, Change, Entry
+from cli.tui.model import Append, Change, TabItem
 from cli.tui.widgets import ErrorLine, StatusLine, TranscriptView, status_text
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ class ChatApp(App[None]):
         view = self.views.get(name)
         return "" if view is None else view.plain_text()
 
-    def entries(self, name: str) -> list[Entry]:
+    def entries(self, name: str) -> list[TabItem]:
         view = self.views.get(name)
         return [] if view is None else view.entries()
 
@@ -207,9 +207,9 @@ class ChatApp(App[None]):
         view = TranscriptView(info.name)
         self.views[info.name] = view
         hint = _HINTS[info.role].format(name=info.name, parent=info.parent)
-        view.apply([Append(info.name, Entry("hint", "note", hint))])
+        view.apply([Append(info.name, TabItem("hint", "note", hint))])
         if info.role == "trunk" and self.intro:
-            view.apply([Append(info.name, Entry("intro", "note", self.intro))])
+            view.apply([Append(info.name, TabItem("intro", "note", self.intro))])
         label = self._label(info.name)
         self._labels[info.name] = label
         await tabbed.add_pane(TabPane(label, view, id=pane_id))
@@ -221,13 +221,13 @@ class ChatApp(App[None]):
             tabbed.active = pane_id
             self._set_focus(info.name)
 
-    def _with_frontend_rows(self, agent: str, entry: Entry) -> Entry:
+    def _with_frontend_rows(self, agent: str, entry: TabItem) -> TabItem:
         """Rows for what the frontend itself owns, appended at render time (probe-convention)."""
         rows = (
             f"  ui.tabs {len(self.tabs)}  ·  ui.entries {len(self.entries(agent))}"
             f"  ·  ui.bus_missed {self.bridge.missed}"
         )
-        return Entry(entry.key, entry.kind, f"{entry.text}\n{rows}")
+        return TabItem(entry.key, entry.kind, f"{entry.text}\n{rows}")
 
     def _label(self, name: str) -> str:
         info = self.tabs[name]

@@ -34,7 +34,7 @@ from textual.message import Message
 from actors.commands import REFUSED
 from cli.tui.model import Change, LogTail, Transcript
 from runtime.errors import ExarchError, InboxFull
-from runtime.events import Born, Died, Event, InboxRejected, Notice, ProviderError
+from runtime.events import Born, Died, Event, InboxRejected, Notice, ProviderFailed
 from runtime.inbox import Command
 
 if TYPE_CHECKING:
@@ -203,12 +203,12 @@ class Bridge:
             return
         existing = self._views.get(ev.agent)
         if existing is None:
-            if isinstance(ev, ProviderError | InboxRejected):
+            if isinstance(ev, ProviderFailed | InboxRejected):
                 batch.alerts.append(f"{ev.agent}: {getattr(ev, 'message', '') or ev.kind}")
             return
         self._catch_up(ev.agent, batch)  # the ordering rule of cli.tui.model
         batch.changes.extend(existing.on_event(ev))
-        if isinstance(ev, ProviderError):
+        if isinstance(ev, ProviderFailed):
             batch.alerts.append(f"{ev.agent}: provider error ({ev.error}): {ev.message}")
         elif isinstance(ev, InboxRejected):
             batch.alerts.append(f"{ev.agent}: undelivered {ev.source} message: {ev.reason}")

@@ -34,12 +34,12 @@ from runtime.events import (
     Io,
     Notice,
     Overflow,
-    ProviderError,
+    ProviderFailed,
     Resources,
     SystemNote,
 )
 
-EntryKind = Literal[
+TabItemKind = Literal[
     "user",
     "steering",
     "inbound",
@@ -61,11 +61,11 @@ RESULT_PREVIEW_LINES = 12
 
 
 @dataclass(frozen=True)
-class Entry:
+class TabItem:
     """One transcript item. ``key`` is unique within its tab (a ral call's key is its call id)."""
 
     key: str
-    kind: EntryKind
+    kind: TabItemKind
     text: str
     result: str | None = None
     is_error: bool = False
@@ -87,13 +87,13 @@ class Entry:
 @dataclass(frozen=True)
 class Append:
     agent: str
-    entry: Entry
+    entry: TabItem
 
 
 @dataclass(frozen=True)
 class Update:
     agent: str
-    entry: Entry
+    entry: TabItem
 
 
 @dataclass(frozen=True)
@@ -128,14 +128,14 @@ class Transcript:
         self._task_from = task_from
         self._in_inherited = False
         self._seq = 0
-        self._calls: dict[str, Entry] = {}
+        self._calls: dict[str, TabItem] = {}
 
     def _key(self) -> str:
         self._seq += 1
         return f"e{self._seq}"
 
-    def _new(self, kind: EntryKind, text: str, **kw: Any) -> Change:
-        return Append(self.agent, Entry(self._key(), kind, text, **kw))
+    def _new(self, kind: TabItemKind, text: str, **kw: Any) -> Change:
+        return Append(self.agent, TabItem(self._key(), kind, text, **kw))
 
     # --- the event log -------------------------------------------------------------------
 
@@ -214,7 +214,7 @@ class Transcript:
                 # its own entry, and from now on the id's results are its.
                 self._seq += 1
                 key = f"{cid}#{self._seq}"
-            entry = Entry(key, "ral", shown, inherited=inherited)
+            entry = TabItem(key, "ral", shown, inherited=inherited)
             self._calls[cid] = entry
             out.append(Append(self.agent, entry))
         return out
@@ -222,7 +222,7 @@ class Transcript:
     def _result(self, cid: str, content: str, is_error: bool) -> list[Change]:
         entry = self._calls.get(cid)
         if entry is None:  # a result whose call the log never showed: shown on its own
-            orphan = Entry(
+            orphan = TabItem(
                 cid or self._key(), "ral", "(call not shown)", preview(content), is_error
             )
             self._calls[orphan.key] = orphan
@@ -245,7 +245,7 @@ class Transcript:
             return [self._new("notice", f"{ev.notice}: {ev.text}" if ev.text else ev.notice)]
         if isinstance(ev, SystemNote):
             return [self._new("note", ev.text)]
-        if isinstance(ev, ProviderError):
+        if isinstance(ev, ProviderFailed):
             return [self._new("error", f"provider error ({ev.error}): {ev.message}")]
         if isinstance(ev, Resources):
             return [self._new("resources", ev.card)]

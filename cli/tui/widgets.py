@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from cli.tui.bridge import AgentStatus
-from cli.tui.model import Append, Change, Entry, Reset, Update
+from cli.tui.model import Append, Change, Reset, TabItem, Update
 
 _LABEL_STYLE = {
     "user": ("you", "bold cyan"),
@@ -23,7 +23,7 @@ _LABEL_STYLE = {
 }
 
 
-def render_entry(entry: Entry, agent: str) -> RenderableType:
+def render_entry(entry: TabItem, agent: str) -> RenderableType:
     """One entry as rich renders it; user text is never parsed as markup."""
     dim = " dim" if entry.inherited else ""
     if entry.kind in ("user", "steering", "inbound"):
@@ -62,12 +62,12 @@ class EntryView(Static):
     EntryView { margin: 0 0 1 0; }
     """
 
-    def __init__(self, entry: Entry, agent: str) -> None:
+    def __init__(self, entry: TabItem, agent: str) -> None:
         super().__init__(render_entry(entry, agent), classes=entry.kind)
         self.entry = entry
         self.agent = agent
 
-    def set_entry(self, entry: Entry) -> None:
+    def set_entry(self, entry: TabItem) -> None:
         self.entry = entry
         self.update(render_entry(entry, self.agent))
 
@@ -138,7 +138,7 @@ class TranscriptView(VerticalScroll):
         if self._follow:
             self.call_after_refresh(self.scroll_end, animate=False)
 
-    def entries(self) -> list[Entry]:
+    def entries(self) -> list[TabItem]:
         """What the tab shows now, in order (also read by the tests)."""
         return [self._views[k].entry for k in self._order if k in self._views] + [
             c.entry for c in self._pending if isinstance(c, Append)

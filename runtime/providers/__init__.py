@@ -11,26 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import ExarchError
-from runtime.providers.base import (
-    RAL_TOOL,
-    MalformedReply,
-    Provider,
-    ProviderError,
-    ProviderHandle,
-    ProviderTimeout,
-    RateLimited,
-    RequestRejected,
-    StreamEvent,
-    StreamReset,
-    TextDelta,
-    ToolCallDelta,
-    ToolSpec,
-    TransportError,
-    Truncated,
-    truncation_of,
-)
-from runtime.providers.scenario import Scenario, ScriptedMessage, load_scenario, parse_scenario
-from runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
+from runtime.providers.base import Provider
+from runtime.providers.scenario import Scenario, load_scenario
+from runtime.providers.scripted import ScenarioPlayback
 
 if TYPE_CHECKING:
     from runtime.providers.http import HttpStreamingProvider
@@ -92,32 +75,3 @@ def _keyed(provider: HttpStreamingProvider) -> Provider:
     if provider.missing_key is not None:
         raise UnknownProvider(provider.missing_key)
     return provider
-
-
-__all__ = [
-    "PROVIDER_NAMES",
-    "RAL_TOOL",
-    "MalformedReply",
-    "Provider",
-    "ProviderError",
-    "ProviderHandle",
-    "ProviderTimeout",
-    "RateLimited",
-    "RequestRejected",
-    "Scenario",
-    "ScenarioPlayback",
-    "ScriptedMessage",
-    "ScriptedProvider",
-    "StreamEvent",
-    "StreamReset",
-    "TextDelta",
-    "ToolCallDelta",
-    "ToolSpec",
-    "TransportError",
-    "Truncated",
-    "UnknownProvider",
-    "load_scenario",
-    "make_provider",
-    "parse_scenario",
-    "truncation_of",
-]

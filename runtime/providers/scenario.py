@@ -90,7 +90,9 @@ class ScriptedMessage:
 
 
 @dataclass(frozen=True)
-class FleetConfig:
+class FleetTable:
+    """The ``[fleet]`` table as written: the trunk's prompt, system prompt and window."""
+
     prompt: str | None = None
     window_tokens: int | None = None
     system: str | None = None
@@ -112,7 +114,7 @@ class GrantTable:
 class Scenario:
     """A parsed scenario. ``agents`` keys are exact names; ``patterns`` are globs in file order."""
 
-    fleet: FleetConfig = field(default_factory=FleetConfig)
+    fleet: FleetTable = field(default_factory=FleetTable)
     agents: Mapping[str, tuple[ScriptedMessage, ...]] = field(default_factory=dict)
     patterns: tuple[tuple[str, tuple[ScriptedMessage, ...]], ...] = ()
     source: str = "<scenario>"
@@ -338,7 +340,7 @@ class _Parser:
             where.append(f"{self.source}:{n}" if n else self.source)
         return GrantTable(name, parts["exec"], parts["roots"], (where[0], where[1]))
 
-    def fleet(self, table: Any) -> FleetConfig:
+    def fleet(self, table: Any) -> FleetTable:
         line = self._section_line("fleet")
         if not isinstance(table, dict):
             raise self.fail(line, "fleet", "expected a table ([fleet])")
@@ -362,7 +364,7 @@ class _Parser:
                 "fleet.window_tokens",
                 _expected("a positive integer", window),
             )
-        return FleetConfig(prompt=prompt, window_tokens=window, system=system)
+        return FleetTable(prompt=prompt, window_tokens=window, system=system)
 
     def agent(self, name: str, entries: Any) -> tuple[ScriptedMessage, ...]:
         path = f"agents.{_quote(name)}"

@@ -18,7 +18,6 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.cancel import Cancelled, CancelScope
+from runtime.fault_switch import faults_enabled
 from runtime.ral.calls import Activation, ReturnSignal
 from runtime.ral.compile import Scope, compile_program, harvest, no_gc
 from runtime.ral.context import Desk, DynamicContext, Grants, WorkerBackend
@@ -89,7 +89,7 @@ class Session:
         _ensure_recursion_limit()
         self.context = context if context is not None else DynamicContext()
         self.desk = desk
-        self.faults = faults if faults is not None else os.environ.get("EXARCH_FAULTS") == "1"
+        self.faults = faults if faults is not None else faults_enabled()
         self.workers: WorkerBackend = (
             workers if workers is not None else ThreadWorkers(desk=desk, faults=self.faults)
         )

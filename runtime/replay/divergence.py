@@ -6,7 +6,7 @@ error, digested: ``runtime/digest.py``), in call order; ``transcript.jsonl``'s `
 say which children each agent spawned, in order; ``Died``, ``result.json`` and the spawn
 journal's ``execution-result`` say how each agent ended and what it replied.
 
-:func:`read_session` reads those into :class:`SessionFacts`; :func:`compare` (pure) walks every
+:func:`read_facts` reads those into :class:`SessionFacts`; :func:`compare` (pure) walks every
 agent of either run -- the trunk first, then children in spawn order -- and reports, per agent,
 the first of these that differs after both sides are normalised
 (:class:`runtime.replay.volatile.Normaliser`):
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.durable import read_jsonl
+from runtime.session_dir import SessionDir
 
 _SECTION = re.compile(r"^\[(error|value|stdout|stderr|notes)\]$", re.MULTILINE)
 
@@ -159,10 +160,10 @@ def agent_calls(events: Sequence[Mapping[str, Any]]) -> tuple[CallResult, ...]:
     return tuple(out)
 
 
-def read_session(root: str | Path) -> SessionFacts:
+def read_facts(session: SessionDir) -> SessionFacts:
     """The facts :func:`compare` needs, from the files alone (torn tails skipped)."""
-    base = Path(root).resolve()
-    transcript = read_jsonl(base / "transcript.jsonl").records
+    base = session.root.resolve()
+    transcript = read_jsonl(session.transcript).records
     born = [r for r in transcript if r.get("kind") == "Born"]
     died = {str(r.get("agent")): r for r in transcript if r.get("kind") == "Died"}
     order: list[str] = []
@@ -174,13 +175,11 @@ def read_session(root: str | Path) -> SessionFacts:
         parent = r.get("parent")
         if parent is not None:
             children.setdefault(str(parent), []).append(name)
-    agents_dir = base / "agents"
-    if agents_dir.is_dir():
-        order += sorted(p.name for p in agents_dir.iterdir() if p.name not in order)
-    result = _json(base / "result.json")
+    order += [name for name in session.agent_names() if name not in order]
+    result = _json(session.result)
     replies = {
         str(r.get("id")): r.get("reply")
-        for r in read_jsonl(base / "spawn-journal.jsonl").records
+        for r in read_jsonl(session.journal).records
         if r.get("kind") == "execution-result"
     }
     trunk = next((str(r.get("agent")) for r in born if r.get("parent") is None), None)
@@ -192,7 +191,7 @@ def read_session(root: str | Path) -> SessionFacts:
             ending = Ending(died[name].get("outcome"), None if reply is None else str(reply))
         agents[name] = AgentFacts(
             name,
-            agent_calls(read_jsonl(base / "agents" / name / "events.jsonl").records),
+            agent_calls(read_jsonl(session.events(name)).records),
             tuple(children.get(name, ())),
             ending,
         )

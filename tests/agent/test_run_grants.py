@@ -16,6 +16,7 @@ import pytest
 
 from runtime.durable import read_jsonl
 from runtime.ral.grants import GrantPolicy, Grants
+from runtime.session_dir import SessionDir
 from tests.agent.conftest import Live, Run, exarch
 from tests.support.waiting import wait_for
 
@@ -306,7 +307,7 @@ def test_a_resumed_run_keeps_the_grants_resolved_when_it_began(tmp_path: Path) -
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    out = resume_run(session)
+    out = resume_run(SessionDir(session))
     assert out.outcome == "replied", out
     late = [
         r

@@ -6,7 +6,7 @@ import copy
 
 from runtime.ledger import LedgerFigures
 from runtime.probes import ResourceFigures, event_rows, fold, render_card, resources
-from runtime.worker_registry import WorkerFigures
+from runtime.worker_retention import WorkerFigures
 
 
 def figures() -> ResourceFigures:

@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 from cli.runner import RunOutcome, RunSpec, run_headless
 from runtime.durable import read_jsonl
 from runtime.providers.scenario import load_scenario
+from runtime.session_dir import SessionDir
 from tests.support.waiting import eventually
 
 
@@ -161,10 +162,10 @@ def kill_mid_run(tmp_path: Path, *flags: str) -> Path:
 def crashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One :func:`kill_mid_run` session per module, its dead run's processes killed; copy it
     with :func:`copy_session` before touching it."""
-    from runtime.invariants import leftover_processes
+    from runtime.run_processes import leftover_processes
 
     session = kill_mid_run(tmp_path_factory.mktemp("crashed"))
-    for proc in leftover_processes(session):
+    for proc in leftover_processes(SessionDir(session)):
         try:
             os.kill(proc.pid, signal.SIGKILL)
         except OSError:

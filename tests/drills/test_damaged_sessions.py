@@ -14,7 +14,8 @@ import pytest
 from click.testing import Result
 
 from runtime.durable import read_jsonl
-from runtime.invariants import check_session
+from runtime.invariant_check import check_session
+from runtime.session_dir import SessionDir
 from tests.drills.conftest import copy_session, exarch_cli
 
 
@@ -105,7 +106,7 @@ def test_check_flags_a_finished_session_whose_journal_is_emptied(finished: Path)
     (finished / "result.json").write_text(
         json.dumps({**json.loads((finished / "result.json").read_text()), "fleetYield": {}})
     )
-    report = check_session(finished)
+    report = check_session(SessionDir(finished))
     assert any(
         "spawn-journal.jsonl is empty: transcript.jsonl records 2 Born child(ren) it never "
         "spawned (a, b)" in d
@@ -135,7 +136,7 @@ def test_a_corrupt_result_json_is_named_by_check_and_rebuilt_by_resume(finished:
     assert rebuilt["fleetYield"]["spawned"] == 2 and rebuilt["fleetYield"]["neverSettled"] == 0
     assert rebuilt["corruptResultSetAside"] == "result.json.corrupt"
     assert (finished / "result.json.corrupt").read_bytes() == b'{"outcome": "replied", "rep'
-    assert check_session(finished).ok
+    assert check_session(SessionDir(finished)).ok
 
 
 def test_a_valid_result_json_is_nothing_to_resume(finished: Path) -> None:
@@ -243,5 +244,5 @@ def test_damaged_grants_or_limits_in_run_json_are_refused_by_name_not_a_tracebac
 def test_resume_of_a_clean_crash_still_finishes(session: Path) -> None:
     res = resume(session)
     assert res.exit_code == 0, res.output
-    assert check_session(session).ok
+    assert check_session(SessionDir(session)).ok
     assert [r["kind"] for r in read_jsonl(session / "transcript.jsonl").records].count("Born") > 0

@@ -16,8 +16,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from runtime.errors import ExarchError, InboxFull
 from runtime.inbox import Command
-from runtime.invariants import check_session
+from runtime.invariant_check import check_session
 from runtime.nemesis import synthetic_scenario
+from runtime.session_dir import SessionDir
 from tests.drills.conftest import LiveRun, start_live
 from tests.support.waiting import eventually
 
@@ -91,15 +92,15 @@ class FleetUnderFire(RuleBasedStateMachine):
         if not root.exists():
             return
         # a /clear between the shell reset and its marker is a few ms: re-read before blaming
-        ok = eventually(lambda: check_session(root, live=True).ok)
-        assert ok, json.dumps(check_session(root, live=True).to_json(), indent=1)
+        ok = eventually(lambda: check_session(SessionDir(root), live=True).ok)
+        assert ok, json.dumps(check_session(SessionDir(root), live=True).to_json(), indent=1)
 
     def teardown(self) -> None:
         try:
             if self.fleet is not None:
                 self.fleet.cancel_all("state machine done")
             self.live.finish(30)
-            report = check_session(self.live.session)
+            report = check_session(SessionDir(self.live.session))
             assert report.ok, json.dumps(report.to_json(), indent=1)
         finally:
             self.tmp.cleanup()

@@ -9,7 +9,7 @@ import pytest
 
 from cli.drill import DrillConfig, run_drill
 from runtime.durable import read_jsonl
-from runtime.invariants import check_session
+from runtime.invariant_check import check_session
 from runtime.nemesis import Fault, Placed, synthetic_scenario
 from tests.drills.conftest import run_scenario_text
 
@@ -21,10 +21,9 @@ def _one(kind: str, call: int = 1, param: int = 0) -> list[Placed]:
 def _scripted_run(tmp: Path, kind: str) -> Path:
     toml = synthetic_scenario(2, 3, call_ms=0, placed=_one(kind))
     out = run_scenario_text(tmp, toml)
-    root = out.session.root
-    report = check_session(root)
+    report = check_session(out.session)
     assert report.ok, json.dumps(report.to_json(), indent=1)
-    return root
+    return out.session.root
 
 
 def _kinds(root: Path, name: str, kind: str) -> list[dict]:

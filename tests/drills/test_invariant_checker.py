@@ -11,7 +11,9 @@ import psutil
 import pytest
 
 from runtime.durable import append_jsonl, read_jsonl
-from runtime.invariants import NotASession, check_session, commit_record
+from runtime.invariant_check import NotASession, check_session
+from runtime.session_dir import SessionDir
+from runtime.session_records import commit_record
 from runtime.snapshot import MobileSnapshot
 from tests.drills.conftest import run_scenario_text
 
@@ -58,7 +60,7 @@ def _drop_from_kid_snapshot(healthy: Path, name: str) -> Path:
 def test_a_clean_fanout_holds_every_invariant_and_records_a_commit_per_clean_call(
     healthy: Path,
 ) -> None:
-    report = check_session(healthy)
+    report = check_session(SessionDir(healthy))
     assert report.ok, report.to_json()
     assert {r.name for r in report.held} == {
         "settled",
@@ -82,7 +84,7 @@ def test_a_committed_binding_missing_from_the_final_snapshot_is_a_violation(
     healthy: Path,
 ) -> None:
     _drop_from_kid_snapshot(healthy, "y")
-    report = check_session(healthy)
+    report = check_session(SessionDir(healthy))
     committed = report.get("committed")
     assert committed.status == "violated"
     assert any("'y'" in d for d in committed.details)
@@ -93,7 +95,7 @@ def test_a_prune_record_after_the_commit_explains_a_missing_binding(healthy: Pat
     append_jsonl(
         healthy / "record.jsonl", {"kind": "Prune", "agent": "kid", "names": ["y"], "epoch": 99}
     )
-    assert check_session(healthy).get("committed").status == "held"
+    assert check_session(SessionDir(healthy)).get("committed").status == "held"
 
 
 def _kid_loses_y(healthy: Path, *, later_writes_fail: bool, control_died: bool) -> str:
@@ -130,14 +132,14 @@ def _kid_loses_y(healthy: Path, *, later_writes_fail: bool, control_died: bool) 
                 r = {**r, "outcome": "failed", "cause": "control process died"}
         out.append(r)
     (healthy / "transcript.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
-    return check_session(healthy).get("committed").status
+    return check_session(SessionDir(healthy)).get("committed").status
 
 
 def test_a_refused_snapshot_write_then_the_control_process_dying_is_a_reported_loss(
     healthy: Path,
 ) -> None:
     assert _kid_loses_y(healthy, later_writes_fail=True, control_died=True) == "held"
-    notes = check_session(healthy).get("committed").notes
+    notes = check_session(SessionDir(healthy)).get("committed").notes
     assert any("control process died before a retry" in n for n in notes)
 
 
@@ -155,7 +157,7 @@ def test_a_refused_snapshot_write_without_a_crash_explains_nothing(healthy: Path
 def test_a_torn_tail_is_reported_but_is_not_a_violation(healthy: Path) -> None:
     with (healthy / "transcript.jsonl").open("ab") as f:
         f.write(b'{"kind": "Io", "agent": "tr')
-    files = check_session(healthy).get("files-parse")
+    files = check_session(SessionDir(healthy)).get("files-parse")
     assert files.status == "held"
     assert any("torn" in n for n in files.notes)
 
@@ -165,7 +167,7 @@ def test_a_corrupt_inner_line_is_a_violation(healthy: Path) -> None:
     lines = p.read_bytes().split(b"\n")
     lines.insert(1, b"{not json")
     p.write_bytes(b"\n".join(lines))
-    assert check_session(healthy).get("files-parse").status == "violated"
+    assert check_session(SessionDir(healthy)).get("files-parse").status == "violated"
 
 
 def test_an_open_slot_and_a_missing_died_are_violations(healthy: Path) -> None:
@@ -174,7 +176,7 @@ def test_an_open_slot_and_a_missing_died_are_violations(healthy: Path) -> None:
         {"kind": "spawned", "seq": 1000, "id": "ghost", "parent": "trunk"},
     )
     append_jsonl(healthy / "transcript.jsonl", {"kind": "Born", "agent": "ghost"})
-    report = check_session(healthy)
+    report = check_session(SessionDir(healthy))
     assert report.get("settled").status == "violated"
     assert report.get("registry-empty").status == "violated"
     assert any("ghost" in d for d in report.get("settled").details)
@@ -192,7 +194,7 @@ def test_a_live_process_named_by_the_run_is_a_leftover_and_a_reused_pid_is_not(
 
         record = commit_record("kid", R(), proc.pid)
         append_jsonl(healthy / "record.jsonl", record)
-        bad = check_session(healthy).get("no-leftover-processes")
+        bad = check_session(SessionDir(healthy)).get("no-leftover-processes")
         assert bad.status == "violated" and str(proc.pid) in bad.details[0]
         reused = {**record, "pidStartedAt": psutil.Process(proc.pid).create_time() - 3600}
         (healthy / "record.jsonl").write_text(
@@ -204,7 +206,7 @@ def test_a_live_process_named_by_the_run_is_a_leftover_and_a_reused_pid_is_not(
             + "\n"
         )
         append_jsonl(healthy / "record.jsonl", reused)
-        assert check_session(healthy).get("no-leftover-processes").status == "held"
+        assert check_session(SessionDir(healthy)).get("no-leftover-processes").status == "held"
     finally:
         proc.kill()
         proc.wait()
@@ -212,7 +214,7 @@ def test_a_live_process_named_by_the_run_is_a_leftover_and_a_reused_pid_is_not(
 
 def test_a_directory_that_is_not_a_session_is_refused(tmp_path: Path) -> None:
     with pytest.raises(NotASession):
-        check_session(tmp_path)
+        check_session(SessionDir(tmp_path))
 
 
 def test_check_command_exits_1_on_a_violation_and_prints_json(healthy: Path) -> None:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.drill import DrillConfig, DrillResult, drill_command
-from cli.drill_faults import Applied
+from cli.drill_faults import Applied, LiveNemesis
 from runtime.nemesis import (
     CONTROL_SHARE,
     COVERAGE_SECS,
@@ -39,6 +39,7 @@ from runtime.nemesis import (
     synthetic_scenario,
 )
 from runtime.providers.scenario import parse_scenario
+from runtime.session_dir import SessionDir
 
 
 @settings(max_examples=60, deadline=None)
@@ -240,3 +241,7 @@ def test_a_control_kill_round_kills_within_the_calls_the_round_surely_makes() ->
     cut = Placed(1, 2, _f(0, "stream-cut", 0.1))
     assert sure_calls(3, 5, []) == 3 + 15
     assert sure_calls(3, 5, [cut]) == 3 + 5 + 2 + 5
+
+
+def test_every_live_fault_kind_has_exactly_one_applier(tmp_path: Path) -> None:
+    assert set(LiveNemesis(SessionDir(tmp_path), 0).appliers) == set(LIVE)

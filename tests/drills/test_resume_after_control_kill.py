@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from actors.resume import NothingToResume, plan_resume, resume_run
+from actors.resume import plan_resume, resume_run
 from runtime.durable import read_jsonl
-from runtime.invariants import check_session
+from runtime.invariant_check import check_session
 from runtime.providers.scenario import load_scenario
 from runtime.providers.scripted import ScenarioPlayback
+from runtime.session_dir import SessionDir
+from runtime.session_read import NothingToResume
 from tests.drills.conftest import CRASH_SCENARIO, kill_mid_run, settled_ids
 
 
@@ -19,9 +21,9 @@ def test_resume_after_sigkill_of_the_control_process_finishes_with_every_child_s
     tmp_path: Path,
 ) -> None:
     session = kill_mid_run(tmp_path)
-    plan = plan_resume(session)
+    plan = plan_resume(SessionDir(session))
     assert plan.rebuild_trunk and plan.rebuild == ["slow"]
-    out = resume_run(session)
+    out = resume_run(SessionDir(session))
     assert out.outcome == "replied" and out.reply == "42"
     assert out.fleet_yield.never_settled == 0
     assert settled_ids(session) == {"quick", "slow"}
@@ -29,7 +31,7 @@ def test_resume_after_sigkill_of_the_control_process_finishes_with_every_child_s
     assert result["resumed"] is True and result["fleetYield"]["neverSettled"] == 0
     slow = [r for r in read_jsonl(session / "agents" / "slow" / "events.jsonl").records]
     assert any("did not complete" in json.dumps(r) for r in slow), "in-flight call interrupted"
-    report = check_session(session)
+    report = check_session(SessionDir(session))
     assert report.ok, json.dumps(report.to_json(), indent=1)
     trunk_results = [
         r
@@ -41,9 +43,9 @@ def test_resume_after_sigkill_of_the_control_process_finishes_with_every_child_s
 
 def test_resume_refuses_a_run_that_already_ended(tmp_path: Path) -> None:
     session = kill_mid_run(tmp_path)
-    resume_run(session)
+    resume_run(SessionDir(session))
     with pytest.raises(NothingToResume):
-        resume_run(session)
+        resume_run(SessionDir(session))
 
 
 def test_advance_moves_a_scripted_cursor_forward_only() -> None:

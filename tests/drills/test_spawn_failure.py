@@ -13,7 +13,8 @@ import pytest
 
 from cli.runner import RunOutcome
 from runtime.durable import read_jsonl
-from runtime.invariants import check_session
+from runtime.invariant_check import check_session
+from runtime.session_dir import SessionDir
 from tests.drills.conftest import exarch_cli, start_live
 
 TWICE = """
@@ -86,7 +87,7 @@ def test_a_child_whose_scratch_cannot_be_made_fails_its_spawn_call_and_nobody_wa
     assert journal[-1]["status"] == "down" and "spawn failed" in journal[-1]["reason"]
     born = [r for r in read_jsonl(session / "transcript.jsonl").records if r["kind"] == "Born"]
     assert [r["agent"] for r in born] == ["trunk"], "a child that never started is never Born"
-    report = check_session(session)
+    report = check_session(SessionDir(session))
     assert report.ok, report.to_json()
 
 
@@ -99,7 +100,7 @@ def test_a_second_child_under_a_used_name_is_refused_by_name_and_the_run_ends(
         "name used: a child named 'lo' already ran in this run" in v
         for v in _io_values(out.session.root)
     )
-    assert check_session(out.session.root).ok
+    assert check_session(out.session).ok
 
 
 def _run_cli(session: Path, scenario: Path) -> tuple[int, str]:

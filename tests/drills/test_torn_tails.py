@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from actors.resume import resume_run
 from runtime.durable import append_jsonl, read_jsonl, torn_path
-from runtime.invariants import check_session
+from runtime.invariant_check import check_session
+from runtime.session_dir import SessionDir
 from tests.drills.conftest import copy_session
 
 _records = st.lists(
@@ -77,9 +78,9 @@ def test_resume_after_a_torn_tail_finishes_and_every_file_parses(
     session = copy_session(crashed, tmp_path)
     with (session / name).open("ab") as f:
         f.write(_TORN[name])
-    out = resume_run(session)
+    out = resume_run(SessionDir(session))
     assert out.outcome == "replied" and out.reply == "42"
-    report = check_session(session)
+    report = check_session(SessionDir(session))
     assert report.ok, json.dumps(report.to_json(), indent=1)
     files = report.get("files-parse")
     assert any(f"{name}.torn: 1 torn tail(s)" in n for n in files.notes), files.notes

@@ -13,8 +13,9 @@ from actors.resume import resume_run
 from cli.runner import RunSpec, run_headless
 from runtime import durability
 from runtime.durability import Durability
-from runtime.invariants import check_session
+from runtime.invariant_check import check_session
 from runtime.providers.scenario import load_scenario
+from runtime.session_dir import SessionDir
 from runtime.session_read import ResumeRefused, read_run
 from tests.drills.conftest import kill_mid_run
 from tests.support.fsyncs import CountingFsync
@@ -64,7 +65,7 @@ def test_a_machine_run_group_commits_the_transcript_journal_event_logs_and_resul
     appended = sum(1 for n in fsync.names if n.endswith(".jsonl"))
     assert 0 < appended <= files.records
     assert json.loads((session / "run.json").read_text())["durability"] == "machine"
-    report = check_session(session)
+    report = check_session(SessionDir(session))
     assert report.ok, json.dumps(report.to_json(), indent=1)
     assert report.durability is Durability.MACHINE
 
@@ -80,7 +81,7 @@ def test_a_process_run_makes_no_fsync_through_its_policy(tmp_path: Path) -> None
     assert fsync.names == []
     assert files.records > 0
     assert json.loads((session / "run.json").read_text())["durability"] == "process"
-    report = check_session(session)
+    report = check_session(SessionDir(session))
     assert report.ok and report.durability is Durability.PROCESS
 
 
@@ -91,7 +92,7 @@ def test_resume_keeps_the_policy_run_json_names(tmp_path: Path) -> None:
     # Held under machine: a resume that chose process would be refused as a conflict.
     files = durability.bind(session, Durability.MACHINE, fsync=fsync)
     try:
-        out = resume_run(session)
+        out = resume_run(SessionDir(session))
     finally:
         durability.unbind(files)
     assert out.outcome == "replied"
@@ -103,7 +104,7 @@ def test_run_json_with_an_unknown_durability_is_refused_by_name(tmp_path: Path) 
     run = json.loads((tmp_path / "s" / "run.json").read_text())
     (tmp_path / "s" / "run.json").write_text(json.dumps({**run, "durability": "disk"}))
     with pytest.raises(ResumeRefused, match="durability 'disk' is not one of"):
-        read_run(tmp_path / "s")
+        read_run(SessionDir(tmp_path / "s"))
 
 
 def test_a_session_older_than_the_knob_reads_as_process(tmp_path: Path) -> None:
@@ -111,4 +112,4 @@ def test_a_session_older_than_the_knob_reads_as_process(tmp_path: Path) -> None:
     run = json.loads((tmp_path / "s" / "run.json").read_text())
     del run["durability"]
     (tmp_path / "s" / "run.json").write_text(json.dumps(run))
-    assert check_session(tmp_path / "s").durability is Durability.PROCESS
+    assert check_session(SessionDir(tmp_path / "s")).durability is Durability.PROCESS

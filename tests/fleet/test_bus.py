@@ -17,7 +17,7 @@ from runtime.events import (
     Io,
     Notice,
     Overflow,
-    ProviderError,
+    ProviderFailed,
     Resources,
     SystemNote,
 )
@@ -42,7 +42,7 @@ def test_every_event_kind_lands_in_the_transcript_with_kind_agent_and_at(
         Notice("c", notice="Reap", text="worker w1 reaped"),
         Io("c", call_id="t1", script="echo hi", stdout="hi\n"),
         Resources("c", rows=(("inbox user", 0),), card="..."),
-        ProviderError("c", error="rate_limit", message="429"),
+        ProviderFailed("c", error="rate_limit", message="429"),
         SystemNote("c", text="disk above ceiling"),
     ]
     for event in events:

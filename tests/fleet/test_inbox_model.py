@@ -18,9 +18,9 @@ from runtime.inbox import (
     Command,
     Inbox,
     InboxMsg,
+    InboxNudge,
     InboxRule,
-    Nudge,
-    Outcome,
+    PushEffect,
     ScheduledWakeup,
     Surface,
     UserSteering,
@@ -47,7 +47,9 @@ idempotent_messages = st.one_of(
         prompt=st.sampled_from(["p", "q"]),
     ),
     st.builds(
-        Nudge, kind=st.sampled_from(["must_reply", "continue"]), text=st.sampled_from(["t", "u"])
+        InboxNudge,
+        kind=st.sampled_from(["must_reply", "continue"]),
+        text=st.sampled_from(["t", "u"]),
     ),
 )
 
@@ -99,7 +101,7 @@ class InboxModel(RuleBasedStateMachine):
             if isinstance(tail, UserSteering) and not _slash(tail.text) and not _slash(msg.text):
                 self.model[-1] = UserSteering(tail.text + "\n\n" + msg.text)
                 return
-        elif isinstance(msg, Nudge) and msg in self.model:
+        elif isinstance(msg, InboxNudge) and msg in self.model:
             return
         self.model.append(msg)
 
@@ -230,7 +232,7 @@ def test_a_scheduled_wakeup_replaces_the_queued_one_with_the_same_id_newest_wins
     rule = InboxRule()
     rule.push(ScheduledWakeup("tick", "old"))
     rule.push(AgentMessage("a", "between"))
-    assert rule.push(ScheduledWakeup("tick", "new")).outcome is Outcome.REPLACED
+    assert rule.push(ScheduledWakeup("tick", "new")).outcome is PushEffect.REPLACED
     rule.push(ScheduledWakeup("other", "x"))
     assert rule.items() == [
         ScheduledWakeup("tick", "new"),
@@ -242,9 +244,9 @@ def test_a_scheduled_wakeup_replaces_the_queued_one_with_the_same_id_newest_wins
 def test_consecutive_steering_merges_with_a_blank_line_but_never_across_a_slash_line() -> None:
     rule = InboxRule()
     rule.push(UserSteering("first"))
-    assert rule.push(UserSteering("second")).outcome is Outcome.MERGED
-    assert rule.push(UserSteering("/clear")).outcome is Outcome.QUEUED
-    assert rule.push(UserSteering("after")).outcome is Outcome.QUEUED
+    assert rule.push(UserSteering("second")).outcome is PushEffect.MERGED
+    assert rule.push(UserSteering("/clear")).outcome is PushEffect.QUEUED
+    assert rule.push(UserSteering("after")).outcome is PushEffect.QUEUED
     assert rule.items() == [
         UserSteering("first\n\nsecond"),
         UserSteering("/clear"),
@@ -262,9 +264,9 @@ def test_steering_does_not_merge_across_an_intervening_message() -> None:
 
 def test_an_exact_duplicate_nudge_is_a_no_op_but_a_different_one_queues() -> None:
     rule = InboxRule()
-    rule.push(Nudge("must_reply", "reply"))
-    assert rule.push(Nudge("must_reply", "reply")).outcome is Outcome.DUPLICATE
-    rule.push(Nudge("must_reply", "reply now"))
+    rule.push(InboxNudge("must_reply", "reply"))
+    assert rule.push(InboxNudge("must_reply", "reply")).outcome is PushEffect.DUPLICATE
+    rule.push(InboxNudge("must_reply", "reply now"))
     assert len(rule) == 2
 
 

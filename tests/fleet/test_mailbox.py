@@ -13,7 +13,7 @@ from pykka import messages as pykka_messages
 from actors.mailbox import Cancel, Coalesced, Interrupt, QuotaActor, QuotaMailbox
 from runtime.cancel import CancelScope
 from runtime.errors import InboxFull
-from runtime.inbox import AgentMessage, Outcome, ScheduledWakeup, UserSteering
+from runtime.inbox import AgentMessage, PushEffect, ScheduledWakeup, UserSteering
 
 
 class Worker(QuotaActor):
@@ -214,7 +214,7 @@ def test_coalescing_sources_are_never_refused_and_an_absorbed_ask_is_answered(
         ref.tell(ScheduledWakeup("tick", "p"))
     first = ref.ask(UserSteering("a"), block=False)
     second = ref.ask(UserSteering("b"), block=False)
-    assert second.get(timeout=1) == Coalesced(Outcome.MERGED)
+    assert second.get(timeout=1) == Coalesced(PushEffect.MERGED)
     actor.gate.set()
     assert first.get(timeout=5) == 2
     assert ref.proxy().seen().get(timeout=5) == [

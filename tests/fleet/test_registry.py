@@ -7,11 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.registry import DEADLINE, FleetRegistry, Registry, RegistryHandle, start_registry
+from actors.registry import Registry, RegistryHandle, start_registry
 from runtime.cancel import CancelScope
 from runtime.constants import TRUNK_NAME
 from runtime.errors import FuelExhausted, InboxFull, NameTaken, UnknownAgent
 from runtime.events import InboxRejected
+from runtime.fleet_registry import DEADLINE, FleetRegistry
 from runtime.inbox import AgentMessage, AgentResult, Surface, UserSteering
 from runtime.spawn_tree import AgentEnded
 from tests.support.waiting import HANG_GUARD

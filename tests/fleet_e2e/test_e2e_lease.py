@@ -21,7 +21,7 @@ from e2e_support import (
 )
 
 from actors.fleet import FleetConfig
-from actors.registry import DEADLINE
+from runtime.fleet_registry import DEADLINE
 from runtime.inbox import Command
 from tests.support.waiting import wait_for as wait_until
 

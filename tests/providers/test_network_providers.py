@@ -19,7 +19,8 @@ from runtime.messages import (
     UserMessage,
     admit_assistant,
 )
-from runtime.providers import (
+from runtime.providers import make_provider
+from runtime.providers.base import (
     MalformedReply,
     ProviderTimeout,
     RateLimited,
@@ -29,7 +30,6 @@ from runtime.providers import (
     TextDelta,
     ToolCallDelta,
     TransportError,
-    make_provider,
     truncation_of,
 )
 from runtime.providers.http import HttpStreamingProvider

@@ -18,19 +18,20 @@ from runtime.messages import (
     UserMessage,
     admit_assistant,
 )
-from runtime.providers import (
+from runtime.providers import make_provider
+from runtime.providers.base import (
+    MalformedReply,
     ProviderHandle,
+    ProviderTimeout,
     RateLimited,
-    ScenarioPlayback,
     StreamEvent,
     TextDelta,
     ToolCallDelta,
     TransportError,
     Truncated,
-    make_provider,
-    parse_scenario,
 )
-from runtime.providers.base import MalformedReply, ProviderTimeout
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
 from tests.support.waiting import HANG_GUARD
 
 TRUNK = """

@@ -15,8 +15,9 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.providers import ProviderHandle, RateLimited, make_provider
+from runtime.providers import make_provider
 from runtime.providers.anthropic import AnthropicProvider
+from runtime.providers.base import ProviderHandle, RateLimited
 from runtime.providers.openai import OpenAIProvider
 from tests.support.protocol_servers import (
     Exchange,

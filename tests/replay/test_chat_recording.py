@@ -10,9 +10,10 @@ from pathlib import Path
 from cli.runner import RunSpec, provider_factory
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario, load_scenario
-from runtime.replay.divergence import compare, read_session
+from runtime.replay.divergence import compare, read_facts
 from runtime.replay.provider import recorded
 from runtime.replay.recording import Recorder, RecordingHeader
+from runtime.session_dir import SessionDir
 from tests.tui.conftest import chat
 
 CONVERSATION = """
@@ -59,6 +60,6 @@ def test_a_chat_recording_answers_the_same_messages_with_the_same_replies(
     again = tmp_path / "again"
     again.mkdir()
     asyncio.run(talk(again, text))
-    then, now = read_session(first / "session"), read_session(again / "session")
+    then, now = read_facts(SessionDir(first / "session")), read_facts(SessionDir(again / "session"))
     assert [c.content for c in now.agents["trunk"].calls] == ["[value]\n3"]
     assert compare(then, now).divergences == ()

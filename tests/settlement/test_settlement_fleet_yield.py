@@ -9,6 +9,7 @@ import pytest
 
 from runtime.fleet_yield import BadOutcome, fleet_yield, write_result
 from runtime.journal import SpawnJournal
+from runtime.session_dir import SessionDir
 
 
 def _run(journal: SpawnJournal) -> None:
@@ -59,7 +60,9 @@ def test_unknown_tokens_stay_null_and_are_never_summed_as_zero(journal: SpawnJou
 def test_write_result_writes_the_contract_fields_atomically(tmp_path: Path, journal) -> None:
     _run(journal)
     journal.settled("trunk", "done")
-    path = write_result(tmp_path, "replied", "3 files", fleet_yield(journal.state), runId="x")
+    path = write_result(
+        SessionDir(tmp_path), "replied", "3 files", fleet_yield(journal.state), runId="x"
+    )
     doc = json.loads(path.read_text())
     assert path.name == "result.json" and doc["outcome"] == "replied" and doc["reply"] == "3 files"
     fy = doc["fleetYield"]
@@ -70,10 +73,10 @@ def test_write_result_writes_the_contract_fields_atomically(tmp_path: Path, jour
 
 
 def test_write_result_refuses_an_unknown_outcome_and_keeps_the_old_file(tmp_path, journal) -> None:
-    path = write_result(tmp_path, "quiesced", None, fleet_yield(journal.state))
+    path = write_result(SessionDir(tmp_path), "quiesced", None, fleet_yield(journal.state))
     old = path.read_bytes()
     with pytest.raises(BadOutcome, match="'finished'"):
-        write_result(tmp_path, "finished", None, fleet_yield(journal.state))
+        write_result(SessionDir(tmp_path), "finished", None, fleet_yield(journal.state))
     assert path.read_bytes() == old
 
 

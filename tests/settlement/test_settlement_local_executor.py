@@ -18,11 +18,11 @@ from runtime.executor import (
     CompletionGate,
     EnvironmentState,
     ExecutionSpec,
-    LocalProcessExecutor,
     PreSpawnRefusal,
     RetryPreSpawnRefusals,
     scratch_file_deliverable,
 )
+from runtime.local_executor import LocalProcessExecutor
 from tests.support.waiting import wait_for as wait_until
 
 

@@ -24,12 +24,13 @@ from runtime.executor import (
     ExecutionSpec,
     Grace,
     InFlight,
-    LocalProcessExecutor,
     Receipt,
     RetryPreSpawnRefusals,
 )
 from runtime.fleet_yield import fleet_yield, write_result
 from runtime.journal import SpawnJournal, replay
+from runtime.local_executor import LocalProcessExecutor
+from runtime.session_dir import SessionDir
 from runtime.settlement import (
     RetainedChild,
     SweepPolicy,
@@ -287,7 +288,7 @@ def test_a_fan_out_of_50_children_with_random_crashes_ends_with_never_settled_0(
     counts = Counter(f for f, _ in plan.values())
     assert fy.cancelled == counts["cancel"]
     assert fy.release_unconfirmed >= counts["refuses"] + counts["crash-unobservable"]
-    path = write_result(tmp_path, "replied", "done", fy)
+    path = write_result(SessionDir(tmp_path), "replied", "done", fy)
     doc = json.loads(path.read_text())
     assert doc["fleetYield"]["neverSettled"] == 0 and doc["fleetYield"]["spawned"] == 51
     for u in (u for n in journal.state.nodes.values() for u in n.unconfirmed):

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from settlement_support import SLEEP, pid_gone
 
-from runtime.executor import Backoff, ExecutionSpec, LocalProcessExecutor
+from runtime.executor import Backoff, ExecutionSpec
 from runtime.fleet_yield import fleet_yield
 from runtime.journal import (
     DuplicateSeq,
@@ -25,6 +25,7 @@ from runtime.journal import (
     StaleReceipt,
     replay,
 )
+from runtime.local_executor import LocalProcessExecutor
 from runtime.settlement import SweepPolicy, admit, resume_sweep, settle_child
 
 FAST = SweepPolicy(Backoff(attempts=2, base=0.01), grace=1.0)
@@ -32,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CONTROLLER = """
 import json, os, signal, sys
-from runtime.executor import ExecutionSpec, LocalProcessExecutor
+from runtime.executor import ExecutionSpec
+from runtime.local_executor import LocalProcessExecutor
 from runtime.journal import SpawnJournal
 from runtime.settlement import admit, settle_child
 d = sys.argv[1]

@@ -26,13 +26,13 @@ from runtime.executor import (
     Executor,
     Grace,
     InFlight,
-    LocalProcessExecutor,
     Observation,
     OptionalSurfaces,
     Receipt,
     RetryPreSpawnRefusals,
     surface,
 )
+from runtime.local_executor import LocalProcessExecutor
 
 
 def _protocol_members(proto: type) -> set[str]:

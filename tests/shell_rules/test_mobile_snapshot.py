@@ -19,7 +19,7 @@ from runtime.snapshot import (
     SnapshotBuilder,
     SnapshotMissing,
 )
-from runtime.worker_registry import WorkerRegistry
+from runtime.worker_retention import WorkerRegistry
 
 
 class CountingCodec:

@@ -9,7 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.text import Text
 
-from cli.tui.model import Append, Change, Entry, LogTail, Reset, Transcript, Update, preview
+from cli.tui.model import (
+    Append,
+    Change,
+    LogTail,
+    Reset,
+    TabItem,
+    Transcript,
+    Update,
+    preview,
+)
 from cli.tui.widgets import render_entry
 from runtime.durable import append_jsonl
 from runtime.events import Died, Io, Notice
@@ -32,8 +41,8 @@ def _result(cid: str, content: str) -> dict[str, object]:
     return {"kind": "tool_result", "message": {"tool_call_id": cid, "content": content}}
 
 
-def _shown(changes: list[Change]) -> dict[str, Entry]:
-    shown: dict[str, Entry] = {}
+def _shown(changes: list[Change]) -> dict[str, TabItem]:
+    shown: dict[str, TabItem] = {}
     for ch in changes:
         if isinstance(ch, Reset):
             shown.clear()

@@ -1,5 +1,6 @@
 """The registry's state: :class:`FleetRegistry`, the fleet's spawn tree plus each entry's live
-cancel handles and inbox, behind one lock (docs/architecture.md, Cancellation).
+cancel handles and inbox, behind one lock (docs/architecture.md, Cancellation). Pure state and
+rules, no actor: ``actors/registry.py`` puts an actor and a lease-reaper thread in front of it.
 
 Invariants:
 
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 from runtime.cancel import CancelScope
 from runtime.errors import InboxFull
 from runtime.events import InboxRejected
-from runtime.inbox import AgentMessage, AgentResult, InboxMsg, Outcome, Surface, UserSteering
+from runtime.inbox import AgentMessage, AgentResult, InboxMsg, PushEffect, Surface, UserSteering
 from runtime.inbox import Inbox as AgentInbox
 from runtime.spawn_tree import (
     IDLE_LEASE_SECS,
@@ -35,7 +36,7 @@ from runtime.spawn_tree import (
     IdleLease,
     LeaseExpired,
     LeaseRemaining,
-    Node,
+    SpawnNode,
     SpawnTree,
 )
 
@@ -49,8 +50,10 @@ class Cancellable(Protocol):
     def cancel(self, reason: str = ..., /) -> None: ...
 
 
-EvalRoot = Cancellable | Callable[[str], None]
-Recorder = Callable[[InboxRejected], None]
+CancelHandle = Cancellable | Callable[[str], None]
+"""A node's shell handle the cascade trips: a CancelScope-like (``actors.shell_types.EvalRoot``)
+or a plain callable taking the cause."""
+RejectionRecorder = Callable[[InboxRejected], None]
 
 
 def _trip(handle: Any, cause: str) -> None:
@@ -68,7 +71,7 @@ def _trip(handle: Any, cause: str) -> None:
 @dataclass
 class _Handles:
     token: CancelScope
-    eval_root: EvalRoot | None
+    eval_root: CancelHandle | None
     inbox: AgentInbox
     interrupt: Callable[[str], None] | None
     on_cancel: Callable[[str], None] | None = None
@@ -85,7 +88,7 @@ class Entry:
     fuel: int
     generation: int
     token: CancelScope
-    eval_root: EvalRoot | None
+    eval_root: CancelHandle | None
     inbox: AgentInbox
     engaged: bool
     lease: IdleLease | None
@@ -116,7 +119,7 @@ class FleetRegistry:
         *,
         clock: Clock = time.monotonic,
         lease_bound: float = IDLE_LEASE_SECS,
-        on_dropped: Recorder | None = None,
+        on_dropped: RejectionRecorder | None = None,
     ) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -136,7 +139,7 @@ class FleetRegistry:
         returns: bool,
         interactive: bool = False,
         token: CancelScope | None = None,
-        eval_root: EvalRoot | None = None,
+        eval_root: CancelHandle | None = None,
         inbox: AgentInbox | None = None,
         interrupt: Callable[[str], None] | None = None,
         on_cancel: Callable[[str], None] | None = None,
@@ -171,7 +174,7 @@ class FleetRegistry:
         name: str,
         *,
         token: CancelScope | None = None,
-        eval_root: EvalRoot | None = None,
+        eval_root: CancelHandle | None = None,
         inbox: AgentInbox | None = None,
         interrupt: Callable[[str], None] | None = None,
         on_cancel: Callable[[str], None] | None = None,
@@ -356,7 +359,7 @@ class FleetRegistry:
 
     # -- delivery --
 
-    def steer(self, name: str, text: str) -> Outcome:
+    def steer(self, name: str, text: str) -> PushEffect:
         """Deliver a human message: engaged, and the idle lease renewed (the only renewal)."""
         with self._lock:  # pushed under the lock: never into the inbox of an agent that ended
             self.tree.get(name)
@@ -371,7 +374,7 @@ class FleetRegistry:
             if self.tree.is_live(name):
                 self.tree.record_exchange(name)
 
-    def message(self, sender: str, name: str, text: str | AgentMessage) -> Outcome:
+    def message(self, sender: str, name: str, text: str | AgentMessage) -> PushEffect:
         """Model-facing message: renews nothing. Raises InboxFull, UnknownAgent or AgentEnded."""
         msg = text if isinstance(text, AgentMessage) else AgentMessage(sender, text)
         with self._lock:  # pushed under the lock: never into the inbox of an agent that ended
@@ -464,7 +467,7 @@ class FleetRegistry:
 
     # -- helpers --
 
-    def _entry(self, node: Node) -> Entry:
+    def _entry(self, node: SpawnNode) -> Entry:
         h = self._handles[node.name]
         return Entry(
             name=node.name,

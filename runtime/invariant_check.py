@@ -1,6 +1,8 @@
 """The invariant checker: what a finished session directory must prove, whatever failed.
 
-Pure: it reads the session's files (and, for the process invariant, the process table) and
+Only ``check``, the drills and the tests use it; no run does. Pure: it reads the session's files
+(through ``runtime/session_logs.py``; for the process invariant, the process table through
+``runtime/run_processes.py``) and
 returns an :class:`InvariantReport`; it never writes. ``exarch-actors check`` and every drill
 call :func:`check_session`. Each invariant is *held*, *violated* or *skipped* (not applicable,
 e.g. the process check turned off), with the number of items it checked and the details of each
@@ -44,61 +46,32 @@ the tie can only hide a violation, never invent one.
 
 from __future__ import annotations
 
-import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Literal
-
-import psutil
 
 from runtime.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.durability import PROMISES, Durability
 from runtime.durability import parse as parse_durability
-from runtime.durable import TORN_SUFFIX, Shape, read_jsonl
+from runtime.durable import read_jsonl
 from runtime.errors import ExarchError, SnapshotRefused
-from runtime.eventlog import EVENT_SHAPE
 from runtime.fleet_yield import read_result
-from runtime.journal import JOURNAL_NAME, replay
-from runtime.session_dir import RECORD_SHAPE, TRANSCRIPT_SHAPE, born_children
+from runtime.journal import replay
+from runtime.run_processes import run_processes, still_running
+from runtime.session_dir import SessionDir
+from runtime.session_logs import SessionLogs
 from runtime.session_read import ResumeRefused, read_run
+from runtime.session_records import CONTROL_DIED, born_children
 from runtime.snapshot import MobileSnapshot
 
 Status = Literal["held", "violated", "skipped"]
-
-PID_START_TOLERANCE = 1.0
-"""Seconds between a recorded and a live create time that still count as the same process
-(``pidStartedAt`` is rounded to 10 ms; psutil reports boot-relative clock ticks)."""
 
 _DETAIL_CAP = 50
 
 
 class NotASession(ExarchError):
     """The path is not a session directory (no journal, transcript or agents directory)."""
-
-
-# --------------------------------------------------------------------------- the Commit record
-
-
-def commit_record(agent: str, result: Any, pid: int | None) -> dict[str, Any]:
-    """The ``Commit`` forensic record of one clean ral call (``result`` is the shell's
-    ToolResult: ``.epoch``, ``.defined``), with the shell pid that ran it and that pid's create
-    time, so the process invariant can find it later without blaming a reused pid."""
-    started: float | None = None
-    if pid:
-        try:
-            started = round(psutil.Process(pid).create_time(), 2)
-        except psutil.Error:
-            started = None
-    return {
-        "kind": "Commit",
-        "agent": agent,
-        "epoch": int(getattr(result, "epoch", 0)),
-        "defined": sorted(set(getattr(result, "defined", ()) or ())),
-        "pid": pid,
-        "pidStartedAt": started,
-    }
 
 
 # --------------------------------------------------------------------------- the report
@@ -167,66 +140,6 @@ def _result(name: str, checked: int, bad: list[str], notes: Iterable[str] = ()) 
     return InvariantResult(name, "violated" if bad else "held", checked, tuple(shown), tuple(notes))
 
 
-# --------------------------------------------------------------------------- reading
-
-
-@dataclass
-class _Session:
-    root: Path
-    damage: list[str] = field(default_factory=list)
-    torn: list[str] = field(default_factory=list)
-    cache: dict[Path, list[dict[str, Any]]] = field(default_factory=dict)
-
-    def jsonl(self, path: Path) -> list[dict[str, Any]]:
-        """The records of ``path`` that have the shape their readers rely on; the rest is
-        reported (a torn last line as a note, anything else as damage)."""
-        if path not in self.cache:
-            read = read_jsonl(path, _shape_of(path))
-            rel = path.relative_to(self.root)
-            for d in read.damage:
-                if d.torn_tail:
-                    self.torn.append(f"{rel}:{d.line}: torn last line ({len(d.text)} B) skipped")
-                else:
-                    self.damage.append(d.where(str(rel)))
-            self.cache[path] = read.records
-        return self.cache[path]
-
-    @property
-    def transcript(self) -> list[dict[str, Any]]:
-        return self.jsonl(self.root / "transcript.jsonl")
-
-    @property
-    def record(self) -> list[dict[str, Any]]:
-        return self.jsonl(self.root / "record.jsonl")
-
-    def agent_names(self) -> list[str]:
-        agents = self.root / "agents"
-        return sorted(p.name for p in agents.iterdir() if p.is_dir()) if agents.is_dir() else []
-
-    def event_logs(self, agent: str) -> list[Path]:
-        """Every generation of ``agent``'s event log (archives from /clear, then the current)."""
-        d = self.root / "agents" / agent
-        if not d.is_dir():
-            return []
-        return sorted(d.glob("events*.jsonl"))
-
-    def events(self, agent: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for p in self.event_logs(agent):
-            out.extend(self.jsonl(p))
-        return out
-
-
-def _shape_of(path: Path) -> Shape | None:
-    if path.name == "transcript.jsonl":
-        return TRANSCRIPT_SHAPE
-    if path.name == "record.jsonl":
-        return RECORD_SHAPE
-    if path.name.startswith("events") and path.parent.parent.name == "agents":
-        return EVENT_SHAPE
-    return None  # the journal: its fold is the stricter reader (see _check_settled)
-
-
 def _by_kind(records: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [r for r in records if r.get("kind") == kind]
 
@@ -238,8 +151,8 @@ def _at(r: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- the invariants
 
 
-def _check_settled(s: _Session) -> InvariantResult:
-    path = s.root / JOURNAL_NAME
+def _check_settled(s: SessionLogs) -> InvariantResult:
+    path = s.session.journal
     rep = replay(path, strict=False)
     bad = rep.inconsistencies()  # unreadable lines are files-parse's
     terminal_count: Counter[str] = Counter()
@@ -258,15 +171,15 @@ def _check_settled(s: _Session) -> InvariantResult:
     if lost:
         state = "missing" if not path.exists() else "empty" if not rep.records else "incomplete"
         bad.append(
-            f"{JOURNAL_NAME} is {state}: transcript.jsonl records {len(lost)} Born child(ren) "
-            f"it never spawned ({', '.join(lost[:5])}); their settlement is lost"
+            f"{path.name} is {state}: {s.session.transcript.name} records {len(lost)} Born "
+            f"child(ren) it never spawned ({', '.join(lost[:5])}); their settlement is lost"
         )
-    result, problem = read_result(s.root)
+    result, problem = read_result(s.session)
     notes: list[str] = [f"{len(born)} Born children, all in the journal"] if not lost else []
-    resume = f"`exarch-actors resume {s.root}`"
+    resume = f"`exarch-actors resume {s.session.root}`"
     if problem is not None:
         bad.append(
-            f"corrupt result.json at {s.root / 'result.json'}: {problem}; {resume} sets it "
+            f"corrupt result.json at {s.session.result}: {problem}; {resume} sets it "
             "aside and rebuilds it from the journal and the transcript"
         )
     elif result is None:
@@ -283,27 +196,26 @@ def _check_settled(s: _Session) -> InvariantResult:
     return _result("settled", len(rep.state.nodes), bad, notes)
 
 
-def _snapshot_names(s: _Session, agent: str) -> frozenset[str] | None:
-    p = s.root / "agents" / agent / "snapshot.msgpack"
+def _snapshot_names(s: SessionLogs, agent: str) -> frozenset[str] | None:
     try:
-        return MobileSnapshot.load(p).names()
+        return MobileSnapshot.load(s.session.snapshot(agent)).names()
     except SnapshotRefused:
         return None
 
 
-def _clears(s: _Session) -> dict[str, list[str]]:
+def _clears(s: SessionLogs) -> dict[str, list[str]]:
     """When each agent was cleared: ``Cleared`` notices and ``cleared`` log markers."""
     out: dict[str, list[str]] = defaultdict(list)
     for r in _by_kind(s.transcript, "Notice"):
         if r.get("notice") == "Cleared":
             out[str(r.get("agent"))].append(_at(r))
-    for agent in s.agent_names():
+    for agent in s.session.agent_names():
         for r in _by_kind(s.events(agent), "cleared"):
             out[agent].append(_at(r))
     return out
 
 
-def _check_committed(s: _Session) -> InvariantResult:
+def _check_committed(s: SessionLogs) -> InvariantResult:
     commits = _by_kind(s.record, "Commit")
     prunes: dict[str, list[tuple[int, set[str]]]] = defaultdict(list)
     for r in _by_kind(s.record, "Prune"):
@@ -353,11 +265,7 @@ def _check_committed(s: _Session) -> InvariantResult:
     return _result("committed", checked, bad, notes)
 
 
-CONTROL_DIED = "control process died"
-"""The ``Died`` cause resume records for an incarnation that died with the control process."""
-
-
-def _behind_at_control_death(s: _Session, commits: list[dict[str, Any]]) -> set[int]:
+def _behind_at_control_death(s: SessionLogs, commits: list[dict[str, Any]]) -> set[int]:
     """Commits (by ``id``) whose snapshot file was still behind when the control process died.
 
     A refused snapshot write is reported (a ``SnapshotWriteFailed`` Notice with the call's
@@ -391,7 +299,7 @@ def _behind_at_control_death(s: _Session, commits: list[dict[str, Any]]) -> set[
     return out
 
 
-def _result_logged(s: _Session, parent: str, child: str) -> bool:
+def _result_logged(s: SessionLogs, parent: str, child: str) -> bool:
     head = f"[agent {child} finished"
     return any(
         r.get("kind") == "user"
@@ -401,8 +309,8 @@ def _result_logged(s: _Session, parent: str, child: str) -> bool:
     )
 
 
-def _check_rejections(s: _Session) -> InvariantResult:
-    rep = replay(s.root / JOURNAL_NAME, strict=False)
+def _check_rejections(s: SessionLogs) -> InvariantResult:
+    rep = replay(s.session.journal, strict=False)
     rejected: set[tuple[str, str]] = set()
     rejected_count = 0
     for r in _by_kind(s.transcript, "InboxRejected"):
@@ -429,7 +337,7 @@ def _check_rejections(s: _Session) -> InvariantResult:
     return _result("rejections", checked, bad, [f"{rejected_count} InboxRejected records"])
 
 
-def _check_registry_empty(s: _Session) -> InvariantResult:
+def _check_registry_empty(s: SessionLogs) -> InvariantResult:
     born: Counter[str] = Counter(str(r.get("agent")) for r in _by_kind(s.transcript, "Born"))
     died: Counter[str] = Counter(str(r.get("agent")) for r in _by_kind(s.transcript, "Died"))
     bad = [
@@ -440,106 +348,59 @@ def _check_registry_empty(s: _Session) -> InvariantResult:
     return _result("registry-empty", sum(born.values()), bad)
 
 
-@dataclass(frozen=True)
-class RunProcess:
-    """A process the run named: who, its pid, and its recorded create time (None: unknown)."""
-
-    owner: str
-    pid: int
-    started_at: float | None
-
-
-def run_processes(session_dir: str | os.PathLike[str]) -> list[RunProcess]:
-    """Every process a session names (journal environments, Commit records), deduplicated."""
-    s = _Session(Path(session_dir))
-    out: dict[tuple[int, float | None], RunProcess] = {}
-    for r in read_jsonl(s.root / JOURNAL_NAME).records:
-        if r.get("kind") == "execution-admitted" and isinstance(r.get("pid"), int):
-            st = r.get("pidStartedAt")
-            key = (r["pid"], st if isinstance(st, int | float) else None)
-            out.setdefault(key, RunProcess(f"{r.get('id')} (journal)", key[0], key[1]))
-    for r in _by_kind(s.record, "Commit"):
-        if isinstance(r.get("pid"), int):
-            st = r.get("pidStartedAt")
-            key = (r["pid"], st if isinstance(st, int | float) else None)
-            out.setdefault(key, RunProcess(f"{r.get('agent')} (shell)", key[0], key[1]))
-    return list(out.values())
-
-
-def still_running(proc: RunProcess) -> bool:
-    """Whether ``proc`` is still on the machine (a zombie is not; a reused pid is not)."""
-    try:
-        p = psutil.Process(proc.pid)
-        if p.status() == psutil.STATUS_ZOMBIE:
-            return False
-        if proc.started_at is None:
-            return False  # unverifiable: never blame a pid whose start time was not recorded
-        return abs(p.create_time() - proc.started_at) <= PID_START_TOLERANCE
-    except psutil.Error:
-        return False
-
-
-def leftover_processes(session_dir: str | os.PathLike[str]) -> list[RunProcess]:
-    return [p for p in run_processes(session_dir) if still_running(p)]
-
-
-def _check_processes(s: _Session) -> InvariantResult:
-    procs = run_processes(s.root)
+def _check_processes(s: SessionLogs) -> InvariantResult:
+    procs = run_processes(s.session)
     bad = [f"{p.owner}: pid {p.pid} still running" for p in procs if still_running(p)]
     unverifiable = sum(1 for p in procs if p.started_at is None)
     notes = [f"{unverifiable} pids without a recorded start time"] if unverifiable else []
     return _result("no-leftover-processes", len(procs), bad, notes)
 
 
-def _check_files(s: _Session) -> InvariantResult:
-    files = [s.root / "transcript.jsonl", s.root / "record.jsonl", s.root / JOURNAL_NAME]
-    for agent in s.agent_names():
-        files += s.event_logs(agent)
-    for f in files:
-        s.jsonl(f)
+def _check_files(s: SessionLogs) -> InvariantResult:
+    session = s.session
+    files = s.read_every_log()
     checked = len(files)
     bad = list(s.damage)
-    if (s.root / "result.json").exists():
+    if session.result.exists():
         checked += 1
-        problem = read_result(s.root)[1]
+        problem = read_result(session)[1]
         if problem is not None:
-            bad.append(f"result.json: {problem}")
-    if (s.root / "run.json").exists():
+            bad.append(f"{session.result.name}: {problem}")
+    if session.run_spec.exists():
         checked += 1
         try:
-            read_run(s.root)
+            read_run(session)
         except ResumeRefused as e:
-            bad.append(f"run.json: {e}")
-    for agent in s.agent_names():
-        p = s.root / "agents" / agent / "snapshot.msgpack"
+            bad.append(f"{session.run_spec.name}: {e}")
+    for agent in session.agent_names():
+        p = session.snapshot(agent)
         if p.exists():
             checked += 1
             try:
                 MobileSnapshot.load(p)
             except SnapshotRefused as e:
-                bad.append(f"agents/{agent}/snapshot.msgpack: {e}")
-    aside = [*s.root.glob("*" + TORN_SUFFIX), *s.root.glob(f"agents/*/*{TORN_SUFFIX}")]
+                bad.append(f"{p.relative_to(session.root)}: {e}")
     notes = list(s.torn) + [
-        f"{p.relative_to(s.root)}: {len(read_jsonl(p).records)} torn tail(s) of a crash "
+        f"{p.relative_to(session.root)}: {len(read_jsonl(p).records)} torn tail(s) of a crash "
         "mid-append, set aside by the next append (bytes kept)"
-        for p in sorted(aside)
+        for p in session.torn_side_files()
     ]
     return _result("files-parse", checked, bad, notes)
 
 
 def check_session(
-    session_dir: str | os.PathLike[str], *, processes: bool = True, live: bool = False
+    session: SessionDir, *, processes: bool = True, live: bool = False
 ) -> InvariantReport:
     """Check every invariant of a finished session directory (see the module docstring).
 
     ``live``: the run is still going, so only what must hold at every instant is checked
     (committed bindings, files); the end-of-run invariants are skipped."""
-    root = Path(session_dir)
-    if not root.is_dir() or not any(
-        (root / n).exists() for n in ("transcript.jsonl", JOURNAL_NAME, "agents", "run.json")
-    ):
-        raise NotASession(f"{root} is not a session directory (no transcript, journal or agents)")
-    s = _Session(root)
+    markers = (session.transcript, session.journal, session.agents, session.run_spec)
+    if not session.root.is_dir() or not any(p.exists() for p in markers):
+        raise NotASession(
+            f"{session.root} is not a session directory (no transcript, journal or agents)"
+        )
+    s = SessionLogs(session)
 
     def skip(name: str, why: str) -> InvariantResult:
         return InvariantResult(name, "skipped", 0, (), (why,))
@@ -554,14 +415,14 @@ def check_session(
         else skip("no-leftover-processes", "run still live" if live else "turned off"),
     ]
     results.append(_check_files(s))  # last: every file the others read is in its cache
-    return InvariantReport(str(root), tuple(results), _durability_of(root))
+    return InvariantReport(str(session.root), tuple(results), _durability_of(session))
 
 
-def _durability_of(root: Path) -> Durability:
+def _durability_of(session: SessionDir) -> Durability:
     """The run's policy; ``process`` when ``run.json`` does not say (or cannot: files-parse
     reports a damaged one)."""
     try:
-        run = read_run(root)
+        run = read_run(session)
     except ResumeRefused:
         return DEFAULT_DURABILITY
     return parse_durability(run.get("durability"))

@@ -1,0 +1,66 @@
+"""The processes a run named, and which of them still run.
+
+A session names every process it started: the environment records of the spawn journal
+(``execution-admitted``: a child's shell) and the ``Commit`` records of ``record.jsonl`` (the
+shell that ran each clean call, ``runtime/session_records.py``). Each carries the pid *and* its
+create time, so a pid the kernel reused for some other process is never blamed (or killed).
+``resume`` kills what is left before it rebuilds; the invariant checker reports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+
+from runtime.durable import read_jsonl
+from runtime.session_dir import SessionDir
+from runtime.session_records import RECORD_SHAPE
+
+PID_START_TOLERANCE = 1.0
+"""Seconds between a recorded and a live create time that still count as the same process
+(``pidStartedAt`` is rounded to 10 ms; psutil reports boot-relative clock ticks)."""
+
+
+@dataclass(frozen=True)
+class RunProcess:
+    """A process the run named: who, its pid, and its recorded create time (None: unknown)."""
+
+    owner: str
+    pid: int
+    started_at: float | None
+
+
+def run_processes(session: SessionDir) -> list[RunProcess]:
+    """Every process a session names (journal environments, Commit records), deduplicated.
+    Lines that do not read are skipped here: reporting them is the checker's ``files-parse``."""
+    out: dict[tuple[int, float | None], RunProcess] = {}
+    for r in read_jsonl(session.journal).records:
+        if r.get("kind") == "execution-admitted" and isinstance(r.get("pid"), int):
+            st = r.get("pidStartedAt")
+            key = (r["pid"], st if isinstance(st, int | float) else None)
+            out.setdefault(key, RunProcess(f"{r.get('id')} (journal)", key[0], key[1]))
+    for r in read_jsonl(session.record, RECORD_SHAPE).records:
+        if r.get("kind") == "Commit" and isinstance(r.get("pid"), int):
+            st = r.get("pidStartedAt")
+            key = (r["pid"], st if isinstance(st, int | float) else None)
+            out.setdefault(key, RunProcess(f"{r.get('agent')} (shell)", key[0], key[1]))
+    return list(out.values())
+
+
+def still_running(proc: RunProcess) -> bool:
+    """Whether ``proc`` is still on the machine (a zombie is not; a reused pid is not)."""
+    try:
+        p = psutil.Process(proc.pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if proc.started_at is None:
+            return False  # unverifiable: never blame a pid whose start time was not recorded
+        return abs(p.create_time() - proc.started_at) <= PID_START_TOLERANCE
+    except psutil.Error:
+        return False
+
+
+def leftover_processes(session: SessionDir) -> list[RunProcess]:
+    """The processes ``session`` named that still run."""
+    return [p for p in run_processes(session) if still_running(p)]

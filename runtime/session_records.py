@@ -1,0 +1,86 @@
+"""The records of a session's two shared logs: what their readers rely on, and the one record
+the fleet writes itself.
+
+``transcript.jsonl`` (the bus) and ``record.jsonl`` (forensic records) are read by ``resume``
+and the invariant checker; :data:`TRANSCRIPT_SHAPE` and :data:`RECORD_SHAPE` say what those
+readers rely on, so a line that breaks it is damage named by file and line, never a failure deep
+inside a reader. (The journal's and the event log's shapes live with their formats:
+``runtime/journal.py``, ``runtime/eventlog.py``; where the files are: ``runtime/session_dir.py``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import psutil
+
+from runtime.durable import ListOf, Shape
+from runtime.fleet_yield import OUTCOMES
+
+CONTROL_DIED = "control process died"
+"""The ``Died`` cause ``resume`` records for an incarnation that died with the control process."""
+
+
+def _known_outcome(r: dict[str, object]) -> str | None:
+    outcome = r.get("outcome")
+    return None if outcome is None or outcome in OUTCOMES else f"Died outcome {outcome!r}"
+
+
+TRANSCRIPT_SHAPE = Shape(
+    {
+        "Born": {"agent": (str,), "parent?": (str, None), "returns?": (bool,)},
+        "Died": {"agent": (str,), "outcome?": (str,), "cause?": (str, None), "reply?": (str, None)},
+        "InboxRejected": {"agent": (str,), "message?": (dict,)},
+        "ProviderError": {"agent": (str,)},
+        "Notice": {"agent": (str,), "notice?": (str,), "text?": (str,)},
+    },
+    {"Died": _known_outcome},
+)
+"""``transcript.jsonl``: the fields ``resume`` and the checker read."""
+
+RECORD_SHAPE = Shape(
+    {
+        "Commit": {
+            "agent": (str,),
+            "epoch": (int,),
+            "defined": (ListOf(str),),
+            "pid?": (int, None),
+            "pidStartedAt?": (int, float, None),
+        },
+        "Prune": {"agent": (str,), "epoch?": (int, None), "names": (ListOf(str),)},
+    }
+)
+"""``record.jsonl``: the fields the checker (and ``resume``'s process sweep) read."""
+
+
+def born_children(transcript: Iterable[dict[str, Any]]) -> set[str]:
+    """Children the bus saw born (a parent, and a result owed). A spawned child is journalled
+    (``spawned``, acknowledged) before its ``Born`` is published, so every one of these must be in
+    the spawn journal: one that is not is a journal that lost records."""
+    return {
+        str(r["agent"])
+        for r in transcript
+        if r.get("kind") == "Born" and isinstance(r.get("parent"), str) and r.get("returns")
+    }
+
+
+def commit_record(agent: str, result: Any, pid: int | None) -> dict[str, Any]:
+    """The ``Commit`` forensic record of one clean ral call (``result`` is the shell's
+    ToolResult: ``.epoch``, ``.defined``), with the shell pid that ran it and that pid's create
+    time, so the process scan (``runtime/run_processes.py``) can find it later without blaming a
+    reused pid."""
+    started: float | None = None
+    if pid:
+        try:
+            started = round(psutil.Process(pid).create_time(), 2)
+        except psutil.Error:
+            started = None
+    return {
+        "kind": "Commit",
+        "agent": agent,
+        "epoch": int(getattr(result, "epoch", 0)),
+        "defined": sorted(set(getattr(result, "defined", ()) or ())),
+        "pid": pid,
+        "pidStartedAt": started,
+    }
