@@ -48,6 +48,8 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    raw: bytes = b""
+    """The body's bytes as sent (prefix-stability tests compare them)."""
 
 
 class ProtocolServer:
@@ -83,6 +85,7 @@ class ProtocolServer:
                         self.path,
                         {k.lower(): v for k, v in self.headers.items()},
                         body,
+                        raw,
                     )
                 )
                 self.close_connection = True
