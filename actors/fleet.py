@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 import pykka
@@ -34,20 +35,29 @@ from actors.registry import Entry, start_registry
 from actors.shell import EvalRoot, ShellActor
 from actors.shell_workers import WorkerSurfaces
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
+from runtime.cost import FleetSpend, dollars
 from runtime.digest import digest_tool_result
 from runtime.diskwarn import disk_usage
 from runtime.durable import append_jsonl
 from runtime.errors import NameUsed, SpawnFailed
-from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources
+from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources, SystemNote
 from runtime.executor import ExecutionSpec
-from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, write_result
+from runtime.fleet_yield import (
+    FleetCost,
+    FleetYield,
+    fleet_yield,
+    settlement_status,
+    write_result,
+)
 from runtime.inbox import AgentResult, Surface
 from runtime.invariants import commit_record
 from runtime.journal import SpawnJournal
 from runtime.limits import ShellLimits
+from runtime.messages import Usage
 from runtime.park import Construction
 from runtime.probes import ResourceFigures, event_rows, resources
 from runtime.providers.base import Provider
+from runtime.providers.prices import PriceTable
 from runtime.ral.context import DynamicContext
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.grants import GrantPolicy, Grants
@@ -81,6 +91,10 @@ class FleetConfig:
     """The registry's lease clock; ``None``: ``time.monotonic`` (injectable for tests)."""
     limits: ShellLimits = field(default_factory=ShellLimits)
     """Every shell's memory, live-worker and binding-size limits (``runtime/limits.py``)."""
+    prices: PriceTable = field(default_factory=PriceTable)
+    """Dollars per million tokens by model (``runtime/providers/prices.py``)."""
+    budget: Decimal | None = None
+    """``--budget USD``: the fleet is cancelled when its known spend reaches this."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +166,8 @@ class Fleet:
         self._empty = threading.Event()
         self._empty.set()
         self._closed = False
+        self.spend = FleetSpend(self.config.prices, self.config.budget)
+        """Every agent's known spend, against the budget (``runtime/cost.py``)."""
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -310,8 +326,40 @@ class Fleet:
         self._closed = True
         return fleet_yield(self.journal.state)
 
+    def charge(self, agent: Agent, model: str, usage: Usage | None) -> None:
+        """One round trip of ``agent`` on ``model``: its meter and the fleet's total; the
+        round trip that brings the total to the budget cancels the whole tree (once)."""
+        cost = agent.stats.spend.charge(model, usage, self.spend.prices)
+        if self.spend.charge(cost):
+            message = self.spend.budget_message()
+            self.publish(SystemNote(agent.name, text=message))
+            self.cancel_all("budget")
+
+    @property
+    def budget_reached(self) -> bool:
+        return self.spend.reached
+
+    def fleet_cost(self) -> FleetCost:
+        """Money per agent: the live meters, and for a child settled before this process
+        (``resume``) the cost its terminal record holds."""
+        with self._lock:
+            agents = dict(self.agents)
+        figures = {name: a.stats.spend.read().to_json() for name, a in agents.items()}
+        for nid, record in self.journal.state.terminal_records().items():
+            spend = record.get("spend")
+            if nid not in figures and isinstance(spend, dict):
+                usd = spend.get("costUsd")
+                figures[nid] = {"usd": usd, "knownUsd": usd or "0"}
+        budget = self.spend.budget
+        return FleetCost(
+            figures,
+            self.spend.prices.date,
+            dollars(budget) if budget is not None else None,
+            self.spend.reached,
+        )
+
     def write_result(self, outcome: str, reply: str | None, **extra: Any) -> FleetYield:
-        fy = fleet_yield(self.journal.state)
+        fy = fleet_yield(self.journal.state, self.fleet_cost())
         write_result(self.session.root, outcome, reply, fy, **extra)
         return fy
 
