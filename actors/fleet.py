@@ -472,6 +472,8 @@ class Fleet:
             disk_ceiling=self.config.disk_warn_bytes,
             lease_nearest_reap_secs=lease.get("nearest_reap_secs"),
             lease_demote_secs=lease.get("bound_secs"),
+            spend=agent.stats.spend.read().to_json(),
+            prices_date=self.spend.prices.date,
         )
         rows, card = resources(figures, title=f"resources of {agent.name}")
         return Resources(agent.name, rows=event_rows(rows), card=card)

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from cli.cost_options import CostChoice, cost_options
 from cli.grants import grant_options
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
@@ -29,6 +30,7 @@ from runtime.limits import ShellLimits
 @grant_options
 @output_options
 @limit_options
+@cost_options
 def run_command(
     target: str,
     connection: ProviderChoice,
@@ -42,6 +44,7 @@ def run_command(
     as_json: bool,
     quiet: bool,
     limits: ShellLimits,
+    cost: CostChoice,
 ) -> None:
     """Run a headless trunk on a SCENARIO.toml (the scripted provider: no network, no key) or
     on a PROMPT (a real model), and print its reply.
@@ -62,7 +65,8 @@ def run_command(
     \b
     Exit codes:
       0    the trunk replied, or quiesced (a ral error it could not get past ends it here too)
-      1    the run failed (a provider error: the `error:` line says which) or was capped
+      1    the run failed (a provider error: the `error:` line says which), was capped, or
+           reached --budget (outcome `budget`: the tree is cancelled, every child settled)
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
@@ -79,6 +83,8 @@ def run_command(
         grant_root=grant_root,
         limits=limits,
         record=record,
+        prices=cost.prices,
+        budget=cost.budget,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

@@ -127,7 +127,7 @@ class PriceTable:
 
 
 def _decimal(value: Any, what: str) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
         raise BadPrice(f"{what}: expected a number of dollars per million tokens, got {value!r}")
     try:
         d = Decimal(str(value).strip())  # str(): a TOML float 0.1 is Decimal("0.1"), not 0.1000...
