@@ -6,6 +6,7 @@ credentials, a refusing proxy, and a bypass."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ from runtime.providers import make_provider
 from runtime.providers.base import RequestRejected
 from runtime.providers.openai import OpenAIProvider
 from runtime.providers.proxy import Proxy, ProxyUnsupported, bypasses, proxy_for
+from tests.agent.conftest import exarch
 from tests.support.connect_proxy import ConnectProxy
 from tests.support.protocol_servers import (
     TEST_CA,
@@ -184,3 +186,34 @@ def test_a_host_in_no_proxy_is_reached_directly(
     )
     assert msg.text == "direct"
     assert proxy.heads == []
+
+
+def test_the_run_command_reaches_an_https_endpoint_through_https_proxy(
+    proxy: ConnectProxy, tls_server: ProtocolServer, tmp_path: Path
+) -> None:
+    # SSL_CERT_FILE is OpenSSL's own variable: how a private CA (a corporate proxy's) is trusted
+    call = '{"script": "reply 42"}'
+    for _ in range(2):  # the headless trunk's first reply is turned back once to verify
+        tls_server.script(Exchange(chunks=openai_chunks("", [("c1", "ral", call)])))
+    p = exarch(
+        [
+            "run",
+            "--provider=openai",
+            f"--base-url={tls_server.url}/v1",
+            "--model=m",
+            "--api-key=k",
+            f"--session-dir={tmp_path / 'session'}",
+            "Reply with 42.",
+        ],
+        cwd=tmp_path,
+        env={
+            "HTTPS_PROXY": proxy.url,
+            "NO_PROXY": "",
+            "no_proxy": "",
+            "SSL_CERT_FILE": str(TEST_CA),
+        },
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "42"
+    assert [h.method for h in proxy.heads] == ["CONNECT", "CONNECT"]
+    assert len(tls_server.requests) == 2
