@@ -543,9 +543,11 @@ class Agent:
         if self.token.cancelled:  # an interrupt at the boundary bails before summarising
             return
         try:
-            summary = provider.summarize(
+            reply = provider.summary_reply(
                 self.log.render_transcript(), self.token, system=self.system
             )
+            self._count_usage(reply, provider.model)  # compaction is a paid round trip too
+            summary = reply.text
         except Cancelled:
             return
         except ProviderError as e:

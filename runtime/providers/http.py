@@ -321,10 +321,19 @@ class HttpStreamingProvider(Provider):
         *,
         system: str | None = None,
     ) -> str:
+        return self.summary_reply(transcript, cancel, system=system).text
+
+    def summary_reply(
+        self,
+        transcript: Sequence[TranscriptItem],
+        cancel: CancelScope,
+        *,
+        system: str | None = None,
+    ) -> AssistantMessage:
         # A strict backend refuses tool-use history without tool definitions, so the tools stay
         # declared and tool_choice forbids calling them.
         uses = transcript_uses_tools(transcript)
-        reply = self._round_trip(
+        return self._round_trip(
             [*transcript, UserMessage(SUMMARIZE_INSTRUCTION)],
             system,
             (RAL_TOOL,) if uses else (),
@@ -332,7 +341,6 @@ class HttpStreamingProvider(Provider):
             cancel,
             None,
         )
-        return reply.text
 
     def _round_trip(
         self,

@@ -213,6 +213,16 @@ class ScriptedProvider(Provider):
             parts.append(f"Last reply: {_clip(last_text)}")
         return "\n".join(parts)
 
+    def summary_reply(
+        self,
+        transcript: Sequence[TranscriptItem],
+        cancel: CancelScope,
+        *,
+        system: str | None = None,
+    ) -> AssistantMessage:
+        """The deterministic summary asks no model: it costs nothing (known zero usage)."""
+        return AssistantMessage(self.summarize(transcript, cancel, system=system), usage=Usage(0))
+
 
 def _clip(text: str) -> str:
     text = " ".join(text.split())

@@ -135,3 +135,42 @@ def test_a_budget_on_a_model_without_a_price_is_refused_before_anything_runs(
     assert run.code == 2
     assert "--budget needs a price for model 'scenario'" in run.stderr
     assert not (run.session / "result.json").exists()
+
+
+def openai_reply(text: str, script: str | None, prompt: int, completion: int) -> Exchange:
+    calls = [("c1", "ral", json.dumps({"script": script}))] if script else []
+    chunks = openai_chunks(text, calls, usage=(prompt, completion))
+    return Exchange(chunks=chunks)
+
+
+def test_a_compaction_summary_is_a_round_trip_whose_cost_is_counted(tmp_path: Path) -> None:
+    server = ProtocolServer().start()
+    try:
+        server.script(
+            openai_reply("", "echo hi", 900, 10),  # 910 of a 1000-token window: compaction due
+            openai_reply("the summary", None, 1000, 20),  # the summary request
+            openai_reply("", "reply 42", 100, 5),
+            openai_reply("", "reply 42", 100, 5),  # the headless trunk verifies once
+        )
+        session = tmp_path / "session"
+        p = exarch(
+            [
+                "run",
+                "--provider=openai",
+                f"--base-url={server.url}/v1",
+                "--model=local",
+                "--window-tokens=1000",
+                "--price=local=1,1",
+                f"--session-dir={session}",
+                "Reply with 42.",
+            ],
+            cwd=tmp_path,
+        )
+        summary_request = server.requests[1].body["messages"][-1]["content"]
+    finally:
+        server.stop()
+    assert p.returncode == 0, p.stderr
+    assert summary_request.startswith("Summarise the conversation")
+    trunk = json.loads((session / "result.json").read_text())["fleetYield"]["cost"]["agents"]
+    assert trunk["trunk"]["roundTrips"] == 4
+    assert trunk["trunk"]["usd"] == "0.002140"  # (910 + 1020 + 105 + 105) tokens at $1/M
