@@ -11,9 +11,11 @@ round trips — connect, POST, read the event stream, assemble the message with 
   client per round trip, as ours connects afresh; a pooled client is shown too);
 - ``floor``: a raw socket that sends the request and reads the reply to EOF without parsing.
 
-Figures per peer, the median of ``--repeat`` round trips: time to the first text delta, time
-for the whole reply, and events per second; then the ratios against ``own`` measured in the
-same run. A peer that is not installed is reported as skipped (``pip install -e '.[bench]'``).
+Both over plain http and over https (the committed test CA of ``tests/support/tls/``; no raw
+floor there). Figures per peer, the median of ``--repeat`` round trips: time to the first text
+delta, time for the whole reply, and events per second; then the ratios against ``own``
+measured in the same run. A peer that is not installed is reported as skipped
+(``pip install -e '.[bench]'``).
 
     PYTHONPATH=. python benchmarks/sse_transport.py [--events 2000] [--repeat 15] [--quick]
 """
@@ -23,11 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import ssl
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from runtime.cancel import CancelScope
@@ -53,9 +57,19 @@ def reply_chunks(events: int) -> list[bytes]:
     return [f"{len(c):x}\r\n".encode() + c + b"\r\n" for c in out] + [b"0\r\n\r\n"]
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client closing a kept-alive connection is not news
+
+
+TLS_DIR = Path(__file__).resolve().parents[1] / "tests" / "support" / "tls"
+"""The committed test CA and its localhost certificate (``tests/support/tls/make.sh``)."""
+
+
 class SSEServer:
-    def __init__(self, events: int) -> None:
+    def __init__(self, events: int, tls: bool = False) -> None:
         chunks = reply_chunks(events)
+        self.tls = tls
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -72,15 +86,19 @@ class SSEServer:
                 for c in chunks:
                     self.wfile.write(c)
                     self.wfile.flush()
-                self.close_connection = False
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(TLS_DIR / "server.pem", TLS_DIR / "server.key")
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        port = self.httpd.server_address[1]
+        return f"https://localhost:{port}/v1" if self.tls else f"http://127.0.0.1:{port}/v1"
 
     def __enter__(self) -> SSEServer:
         self.thread.start()
@@ -92,8 +110,11 @@ class SSEServer:
         self.thread.join()
 
 
+CA = str(TLS_DIR / "ca.pem")
+
+
 def own(url: str, events: int) -> RoundTrip:
-    provider = OpenAIProvider(model="m", base_url=url, api_key="k", max_retries=0)
+    provider = OpenAIProvider(model="m", base_url=url, api_key="k", max_retries=0, ca_file=CA)
 
     def once() -> tuple[float, float]:
         t0 = time.perf_counter()
@@ -121,7 +142,11 @@ def httpx_peer(url: str, events: int, *, pooled: bool) -> RoundTrip | None:
     payload = json.dumps(body).encode()
     headers = {"content-type": "application/json", "accept": "text/event-stream", **headers}
     target = url.removesuffix("/v1") + path
-    shared = httpx.Client(timeout=120.0) if pooled else None
+
+    def make() -> Any:
+        return httpx.Client(timeout=120.0, verify=ssl.create_default_context(cafile=CA))
+
+    shared = make() if pooled else None
 
     def sse(lines: Iterator[str]) -> Iterator[tuple[str, str]]:
         event, data = "", list[str]()
@@ -143,7 +168,7 @@ def httpx_peer(url: str, events: int, *, pooled: bool) -> RoundTrip | None:
             if not first and isinstance(ev, TextDelta):
                 first.append(time.perf_counter() - t0)
 
-        client = shared or httpx.Client(timeout=120.0)
+        client = shared or make()
         try:
             with client.stream("POST", target, content=payload, headers=headers) as resp:
                 msg = provider.read_stream(sse(resp.iter_lines()), emit, CancelScope())
@@ -157,7 +182,9 @@ def httpx_peer(url: str, events: int, *, pooled: bool) -> RoundTrip | None:
     return once
 
 
-def floor(url: str, events: int) -> RoundTrip:
+def floor(url: str, events: int) -> RoundTrip | None:
+    if url.startswith("https"):
+        return None  # a raw socket does not speak TLS
     port = int(url.split(":")[2].split("/")[0])
     request = (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-length: 2\r\n"
@@ -193,8 +220,15 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="200 events, 3 round trips")
     args = ap.parse_args()
     events, repeat = (200, 3) if args.quick else (args.events, args.repeat)
-    print(f"loopback SSE, {events} text deltas per reply, median of {repeat} round trips")
-    with SSEServer(events) as server:
+    for tls in (False, True):
+        compare(events, repeat, tls)
+    return 0
+
+
+def compare(events: int, repeat: int, tls: bool) -> None:
+    scheme = "https (test CA)" if tls else "http"
+    print(f"loopback SSE over {scheme}, {events} text deltas per reply, median of {repeat} trips")
+    with SSEServer(events, tls) as server:
         peers: list[tuple[str, RoundTrip | None]] = [
             ("own (stdlib)", own(server.url, events)),
             ("httpx", httpx_peer(server.url, events, pooled=False)),
@@ -204,7 +238,12 @@ def main() -> int:
         results: dict[str, tuple[float, float]] = {}
         for name, once in peers:
             if once is None:
-                print(f"  {name:<20} skipped: httpx is not installed (pip install -e '.[bench]')")
+                why = (
+                    "no TLS on a raw socket"
+                    if name.startswith("floor")
+                    else "httpx is not installed (pip install -e '.[bench]')"
+                )
+                print(f"  {name:<20} skipped: {why}")
                 continue
             results[name] = measure(once, repeat)
     base = results["own (stdlib)"]
@@ -214,7 +253,6 @@ def main() -> int:
             f"  {name:<20} {first * 1e3:>9.2f} ms {total * 1e3:>9.2f} ms "
             f"{events / total:>10.0f} {total / base[1]:>7.2f}"
         )
-    return 0
 
 
 if __name__ == "__main__":

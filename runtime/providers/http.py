@@ -236,6 +236,7 @@ class HttpStreamingProvider(Provider):
         self.window_tokens = window_tokens if window_tokens is not None else window_for(model)
         self.extra_headers = dict(extra_headers or {})
         self.ca_file = ca_file
+        self._tls_context: ssl.SSLContext | None = None
         self.proxy = proxy_for(
             self.endpoint.scheme,
             self.endpoint.host,
@@ -495,10 +496,18 @@ class HttpStreamingProvider(Provider):
 
     def _tls(self) -> ssl.SSLContext:
         """The client TLS context: the system's trust store (``SSL_CERT_FILE`` /
-        ``SSL_CERT_DIR`` honoured by OpenSSL), plus ``ca_file`` (a corporate proxy's CA)."""
-        context = ssl.create_default_context()
-        if self.ca_file:
-            context.load_verify_locations(cafile=self.ca_file)
+        ``SSL_CERT_DIR`` honoured by OpenSSL), plus ``ca_file`` (a corporate proxy's CA).
+
+        Made once per provider and shared by its round trips (and its ``/model`` clones):
+        loading the trust store took 20 ms per context on the development machine, which a
+        context per request paid on every round trip. Two threads racing here both build one;
+        either is right."""
+        context = self._tls_context
+        if context is None:
+            context = ssl.create_default_context()
+            if self.ca_file:
+                context.load_verify_locations(cafile=self.ca_file)
+            self._tls_context = context
         return context
 
     def _tunnel(self, sock: socket.socket) -> None:
