@@ -232,7 +232,12 @@ def _clip(text: str) -> str:
 def _usage(entry: ScriptedMessage) -> Usage | None:
     if entry.usage_tokens is None and entry.usage_output_tokens is None:
         return None
-    return Usage(entry.usage_tokens or 0, entry.usage_output_tokens or 0)
+    return Usage(
+        entry.usage_tokens or 0,
+        entry.usage_output_tokens or 0,
+        entry.usage_cache_write_tokens,
+        entry.usage_cache_read_tokens,
+    )
 
 
 def _scripted_error(entry: ScriptedMessage, agent: str) -> ProviderError:
