@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
@@ -26,6 +27,7 @@ from runtime.providers.anthropic import AnthropicProvider
 from runtime.providers.base import RAL_TOOL, SUMMARIZE_INSTRUCTION, ToolSpec
 from runtime.providers.openai import OpenAIProvider
 from runtime.providers.prompt_cache import MAX_BREAKPOINTS, marked_blocks, place_breakpoints
+from tests.agent.conftest import exarch
 from tests.support.protocol_servers import (
     Exchange,
     ProtocolServer,
@@ -230,3 +232,42 @@ def test_openai_request_bytes_share_their_prefix_up_to_the_new_messages(
     body = json.loads(first)
     assert list(body)[-1] == "messages"
     assert [t["function"]["name"] for t in body["tools"]] == ["ral", "notes"]
+
+
+def test_a_real_run_marks_each_anthropic_request_and_moves_the_marker_forward(
+    server: ProtocolServer, tmp_path: Path
+) -> None:
+    calls = [("toolu_1", "ral", '{"script": "let x = 41"}')]
+    server.script(
+        Exchange(chunks=anthropic_chunks("", calls)),
+        Exchange(
+            chunks=anthropic_chunks("", [("toolu_2", "ral", '{"script": "reply (add $x 1)"}')])
+        ),
+        Exchange(chunks=anthropic_chunks("", [("toolu_3", "ral", '{"script": "reply 42"}')])),
+    )
+    p = exarch(
+        [
+            "run",
+            "--provider=anthropic",
+            f"--base-url={server.url}",
+            "--model=claude-x",
+            "--api-key=k",
+            f"--session-dir={tmp_path / 'session'}",
+            "Reply with 42.",
+        ],
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "42"
+    bodies = [r.body for r in server.requests]
+    assert len(bodies) == 3
+    for body in bodies:
+        assert body["system"][0]["cache_control"] == EPHEMERAL  # the agent's system prompt
+        assert body["tools"][-1]["cache_control"] == EPHEMERAL
+        assert len(markers(body)) <= MAX_BREAKPOINTS
+    tails = [len(flat_blocks(b)) - 1 for b in bodies]
+    assert tails == sorted(tails) and len(set(tails)) == 3  # the marker moves forward
+    for before, after in itertools.pairwise(bodies):
+        marked = [p for k, p in markers(after) if k == "block"]
+        assert marked[-1] == len(flat_blocks(after)) - 1
+        assert len(flat_blocks(before)) - 1 in marked  # reads what the previous one wrote
