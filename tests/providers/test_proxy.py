@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime.cancel import CancelScope
 from runtime.messages import UserMessage
@@ -217,3 +219,27 @@ def test_the_run_command_reaches_an_https_endpoint_through_https_proxy(
     assert p.stdout.strip() == "42"
     assert [h.method for h in proxy.heads] == ["CONNECT", "CONNECT"]
     assert len(tls_server.requests) == 2
+
+
+LABEL = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
+"""A DNS label starting with a letter (all-digit names would be IP addresses)."""
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(LABEL, min_size=1, max_size=4),
+    st.lists(LABEL, min_size=1, max_size=3),
+    st.lists(LABEL, max_size=3),
+    st.booleans(),
+)
+def test_a_no_proxy_name_matches_exactly_its_domain_and_subdomains(
+    domain: list[str], sub: list[str], others: list[str], dotted: bool
+) -> None:
+    name = ".".join(domain)
+    entry = ("." if dotted else "") + name
+    listed = ",".join([*others, entry.upper()])
+    assert bypasses(listed, name, 443)
+    assert bypasses(listed, ".".join([*sub, name]), 443)
+    glued = sub[-1] + name  # "x" + "example.com": another domain, not a subdomain
+    by_others = any(glued == o or glued.endswith("." + o) for o in others)
+    assert bypasses(listed, glued, 443) is by_others
