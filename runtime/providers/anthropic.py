@@ -167,7 +167,11 @@ class AnthropicProvider(HttpStreamingProvider):
         body["messages"] = messages
         if self.prompt_cache:
             place_breakpoints(
-                system_blocks, tool_list, messages, droppable_blocks=_droppable(transcript)
+                system_blocks,
+                tool_list,
+                messages,
+                droppable_blocks=_droppable(transcript),
+                conversation=not tool_choice_none,  # a changed tool_choice reads no messages
             )
         headers = {"anthropic-version": ANTHROPIC_VERSION}
         if self.api_key:

@@ -20,7 +20,10 @@ transcripts. The rule, as :func:`place_breakpoints` applies it:
 with the summarise instruction, and its answer replaces the history, so that instruction is never
 sent again; a marker on it would pay the cache-write premium for a prefix nobody reads. The
 caller says how many trailing blocks are droppable; no marker is ever placed on one. The marker
-*before* them still pays: the summary request re-reads the transcript's cached prefix.
+*before* them pays when the summary request can read the transcript's cached prefix; when it
+cannot — it forbids tool calls (``tool_choice``), and a changed ``tool_choice`` invalidates the
+cached messages — the caller asks for no conversation marker at all (``conversation=False``):
+every one would be a write that nothing reads.
 
 Invariants (property-tested): at most :data:`MAX_BREAKPOINTS` markers in all; none on a droppable
 block; placement is a pure function of the request's shape, so two requests with the same prefix
@@ -75,10 +78,12 @@ def place_breakpoints(
     messages: list[dict[str, Any]],
     *,
     droppable_blocks: int = 0,
+    conversation: bool = True,
 ) -> int:
     """Mark, in place, the system blocks, the tools and ``messages`` of one request; return how
     many markers were placed. ``droppable_blocks`` is how many trailing conversation blocks
-    compaction will drop (see the module docstring). Existing markers are removed first, so
+    compaction will drop; ``conversation=False`` marks only the system prompt and the tools (see
+    the module docstring). Existing markers are removed first, so
     marking a request twice marks it the same way."""
     flat = [(turn, block) for turn in messages for block in _blocks(turn)]
     for block in [*(system or ()), *(tools or ()), *(b for _, b in flat)]:
@@ -91,7 +96,7 @@ def place_breakpoints(
         tools[-1]["cache_control"] = dict(EPHEMERAL)
         placed += 1
     roles = [str(turn.get("role", "")) for turn, _ in flat]
-    stable = len(flat) - max(0, droppable_blocks)
+    stable = len(flat) - max(0, droppable_blocks) if conversation else 0
     for position in conversation_breakpoints(roles, stable, MAX_BREAKPOINTS - placed):
         flat[position][1]["cache_control"] = dict(EPHEMERAL)
         placed += 1

@@ -80,7 +80,7 @@ def flat_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @st.composite
-def request_shapes(draw: st.DrawFn) -> tuple[Any, Any, list[dict[str, Any]], int]:
+def request_shapes(draw: st.DrawFn) -> tuple[Any, Any, list[dict[str, Any]], int, bool]:
     n_turns = draw(st.integers(0, 12))
     messages = []
     for i in range(n_turns):
@@ -91,26 +91,32 @@ def request_shapes(draw: st.DrawFn) -> tuple[Any, Any, list[dict[str, Any]], int
     tools = [{"name": f"t{k}"} for k in range(draw(st.integers(0, 3)))] or None
     total = sum(len(t["content"]) for t in messages)
     droppable = draw(st.integers(0, max(0, min(3, total))))
-    return system, tools, messages, droppable
+    return system, tools, messages, droppable, draw(st.booleans())
 
 
 @settings(max_examples=300, deadline=None)
 @given(request_shapes())
 def test_breakpoints_never_exceed_four_and_never_sit_on_droppable_blocks(
-    shape: tuple[Any, Any, list[dict[str, Any]], int],
+    shape: tuple[Any, Any, list[dict[str, Any]], int, bool],
 ) -> None:
-    system, tools, messages, droppable = shape
-    placed = place_breakpoints(system, tools, messages, droppable_blocks=droppable)
+    system, tools, messages, droppable, conversation = shape
+    placed = place_breakpoints(
+        system, tools, messages, droppable_blocks=droppable, conversation=conversation
+    )
     body = {"system": system, "tools": tools or [], "messages": messages}
     found = markers(body)
     assert placed == len(found) <= MAX_BREAKPOINTS
     total = len(flat_blocks(body))
     assert all(pos < total - droppable for kind, pos in found if kind == "block")
-    if total - droppable > 0:  # the latest stable block is always marked
+    if total - droppable > 0 and conversation:  # the latest stable block is always marked
         assert ("block", total - droppable - 1) in found
+    if not conversation:
+        assert not any(kind == "block" for kind, _ in found)
     assert bool(system) == (("system", 0) in found)
     assert bool(tools) == any(kind == "tool" for kind, _ in found)
-    place_breakpoints(system, tools, messages, droppable_blocks=droppable)  # idempotent
+    place_breakpoints(  # idempotent
+        system, tools, messages, droppable_blocks=droppable, conversation=conversation
+    )
     assert markers(body) == found
 
 
@@ -162,13 +168,25 @@ def test_a_summary_request_reads_the_cached_transcript_and_marks_no_instruction(
     server: ProtocolServer,
 ) -> None:
     server.script(Exchange(chunks=anthropic_chunks("summary")))
-    transcript: list[TranscriptItem] = [UserMessage("go"), *step(1), UserMessage("next")]
+    transcript: list[TranscriptItem] = [UserMessage("go"), AssistantMessage("ok"), UserMessage("n")]
     anthropic(server).summarize(transcript, CancelScope(), system="sys")
     body = server.requests[0].body
     blocks = flat_blocks(body)
     assert blocks[-1]["text"] == SUMMARIZE_INSTRUCTION
     assert "cache_control" not in blocks[-1]
     assert blocks[-2]["cache_control"] == EPHEMERAL  # the transcript's own tail: a cache read
+
+
+def test_a_summary_request_that_forbids_tools_marks_no_conversation_block(
+    server: ProtocolServer,
+) -> None:
+    # tool_choice "none" invalidates the cached messages: a marker there would only write
+    server.script(Exchange(chunks=anthropic_chunks("summary")))
+    transcript: list[TranscriptItem] = [UserMessage("go"), *step(1), UserMessage("next")]
+    anthropic(server).summarize(transcript, CancelScope(), system="sys")
+    body = server.requests[0].body
+    assert body["tool_choice"] == {"type": "none"}
+    assert markers(body) == [("system", 0), ("tool", "ral")]
 
 
 def anthropic_start(input_tokens: int, write: int, read: int) -> bytes:
