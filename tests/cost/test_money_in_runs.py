@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -174,3 +175,27 @@ def test_a_compaction_summary_is_a_round_trip_whose_cost_is_counted(tmp_path: Pa
     trunk = json.loads((session / "result.json").read_text())["fleetYield"]["cost"]["agents"]
     assert trunk["trunk"]["roundTrips"] == 4
     assert trunk["trunk"]["usd"] == "0.002140"  # (910 + 1020 + 105 + 105) tokens at $1/M
+
+
+def test_fleet_stops_at_its_budget_too_and_its_yield_table_shows_the_cost(
+    tmp_path: Path,
+) -> None:
+    scenario = tmp_path / "scenario.toml"
+    scenario.write_text(textwrap.dedent(BUDGET))
+    session = tmp_path / "session"
+    p = exarch(
+        [
+            "fleet",
+            str(scenario),
+            "--no-live",
+            "--price=scenario=1000,0",
+            "--budget=$3",
+            f"--session-dir={session}",
+        ],
+        cwd=tmp_path,
+    )
+    assert p.returncode == 1, p.stderr
+    assert "outcome: budget" in p.stderr
+    assert "prices of 2025-11" in p.stderr  # the yield table's cost column
+    result = json.loads((session / "result.json").read_text())
+    assert result["outcome"] == "budget" and result["fleetYield"]["neverSettled"] == 0
