@@ -49,6 +49,7 @@ from actors.schedules import Schedules
 from runtime.cancel import Cancelled, CancelScope
 from runtime.compaction import compaction_due
 from runtime.constants import MAX_STEPS
+from runtime.cost import SpendMeter
 from runtime.digest import Section, clip_agent_reply, clip_section
 from runtime.diskwarn import DiskWarn
 from runtime.eventlog import AgentLog
@@ -143,6 +144,8 @@ class AgentStats:
     input_tokens: int = 0
     output_tokens: int = 0
     tokens_known: bool = False
+    spend: SpendMeter = field(default_factory=SpendMeter)
+    """Tokens by kind and cost in money, per round trip at its model's price."""
     state: str = "starting"
     in_flight: list[dict[str, Any]] = field(default_factory=list)
 
@@ -507,7 +510,7 @@ class Agent:
             empty = raw.is_empty
             msg = admit_assistant(raw)  # X2/X7 at the commit boundary
             self.log.append_assistant(msg)
-            self._count_usage(msg)
+            self._count_usage(msg, provider.model)
             self.stats.in_flight.append({"committed": msg.to_dict()})
             turn.last_text = msg.text
             if msg.tool_calls:  # MaxTokens with tool calls dispatches them (X6)
@@ -522,7 +525,8 @@ class Agent:
         to_dict = getattr(ev, "to_dict", None)
         self.stats.in_flight.append(to_dict() if callable(to_dict) else {"event": repr(ev)})
 
-    def _count_usage(self, msg: AssistantMessage) -> None:
+    def _count_usage(self, msg: AssistantMessage, model: str) -> None:
+        self.fleet.charge(self, model, msg.usage)
         if msg.usage is not None:
             self.stats.tokens_known = True
             self.stats.input_tokens += msg.usage.input_tokens
@@ -537,9 +541,11 @@ class Agent:
         if self.token.cancelled:  # an interrupt at the boundary bails before summarising
             return
         try:
-            summary = provider.summarize(
+            reply = provider.summary_reply(
                 self.log.render_transcript(), self.token, system=self.system
             )
+            self._count_usage(reply, provider.model)  # compaction is a paid round trip too
+            summary = reply.text
         except Cancelled:
             return
         except ProviderError as e:

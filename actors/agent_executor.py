@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 import psutil
 
+from runtime.cost import dollars
 from runtime.executor import (
     Accounting,
     CancelAck,
@@ -146,11 +147,15 @@ class AgentExecutor:
         s = self._agent.stats
         end = self._ended if self._ended is not None else time.monotonic()
         known = s.tokens_known
+        money = s.spend.read()
         return Accounting(
             tokens_in=s.input_tokens if known else None,
             tokens_out=s.output_tokens if known else None,
             unmetered_turns=0 if known or s.steps == 0 else s.steps,
             wall_seconds=round(end - self._started, 3),
+            cache_write=money.cache_write if known else None,
+            cache_read=money.cache_read if known else None,
+            cost_usd=dollars(money.cost),
         )
 
     def observe(self) -> Observation:

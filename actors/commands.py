@@ -98,9 +98,11 @@ def compact_agent(fleet: Fleet, agent: Agent) -> None:
         return
     provider = agent.provider.current()
     try:
-        summary = provider.summarize(
+        reply = provider.summary_reply(
             agent.log.render_transcript(), agent.token, system=agent.system
         )
+        agent._count_usage(reply, provider.model)  # a paid round trip: counted and budgeted
+        summary = reply.text
     except Cancelled:
         fleet.publish(SystemNote(agent.name, text="/compact interrupted: nothing was dropped"))
         return

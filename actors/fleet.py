@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 import pykka
@@ -35,22 +36,31 @@ from actors.shell import EvalRoot, ShellActor
 from actors.shell_workers import WorkerSurfaces
 from runtime import durability
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
+from runtime.cost import FleetSpend, dollars
 from runtime.digest import digest_tool_result
 from runtime.diskwarn import disk_usage
 from runtime.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.durability import Durability, DurableFiles
 from runtime.durable import append_jsonl
 from runtime.errors import NameUsed, SpawnFailed
-from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources
+from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources, SystemNote
 from runtime.executor import ExecutionSpec
 from runtime.fleet_registry import Entry
-from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, write_result
+from runtime.fleet_yield import (
+    FleetCost,
+    FleetYield,
+    fleet_yield,
+    settlement_status,
+    write_result,
+)
 from runtime.inbox import AgentResult, Surface
 from runtime.journal import SpawnJournal
 from runtime.limits import ShellLimits
+from runtime.messages import Usage
 from runtime.park import Construction
 from runtime.probes import ResourceFigures, event_rows, resources
 from runtime.providers.base import Provider
+from runtime.providers.prices import PriceTable
 from runtime.ral.context import DynamicContext
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.grants import GrantPolicy, Grants
@@ -88,6 +98,10 @@ class FleetConfig:
     durability: Durability = DEFAULT_DURABILITY
     """What an acknowledged record of the session's files survives (``runtime/durability.py``):
     every writer under the session directory keeps it while the fleet is open."""
+    prices: PriceTable = field(default_factory=PriceTable)
+    """Dollars per million tokens by model (``runtime/providers/prices.py``)."""
+    budget: Decimal | None = None
+    """``--budget USD``: the fleet is cancelled when its known spend reaches this."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +174,8 @@ class Fleet:
         self._empty = threading.Event()
         self._empty.set()
         self._closed = False
+        self.spend = FleetSpend(self.config.prices, self.config.budget)
+        """Every agent's known spend, against the budget (``runtime/cost.py``)."""
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -323,8 +339,40 @@ class Fleet:
                 durability.unbind(files)
         return fleet_yield(self.journal.state)
 
+    def charge(self, agent: Agent, model: str, usage: Usage | None) -> None:
+        """One round trip of ``agent`` on ``model``: its meter and the fleet's total; the
+        round trip that brings the total to the budget cancels the whole tree (once)."""
+        cost = agent.stats.spend.charge(model, usage, self.spend.prices)
+        if self.spend.charge(cost):
+            message = self.spend.budget_message()
+            self.publish(SystemNote(agent.name, text=message))
+            self.cancel_all("budget")
+
+    @property
+    def budget_reached(self) -> bool:
+        return self.spend.reached
+
+    def fleet_cost(self) -> FleetCost:
+        """Money per agent: the live meters, and for a child settled before this process
+        (``resume``) the cost its terminal record holds."""
+        with self._lock:
+            agents = dict(self.agents)
+        figures = {name: a.stats.spend.read().to_json() for name, a in agents.items()}
+        for nid, record in self.journal.state.terminal_records().items():
+            spend = record.get("spend")
+            if nid not in figures and isinstance(spend, dict):
+                usd = spend.get("costUsd")
+                figures[nid] = {"usd": usd, "knownUsd": usd or "0"}
+        budget = self.spend.budget
+        return FleetCost(
+            figures,
+            self.spend.prices.date,
+            dollars(budget) if budget is not None else None,
+            self.spend.reached,
+        )
+
     def write_result(self, outcome: str, reply: str | None, **extra: Any) -> FleetYield:
-        fy = fleet_yield(self.journal.state)
+        fy = fleet_yield(self.journal.state, self.fleet_cost())
         with durability.bound_to(self.session.root, self.config.durability):
             write_result(self.session, outcome, reply, fy, **extra)
         return fy
@@ -438,6 +486,8 @@ class Fleet:
             disk_ceiling=self.config.disk_warn_bytes,
             lease_nearest_reap_secs=lease.get("nearest_reap_secs"),
             lease_demote_secs=lease.get("bound_secs"),
+            spend=agent.stats.spend.read().to_json(),
+            prices_date=self.spend.prices.date,
         )
         rows, card = resources(figures, title=f"resources of {agent.name}")
         return Resources(agent.name, rows=event_rows(rows), card=card)

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
@@ -60,15 +61,21 @@ def render_tree(report: RunReporter) -> Tree:
 
 
 def yield_table(fy: dict[str, Any]) -> Table:
+    """Settlement counts, then the fleet's cost: ``$?`` when any agent's is unknown (with the
+    known part beside it), never ``$0`` for what was not counted."""
+    keys = ("spawned", "done", "down", "cancelled", "neverSettled", "releaseUnconfirmed")
     table = Table(title="fleet yield", show_header=True)
-    for key in ("spawned", "done", "down", "cancelled", "neverSettled", "releaseUnconfirmed"):
+    for key in keys:
         table.add_column(key, justify="right")
-    table.add_row(
-        *(
-            str(fy.get(k, 0))
-            for k in ("spawned", "done", "down", "cancelled", "neverSettled", "releaseUnconfirmed")
-        )
-    )
+    cost = fy.get("cost")
+    if isinstance(cost, dict):
+        table.add_column("cost", justify="right")
+    row = [str(fy.get(k, 0)) for k in keys]
+    if isinstance(cost, dict):
+        usd = cost.get("usd")
+        known = f"${usd}" if usd is not None else f"$? (known ${cost.get('knownUsd')})"
+        row.append(f"{known} · prices of {cost.get('pricesDate')}")
+    table.add_row(*row)
     return table
 
 
@@ -81,6 +88,7 @@ def yield_table(fy: dict[str, Any]) -> Table:
 @output_options
 @limit_options
 @durability_option()
+@cost_options
 def fleet_command(
     target: str,
     connection: ProviderChoice,
@@ -91,6 +99,7 @@ def fleet_command(
     quiet: bool,
     limits: ShellLimits,
     durability: Durability,
+    cost: CostChoice,
 ) -> None:
     """Run a multi-agent SCENARIO.toml (or a PROMPT for a real model) with a live spawn-tree
     view, then print the fleet yield (spawned, done, down, cancelled, never settled).
@@ -101,7 +110,8 @@ def fleet_command(
     \b
     Exit codes:
       0    the trunk replied or quiesced
-      1    the run failed (the `error:` line says why) or was capped
+      1    the run failed (the `error:` line says why), was capped, or reached --budget
+           (outcome `budget`: the tree is cancelled, every child settled)
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
@@ -114,6 +124,8 @@ def fleet_command(
         limits=limits,
         record=record,
         durability=durability,
+        prices=cost.prices,
+        budget=cost.budget,
     )
     report = RunReporter(
         as_json=as_json, quiet=quiet, live=not no_live, view=render_tree, keep_view=True

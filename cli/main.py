@@ -77,7 +77,7 @@ def main(ctx: click.Context, **_: Any) -> None:
     \b
     Exit codes (each command's -h has its own list):
       0    success: the trunk replied or quiesced; all invariants held
-      1    a failed or capped run, a ral error, a violated invariant
+      1    a failed or capped run, a run stopped by --budget, a ral error, a violated invariant
       2    bad input: a usage error, an unreadable file, a missing API key
       130  cancelled by Ctrl-C
     """

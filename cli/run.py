@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.grants import grant_options
 from cli.limits import limit_options
@@ -32,6 +33,7 @@ from runtime.limits import ShellLimits
 @output_options
 @limit_options
 @durability_option()
+@cost_options
 def run_command(
     target: str,
     connection: ProviderChoice,
@@ -46,6 +48,7 @@ def run_command(
     quiet: bool,
     limits: ShellLimits,
     durability: Durability,
+    cost: CostChoice,
 ) -> None:
     """Run a headless trunk on a SCENARIO.toml (the scripted provider: no network, no key) or
     on a PROMPT (a real model), and print its reply.
@@ -66,7 +69,8 @@ def run_command(
     \b
     Exit codes:
       0    the trunk replied, or quiesced (a ral error it could not get past ends it here too)
-      1    the run failed (a provider error: the `error:` line says which) or was capped
+      1    the run failed (a provider error: the `error:` line says which), was capped, or
+           reached --budget (outcome `budget`: the tree is cancelled, every child settled)
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
@@ -84,6 +88,8 @@ def run_command(
         limits=limits,
         record=record,
         durability=durability,
+        prices=cost.prices,
+        budget=cost.budget,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

@@ -6,16 +6,17 @@ Order of output, and why:
 1. ``session: PATH`` on stderr, first: where to look is known before anything can go wrong.
 2. While the fleet runs, on a terminal (stdout *and* stderr both; off a terminal a log would
    fill with redraws), a live status drawn with rich's ``Live``: one line per agent with its
-   state, turn, ral calls, tokens so far and its last call (``✗`` when it failed, or the
-   provider's ``retrying: ...`` while a request is being retried). ``fleet`` draws the same
-   lines as a spawn tree.
+   state, turn, ral calls, tokens so far (with the prompt-cache reads and writes), its cost in
+   dollars (``$?`` while unknown: no usage reported, or no price for the model) and its last
+   call (``✗`` when it failed, or the provider's ``retrying: ...`` while a request is being
+   retried). ``fleet`` draws the same lines as a spawn tree.
 3. As they happen, the trunk's ral errors (``ral error (trunk): ...``) and the trunk's runtime
    notes (``note (trunk): ...``): a run that ends ``quiesced`` after a failed call says why.
-4. At the end: ``outcome: X``; ``error: ...`` when the trunk did not reply and has a reason (its
-   last provider error — ``connection refused``, ``HTTP 401`` — else its last runtime note);
-   then the reply on stdout. A trunk that ended with text but never called ``reply`` (a real
-   model that ignored the nudges) gets that text printed, with a note on stderr, rather than
-   nothing.
+4. At the end: ``outcome: X``; ``error: ...`` when the trunk did not reply and has a reason
+   (the budget reached, for outcome ``budget``; else its last provider error — ``connection
+   refused``, ``HTTP 401`` — else its last runtime note); then the reply on stdout. A trunk
+   that ended with text but never called ``reply`` (a real model that ignored the nudges) gets
+   that text printed, with a note on stderr, rather than nothing.
 
 ``--quiet`` keeps only the reply (or that last text) and the ``error``/note lines; ``--json``
 prints exactly one JSON object on stdout and, on stderr, what ``--quiet`` keeps.
@@ -36,6 +37,7 @@ from rich.text import Text
 
 from cli.runner import session_path
 from runtime.constants import TRUNK_NAME
+from runtime.cost import show
 from runtime.events import Event, Io, ProviderFailed, SystemNote
 from runtime.messages import EMPTY_REPLY_STUB, AssistantMessage
 from runtime.session_dir import SessionDir
@@ -179,6 +181,8 @@ class RunReporter:
         capped) its last runtime note."""
         if outcome == "replied":
             return None
+        if outcome == "budget" and self.fleet is not None:
+            return str(self.fleet.spend.budget_message())
         name = self.trunk_name
         if name in self.provider_errors:
             return self.provider_errors[name]
@@ -251,8 +255,11 @@ def agent_line(report: RunReporter, agent: Any) -> Text:
     line.append(" ")
     line.append(s.state, style=STATE_STYLE.get(s.state, ""))
     tokens = f"{s.input_tokens + s.output_tokens} tok" if s.tokens_known else "tok ?"
+    money = s.spend.read()
+    if money.cache_read or money.cache_write:
+        tokens += f" (cache r {money.cache_read} w {money.cache_write})"
     calls = f"{s.ral_calls} call" + ("" if s.ral_calls == 1 else "s")
-    line.append(f" · turn {s.turns} · {calls} · {tokens}")
+    line.append(f" · turn {s.turns} · {calls} · {tokens} · {show(money.cost)}")
     flight = s.in_flight  # replaced, never shrunk, by the agent's thread: a stable reference
     latest = flight[-1] if flight else None
     call = report.calls.get(agent.name)

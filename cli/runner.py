@@ -1,7 +1,8 @@
 """What ``run`` and ``fleet`` share: build a fleet from the command line, run a headless trunk to
 its end, write ``result.json``, and map the outcome to its exit code (docs/scenarios.md).
 
-Exit codes: 0 when the trunk replied or quiesced normally, 1 on a failed or capped run, 2 on bad
+Exit codes: 0 when the trunk replied or quiesced normally, 1 on a failed or capped run or one
+stopped by ``--budget`` (outcome ``budget``: the tree is cancelled and settled), 2 on bad
 input (an unreadable scenario, a bad flag, no API key for the hosted service), 130 when cancelled
 by SIGINT (Ctrl-C), 143 when cancelled by SIGTERM. Both signals cancel the whole tree and let it
 settle (``result.json`` says ``cancelled``) before the process exits. What is printed is
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,6 +34,7 @@ from runtime.fleet_yield import FleetYield
 from runtime.limits import ShellLimits
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
+from runtime.providers.prices import PriceTable
 from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.ral.grants import GrantPolicy
@@ -41,7 +44,14 @@ from runtime.session_dir import SessionDir, SessionDirInUse
 if TYPE_CHECKING:
     from cli.provider_options import ProviderChoice
 
-EXIT_CODES = {"replied": 0, "quiesced": 0, "failed": 1, "capped": 1, "cancelled": 130}
+EXIT_CODES = {
+    "replied": 0,
+    "quiesced": 0,
+    "failed": 1,
+    "capped": 1,
+    "budget": 1,
+    "cancelled": 130,
+}
 
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """Signals that cancel a headless run (the whole tree) instead of killing the process."""
@@ -82,6 +92,18 @@ class RunSpec:
     """Grants already resolved (``replay``: the recorded run's); else from the flags."""
     durability: Durability = DEFAULT_DURABILITY
     """``--durability``: what an acknowledged record survives (``runtime/durability.py``)."""
+    prices: PriceTable = field(default_factory=PriceTable)
+    """Dollars per million tokens by model (``--prices`` / ``--price``; ``cli/cost_options.py``)."""
+    budget: Decimal | None = None
+    """``--budget USD``: the run is cancelled when the fleet's spend reaches it."""
+
+    @property
+    def priced_model(self) -> str | None:
+        """The model name prices are looked up by: the scripted provider's is the scenario's
+        file name without ``.toml`` (as :class:`ScriptedProvider` reports it)."""
+        if self.provider == "scripted":
+            return Path(self.scenario.source).stem if self.scenario is not None else None
+        return self.model
 
 
 @dataclass(frozen=True)
@@ -234,6 +256,12 @@ def run_headless(
         system = spec.scenario.system
     if not prompt:
         raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
+    if spec.budget is not None and spec.prices.price(spec.priced_model) is None:
+        name = spec.priced_model or "(none)"
+        raise click.UsageError(
+            f"--budget needs a price for model {name!r}: add --price {name}=INPUT,OUTPUT or "
+            f"--prices FILE (dollars per million tokens; docs/cost.md)"
+        )
     factory = provider_factory(spec)
     session = open_session(spec.session_dir)
     write_run_spec(session, spec, grants)
@@ -249,6 +277,8 @@ def run_headless(
             limits=spec.limits,
             cwd=spec.cwd,
             durability=spec.durability,
+            prices=spec.prices,
+            budget=spec.budget,
         ),
     )
     outcome = "failed"
@@ -270,6 +300,8 @@ def run_headless(
         outcome = trunk.outcome.value if trunk.outcome is not None else "failed"
         if interrupted.is_set():
             outcome = "cancelled"
+        elif fleet.budget_reached:
+            outcome = "budget"
         if trunk.replied:
             value = trunk.reply_value
             reply = render(value)

@@ -133,6 +133,11 @@ class Accounting:
     tokens_out: int | None = None
     unmetered_turns: int = 0  # turns whose provider reported no usage
     wall_seconds: float | None = None
+    cache_write: int | None = None
+    cache_read: int | None = None
+    """Parts of ``tokens_in`` written to / read from a prompt cache (``None``: not metered)."""
+    cost_usd: str | None = None
+    """The cost in US dollars (``runtime/cost.py``); ``None`` means unknown, never zero."""
 
     @property
     def tokens_known(self) -> bool:
@@ -147,6 +152,9 @@ class Accounting:
             "tokensKnown": self.tokens_known,
             "unmeteredTurns": self.unmetered_turns,
             "wallSeconds": self.wall_seconds,
+            "cacheWrite": self.cache_write,
+            "cacheRead": self.cache_read,
+            "costUsd": self.cost_usd,
         }
 
 

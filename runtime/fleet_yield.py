@@ -7,6 +7,9 @@ Invariants:
 - Spend is per node, from its terminal record, else from its ``reconciled`` floor (``source``
   says which). Unknown tokens stay ``null`` with ``tokensKnown: false``; they are never summed as
   zero, and the totals say how many nodes they leave out.
+- Money (``cost``, ``runtime/cost.py``) covers every agent of the run, the trunk included: a
+  total only when every agent's cost is known, else ``usd: null`` with the known part beside it
+  and the agents left out counted. Prices are dated (``pricesDate``).
 - ``result.json`` is replaced atomically: a reader sees the old file or the new one.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +26,8 @@ from runtime.errors import ExarchError
 from runtime.journal import SettlementState
 from runtime.session_dir import SessionDir
 
-OUTCOMES = ("replied", "quiesced", "capped", "cancelled", "failed")
+OUTCOMES = ("replied", "quiesced", "capped", "cancelled", "failed", "budget")
+"""``budget``: the fleet's spend reached ``--budget`` and the run was cancelled (exit 1)."""
 NORMAL_ENDS = frozenset({"replied", "quiesced"})
 """The outcomes of an agent that ended normally: its node settles ``done`` and a run that ends
 this way exits 0. Every other end (capped, cancelled, failed) is ``down`` / non-zero."""
@@ -46,6 +51,10 @@ class NodeSpend:
     tokens_known: bool
     wall_seconds: float | None
     source: str  # "terminal" | "floor" | "none"
+    cache_write: int | None = None
+    cache_read: int | None = None
+    cost_usd: str | None = None
+    """Dollars as a decimal string; ``None``: unknown (no usage, or no price), never zero."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +63,38 @@ class NodeSpend:
             "tokensKnown": self.tokens_known,
             "wallSeconds": self.wall_seconds,
             "source": self.source,
+            "cacheWrite": self.cache_write,
+            "cacheRead": self.cache_read,
+            "costUsd": self.cost_usd,
+        }
+
+
+@dataclass(frozen=True)
+class FleetCost:
+    """Money across every agent of the run (``runtime/cost.py``'s figures per agent)."""
+
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Agent name to :meth:`runtime.cost.SpendFigures.to_json`."""
+    prices_date: str | None = None
+    budget_usd: str | None = None
+    budget_reached: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        known = [a for a in self.agents.values() if a.get("usd") is not None]
+        known_sum = sum((Decimal(a["knownUsd"]) for a in self.agents.values()), Decimal(0))
+        all_known = len(known) == len(self.agents)
+        return {
+            "currency": "USD",
+            "usd": str(known_sum) if all_known else None,
+            "knownUsd": str(known_sum),
+            "knownAgents": len(known),
+            "unknownAgents": len(self.agents) - len(known),
+            "cacheWrite": sum(int(a.get("cacheWrite") or 0) for a in self.agents.values()),
+            "cacheRead": sum(int(a.get("cacheRead") or 0) for a in self.agents.values()),
+            "pricesDate": self.prices_date,
+            "budgetUsd": self.budget_usd,
+            "budgetReached": self.budget_reached,
+            "agents": self.agents,
         }
 
 
@@ -68,10 +109,11 @@ class FleetYield:
     released: int
     never_settled_ids: tuple[str, ...] = ()
     spend: dict[str, NodeSpend] = field(default_factory=dict)
+    cost: FleetCost | None = None
 
     def to_json(self) -> dict[str, Any]:
         known = [s for s in self.spend.values() if s.tokens_known]
-        return {
+        doc = {
             "spawned": self.spawned,
             "done": self.done,
             "down": self.down,
@@ -83,26 +125,43 @@ class FleetYield:
             "tokens": {
                 "in": sum(s.tokens_in or 0 for s in known),
                 "out": sum(s.tokens_out or 0 for s in known),
+                "cacheWrite": sum(s.cache_write or 0 for s in known),
+                "cacheRead": sum(s.cache_read or 0 for s in known),
                 "knownNodes": len(known),
                 "unknownNodes": len(self.spend) - len(known),
             },
             "spend": {k: v.to_json() for k, v in self.spend.items()},
         }
+        if self.cost is not None:
+            doc["cost"] = self.cost.to_json()
+        return doc
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _spend(raw: Any, source: str) -> NodeSpend:
     if not isinstance(raw, dict):
         return NodeSpend(None, None, False, None, "none")
-    tin, tout = raw.get("tokensIn"), raw.get("tokensOut")
-    tin = tin if isinstance(tin, int) else None
-    tout = tout if isinstance(tout, int) else None
+    tin, tout = _int(raw.get("tokensIn")), _int(raw.get("tokensOut"))
     known = bool(raw.get("tokensKnown", tin is not None and tout is not None))
     known = known and tin is not None and tout is not None
     wall = raw.get("wallSeconds")
-    return NodeSpend(tin, tout, known, wall if isinstance(wall, int | float) else None, source)
+    cost = raw.get("costUsd")
+    return NodeSpend(
+        tin,
+        tout,
+        known,
+        wall if isinstance(wall, int | float) else None,
+        source,
+        _int(raw.get("cacheWrite")),
+        _int(raw.get("cacheRead")),
+        cost if isinstance(cost, str) else None,
+    )
 
 
-def fleet_yield(state: SettlementState) -> FleetYield:
+def fleet_yield(state: SettlementState, cost: FleetCost | None = None) -> FleetYield:
     done = down = cancelled = unconfirmed = released = 0
     spend: dict[str, NodeSpend] = {}
     for n in state.nodes.values():
@@ -133,6 +192,7 @@ def fleet_yield(state: SettlementState) -> FleetYield:
         released,
         open_ids,
         spend,
+        cost,
     )
 
 

@@ -44,21 +44,46 @@ _ID_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 @dataclass(frozen=True)
 class Usage:
-    """Token usage one round-trip reported; ``used`` is what compaction compares to the window."""
+    """Token usage one round-trip reported; ``used`` is what compaction compares to the window.
+
+    ``input_tokens`` is the whole prompt, cached or not, in both dialects (Anthropic reports
+    its three parts separately and they are summed; OpenAI's ``prompt_tokens`` already includes
+    ``cached_tokens``). ``cache_write_tokens`` (Anthropic ``cache_creation_input_tokens``) and
+    ``cache_read_tokens`` (Anthropic ``cache_read_input_tokens``, OpenAI
+    ``prompt_tokens_details.cached_tokens``) are the parts of it priced differently, so
+    ``cache_write_tokens + cache_read_tokens <= input_tokens`` always holds.
+    """
 
     input_tokens: int
     output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
 
     @property
     def used(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    @property
+    def uncached_input_tokens(self) -> int:
+        """Prompt tokens billed at the plain input price."""
+        return max(0, self.input_tokens - self.cache_write_tokens - self.cache_read_tokens)
+
     def to_dict(self) -> dict[str, int]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        d = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        if self.cache_write_tokens:  # absent when zero: older event logs read the same
+            d["cache_write_tokens"] = self.cache_write_tokens
+        if self.cache_read_tokens:
+            d["cache_read_tokens"] = self.cache_read_tokens
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Usage:
-        return cls(int(d.get("input_tokens", 0)), int(d.get("output_tokens", 0)))
+        return cls(
+            int(d.get("input_tokens", 0)),
+            int(d.get("output_tokens", 0)),
+            int(d.get("cache_write_tokens", 0)),
+            int(d.get("cache_read_tokens", 0)),
+        )
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,10 @@ class ResourceFigures:
     """Seconds until the soonest idle-lease reap among this agent's leased descendants."""
     lease_demote_secs: float | None = None
     """The idle bound after which a leased child is reaped."""
+    spend: Figures | None = None
+    """:meth:`runtime.cost.SpendFigures.to_json` of the agent: tokens by kind and dollars."""
+    prices_date: str | None = None
+    """The date of the price table the dollars come from."""
 
 
 def _as_map(figures: Figures | Any | None) -> dict[str, Any] | None:
@@ -79,7 +83,8 @@ def _bytes(n: Any) -> str:
 
 
 def fold(f: ResourceFigures) -> list[ResourceRow]:
-    """The rows of one probe, in a fixed order: workers, bindings, inbox, log, disk, lease."""
+    """The rows of one probe, in a fixed order: workers, bindings, inbox, log, disk, lease,
+    tokens and cost."""
     rows: list[ResourceRow] = []
     w = _as_map(f.workers)
     if w is None:
@@ -159,7 +164,30 @@ def fold(f: ResourceFigures) -> list[ResourceRow]:
         )
     )
     rows.append(ResourceRow("lease.demote_secs", f.lease_demote_secs, _secs(f.lease_demote_secs)))
+    if f.spend is not None:
+        rows += _spend_rows(f.spend, f.prices_date)
     return rows
+
+
+def _spend_rows(spend: Figures, prices_date: str | None) -> list[ResourceRow]:
+    """Tokens by kind and the cost; an unknown cost is ``-`` with the reason, never 0."""
+    trips = spend.get("roundTrips", 0)
+    unmetered = spend.get("unmeteredRoundTrips", 0)
+    unpriced = list(spend.get("unpricedModels") or ())
+    usd = spend.get("usd")
+    if usd is not None:
+        why = f"prices of {prices_date}"
+    elif unpriced:
+        why = f"unknown: no price for {', '.join(unpriced)} (known part ${spend.get('knownUsd')})"
+    else:
+        why = f"unknown: {unmetered} round trips reported no usage"
+    return [
+        ResourceRow("tokens.in", spend.get("tokensIn"), f"{trips} round trips"),
+        ResourceRow("tokens.out", spend.get("tokensOut")),
+        ResourceRow("tokens.cache_write", spend.get("cacheWrite"), "part of tokens.in"),
+        ResourceRow("tokens.cache_read", spend.get("cacheRead"), "part of tokens.in"),
+        ResourceRow("cost.usd", usd, why),
+    ]
 
 
 def render_card(rows: list[ResourceRow], title: str = "resources") -> str:

@@ -10,6 +10,11 @@ failures; both are retried.
 Rendering keeps the API's shape rules: user and tool-result items merge into one user turn (tool
 results first), consecutive assistant items merge, the first turn is a user turn, text blocks are
 never empty or whitespace-only, and ``tool_use.input`` is always an object.
+
+Prompt caching: every request carries ``cache_control`` breakpoints on its system prompt, its
+tools and the latest stable prefix of the conversation (``runtime/providers/prompt_cache.py``
+says where and why); ``prompt_cache=False`` sends none. Usage reports the cache writes and reads
+apart (``cache_creation_input_tokens``, ``cache_read_input_tokens``): they are priced apart.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from runtime.messages import (
     UserMessage,
 )
 from runtime.providers.base import (
+    SUMMARIZE_INSTRUCTION,
     MalformedReply,
     ProviderError,
     RateLimited,
@@ -49,6 +55,7 @@ from runtime.providers.http import (
     decode_arguments,
     object_arguments,
 )
+from runtime.providers.prompt_cache import place_breakpoints
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 8192
@@ -124,6 +131,10 @@ class AnthropicProvider(HttpStreamingProvider):
     api_key_env = "ANTHROPIC_API_KEY"
     base_url_env = "ANTHROPIC_BASE_URL"
 
+    def __init__(self, *, prompt_cache: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.prompt_cache = prompt_cache
+
     def classify_status(self, status: int) -> tuple[type[ProviderError], bool]:
         if status == 529:
             return RateLimited, True
@@ -136,19 +147,32 @@ class AnthropicProvider(HttpStreamingProvider):
         tools: Sequence[ToolSpec],
         tool_choice_none: bool,
     ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        messages = render_messages(transcript)
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens or DEFAULT_MAX_TOKENS,
-            "messages": render_messages(transcript),
             "stream": True,
         }
-        sys_text = effective_system(transcript, system)
-        if sys_text:
-            body["system"] = sys_text
+        system_blocks: list[dict[str, Any]] | None = None
+        tool_list: list[dict[str, Any]] | None = None
         if tools:
-            body["tools"] = render_tools(tools)
+            tool_list = render_tools(tools)
+            body["tools"] = tool_list
             if tool_choice_none:
                 body["tool_choice"] = {"type": "none"}
+        sys_text = effective_system(transcript, system)
+        if sys_text:
+            system_blocks = [{"type": "text", "text": sys_text}]
+            body["system"] = system_blocks if self.prompt_cache else sys_text
+        body["messages"] = messages
+        if self.prompt_cache:
+            place_breakpoints(
+                system_blocks,
+                tool_list,
+                messages,
+                droppable_blocks=_droppable(transcript),
+                conversation=not tool_choice_none,  # a changed tool_choice reads no messages
+            )
         headers = {"anthropic-version": ANTHROPIC_VERSION}
         if self.api_key:
             headers["x-api-key"] = self.api_key
@@ -166,8 +190,7 @@ class AnthropicProvider(HttpStreamingProvider):
         blocks: dict[int, _Block] = {}
         calls: list[_Block] = []
         stop: str | None = None
-        input_tokens = 0
-        output_tokens = 0
+        input_tokens = output_tokens = cache_write = cache_read = 0
         saw_usage = False
         started = finished = False
         for event, data in events:
@@ -188,14 +211,9 @@ class AnthropicProvider(HttpStreamingProvider):
                 usage = (payload.get("message") or {}).get("usage") or {}
                 if usage:
                     saw_usage = True
-                    input_tokens = sum(
-                        int(usage.get(k) or 0)
-                        for k in (
-                            "input_tokens",
-                            "cache_creation_input_tokens",
-                            "cache_read_input_tokens",
-                        )
-                    )
+                    cache_write = int(usage.get("cache_creation_input_tokens") or 0)
+                    cache_read = int(usage.get("cache_read_input_tokens") or 0)
+                    input_tokens = int(usage.get("input_tokens") or 0) + cache_write + cache_read
                     output_tokens = int(usage.get("output_tokens") or 0)
             elif kind == "content_block_start":
                 index = _index(payload)
@@ -245,8 +263,17 @@ class AnthropicProvider(HttpStreamingProvider):
             reason = StopReason.TOOL_USE
         else:
             reason = StopReason.END_TURN
-        usage_out = Usage(input_tokens, output_tokens) if saw_usage else None
+        usage_out = None
+        if saw_usage:
+            usage_out = Usage(input_tokens, output_tokens, cache_write, cache_read)
         return AssistantMessage("".join(text), tool_calls, reason, usage_out)
+
+
+def _droppable(transcript: Sequence[TranscriptItem]) -> int:
+    """Trailing blocks compaction drops: a summary request's instruction (its answer replaces
+    the history, so the instruction is never sent again)."""
+    last = transcript[-1] if transcript else None
+    return 1 if isinstance(last, UserMessage) and last.text == SUMMARIZE_INSTRUCTION else 0
 
 
 def _index(payload: dict[str, Any]) -> int:

@@ -250,6 +250,19 @@ class Provider(ABC):
         )
         return reply.text
 
+    def summary_reply(
+        self,
+        transcript: Sequence[TranscriptItem],
+        cancel: CancelScope,
+        *,
+        system: str | None = None,
+    ) -> AssistantMessage:
+        """:meth:`summarize` as a message whose ``usage`` says what the summary cost (counted
+        like any round trip: compaction is not free). Default: the text with unknown usage;
+        a provider that knows better (a network round trip, a scripted summary that costs
+        nothing) says so."""
+        return AssistantMessage(self.summarize(transcript, cancel, system=system))
+
     def for_agent(self, agent_name: str) -> Provider:
         """The provider a child named ``agent_name`` starts with (fork seeds its handle)."""
         return self

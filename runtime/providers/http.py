@@ -16,6 +16,15 @@ One round-trip is a POST whose reply streams as server-sent events. Invariants:
   at ``retry_after_max``. Before each retry a :class:`StreamReset` voids the deltas already
   emitted. Other 4xx fail at once as :class:`RequestRejected`; a reply that is not the protocol
   fails at once as :class:`MalformedReply`.
+- **Proxies** (``runtime/providers/proxy.py``): with ``HTTPS_PROXY`` / ``HTTP_PROXY`` /
+  ``ALL_PROXY`` set and the host not in ``NO_PROXY``, the TCP connection goes to the proxy; an
+  https endpoint is reached through a ``CONNECT`` tunnel with TLS end to end inside it, an http
+  one by sending the absolute URI. Connecting to the proxy polls for cancellation like any
+  connect, and the tunnelled socket is shut down by a cancel like a direct one.
+
+Why our own transport and not httpx: no dependency for a single POST-and-stream, and the same
+or lower streaming overhead (``benchmarks/sse_transport.py``, figures in docs/benchmarks.md);
+proxies were the one missing piece, and they are the hundred lines above.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ import ssl
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import urlsplit
@@ -56,6 +65,7 @@ from runtime.providers.base import (
     TransportError,
 )
 from runtime.providers.endpoints import api_key_required
+from runtime.providers.proxy import proxy_for
 from runtime.providers.windows import window_for
 
 CONNECT_POLL = 0.05
@@ -64,8 +74,15 @@ CONNECT_POLL = 0.05
 MAX_SSE_LINE = 16 << 20
 """One SSE line longer than 16 MiB is not a protocol any provider speaks."""
 
+MAX_PROXY_HEAD = 64 * 1024
+"""A proxy's answer to CONNECT longer than this is not HTTP."""
+
 ERROR_BODY_EXCERPT = 600
 """Characters of an HTTP error body kept in the error message (enough for a JSON error)."""
+
+
+def _authority(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class StreamIncomplete(Exception):
@@ -198,6 +215,8 @@ class HttpStreamingProvider(Provider):
         max_tokens: int | None = None,
         window_tokens: int | None = None,
         extra_headers: dict[str, str] | None = None,
+        ca_file: str | None = None,
+        proxy_env: Mapping[str, str] | None = None,
     ) -> None:
         self.model = model
         self.base_url = (
@@ -216,6 +235,16 @@ class HttpStreamingProvider(Provider):
         """``--window-tokens`` was given: it holds across ``/model``; else the table answers."""
         self.window_tokens = window_tokens if window_tokens is not None else window_for(model)
         self.extra_headers = dict(extra_headers or {})
+        self.ca_file = ca_file
+        self._tls_context: ssl.SSLContext | None = None
+        self.proxy = proxy_for(
+            self.endpoint.scheme,
+            self.endpoint.host,
+            self.endpoint.port,
+            os.environ if proxy_env is None else proxy_env,
+        )
+        """``HTTPS_PROXY`` / ``HTTP_PROXY`` / ``NO_PROXY`` as read when the provider was made
+        (``runtime/providers/proxy.py``); ``None``: connect directly."""
 
     @property
     def missing_key(self) -> str | None:
@@ -293,10 +322,19 @@ class HttpStreamingProvider(Provider):
         *,
         system: str | None = None,
     ) -> str:
+        return self.summary_reply(transcript, cancel, system=system).text
+
+    def summary_reply(
+        self,
+        transcript: Sequence[TranscriptItem],
+        cancel: CancelScope,
+        *,
+        system: str | None = None,
+    ) -> AssistantMessage:
         # A strict backend refuses tool-use history without tool definitions, so the tools stay
         # declared and tool_choice forbids calling them.
         uses = transcript_uses_tools(transcript)
-        reply = self._round_trip(
+        return self._round_trip(
             [*transcript, UserMessage(SUMMARIZE_INSTRUCTION)],
             system,
             (RAL_TOOL,) if uses else (),
@@ -304,7 +342,6 @@ class HttpStreamingProvider(Provider):
             cancel,
             None,
         )
-        return reply.text
 
     def _round_trip(
         self,
@@ -384,9 +421,22 @@ class HttpStreamingProvider(Provider):
             with guard:
                 held.append(sock)
             scope.check()  # a cancel that ran before the socket was held
+            if self.proxy is not None and self.endpoint.scheme == "https":
+                self._tunnel(sock)
+            if self.endpoint.scheme == "https":
+                sock = self._tls().wrap_socket(sock, server_hostname=self.endpoint.host)
+                with guard:
+                    held.append(sock)
+                scope.check()
             conn = http.client.HTTPConnection(self.endpoint.host, self.endpoint.port)
             conn.sock = sock
-            conn.request("POST", path, body=payload, headers=headers)
+            target = path
+            if self.proxy is not None and self.endpoint.scheme == "http":
+                # a plain-HTTP request through a proxy names its absolute URI
+                ep = self.endpoint
+                target = f"http://{_authority(ep.host, ep.port)}{path}"
+                headers = {**headers, **self.proxy.headers}
+            conn.request("POST", target, body=payload, headers=headers)
             resp = conn.getresponse()
             if resp.status != 200:
                 raise self._status_error(resp)
@@ -444,9 +494,59 @@ class HttpStreamingProvider(Provider):
             return err
         return Retryable(err, parse_retry_after(resp.msg))
 
-    def _connect(self, scope: CancelScope) -> socket.socket:
-        """A connected socket; polls ``scope`` so a cancel during connect is prompt."""
+    def _tls(self) -> ssl.SSLContext:
+        """The client TLS context: the system's trust store (``SSL_CERT_FILE`` /
+        ``SSL_CERT_DIR`` honoured by OpenSSL), plus ``ca_file`` (a corporate proxy's CA).
+
+        Made once per provider and shared by its round trips (and its ``/model`` clones):
+        loading the trust store took 20 ms per context on the development machine, which a
+        context per request paid on every round trip. Two threads racing here both build one;
+        either is right."""
+        context = self._tls_context
+        if context is None:
+            context = ssl.create_default_context()
+            if self.ca_file:
+                context.load_verify_locations(cafile=self.ca_file)
+            self._tls_context = context
+        return context
+
+    def _tunnel(self, sock: socket.socket) -> None:
+        """``CONNECT host:port`` through the proxy on ``sock``; returns once the proxy says
+        200, after which the socket is a byte pipe to the endpoint (TLS runs inside it). Any
+        other answer is the proxy refusing: 407 and 403 are not retried, 5xx are."""
+        assert self.proxy is not None
         ep = self.endpoint
+        authority = _authority(ep.host, ep.port)
+        lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
+        lines += [f"{k}: {v}" for k, v in self.proxy.headers.items()]
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            piece = sock.recv(4096)
+            if not piece:
+                raise ConnectionResetError(f"proxy {self.proxy.host} closed during CONNECT")
+            head += piece
+            if len(head) > MAX_PROXY_HEAD:
+                raise MalformedReply(f"proxy {self.proxy.host} sent an oversized CONNECT reply")
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1", errors="replace")
+        parts = status_line.split(" ", 2)
+        code = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        if code == 200:
+            return
+        message = (
+            f"proxy {self.proxy.host}:{self.proxy.port} ({self.proxy.source}) refused "
+            f"CONNECT {authority}: {status_line}"
+        )
+        if code == 407:
+            message += " (the proxy wants credentials: http://USER:PASSWORD@host:port)"
+        if code >= 500 or code == 0:
+            raise Retryable(TransportError(message, status=code or None))
+        raise RequestRejected(message, status=code, body="")
+
+    def _connect(self, scope: CancelScope) -> socket.socket:
+        """A connected TCP socket, to the proxy when one applies, else to the endpoint; polls
+        ``scope`` so a cancel during connect is prompt."""
+        ep = self.endpoint if self.proxy is None else self.proxy
         deadline = time.monotonic() + self.connect_timeout
         last: OSError | None = None
         for family, kind, proto, _, addr in socket.getaddrinfo(
@@ -474,8 +574,6 @@ class HttpStreamingProvider(Provider):
                 s.setblocking(True)
                 s.settimeout(self.read_timeout)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if ep.scheme == "https":
-                    s = ssl.create_default_context().wrap_socket(s, server_hostname=ep.host)
                 return s
             except BaseException as e:
                 s.close()

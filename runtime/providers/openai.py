@@ -23,6 +23,8 @@ loopback server in tests/providers/test_local_dialects.py):
   (LM Studio): the first non-empty name stands.
 - **Arguments in one piece, or as an object** (Ollama sends the whole call in one chunk): one
   fragment is a whole argument string; an object is serialised.
+- **Cached prompt tokens** (``usage.prompt_tokens_details.cached_tokens``, OpenAI and vLLM
+  with prefix caching): counted as :attr:`Usage.cache_read_tokens`, part of ``prompt_tokens``.
 - **No usage** (a server without ``stream_options``): ``usage`` is ``None`` and compaction
   estimates the tokens in use from the history's size.
 """
@@ -136,19 +138,20 @@ class OpenAIProvider(HttpStreamingProvider):
         tools: Sequence[ToolSpec],
         tool_choice_none: bool,
     ) -> tuple[str, dict[str, str], dict[str, Any]]:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": render_messages(transcript, system),
-            "stream": True,
-        }
+        # Everything fixed comes first and the messages last, so two round trips' bodies are
+        # byte-identical up to the new messages: servers with automatic prefix caching
+        # (OpenAI, vLLM, llama.cpp's prompt cache) hit. Nothing per-request (no timestamp, no
+        # id) is sent, and the tool list keeps its order.
+        body: dict[str, Any] = {"model": self.model, "stream": True}
         if self.include_usage:
             body["stream_options"] = {"include_usage": True}
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
         if tools:
             body["tools"] = render_tools(tools)
             if tool_choice_none:
                 body["tool_choice"] = "none"
-        if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
+        body["messages"] = render_messages(transcript, system)
         headers: dict[str, str] = {}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
@@ -180,9 +183,7 @@ class OpenAIProvider(HttpStreamingProvider):
                 raise _stream_error(chunk["error"])
             u = chunk.get("usage")
             if isinstance(u, dict):
-                usage = Usage(
-                    int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
-                )
+                usage = _usage(u)
             for choice in chunk.get("choices") or ():
                 if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                     continue
@@ -235,6 +236,20 @@ class OpenAIProvider(HttpStreamingProvider):
             call.name = new_name
         call.args.append(frag)
         emit(ToolCallDelta(index, new_id, new_name, frag))
+
+
+def _usage(u: dict[str, Any]) -> Usage:
+    """A usage object; ``prompt_tokens_details.cached_tokens`` (sent by OpenAI and some
+    compatible servers) is the cached part of ``prompt_tokens``. There is no cache-write figure
+    in this dialect: writing the cache is not billed."""
+    prompt = _count(u.get("prompt_tokens"))
+    details = u.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return Usage(prompt, _count(u.get("completion_tokens")), 0, min(cached, prompt))
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
 
 
 def fresh_call_id() -> str:

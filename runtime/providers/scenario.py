@@ -48,6 +48,8 @@ _MESSAGE_KEYS = frozenset(
         "ids",
         "calls",
         "usage_output_tokens",
+        "usage_cache_write_tokens",
+        "usage_cache_read_tokens",
         "error_message",
     }
 )
@@ -87,6 +89,9 @@ class ScriptedMessage:
     """Tool calls that are not plain ``ral`` scripts (another tool, raw arguments)."""
     usage_output_tokens: int | None = None
     error_message: str | None = None
+    usage_cache_write_tokens: int = 0
+    usage_cache_read_tokens: int = 0
+    """Parts of ``usage_tokens`` written to / read from a prompt cache (priced apart)."""
 
 
 @dataclass(frozen=True)
@@ -447,6 +452,17 @@ class _Parser:
         output = entry.get("usage_output_tokens")
         if output is not None and (not _is_int(output) or output < 0):
             raise fail("usage_output_tokens", _expected("a non-negative integer", output))
+        cache: dict[str, int] = {}
+        for key in ("usage_cache_write_tokens", "usage_cache_read_tokens"):
+            value = entry.get(key, 0)
+            if not _is_int(value) or value < 0:
+                raise fail(key, _expected("a non-negative integer", value))
+            cache[key] = value
+        if sum(cache.values()) > (usage or 0):
+            raise fail(
+                "usage_cache_read_tokens",
+                "cache write + cache read tokens are part of usage_tokens and exceed it",
+            )
         error = entry.get("error")
         if error is not None and error not in ERROR_KINDS:
             raise fail("error", f"expected one of {', '.join(ERROR_KINDS)}, got {_show(error)}")
@@ -468,6 +484,7 @@ class _Parser:
             calls=calls,
             usage_output_tokens=output,
             error_message=error_message,
+            **cache,
         )
 
     def _ids(

@@ -213,6 +213,16 @@ class ScriptedProvider(Provider):
             parts.append(f"Last reply: {_clip(last_text)}")
         return "\n".join(parts)
 
+    def summary_reply(
+        self,
+        transcript: Sequence[TranscriptItem],
+        cancel: CancelScope,
+        *,
+        system: str | None = None,
+    ) -> AssistantMessage:
+        """The deterministic summary asks no model: it costs nothing (known zero usage)."""
+        return AssistantMessage(self.summarize(transcript, cancel, system=system), usage=Usage(0))
+
 
 def _clip(text: str) -> str:
     text = " ".join(text.split())
@@ -222,7 +232,12 @@ def _clip(text: str) -> str:
 def _usage(entry: ScriptedMessage) -> Usage | None:
     if entry.usage_tokens is None and entry.usage_output_tokens is None:
         return None
-    return Usage(entry.usage_tokens or 0, entry.usage_output_tokens or 0)
+    return Usage(
+        entry.usage_tokens or 0,
+        entry.usage_output_tokens or 0,
+        entry.usage_cache_write_tokens,
+        entry.usage_cache_read_tokens,
+    )
 
 
 def _scripted_error(entry: ScriptedMessage, agent: str) -> ProviderError:

@@ -74,6 +74,15 @@ class RecordingProvider(Provider):
     ) -> str:
         return self.inner.summarize(transcript, cancel, system=system)
 
+    def summary_reply(
+        self,
+        transcript: Sequence[TranscriptItem],
+        cancel: CancelScope,
+        *,
+        system: str | None = None,
+    ) -> AssistantMessage:
+        return self.inner.summary_reply(transcript, cancel, system=system)
+
     def for_agent(self, agent_name: str) -> Provider:
         self.recorder.spawned(agent_name, self.agent_name)
         return RecordingProvider(self.inner.for_agent(agent_name), self.recorder, agent_name)

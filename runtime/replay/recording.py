@@ -234,6 +234,10 @@ def reply_block(
     if msg.usage is not None:
         out.append(_line("usage_tokens", msg.usage.input_tokens))
         out.append(_line("usage_output_tokens", msg.usage.output_tokens))
+        if msg.usage.cache_write_tokens:
+            out.append(_line("usage_cache_write_tokens", msg.usage.cache_write_tokens))
+        if msg.usage.cache_read_tokens:
+            out.append(_line("usage_cache_read_tokens", msg.usage.cache_read_tokens))
     if error is not None:
         out.append(_line("error", error if error in RECORDED_ERRORS else "transport"))
         if error_message:

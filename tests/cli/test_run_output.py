@@ -201,8 +201,9 @@ def test_on_a_terminal_run_draws_a_live_line_per_agent_with_turn_calls_tokens_an
     screen = term.plain
     assert screen.startswith("session: .exarch/sessions/")
     # The last frame, drawn once both agents have ended (then cleared: the status is transient).
-    assert "trunk replied · turn 2 · 4 calls · 100 tok · last: reply done" in screen
-    assert "kid replied · turn 1 · 2 calls · tok ? · last: reply 5" in screen
+    # the scenario's model has no price: its cost is shown as unknown, never as $0
+    assert "trunk replied · turn 2 · 4 calls · 100 tok · $? · last: reply done" in screen
+    assert "kid replied · turn 1 · 2 calls · tok ? · $? · last: reply 5" in screen
     assert "\x1b[" in term.seen, "drawn with terminal control sequences"
     assert screen.rstrip().endswith("outcome: replied\r\ndone")
 

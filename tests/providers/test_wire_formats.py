@@ -123,8 +123,10 @@ def test_openai_error_chunk_reporting_overload_is_retried(server: ProtocolServer
 def test_anthropic_request_carries_version_key_system_and_merged_user_turns(
     server: ProtocolServer,
 ) -> None:
+    # prompt_cache=False: the plain shape; the cache markers have their own tests
+    # (tests/providers/test_prompt_caching.py).
     server.script(Exchange(chunks=anthropic_chunks("ok")))
-    anthropic(server, api_key="ak").complete(TRANSCRIPT, cancel=CancelScope())
+    anthropic(server, api_key="ak", prompt_cache=False).complete(TRANSCRIPT, cancel=CancelScope())
     req = server.requests[0]
     assert req.headers["x-api-key"] == "ak"
     assert req.headers["anthropic-version"] == "2023-06-01"
@@ -210,7 +212,7 @@ def test_anthropic_usage_counts_cached_input_tokens(server: ProtocolServer) -> N
     rest = anthropic_chunks("hi", usage=(0, 42))[1:]
     server.script(Exchange(chunks=[sse(start, "message_start"), *rest]))
     msg = anthropic(server).complete([UserMessage("hi")], cancel=CancelScope())
-    assert msg.usage == Usage(1015, 42)
+    assert msg.usage == Usage(1015, 42, cache_write_tokens=5, cache_read_tokens=1000)
 
 
 def test_a_network_provider_is_shared_by_a_forked_child_and_swappable_per_agent(

@@ -89,3 +89,22 @@ def test_an_unknown_key_of_a_call_is_a_warning_and_recording_is_a_known_table() 
     )
     assert scenario.warnings == ("s.toml:4: agents.trunk[0].calls[0].nmae: unknown key (ignored)",)
     assert scenario.recording == {"model": "m"}
+
+
+def test_cache_token_counts_are_recorded_and_played_back_as_they_came() -> None:
+    from runtime.messages import AssistantMessage
+    from runtime.replay.recording import reply_block
+
+    usage = Usage(3000, 12, cache_write_tokens=200, cache_read_tokens=2500)
+    block = reply_block("trunk", AssistantMessage("ok", usage=usage))
+    assert "usage_cache_write_tokens = 200" in block
+    assert "usage_cache_read_tokens = 2500" in block
+    played = ScenarioPlayback(parse_scenario(block)).provider("trunk")
+    assert played.complete([], cancel=CancelScope()).usage == usage
+
+
+def test_cache_tokens_beyond_the_prompt_they_are_part_of_are_refused() -> None:
+    with pytest.raises(ScenarioError, match="exceed"):
+        parse_scenario(
+            "[[agents.trunk]]\nusage_tokens = 10\nusage_cache_read_tokens = 11\ntext = 'x'\n"
+        )

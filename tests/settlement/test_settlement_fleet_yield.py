@@ -53,8 +53,18 @@ def test_unknown_tokens_stay_null_and_are_never_summed_as_zero(journal: SpawnJou
         "tokensKnown": True,
         "wallSeconds": None,
         "source": "floor",
+        "cacheWrite": None,
+        "cacheRead": None,
+        "costUsd": None,
     }
-    assert doc["tokens"] == {"in": 7, "out": 3, "knownNodes": 2, "unknownNodes": 3}
+    assert doc["tokens"] == {
+        "in": 7,
+        "out": 3,
+        "cacheWrite": 0,
+        "cacheRead": 0,
+        "knownNodes": 2,
+        "unknownNodes": 3,
+    }
 
 
 def test_write_result_writes_the_contract_fields_atomically(tmp_path: Path, journal) -> None:

@@ -15,12 +15,24 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+TLS_DIR = Path(__file__).resolve().parent / "tls"
+TEST_CA = TLS_DIR / "ca.pem"
+"""The test CA that signed ``server.pem`` (``tests/support/tls/make.sh``)."""
+
+
+def tls_server_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(TLS_DIR / "server.pem", TLS_DIR / "server.key")
+    return context
 
 
 @dataclass
@@ -48,12 +60,26 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    raw: bytes = b""
+    """The body's bytes as sent (prefix-stability tests compare them)."""
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client refusing the test certificate (a verification test) is expected."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ssl.SSLError):
+            super().handle_error(request, client_address)
 
 
 class ProtocolServer:
     """A scripted streaming HTTP server on an ephemeral 127.0.0.1 port."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: serve https (``tests/support/tls/``: a server certificate for localhost
+        signed by the committed test CA, :func:`tls_server_context`)."""
+        self._tls = tls is not None
         self._queue: deque[Exchange] = deque()
         self._lock = threading.Lock()
         self.requests: list[RecordedRequest] = []
@@ -83,12 +109,17 @@ class ProtocolServer:
                         self.path,
                         {k.lower(): v for k, v in self.headers.items()},
                         body,
+                        raw,
                     )
                 )
                 self.close_connection = True
                 server._answer(self, exchange)
 
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        httpd = _Server(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            httpd.socket = tls.wrap_socket(
+                httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         httpd.daemon_threads = False
         httpd.block_on_close = True
         self._httpd = httpd
@@ -97,6 +128,8 @@ class ProtocolServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
+        if self._tls:  # the certificate names localhost
+            return f"https://localhost:{port}"
         return f"http://{host!s}:{port}"
 
     def start(self) -> ProtocolServer:
