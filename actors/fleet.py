@@ -29,9 +29,10 @@ import pykka
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
 from actors.bus import start_bus
+from actors.eval_root import EvalRoot
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import Entry, start_registry
-from actors.shell import EvalRoot, ShellActor
+from actors.shell import ShellActor
 from actors.shell_workers import WorkerSurfaces
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
 from runtime.digest import digest_tool_result

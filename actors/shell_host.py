@@ -24,8 +24,7 @@ Protocol (host's view):
   for the matching ``answer``; a cancel of the run makes the host send ``abandon`` and unwind.
 
 Hosts start from the preloaded fork server of :mod:`actors.process`, which also holds the
-control side's :class:`ChildProcess` handle and the host-side :class:`CancelListener`; they are
-re-exported here.
+control side's ``ChildProcess`` handle and the host-side :class:`CancelListener`.
 """
 
 from __future__ import annotations
@@ -36,34 +35,14 @@ from typing import Any
 
 from actors.frames import Channel, ChannelClosed, Frame
 from actors.process import (
-    PRELOAD,
     CancelListener,
-    ChildProcess,
     become_group_leader,
     die_with_parent,
-    ensure_fork_server,
     limit_memory,
-    process_context,
     report_programs,
 )
 from runtime.cancel import POLL_INTERVAL, Cancelled
 from runtime.limits import DEFAULT_MAX_BINDING_BYTES
-
-__all__ = [
-    "FORK_VERBS",
-    "PRELOAD",
-    "CancelListener",
-    "ChildProcess",
-    "HostCore",
-    "become_group_leader",
-    "encode_binding",
-    "ensure_fork_server",
-    "error_fields",
-    "frame_error_text",
-    "host_main",
-    "process_context",
-    "report_programs",
-]
 
 FORK_VERBS = frozenset({"agent"})
 """Desk verbs that fork a child agent: their enquiry carries the live scope (the
@@ -199,7 +178,7 @@ class HostCore:
         if f.get("tick"):  # the rolled-back call still counted on the ledger's clock
             self.ledger.tick()
         removed = self._boundary(bool(f.get("sink")))
-        self._send_snapshot(removed)
+        self._send_snapshot(removed, full=True)
         self.data.send("ready", notices=self._take_notices())
 
     def on_run(self, f: Frame) -> None:
@@ -317,19 +296,25 @@ class HostCore:
             )
         return removed
 
-    def _send_snapshot(self, removed: list[str]) -> None:
-        """Changed binding encodings, removed names, the context and the ledger state.
+    def _send_snapshot(self, removed: list[str], *, full: bool = False) -> None:
+        """Changed binding encodings, removed names, the context and the ledger's changes.
 
-        The ledger travels whole (its ``to_state``): its layout belongs to ``runtime.ledger`` and
-        its size is one small pair per leased name, not the bindings' bytes.
+        After a restore the ledger travels whole (``ledger``: its ``to_state``); after a run only
+        what the run changed (``ledger_delta``: its ``take_delta``, folded in by
+        ``runtime.ledger.apply_delta``), so a call's frame follows the call, not the scope.
         """
+        if full:
+            self.ledger.take_delta()  # the whole state travels: the next delta starts here
+            ledger: dict[str, Any] = {"ledger": self.ledger.to_state()}
+        else:
+            ledger = {"ledger_delta": self.ledger.take_delta()}
         self.data.send(
             "snapshot",
             epoch=self.epoch,
             bindings=dict(self.dirty),
             removed=removed,
             context=self.session.context.to_dict(),
-            ledger=self.ledger.to_state(),
+            **ledger,
         )
         self.dirty.clear()
 

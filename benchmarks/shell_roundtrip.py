@@ -18,8 +18,8 @@ from multiprocessing.connection import Connection
 
 import msgpack
 
+from actors.process import ChildProcess, ensure_fork_server
 from actors.shell import ShellActor
-from actors.shell_host import ChildProcess, ensure_fork_server
 
 
 def echo_main(data: Connection, ctl: Connection, memory_bytes: int | None = None) -> None:

@@ -46,6 +46,7 @@ from runtime.executor import (
 )
 from runtime.journal import JournalError, NodeState, SpawnJournal
 from runtime.local_executor import LocalProcessExecutor
+from runtime.snapshot import folded_bytes
 
 RetainAtSettlement = Literal["keep", "release"]
 
@@ -279,7 +280,7 @@ def _persist_in_flight(journal: SpawnJournal, s: _Slot) -> None:
     if snapshot and Path(snapshot).is_file():
         dest = journal.path.parent / "retained" / _safe(s.node.id) / "snapshot.msgpack"
         try:
-            atomic_write_bytes(dest, Path(snapshot).read_bytes())
+            atomic_write_bytes(dest, folded_bytes(snapshot))  # base + binding log, as one
             snapshot = str(dest)
         except OSError as e:
             note = f"snapshot copy failed ({e}); pointer kept"

@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.cancel import Cancelled, CancelScope
-from runtime.ral.compile import Frame, ReturnSignal, Scope, compile_program, harvest, no_gc
+from runtime.ral.compile import (
+    Frame,
+    Overlay,
+    ReturnSignal,
+    Scope,
+    compile_program,
+    harvest,
+    no_gc,
+)
 from runtime.ral.context import Desk, DynamicContext, Grants
 from runtime.ral.errors import (
     CodecError,
@@ -119,7 +127,7 @@ class Session:
             with no_gc():
                 phrases = parse(source)
                 evs = compile_program(
-                    phrases, Scope("session", set(self._rho), None), frozenset(sigma)
+                    phrases, Scope("session", Overlay(self._rho.keys()), None), frozenset(sigma)
                 )
         except RalSyntaxError as e:
             return RunResult(
