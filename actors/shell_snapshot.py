@@ -64,9 +64,18 @@ NotifySink = Callable[[tuple[Notice, ...]], None]
 class SnapshotKeeper:
     """One shell's committed state and its durable files (see the module docstring)."""
 
-    def __init__(self, agent: str, path: Path, *, notify: NotifySink, fsync: bool = False) -> None:
+    def __init__(
+        self,
+        agent: str,
+        path: Path,
+        *,
+        notify: NotifySink,
+        fsync: bool = False,
+        compact_floor: int = COMPACT_FLOOR,
+    ) -> None:
         self.agent = agent
         self.path = path
+        self.compact_floor = compact_floor
         self._notify = notify
         self._log = BindingLogWriter(log_path(path), fsync=fsync)
         self.bindings: dict[str, bytes] = {}
@@ -164,7 +173,7 @@ class SnapshotKeeper:
             self._failed(f"snapshot write failed: {e}; will retry")
             return
         self._logged(pinned)
-        if self._log.size > max(self._base_bytes, COMPACT_FLOOR):
+        if self._log.size > max(self._base_bytes, self.compact_floor):
             self._compact()
 
     def flush(self) -> None:
