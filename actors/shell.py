@@ -291,10 +291,9 @@ class ShellActor(QuotaActor):
                     return got
                 if frame.kind == "result":
                     got.result = frame
+                    got.snapshot = Frame("snapshot", frame["snapshot"])
                     return got
-                if frame.kind == "snapshot":
-                    got.snapshot = frame
-                elif frame.kind == "harvest":
+                if frame.kind == "harvest":
                     got.harvested.update(frame.get("names") or ())
                 elif frame.kind == "enquiry":
                     self._serve_enquiry(host, frame, got)
