@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from actors.process import ensure_fork_server
 from actors.shell import ShellActor
@@ -38,34 +37,48 @@ def _scope(n: int) -> MobileSnapshot:
     return MobileSnapshot("bench", 1, bindings, {}, ledger.to_state(), {})
 
 
-def per_call(n: int, *, setup: str | None = None, snapshot: MobileSnapshot | None = None) -> float:
+def per_call(
+    n: int, cases: dict[str, tuple[str | None, MobileSnapshot | None]]
+) -> dict[str, float]:
+    """Median seconds per call of each case. The shells run side by side and take turns, call
+    by call, so a burst of load on the shared machine falls on every case alike."""
     with tempfile.TemporaryDirectory() as d:
-        ref = ShellActor.start(name="bench", session_dir=d, snapshot=snapshot)
-        proxy = ref.proxy()
+        refs = {
+            name: ShellActor.start(name=name, session_dir=d, snapshot=snapshot)
+            for name, (_setup, snapshot) in cases.items()
+        }
         try:
-            if setup is not None:
-                assert proxy.run(setup).get().error is None
-            times = []
+            proxies = {name: ref.proxy() for name, ref in refs.items()}
+            for name, (setup, _snapshot) in cases.items():
+                if setup is not None:
+                    assert proxies[name].run(setup).get().error is None
+            times: dict[str, list[float]] = {name: [] for name in cases}
             for i in range(n + 20):
-                t = time.perf_counter()
-                result = proxy.run("let x = add 1 2").get()
-                if i >= 20:
-                    times.append(time.perf_counter() - t)
-                assert result.error is None, result.error
-            log_bytes = sum(p.stat().st_size for p in Path(d).rglob("snapshot*"))
+                for name, proxy in proxies.items():
+                    t = time.perf_counter()
+                    result = proxy.run("let x = add 1 2").get()
+                    if i >= 20:
+                        times[name].append(time.perf_counter() - t)
+                    assert result.error is None, result.error
         finally:
-            ref.stop()
-    del log_bytes
-    return statistics.median(times)
+            for ref in refs.values():
+                ref.stop()
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     ensure_fork_server()
-    none = per_call(n)
-    big = per_call(n, setup="let data = seq 1 3000000")
-    ten = per_call(n, snapshot=_scope(10))
-    many = per_call(n, snapshot=_scope(100_000))
+    got = per_call(
+        n,
+        {
+            "none": (None, None),
+            "big": ("let data = seq 1 3000000", None),
+            "ten": (None, _scope(10)),
+            "many": (None, _scope(100_000)),
+        },
+    )
+    none, big, ten, many = got["none"], got["big"], got["ten"], got["many"]
     print(f"median per call of `let x = add 1 2` over {n} calls (ms)")
     print(f"  empty scope            {none * 1e3:8.3f}")
     print(f"  with a 20 MB binding   {big * 1e3:8.3f}   ratio {big / none:.2f}x (goal <= 1.2)")
