@@ -109,6 +109,8 @@ class HostCore:
         self._harvests = 0
         """Harvests of the run in flight (the first is the run's own)."""
         self._eid = 0
+        self._sent_context: tuple[str, dict[str, str], Any] | None = None
+        """(cwd, env, grants) as last sent: the context travels only when it changed."""
         self.listener = CancelListener(ctl, self._cancel)
 
     def _cancel(self, reason: str) -> None:
@@ -302,7 +304,8 @@ class HostCore:
         return removed
 
     def _snapshot_fields(self, removed: list[str], *, full: bool = False) -> dict[str, Any]:
-        """Changed binding encodings, removed names, the context and the ledger's changes.
+        """Changed binding encodings, removed names, the context (when it changed) and the
+        ledger's changes.
 
         After a restore the ledger travels whole (``ledger``: its ``to_state``); after a run only
         what the run changed (``ledger_delta``: its ``take_delta``, folded in by
@@ -313,13 +316,13 @@ class HostCore:
             ledger: dict[str, Any] = {"ledger": self.ledger.to_state()}
         else:
             ledger = {"ledger_delta": self.ledger.take_delta()}
-        fields = {
-            "epoch": self.epoch,
-            "bindings": dict(self.dirty),
-            "removed": removed,
-            "context": self.session.context.to_dict(),
-            **ledger,
-        }
+        fields = {"epoch": self.epoch, "bindings": dict(self.dirty), "removed": removed, **ledger}
+        ctx = self.session.context
+        sent = self._sent_context
+        if full or sent is None or (sent[0], sent[2], sent[1]) != (ctx.cwd, ctx.grants, ctx.env):
+            # ~1.4 KB (the whole environment): packing and unpacking it every call cost ~7 µs
+            self._sent_context = (ctx.cwd, dict(ctx.env), ctx.grants)
+            fields["context"] = ctx.to_dict()
         self.dirty.clear()
         return fields
 

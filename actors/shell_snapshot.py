@@ -128,8 +128,8 @@ class SnapshotKeeper:
             self.bytes_held += len(blob)
             self._set[name] = blob
             self._removed.discard(name)
-        context = f["context"]
-        if context != self.context:
+        context = f.get("context")  # absent: unchanged
+        if context is not None and context != self.context:
             self.context = dict(context)
             self._context_changed = True
         whole = f.get("ledger")
