@@ -97,6 +97,9 @@ class SnapshotKeeper:
         self._ledger_touched: set[str] = set()
         self._pinned: list[str] = []
         self._logged_epoch = 0
+        self._checkpointed = False
+        """A checkpoint ran: the state is this shell's. Before that (a boot that failed) there
+        is nothing to flush, and flushing the empty state would clobber a resumed snapshot."""
         self.compactions = 0
 
     # -- what the host reports ----------------------------------------------------------------
@@ -149,6 +152,7 @@ class SnapshotKeeper:
 
     def checkpoint(self, epoch: int, workers: dict[str, Any]) -> None:
         """Make the committed state durable: one frame of what changed, or a compaction."""
+        self._checkpointed = True
         self.epoch = epoch
         if workers != self.workers:
             self.workers = workers
@@ -181,6 +185,8 @@ class SnapshotKeeper:
     def flush(self) -> None:
         """At close: append what is pending; a write still refused is retried with backoff
         (about 1.5 s in all) before the failure is reported -- there is no later checkpoint."""
+        if not self._checkpointed:
+            return
         if not self._compact_due and self._log.is_open:
             try:
                 self._log.append(self._frame())

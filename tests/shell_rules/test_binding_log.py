@@ -224,3 +224,18 @@ def test_any_sequence_of_sets_removals_and_compactions_reads_back_as_a_dict_mode
                 pending.clear()
             assert dict(MobileSnapshot.load(path).bindings) == model
         assert keeper.bindings == model and not failures
+
+
+def test_a_keeper_that_never_checkpointed_leaves_the_files_it_would_resume_from_alone(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "snapshot.msgpack"
+    first, _ = _keeper(path)
+    _commit(first, 1, set_={"kept": b"1"})  # compacts: base + log on disk
+    first.flush()
+    files = (path.read_bytes(), log_path(path).read_bytes())
+    resumed = SnapshotKeeper("a", path, notify=lambda n: None)
+    resumed.reset(dict(MobileSnapshot.load(path).bindings), {"cwd": "/"})
+    resumed.flush()  # its host never booted: a failed resume closes without a checkpoint
+    assert (path.read_bytes(), log_path(path).read_bytes()) == files
+    assert MobileSnapshot.load(path).epoch == 1
