@@ -35,6 +35,8 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -258,9 +260,22 @@ class SnapshotKeeper:
             return e
         self._base_bytes = len(data)
         self._compact_due = False
+        if self.compactions == 0:
+            self._sweep_litter()
         self.compactions += 1
         self._logged(self.ledger.get("pinned") or [])
         return None
+
+    def _sweep_litter(self) -> None:
+        """Temp files of a writer that died mid-compaction (a SIGKILL between its temp write and
+        its rename). One shell writes these names, and this keeper's first compaction has just
+        replaced both files, so any other process's temp here is a dead writer's litter."""
+        mine = f".{os.getpid()}."
+        for pattern in (f".{self.path.name}.*.tmp", f".{log_path(self.path).name}.*.tmp"):
+            for p in self.path.parent.glob(pattern):
+                if mine not in p.name[len(self.path.name) + 1 :]:
+                    with contextlib.suppress(OSError):
+                        p.unlink()
 
     def _failed(self, text: str) -> None:
         self._notify(

@@ -239,3 +239,20 @@ def test_a_keeper_that_never_checkpointed_leaves_the_files_it_would_resume_from_
     resumed.flush()  # its host never booted: a failed resume closes without a checkpoint
     assert (path.read_bytes(), log_path(path).read_bytes()) == files
     assert MobileSnapshot.load(path).epoch == 1
+
+
+def test_a_dead_writers_temp_files_are_swept_at_the_next_keepers_first_compaction(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "snapshot.msgpack"
+    litter = [
+        tmp_path / ".snapshot.msgpack.999999.1.tmp",
+        tmp_path / ".snapshot.msgpack.log.999999.tmp",
+    ]
+    for p in litter:
+        p.write_bytes(b"half a compaction")
+    unrelated = tmp_path / ".events.jsonl.999999.1.tmp"
+    unrelated.write_bytes(b"not ours")
+    keeper, _ = _keeper(path)
+    keeper.checkpoint(0, {})
+    assert not any(p.exists() for p in litter) and unrelated.exists()
