@@ -30,9 +30,10 @@ import pykka
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
 from actors.bus import start_bus
+from actors.eval_root import EvalRoot
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import start_registry
-from actors.shell import EvalRoot, ShellActor
+from actors.shell import ShellActor
 from actors.shell_workers import WorkerSurfaces
 from runtime import durability
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
@@ -406,6 +407,7 @@ class Fleet:
             eval_root=root,
             limits=self.config.limits,
             surfaces=surfaces,
+            sync_log=self.config.durability is Durability.MACHINE,  # machine: survive power loss
         )
         return root, ref.proxy(), surfaces
 

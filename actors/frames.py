@@ -11,8 +11,9 @@ A frame is the msgpack array ``[kind, fields]`` where ``fields`` is a map of pla
 (binding encodings travel as ``bytes``, already encoded by the ral codec). Kinds:
 
 - control -> host: ``run``, ``restore``, ``shutdown``, ``answer`` (to an enquiry), ``probe``
-- host -> control: ``result``, ``snapshot`` (delta of changed binding encodings + context +
-  ledger + epoch), ``enquiry`` (agent verbs, worker spawn/await/cancel), ``abandon`` (the host
+- host -> control: ``result`` (with the run's ``snapshot`` delta: changed binding encodings,
+  removed names, context, ledger changes, epoch), ``snapshot`` (after a restore: the whole
+  ledger), ``enquiry`` (agent verbs, worker spawn/await/cancel), ``abandon`` (the host
   stopped waiting on an enquiry because its run was cancelled), ``panic`` (internal, non-ral
   error; the host exits after sending it), ``notice``, ``ready`` (boot/restore finished)
 - control path (second channel, read by a thread of the host or worker): ``cancel``

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import multiprocessing
 import os
 import resource
+import select
 import signal
 import socket
 import threading
@@ -180,6 +182,7 @@ class ChildProcess:
         ctl_there.close()
         self.pid: int = self.proc.pid or 0
         self._known: dict[int, psutil.Process] = {}
+        self._pollers: dict[tuple[Any, ...], tuple[select.poll, dict[int, Any]]] = {}
 
     @property
     def sentinel(self) -> int:
@@ -190,8 +193,27 @@ class ChildProcess:
 
     def wait_frame(self, timeout: float | None, extra: tuple[Any, ...] = ()) -> list[Any]:
         """Block until the data channel is readable, the process exits, or an ``extra`` object
-        (anything with ``fileno``) is readable. Returns the ready objects."""
-        return wait([self.data.conn, self.proc.sentinel, *extra], timeout)
+        (anything with ``fileno``) is readable. Returns the ready objects.
+
+        One ``poll`` object per set of objects, kept for the life of the handle: the stdlib's
+        ``multiprocessing.connection.wait`` builds and registers a selector on every call, a
+        measurable share of a trivial call's round trip."""
+        got = self._pollers.get(extra)
+        if got is None:
+            poller, by_fd = select.poll(), {}
+            for obj in (self.data.conn, self.proc.sentinel, *extra):
+                fd = obj if isinstance(obj, int) else obj.fileno()
+                poller.register(fd, select.POLLIN)
+                by_fd[fd] = obj
+            got = self._pollers[extra] = (poller, by_fd)
+        poller, by_fd = got
+        ms = None if timeout is None else max(0, math.ceil(timeout * 1000))
+        while True:
+            try:
+                events = poller.poll(ms)
+            except InterruptedError:  # PEP 475 retries, but keep the contract explicit
+                continue
+            return [by_fd[fd] for fd, _ in events if fd in by_fd]
 
     def adopt_program(self, pid: int) -> None:
         """Remember an external program the child started (reported by a ``notice`` frame).

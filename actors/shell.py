@@ -4,7 +4,7 @@ Public surface (what an agent calls)::
 
     ref = ShellActor.start(name=..., session_dir=..., desk=..., notice_sink=..., context=...,
                            snapshot=None)          # snapshot: a MobileSnapshot to resume or fork
-    result = ref.proxy().run(script).get()         # -> ToolResult
+    result = ref.proxy().run(script).get()         # -> CallResult
     root = ref.proxy().eval_root.get()             # fetch once; then use from ANY thread:
     root.cancel(reason)                            #   sticky cascade: run in flight + every worker
     root.interrupt(reason)                         #   just the run in flight (Esc)
@@ -13,10 +13,10 @@ Public surface (what an agent calls)::
 
 Invariants:
 
-- **Durable snapshot.** Refreshed at every clean tool-call boundary (a ral error is clean) and
-  written atomically to ``<session_dir>/agents/<name>/snapshot.msgpack``. The host sends only
-  the encodings of bindings written since the last boundary; the snapshot builder keeps every
-  other binding's packed entry, so a checkpoint costs what changed plus one C-level join.
+- **Durable snapshot.** Refreshed at every clean tool-call boundary (a ral error is clean): the
+  host sends only what the call changed, and the :class:`SnapshotKeeper` appends exactly that
+  to the binding log beside the base ``<session_dir>/agents/<name>/snapshot.msgpack``, so a
+  checkpoint costs what changed (:mod:`actors.shell_snapshot`).
 - **Panic rollback.** If the host dies for any reason or reports an internal error, a fresh host
   is started from the durable snapshot (bindings, context, ledger, epoch; the worker registry
   lives here and survives), the call returns ``rolled_back=True``, and a ``Rollback`` record is
@@ -33,39 +33,31 @@ Invariants:
   cancels every worker (their scopes are its children). A host that does not stop within
   :data:`CANCEL_GRACE` is killed and the call rolled back.
 
-The values and the cancel handle this actor hands out live in :mod:`actors.shell_types`; the
-worker operations (spawn, await, cancel, the sweep) in :mod:`actors.shell_workers`; the durable
-snapshot's checkpoint and file cadence in :mod:`actors.shell_snapshot`. Public names are
-re-exported here.
+Collaborators, each owning its state: the committed state and its files
+(:class:`actors.shell_snapshot.SnapshotKeeper`), the workers (:class:`actors.shell_workers.
+WorkerPool`), the cancel handle (:class:`actors.eval_root.EvalRoot`); the values a call returns
+are in :mod:`actors.call_result`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actors.call_result import CallResult, ShellBootFailed, ShellClosed, ShellProbe
+from actors.eval_root import EvalRoot
 from actors.frames import ChannelClosed, Frame
 from actors.mailbox import QuotaActor
 from actors.process import ChildProcess
 from actors.shell_host import FORK_VERBS, frame_error_text, host_main
-from actors.shell_snapshot import SNAPSHOT_FILE_EVERY, ShellSnapshots
-from actors.shell_types import (
-    EvalRoot,
-    ShellBootFailed,
-    ShellClosed,
-    ShellProbe,
-    ToolResult,
-    _Run,
-)
-from actors.shell_workers import ShellWorkers, WorkerSurfaces
-from actors.worker_process import WorkerLink
+from actors.shell_snapshot import SnapshotKeeper
+from actors.shell_workers import WorkerPool, WorkerSurfaces
 from runtime.cancel import POLL_INTERVAL
 from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
 from runtime.durable import append_jsonl
@@ -74,12 +66,8 @@ from runtime.events import Notice
 from runtime.fault_switch import faults_enabled
 from runtime.ledger import BindingLedger, carry_renewals, referenced_names
 from runtime.limits import ShellLimits
-from runtime.snapshot import MobileSnapshot, SnapshotBuilder
-from runtime.worker_retention import (
-    WORKER_BACKSTOP_SECS,
-    WORKER_IDLE_CALLS,
-    WorkerRegistry,
-)
+from runtime.snapshot import MobileSnapshot
+from runtime.worker_retention import WORKER_BACKSTOP_SECS, WORKER_IDLE_CALLS
 
 log = logging.getLogger(__name__)
 
@@ -96,23 +84,24 @@ old), where not even its cancel-listener thread runs -- in median 2.16 s, worst 
 SIGKILL, a fresh host from the snapshot).
 Such a host can only be killed; the call is rolled back like any other panic."""
 
-__all__ = [
-    "BOOT_TIMEOUT",
-    "CANCEL_GRACE",
-    "SNAPSHOT_FILE_EVERY",
-    "EvalRoot",
-    "ShellActor",
-    "ShellBootFailed",
-    "ShellClosed",
-    "ShellProbe",
-    "ToolResult",
-]
-
 BOOT_TIMEOUT = 30.0
 """Seconds a fresh host may take to restore a snapshot before the boot is declared failed."""
 
 
-class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
+@dataclass
+class _Run:
+    """What the pump collected for one run."""
+
+    result: Frame | None = None
+    snapshot: Frame | None = None
+    panic: str | None = None
+    awaits: dict[int, str] = field(default_factory=dict)
+    harvested: set[str] = field(default_factory=set)
+    """Names the run's ``use`` compiles referenced (``harvest`` frames): renewed even if it
+    panics, with the script's own."""
+
+
+class ShellActor(QuotaActor):
     """One agent's shell (see the module docstring for the surface and invariants)."""
 
     def __init__(
@@ -132,7 +121,10 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         worker_idle_calls: int | None = WORKER_IDLE_CALLS,
         worker_backstop_secs: float | None = WORKER_BACKSTOP_SECS,
         limits: ShellLimits | None = None,
+        sync_log: bool = False,
     ) -> None:
+        """``sync_log``: fsync each binding-log frame (a policy that must survive a machine
+        crash; a process crash needs none, see :mod:`actors.shell_snapshot`)."""
         from runtime.session_dir import SessionDir
 
         self.name = name  # before super().__init__: the mailbox names its recipient
@@ -147,31 +139,26 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         self._boot_snapshot = snapshot
         self._faults = faults_enabled() if faults is None else faults
         self.eval_root = eval_root or EvalRoot()
-        self._surfaces = surfaces or WorkerSurfaces()  # no sink: nothing is surfaced
         self._idle_calls = idle_calls
         self._large_bytes = large_bytes
         self.limits = limits or ShellLimits()
-        self._worker_bounds = (worker_idle_calls, worker_backstop_secs)
-        self._registry = WorkerRegistry(
-            idle_calls=worker_idle_calls, backstop_secs=worker_backstop_secs
+        self._workers = WorkerPool(
+            agent=name,
+            record_path=self.record_path,
+            eval_root=self.eval_root,
+            limits=self.limits,
+            faults=self._faults,
+            surfaces=surfaces or WorkerSurfaces(),  # no sink: nothing is surfaced
+            idle_calls=worker_idle_calls,
+            backstop_secs=worker_backstop_secs,
         )
-        self._links: dict[str, WorkerLink] = {}
-        self._worker_refs: dict[str, Any] = {}
-        self._spawned_this_run = 0
+        self._keeper = SnapshotKeeper(
+            name, self.snapshot_path, notify=self._deliver, fsync=sync_log
+        )
         self._host: ChildProcess | None = None
-        self._builder = SnapshotBuilder(name)
-        self._context: dict[str, Any] = dict(self._initial_context)
-        self._ledger_state: dict[str, Any] = {}
-        self._durable: MobileSnapshot | None = None
-        self._file_dirty = True
-        self._file_epoch = -SNAPSHOT_FILE_EVERY
-        self._file_workers: dict[str, Any] | None = None
         self._epoch = 0
         self._run_id = 0
         self._closed = False
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
 
     def mailbox_recipient(self) -> str:
         return f"shell {self.name}"
@@ -186,10 +173,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         else:
             self._epoch = snap.epoch
             if snap.workers:
-                self._registry = WorkerRegistry.from_state(snap.workers)
-                # their processes ended with the control process that ran them
-                for wid in self._registry.running_ids():
-                    self._registry.settle(wid)
+                self._workers.restore(snap.workers)
             self._boot(
                 bindings=dict(snap.bindings),
                 context=dict(snap.context) or self._initial_context,
@@ -209,28 +193,26 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         if self._closed:
             return
         self._closed = True
-        self._surfaces.close()  # the agent is gone: its workers' ends are no news to anyone
-        self._cancel_workers("shell closed")
-        self._flush_snapshot()
+        self._workers.surfaces.close()  # the agent is gone: its workers' ends are no news to anyone
+        self._workers.cancel_all("shell closed")
+        self._keeper.flush()
         host, self._host = self._host, None
         if host is not None:
             host.data.try_send("shutdown")
             host.reap(grace=1.0)
-        for sock in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                sock.close()
+        self._workers.close()
 
     # -- the tool call -------------------------------------------------------------------------
 
-    def run(self, script: str) -> ToolResult:
+    def run(self, script: str) -> CallResult:
         """Run one ral tool call. Never raises for ral errors, cancellation or panics."""
         if self._closed:
             raise ShellClosed(f"shell {self.name} is closed")
         self._epoch += 1
         epoch = self._epoch
-        self._spawned_this_run = 0
+        self._workers.begin_run()
         if self.eval_root.cancelled:
-            result = ToolResult(
+            result = CallResult(
                 value="",
                 error=f"cancelled: {self.eval_root.reason or 'cancelled'}",
                 error_kind="cancelled",
@@ -239,20 +221,20 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
             )
         else:
             result = self._run_on_host(script, epoch)
-        reaps = self._sweep(epoch)
+        reaps = self._workers.sweep(epoch)
         self._checkpoint()
         notices = result.notices + tuple(reaps)
         self._deliver(notices)
         host_pid = self._host.pid if self._host is not None else None
         return _replace(result, notices=notices, host_pid=host_pid)
 
-    def _run_on_host(self, script: str, epoch: int) -> ToolResult:
+    def _run_on_host(self, script: str, epoch: int) -> CallResult:
         host = self._host
         if host is None:  # an earlier rollback could not start a host: try again
             return self._rollback("no shell host (an earlier restart failed)", epoch)
         self._run_id += 1
         run_id = self._run_id
-        self._sync_settled()
+        self._workers.sync_settled()
         try:
             host.data.send(
                 "run",
@@ -260,11 +242,11 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
                 source=script,
                 epoch=epoch,
                 sink=self._sink is not None,
-                running=self._registry.running_ids(),
+                running=self._workers.running_ids(),
             )
         except ChannelClosed:
             return self._rollback(self._death_reason(host), epoch)
-        self.eval_root._attach(host, run_id, wake=lambda: self._wake("cancel"))
+        self.eval_root._attach(host, run_id, wake=self._workers.wake)
         try:
             got = self._pump(host)
         finally:
@@ -273,11 +255,12 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
             reason = got.panic or "the shell host stopped answering"
             renewed = got.harvested | referenced_names(script)
             return self._rollback(reason, epoch, renewed=renewed)
-        notices = self._apply_snapshot(got.snapshot)
+        self._keeper.apply(got.snapshot)
+        notices: list[Notice] = []
         r = got.result
         notices += self._host_notices(r.get("notices") or [])
         err = r.get("error")
-        return ToolResult(
+        return CallResult(
             value=str(r.get("value") or ""),
             stdout=str(r.get("stdout") or ""),
             stderr=str(r.get("stderr") or ""),
@@ -296,11 +279,10 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         while True:
             cancel_at = self.eval_root._cancel_requested_at()
             timeout = POLL_INTERVAL * 5 if cancel_at is not None else None
-            ready = host.wait_frame(timeout, extra=(self._wake_r,))
-            if self._wake_r in ready:
-                with contextlib.suppress(OSError):
-                    while self._wake_r.recv(4096):
-                        pass
+            wake = self._workers.wake_r
+            ready = host.wait_frame(timeout, extra=(wake,))
+            if wake in ready:
+                self._workers.drain_wake()
             if host.data.conn in ready:
                 try:
                     frame = host.data.recv()
@@ -309,10 +291,9 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
                     return got
                 if frame.kind == "result":
                     got.result = frame
+                    got.snapshot = Frame("snapshot", frame["snapshot"])
                     return got
-                if frame.kind == "snapshot":
-                    got.snapshot = frame
-                elif frame.kind == "harvest":
+                if frame.kind == "harvest":
                     got.harvested.update(frame.get("names") or ())
                 elif frame.kind == "enquiry":
                     self._serve_enquiry(host, frame, got)
@@ -328,7 +309,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
                 got.panic = self._death_reason(host)
                 return got
             if got.awaits:
-                self._answer_settled_awaits(host, got)
+                self._workers.answer_settled_awaits(host, got.awaits)
             if cancel_at is not None and time.monotonic() - cancel_at > CANCEL_GRACE:
                 host.kill()
                 got.panic = f"the shell did not stop within {CANCEL_GRACE:g} s of a cancel"
@@ -343,11 +324,13 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
             if op == "desk":
                 host.data.send("answer", id=eid, **self._desk_call(f))
             elif op == "spawn":
-                host.data.send("answer", id=eid, **self._spawn(f))
+                host.data.send("answer", id=eid, **self._workers.spawn(f, self._epoch))
             elif op == "await":
-                self._await(host, eid, str(f["worker"]), got)
+                self._workers.await_(host, eid, str(f["worker"]), got.awaits, self._epoch)
             elif op == "cancel":
-                host.data.send("answer", id=eid, **self._cancel_worker(str(f["worker"])))
+                host.data.send(
+                    "answer", id=eid, **self._workers.cancel(str(f["worker"]), self._epoch)
+                )
             else:
                 host.data.send("answer", id=eid, error=f"unknown enquiry {op!r}")
         except ChannelClosed:
@@ -392,8 +375,11 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         context: dict[str, Any],
         ledger: dict[str, Any] | None,
         tick: bool,
+        same_state: bool = False,
     ) -> list[Notice]:
-        """Start a fresh host and restore ``bindings``/``context``/``ledger`` into it."""
+        """Start a fresh host and restore ``bindings``/``context``/``ledger`` into it.
+        ``same_state``: they are the keeper's committed state (a rollback), so the files
+        already hold them and need no new base."""
         try:
             host = ChildProcess(
                 host_main, name=f"ral-shell-{self.name}", memory_bytes=self.limits.memory_bytes
@@ -411,7 +397,7 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
                 epoch=self._epoch,
                 tick=tick,
                 sink=self._sink is not None,
-                running=self._registry.running_ids(),
+                running=self._workers.running_ids(),
                 verbs=verbs,
                 faults=self._faults,
                 idle_calls=self._idle_calls,
@@ -420,13 +406,8 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
             )
         except ChannelClosed as e:
             raise ShellBootFailed(f"shell {self.name}: host died at boot") from e
-        builder = SnapshotBuilder(self.name)
-        for name, blob in bindings.items():
-            builder.cache.adopt(name, blob, blob)
-        self._builder = builder
-        self._context = dict(context)
-        self._ledger_state = dict(ledger) if ledger else {}
-        self._file_dirty = True  # a fresh host (boot, clear, rollback): the file follows it
+        if not same_state:
+            self._keeper.reset(bindings, context)
         deadline = time.monotonic() + BOOT_TIMEOUT
         snapshot: Frame | None = None
         while True:
@@ -444,8 +425,8 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
             if frame.kind == "snapshot":
                 snapshot = frame
             elif frame.kind == "ready":
-                notices = self._apply_snapshot(snapshot)
-                return notices + self._host_notices(frame.get("notices") or [])
+                self._keeper.apply(snapshot)
+                return self._host_notices(frame.get("notices") or [])
             elif frame.kind == "panic":
                 raise ShellBootFailed(f"shell {self.name}: restore failed: {frame.get('reason')}")
 
@@ -467,29 +448,29 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
             out.append(Notice(self.name, notice=kind, text=str(n.get("text") or ""), data=data))
         return out
 
-    def _rollback(self, reason: str, epoch: int, renewed: set[str] | None = None) -> ToolResult:
+    def _rollback(self, reason: str, epoch: int, renewed: set[str] | None = None) -> CallResult:
         """Panic rollback: fresh host from the durable snapshot; the call's effects are gone,
         except the lease renewals of the names it referenced (``renewed``), which survive."""
         old, self._host = self._host, None
         if old is not None:
             old.kill()
             old.reap(grace=1.0)
-        durable = self._durable
-        assert durable is not None
-        ledger = dict(durable.ledger) or None
+        keeper = self._keeper
+        ledger = dict(keeper.ledger) or None
         if ledger and renewed:
             ledger = carry_renewals(ledger, renewed, epoch)
         notices = self._boot(
-            bindings=dict(durable.bindings),
-            context=dict(durable.context),
+            bindings=keeper.bindings,
+            context=keeper.context,
             ledger=ledger,
             tick=True,
+            same_state=True,
         )
         append_jsonl(
             self.record_path,
             {"kind": "Rollback", "agent": self.name, "reason": reason, "epoch": epoch},
         )
-        return ToolResult(
+        return CallResult(
             value="",
             error=f"panic: the call panicked ({reason}) and was rolled back; bindings, cwd, "
             "env and grants are as the last completed call left them",
@@ -526,28 +507,22 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
         The epoch is not rewound; the eval root is re-chained (no cancellation residue)."""
         if self._closed:
             raise ShellClosed(f"shell {self.name} is closed")
-        self._cancel_workers("clear")
+        self._workers.cancel_all("clear")
         old, self._host = self._host, None
         if old is not None:
             old.data.try_send("shutdown")
             old.reap(grace=1.0)
         self.eval_root._rechain()
-        self._registry = WorkerRegistry(
-            idle_calls=self._worker_bounds[0], backstop_secs=self._worker_bounds[1]
-        )
+        self._workers.renew()
         self._boot(bindings={}, context=self._initial_context, ledger=None, tick=False)
         self._checkpoint()
 
     def probe(self) -> ShellProbe:
         """Read-only figures; renews no lease and claims no worker."""
-        self._sync_settled()
-        wf = self._registry.figures(self._epoch, time.time())
-        lf = (
-            BindingLedger.from_state(self._ledger_state).figures(self._epoch)
-            if self._ledger_state
-            else None
-        )
-        durable = self._durable
+        self._workers.sync_settled()
+        wf = self._workers.registry.figures(self._epoch, time.time())
+        state = self._keeper.ledger
+        lf = BindingLedger.from_state(state).figures(self._epoch) if state else None
         return ShellProbe(
             epoch=self._epoch,
             running_workers=wf.running,
@@ -559,17 +534,39 @@ class ShellActor(ShellWorkers, ShellSnapshots, QuotaActor):
             pinned_bindings=lf.pinned if lf else 0,
             nearest_binding_expiry_calls=lf.nearest_expiry_calls if lf else None,
             bytes_held=lf.bytes_held if lf else 0,
-            snapshot_bindings_bytes=sum(len(b) for b in durable.bindings.values())
-            if durable
-            else 0,
+            snapshot_bindings_bytes=self._keeper.bytes_held,
             host_pid=self._host.pid if self._host is not None else None,
         )
 
     def host_pid(self) -> int | None:
         return self._host.pid if self._host is not None else None
 
+    # -- the committed state and the workers, for the agent ----------------------------------
 
-def _replace(result: ToolResult, **changes: Any) -> ToolResult:
+    def _checkpoint(self) -> None:
+        self._workers.sync_settled()
+        self._keeper.checkpoint(self._epoch, self._workers.registry.to_state())
+
+    def fork_snapshot(self) -> MobileSnapshot:
+        """The committed scope + context for a child agent; its ledger seals all as baseline."""
+        return self._keeper.fork()
+
+    def durable_snapshot(self) -> MobileSnapshot:
+        """The committed state: what a rollback restores (base plus log on disk hold the same)."""
+        return self._keeper.snapshot()
+
+    def pending_workers(self) -> bool:
+        """Whether :meth:`park_workers` now would leave the agent a worker result to wait for.
+        Read-only: the nudge rules suspend on it."""
+        return self._workers.pending()
+
+    def park_workers(self, stamp: int) -> bool:
+        """The agent's turn ended: watch its running workers and surface the settled results it
+        never claimed; ``stamp`` is the generation the surfaces carry. True if any is coming."""
+        return self._workers.park(stamp)
+
+
+def _replace(result: CallResult, **changes: Any) -> CallResult:
     import dataclasses
 
     return dataclasses.replace(result, **changes)

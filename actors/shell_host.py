@@ -16,16 +16,15 @@ Protocol (host's view):
   included), evaluate (a ``use`` compiled mid-run sends its referenced names as ``harvest``
   before its code runs: a panic rollback renews them with the script's own, so renewals survive
   it), renew leases from ``RunResult.referenced``, run the ready boundary (prune
-  only when the control side says a surface sink is installed), reply ``snapshot`` (changed
-  binding encodings, removed names, context, ledger delta) then ``result``.
+  only when the control side says a surface sink is installed), reply ``result`` carrying the
+  boundary's ``snapshot`` (changed binding encodings, removed names, context, ledger delta).
 - An internal (non-ral) error escaping ``Session.run`` (``fault panic``) is a **panic**: the
   host sends ``panic`` and exits at once, since its state can no longer be trusted.
 - While a run is in flight, the Desk and the WorkerBackend send ``enquiry`` frames and block
   for the matching ``answer``; a cancel of the run makes the host send ``abandon`` and unwind.
 
 Hosts start from the preloaded fork server of :mod:`actors.process`, which also holds the
-control side's :class:`ChildProcess` handle and the host-side :class:`CancelListener`; they are
-re-exported here.
+control side's ``ChildProcess`` handle and the host-side :class:`CancelListener`.
 """
 
 from __future__ import annotations
@@ -36,34 +35,14 @@ from typing import Any
 
 from actors.frames import Channel, ChannelClosed, Frame
 from actors.process import (
-    PRELOAD,
     CancelListener,
-    ChildProcess,
     become_group_leader,
     die_with_parent,
-    ensure_fork_server,
     limit_memory,
-    process_context,
     report_programs,
 )
 from runtime.cancel import POLL_INTERVAL, Cancelled
 from runtime.limits import DEFAULT_MAX_BINDING_BYTES
-
-__all__ = [
-    "FORK_VERBS",
-    "PRELOAD",
-    "CancelListener",
-    "ChildProcess",
-    "HostCore",
-    "become_group_leader",
-    "encode_binding",
-    "ensure_fork_server",
-    "error_fields",
-    "frame_error_text",
-    "host_main",
-    "process_context",
-    "report_programs",
-]
 
 FORK_VERBS = frozenset({"agent"})
 """Desk verbs that fork a child agent: their enquiry carries the live scope (the
@@ -130,6 +109,8 @@ class HostCore:
         self._harvests = 0
         """Harvests of the run in flight (the first is the run's own)."""
         self._eid = 0
+        self._sent_context: tuple[str, dict[str, str], Any] | None = None
+        """(cwd, env, grants) as last sent: the context travels only when it changed."""
         self.listener = CancelListener(ctl, self._cancel)
 
     def _cancel(self, reason: str) -> None:
@@ -199,7 +180,7 @@ class HostCore:
         if f.get("tick"):  # the rolled-back call still counted on the ledger's clock
             self.ledger.tick()
         removed = self._boundary(bool(f.get("sink")))
-        self._send_snapshot(removed)
+        self.data.send("snapshot", **self._snapshot_fields(removed, full=True))
         self.data.send("ready", notices=self._take_notices())
 
     def on_run(self, f: Frame) -> None:
@@ -219,12 +200,15 @@ class HostCore:
         self._finish_run(rr, cancelled=None, sink=bool(f.get("sink")))
 
     def _finish_run(self, rr: Any, *, cancelled: str | None, sink: bool) -> None:
+        """One ``result`` frame carries the boundary's snapshot delta too: one write and one
+        wake-up of the control side per call (a separate ``snapshot`` frame cost a third of the
+        round trip's process switches)."""
         from runtime.ral.values import render
 
         if rr is not None and rr.referenced:
             self.ledger.renew(rr.referenced, self.epoch)
         removed = self._boundary(sink)
-        self._send_snapshot(removed)
+        snapshot = self._snapshot_fields(removed)
         if rr is None:
             self.data.send(
                 "result",
@@ -236,6 +220,7 @@ class HostCore:
                 defined=[],
                 compiled=True,
                 notices=self._take_notices(),
+                snapshot=snapshot,
             )
             return
         self.data.send(
@@ -248,6 +233,7 @@ class HostCore:
             defined=list(rr.defined),
             compiled=bool(rr.compiled),
             notices=self._take_notices(),
+            snapshot=snapshot,
         )
 
     # -- the chokepoint and the ready boundary -------------------------------------------------
@@ -317,21 +303,28 @@ class HostCore:
             )
         return removed
 
-    def _send_snapshot(self, removed: list[str]) -> None:
-        """Changed binding encodings, removed names, the context and the ledger state.
+    def _snapshot_fields(self, removed: list[str], *, full: bool = False) -> dict[str, Any]:
+        """Changed binding encodings, removed names, the context (when it changed) and the
+        ledger's changes.
 
-        The ledger travels whole (its ``to_state``): its layout belongs to ``runtime.ledger`` and
-        its size is one small pair per leased name, not the bindings' bytes.
+        After a restore the ledger travels whole (``ledger``: its ``to_state``); after a run only
+        what the run changed (``ledger_delta``: its ``take_delta``, folded in by
+        ``runtime.ledger.apply_delta``), so a call's frame follows the call, not the scope.
         """
-        self.data.send(
-            "snapshot",
-            epoch=self.epoch,
-            bindings=dict(self.dirty),
-            removed=removed,
-            context=self.session.context.to_dict(),
-            ledger=self.ledger.to_state(),
-        )
+        if full:
+            self.ledger.take_delta()  # the whole state travels: the next delta starts here
+            ledger: dict[str, Any] = {"ledger": self.ledger.to_state()}
+        else:
+            ledger = {"ledger_delta": self.ledger.take_delta()}
+        fields = {"epoch": self.epoch, "bindings": dict(self.dirty), "removed": removed, **ledger}
+        ctx = self.session.context
+        sent = self._sent_context
+        if full or sent is None or (sent[0], sent[2], sent[1]) != (ctx.cwd, ctx.grants, ctx.env):
+            # ~1.4 KB (the whole environment): packing and unpacking it every call cost ~7 µs
+            self._sent_context = (ctx.cwd, dict(ctx.env), ctx.grants)
+            fields["context"] = ctx.to_dict()
         self.dirty.clear()
+        return fields
 
     def _take_notices(self) -> list[dict[str, Any]]:
         out, self.notices = self.notices, []

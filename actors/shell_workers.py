@@ -5,16 +5,16 @@ Invariants:
 
 - A worker id is ``w<epoch>-<n>``: unique per shell, since the epoch never rewinds.
 - At most ``limits.max_workers`` run at once; one more ``spawn`` is refused with a ral error.
-- Every worker's cancel scope is a child of the shell's :class:`actors.shell_types.EvalRoot`
+- Every worker's cancel scope is a child of the shell's :class:`actors.eval_root.EvalRoot`
   scope, so cancelling the root, closing the shell or ``clear`` reaches every worker with no edge
   of its own.
-- The worker registry is swept right after each run (:meth:`ShellWorkers._sweep`); each reap is a
+- The worker registry is swept right after each run (:meth:`WorkerPool.sweep`); each reap is a
   ``Reap`` record in ``record.jsonl`` plus a Notice. A worker that settles wakes the pump
-  (``_wake``) so an ``await`` in flight is answered without polling.
-- Explicit destruction (close, clear) outranks every lease: :meth:`ShellWorkers._cancel_workers`
+  (:meth:`WorkerPool.wake`) so an ``await`` in flight is answered without polling.
+- Explicit destruction (close, clear) outranks every lease: :meth:`WorkerPool.cancel_all`
   cancels and stops every registered worker and empties the registry.
 - Worker results wake their agent (:class:`WorkerSurfaces`, the rule in
-  :mod:`runtime.surfacing`): when the agent's turn ends (:meth:`ShellWorkers.park_workers`)
+  :mod:`runtime.surfacing`): when the agent's turn ends (:meth:`WorkerPool.park`)
   its running workers are watched, and each completion is pushed into its inbox as a
   ``Surface`` through the sink the fleet installs (quota-checked, rejected never dropped,
   dropped by the generation guard after ``/clear``: the registry's ``deliver``). A worker the
@@ -32,9 +32,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from actors.eval_root import EvalRoot
 from actors.frames import Frame
 from actors.process import ChildProcess
-from actors.shell_types import EvalRoot, _Run
 from actors.worker_process import WorkerLink, start_worker
 from runtime.durable import append_jsonl
 from runtime.events import Notice
@@ -155,80 +155,111 @@ def completion_text(link: WorkerLink) -> str:
     )
 
 
-class ShellWorkers:
-    """Mixin of :class:`actors.shell.ShellActor`: the worker half of the control side.
+class WorkerPool:
+    """One shell's detached workers: owns the registry, the links and actor refs of live
+    workers, the per-run spawn counter and the wake socket that ends the shell's pump wait.
 
-    It owns no state of its own; the attributes below are set by ``ShellActor.__init__``.
+    Used from the shell actor's thread only, except :meth:`wake` and the surfaces (thread-safe).
     """
 
-    name: str
-    record_path: Path
-    eval_root: EvalRoot
-    limits: ShellLimits
-    _faults: bool
-    _epoch: int
-    _spawned_this_run: int
-    _registry: WorkerRegistry
-    _links: dict[str, WorkerLink]
-    _worker_refs: dict[str, Any]
-    _wake_w: socket.socket
-    _surfaces: WorkerSurfaces
+    def __init__(
+        self,
+        *,
+        agent: str,
+        record_path: Path,
+        eval_root: EvalRoot,
+        limits: ShellLimits,
+        faults: bool,
+        surfaces: WorkerSurfaces,
+        idle_calls: int | None,
+        backstop_secs: float | None,
+    ) -> None:
+        self.agent = agent
+        self.record_path = record_path
+        self.eval_root = eval_root
+        self.limits = limits
+        self.faults = faults
+        self.surfaces = surfaces
+        self._bounds = (idle_calls, backstop_secs)
+        self.registry = WorkerRegistry(idle_calls=idle_calls, backstop_secs=backstop_secs)
+        self._links: dict[str, WorkerLink] = {}
+        self._refs: dict[str, Any] = {}
+        self._spawned_this_run = 0
+        self.wake_r, self._wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Resume a registry from a snapshot: its running workers ended with the control
+        process that ran them, so they are settled (an ``await`` says they were lost)."""
+        self.registry = WorkerRegistry.from_state(state)
+        for wid in self.registry.running_ids():
+            self.registry.settle(wid)
+
+    def begin_run(self) -> None:
+        self._spawned_this_run = 0
+
+    def running_ids(self) -> list[str]:
+        return self.registry.running_ids()
 
     # -- enquiries from the host ---------------------------------------------------------------
 
-    def _spawn(self, f: Frame) -> dict[str, Any]:
-        self._sync_settled()
+    def spawn(self, f: Frame, epoch: int) -> dict[str, Any]:
+        self.sync_settled()
         cap = self.limits.max_workers
-        if len(self._registry.running_ids()) >= cap:
+        if len(self.registry.running_ids()) >= cap:
             return {
                 "error": f"spawn: refused, this shell already runs {cap} workers (the limit, "
                 "--max-workers); await or cancel one first"
             }
         self._spawned_this_run += 1
-        wid = f"w{self._epoch}-{self._spawned_this_run}"
+        wid = f"w{epoch}-{self._spawned_this_run}"
         link, ref = start_worker(
             wid,
             f["closure"],
             dict(f["context"]),
-            faults=self._faults,
+            faults=self.faults,
             on_settle=self._on_settle,
             memory_bytes=self.limits.memory_bytes,
         )
         scope = self.eval_root.scope.child()
         scope.on_cancel(lambda: link.cancel(scope.reason or "cancelled"))
         self._links[wid] = link
-        self._worker_refs[wid] = ref
-        self._registry.register(wid, self._epoch, time.time())
+        self._refs[wid] = ref
+        self.registry.register(wid, epoch, time.time())
         return {"worker": wid}
 
-    def _await(self, host: ChildProcess, eid: int, wid: str, got: _Run) -> None:
-        self._sync_settled()
-        if self._registry.get(wid) is None:
+    def await_(
+        self, host: ChildProcess, eid: int, wid: str, awaits: dict[int, str], epoch: int
+    ) -> None:
+        """An ``await`` enquiry: answered now if settled, else kept in ``awaits`` (the run's)."""
+        self.sync_settled()
+        if self.registry.get(wid) is None:
             host.data.send("answer", id=eid, error=str(UnknownWorker(wid)))
             return
-        self._registry.touch(wid, self._epoch)
+        self.registry.touch(wid, epoch)
         if wid not in self._links:
-            self._registry.claim(wid)
+            self.registry.claim(wid)
             host.data.send(
                 "answer",
                 id=eid,
                 error=f"worker {wid} was lost: its process ended with an earlier control process",
             )
             return
-        got.awaits[eid] = wid
-        self._answer_settled_awaits(host, got)
+        awaits[eid] = wid
+        self.answer_settled_awaits(host, awaits)
 
-    def _answer_settled_awaits(self, host: ChildProcess, got: _Run) -> None:
-        for eid, wid in list(got.awaits.items()):
+    def answer_settled_awaits(self, host: ChildProcess, awaits: dict[int, str]) -> None:
+        for eid, wid in list(awaits.items()):
             link = self._links.get(wid)
             if link is None or not link.done.is_set():
                 continue
-            del got.awaits[eid]
-            self._sync_settled()
+            del awaits[eid]
+            self.sync_settled()
             with contextlib.suppress(UnknownWorker):
-                self._registry.claim(wid)
+                self.registry.claim(wid)
             self._links.pop(wid, None)
-            self._worker_refs.pop(wid, None)
+            self._refs.pop(wid, None)
             err = link.error_text()
             out = link.outcome
             io = {"stdout": out.stdout, "stderr": out.stderr} if out is not None else {}
@@ -239,73 +270,78 @@ class ShellWorkers:
             else:
                 host.data.try_send("answer", id=eid, value=out.value, **io)
 
-    def _cancel_worker(self, wid: str) -> dict[str, Any]:
-        if self._registry.get(wid) is None:
+    def cancel(self, wid: str, epoch: int) -> dict[str, Any]:
+        if self.registry.get(wid) is None:
             return {"error": str(UnknownWorker(wid))}
-        self._registry.touch(wid, self._epoch)
-        self._surfaces.dismiss(wid)  # the model cancelled it: its end is no news to it
+        self.registry.touch(wid, epoch)
+        self.surfaces.dismiss(wid)  # the model cancelled it: its end is no news to it
         link = self._links.get(wid)
         if link is not None:
             link.cancel("cancelled by cancel")
         return {"ok": True}
 
-    def _wake(self, _wid: str) -> None:
+    def wake(self) -> None:
+        """End the pump's wait (any thread): a worker settled, or a cancel must start its grace."""
         with contextlib.suppress(OSError):
             self._wake_w.send(b"\0")
+
+    def drain_wake(self) -> None:
+        with contextlib.suppress(OSError):
+            while self.wake_r.recv(4096):
+                pass
 
     def _on_settle(self, wid: str) -> None:
         """A worker settled (its watcher thread): wake a pending ``await``, and surface it to
         the agent if it is parked waiting for it."""
-        self._wake(wid)
-        self._surfaces.settled(wid)
+        self.wake()
+        self.surfaces.settled(wid)
 
     # -- worker results that wake their agent --------------------------------------------------
 
     def _settled_links(self) -> tuple[dict[str, WorkerLink], dict[str, WorkerLink]]:
         """Running and settled-unclaimed workers that still have a link (an outcome to tell)."""
-        self._sync_settled()
+        self.sync_settled()
         running: dict[str, WorkerLink] = {}
         settled: dict[str, WorkerLink] = {}
         for wid, link in self._links.items():
-            if self._registry.get(wid) is None:
+            if self.registry.get(wid) is None:
                 continue
             (settled if link.done.is_set() else running)[wid] = link
         return running, settled
 
-    def pending_workers(self) -> bool:
-        """Whether :meth:`park_workers` now would leave the agent a worker result to wait for.
-        Read-only: the nudge rules suspend on it."""
+    def pending(self) -> bool:
+        """Whether :meth:`park` now would leave the agent a worker result to wait for."""
         running, settled = self._settled_links()
-        return self._surfaces.pending(list(running), list(settled))
+        return self.surfaces.pending(list(running), list(settled))
 
-    def park_workers(self, stamp: int) -> bool:
+    def park(self, stamp: int) -> bool:
         """The agent's turn ended: watch its running workers and surface the settled results it
         never claimed; ``stamp`` is the generation the surfaces carry. True if any is coming."""
         running, settled = self._settled_links()
-        return self._surfaces.park(running, settled, stamp)
+        return self.surfaces.park(running, settled, stamp)
 
-    # -- workers -------------------------------------------------------------------------------
+    # -- the registry --------------------------------------------------------------------------
 
-    def _sync_settled(self) -> None:
+    def sync_settled(self) -> None:
         for wid, link in self._links.items():
-            if link.done.is_set() and self._registry.is_running(wid):
-                self._registry.settle(wid)
+            if link.done.is_set() and self.registry.is_running(wid):
+                self.registry.settle(wid)
 
-    def _sweep(self, epoch: int) -> list[Notice]:
+    def sweep(self, epoch: int) -> list[Notice]:
         """The retention sweep right after each run: Reap notices and records."""
-        self._sync_settled()
+        self.sync_settled()
         notices: list[Notice] = []
-        for reap in self._registry.advance(epoch, time.time()):
+        for reap in self.registry.advance(epoch, time.time()):
             link = self._links.pop(reap.worker, None)
-            self._worker_refs.pop(reap.worker, None)
-            self._surfaces.dismiss(reap.worker)  # a reap stays transcript-only
+            self._refs.pop(reap.worker, None)
+            self.surfaces.dismiss(reap.worker)  # a reap stays transcript-only
             if link is not None and reap.reason != "retention":
                 link.cancel(f"reaped: {reap.reason}")
             append_jsonl(
                 self.record_path,
                 {
                     "kind": "Reap",
-                    "agent": self.name,
+                    "agent": self.agent,
                     "worker": reap.worker,
                     "reason": reap.reason,
                     "epoch": reap.epoch,
@@ -314,7 +350,7 @@ class ShellWorkers:
             )
             notices.append(
                 Notice(
-                    self.name,
+                    self.agent,
                     notice="Reap",
                     text=f"worker {reap.worker} reaped ({reap.reason}): {reap.detail}",
                     data={"worker": reap.worker, "reason": reap.reason, "epoch": reap.epoch},
@@ -322,16 +358,25 @@ class ShellWorkers:
             )
         return notices
 
-    def _cancel_workers(self, reason: str) -> None:
+    def cancel_all(self, reason: str) -> None:
         """Explicit destruction outranks every lease: cancel and stop every registered worker."""
         for link in self._links.values():
             link.cancel(reason)
-        for ref in self._worker_refs.values():
+        for ref in self._refs.values():
             with contextlib.suppress(Exception):  # already stopped: its link settled above
                 ref.stop(block=True, timeout=10.0)
         self._links.clear()
-        self._worker_refs.clear()
-        self._registry.clear()
+        self._refs.clear()
+        self.registry.clear()
         # Every cancelled worker has settled (stop blocks until it has): completions surfaced
         # meanwhile carry the old generation, which the guard drops after /clear.
-        self._surfaces.reset()
+        self.surfaces.reset()
+
+    def renew(self) -> None:
+        """``clear``: after :meth:`cancel_all`, a fresh registry with the same bounds."""
+        self.registry = WorkerRegistry(idle_calls=self._bounds[0], backstop_secs=self._bounds[1])
+
+    def close(self) -> None:
+        for sock in (self.wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                sock.close()

@@ -26,8 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors.fleet import Fleet, FleetConfig
+from actors.process import ensure_fork_server
 from actors.shell import ShellActor
-from actors.shell_host import ensure_fork_server
 from runtime.cancel import CancelScope
 from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec

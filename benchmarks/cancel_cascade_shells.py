@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 
 from actors.fleet import Fleet
-from actors.shell_host import ensure_fork_server
+from actors.process import ensure_fork_server
 from runtime.constants import TRUNK_NAME
 from runtime.providers import make_provider
 from runtime.providers.scenario import parse_scenario

@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 import actors.shell
+from actors.process import ensure_fork_server
 from actors.shell import ShellActor
-from actors.shell_host import ensure_fork_server
 
 LOOP = "for i in (range 100000) { for j in (range 1000) { let n = add 1 1 } }"
 """CPU-bound, and every native call in it short (a ``range 10000000`` would itself be one long

@@ -42,8 +42,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from actors.process import ensure_fork_server
 from actors.shell import ShellActor
-from actors.shell_host import ensure_fork_server
 from runtime.cancel import Cancelled, CancelScope
 from runtime.messages import UserMessage
 from runtime.providers import make_provider

@@ -35,7 +35,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors.fleet import Fleet, FleetConfig
-from actors.shell_host import ensure_fork_server
+from actors.process import ensure_fork_server
 from runtime.cancel import CancelScope
 from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec

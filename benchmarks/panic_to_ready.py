@@ -15,8 +15,8 @@ import sys
 import tempfile
 import time
 
+from actors.process import ensure_fork_server
 from actors.shell import ShellActor
-from actors.shell_host import ensure_fork_server
 
 
 def main() -> None:

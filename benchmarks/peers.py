@@ -40,8 +40,8 @@ import msgpack
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors.fleet import FleetConfig
+from actors.process import ChildProcess, ensure_fork_server
 from actors.shell import ShellActor
-from actors.shell_host import ChildProcess, ensure_fork_server
 from runtime.durable import read_jsonl
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback

@@ -17,8 +17,8 @@ import argparse
 import tempfile
 from typing import Any
 
+from actors.process import ensure_fork_server
 from actors.shell import ShellActor
-from actors.shell_host import ensure_fork_server
 from runtime.limits import ShellLimits, format_size
 
 FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "VmData")

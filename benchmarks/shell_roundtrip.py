@@ -2,8 +2,8 @@
 
 The floor is a bare msgpack echo over the same kind of pipe (a duplex ``Connection``) to a
 process started from the same fork server. The shell's figure includes everything a tool call
-pays: the pykka mailbox, the run frame, parse/elaborate/evaluate, the snapshot delta and the
-atomic, fsync'd checkpoint of the durable snapshot.
+pays: the pykka mailbox, the run frame, parse/elaborate/evaluate, the result frame with its
+snapshot delta, and the checkpoint (for ``1``: nothing to append, see actors/shell_snapshot.py).
 
     PYTHONPATH=. python benchmarks/shell_roundtrip.py [N]
 """
@@ -18,8 +18,8 @@ from multiprocessing.connection import Connection
 
 import msgpack
 
+from actors.process import ChildProcess, ensure_fork_server
 from actors.shell import ShellActor
-from actors.shell_host import ChildProcess, ensure_fork_server
 
 
 def echo_main(data: Connection, ctl: Connection, memory_bytes: int | None = None) -> None:

@@ -47,6 +47,7 @@ from runtime.executor import (
 from runtime.journal import JournalError, NodeState, SpawnJournal
 from runtime.local_executor import LocalProcessExecutor
 from runtime.session_dir import SessionDir
+from runtime.snapshot import folded_bytes
 
 RetainAtSettlement = Literal["keep", "release"]
 
@@ -281,7 +282,7 @@ def _persist_in_flight(journal: SpawnJournal, s: _Slot) -> None:
         # the journal sits at its session's root (SessionDir.journal)
         dest = SessionDir(journal.path.parent).retained_snapshot(s.node.id)
         try:
-            atomic_write_bytes(dest, Path(snapshot).read_bytes())
+            atomic_write_bytes(dest, folded_bytes(snapshot))  # base + binding log, as one
             snapshot = str(dest)
         except OSError as e:
             note = f"snapshot copy failed ({e}); pointer kept"

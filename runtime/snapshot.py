@@ -11,6 +11,12 @@ File layout (one msgpack map, so any msgpack reader can inspect it)::
     {"format": "exarch-mobile-snapshot", "version": 1, "crc32": <crc of body>, "body": <bin>}
     body = {"agent", "epoch", "context", "ledger", "workers", "bindings": {name: <bin>}}
 
+A base is extended by its **binding log** (``<file>.log``, :mod:`runtime.binding_log`): frames of
+the bindings set and removed, and the context, ledger and worker changes, at each checkpoint since
+the base was written. :meth:`MobileSnapshot.load` reads base plus log; a log whose header names
+another base (its identity is the body's CRC and length) is already folded into this one and is
+ignored; a torn last frame is ignored; a corrupt middle frame refuses the snapshot.
+
 The envelope never changes between versions, so a foreign-version file is named as such rather
 than misread as corrupt; the CRC catches a flipped byte that msgpack would happily decode.
 A corrupt, foreign or foreign-version file is refused with :class:`SnapshotRefused` naming the
@@ -38,8 +44,10 @@ from typing import Any
 
 import msgpack
 
+from runtime.binding_log import log_path, read_log
 from runtime.durable import atomic_write_bytes
 from runtime.errors import SnapshotRefused
+from runtime.ledger import apply_delta
 
 FORMAT = "exarch-mobile-snapshot"
 FORMAT_VERSION = 1
@@ -85,6 +93,9 @@ class MobileSnapshot:
     workers: Mapping[str, Any]
     packed_bindings: bytes | None = field(default=None, compare=False, repr=False)
     """The bindings section already packed as a msgpack map (set by the builder; else derived)."""
+    base_id: tuple[int, int] | None = field(default=None, compare=False, repr=False)
+    """``(crc32, length)`` of the body this snapshot was decoded from: the identity a binding
+    log's header names (None for a snapshot not read from bytes)."""
 
     # -- views -----------------------------------------------------------------------------------
 
@@ -109,6 +120,10 @@ class MobileSnapshot:
     # -- encoding --------------------------------------------------------------------------------
 
     def encode(self) -> bytes:
+        return self.encode_base()[0]
+
+    def encode_base(self) -> tuple[bytes, tuple[int, int]]:
+        """The file's bytes and the body's identity ``(crc32, length)`` (a log's header)."""
         section = self.packed_bindings
         if section is None:
             section = _pack_section({n: _pack(n) + _pack(b) for n, b in self.bindings.items()})
@@ -131,6 +146,7 @@ class MobileSnapshot:
         crc = 0
         for part in body_parts:
             crc = zlib.crc32(part, crc)
+        length = sum(map(len, body_parts))
         envelope = (
             _pack_map_header(4),
             _pack("format"),
@@ -140,9 +156,9 @@ class MobileSnapshot:
             _pack("crc32"),
             _pack(crc),
             _pack("body"),
-            _bin_header(sum(map(len, body_parts))),
+            _bin_header(length),
         )
-        return b"".join(envelope + body_parts)
+        return b"".join(envelope + body_parts), (crc, length)
 
     @classmethod
     def decode(cls, data: bytes, *, source: str = "<bytes>") -> MobileSnapshot:
@@ -202,7 +218,41 @@ class MobileSnapshot:
             fields["ledger"],
             fields["workers"],
             packed_bindings=_raw_field(body, "bindings"),
+            base_id=(crc, len(body)),
         )
+
+    def folded(self, records: list[dict[str, Any]], *, source: str = "<log>") -> MobileSnapshot:
+        """This base with binding-log ``records`` applied in order (each frame's fields are
+        absolute values, so re-applying frames already folded in changes nothing)."""
+        bindings = dict(self.bindings)
+        context, workers = dict(self.context), dict(self.workers)
+        ledger = _own_ledger(self.ledger)
+        epoch = self.epoch
+        for i, r in enumerate(records):
+            problem = _record_problem(r)
+            if problem is not None:
+                raise SnapshotRefused(
+                    f"snapshot log {source} refused: record {i + 1} {problem}; the file is corrupt"
+                )
+            epoch = r["epoch"]
+            for name in r.get("removed") or ():
+                bindings.pop(name, None)
+            bindings.update(r.get("set") or {})
+            if "context" in r:
+                context = r["context"]
+            if "workers" in r:
+                workers = r["workers"]
+            if "ledger" in r:
+                ledger = _own_ledger(r["ledger"])
+            elif "ledger_delta" in r:
+                try:
+                    apply_delta(ledger, r["ledger_delta"])
+                except (KeyError, TypeError, AttributeError, ValueError) as e:
+                    raise SnapshotRefused(
+                        f"snapshot log {source} refused: record {i + 1} has an unreadable "
+                        f"ledger change ({type(e).__name__}: {e}); the file is corrupt"
+                    ) from None
+        return MobileSnapshot(self.agent, epoch, bindings, context, ledger, workers)
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -214,6 +264,18 @@ class MobileSnapshot:
 
     @classmethod
     def load(cls, path: str | Path) -> MobileSnapshot:
+        """The snapshot at ``path``: its base plus its binding log (see the module docstring)."""
+        base = cls.load_base(path)
+        assert base.base_id is not None
+        log = log_path(path)
+        read = read_log(log, base.base_id)
+        if not read.records:
+            return base
+        return base.folded(read.records, source=str(log))
+
+    @classmethod
+    def load_base(cls, path: str | Path) -> MobileSnapshot:
+        """The base file at ``path`` alone, without its binding log."""
         p = Path(path)
         try:
             data = p.read_bytes()
@@ -232,6 +294,50 @@ class MobileSnapshot:
             return cls.load(path), None
         except SnapshotRefused as e:
             return previous, e
+
+
+def folded_bytes(path: str | Path) -> bytes:
+    """The snapshot at ``path`` (base plus binding log) as one base file's bytes, for a copy
+    that must stand alone; a snapshot that is refused is copied as its base bytes, unread."""
+    try:
+        return MobileSnapshot.load(path).encode()
+    except SnapshotRefused:
+        return Path(path).read_bytes()
+
+
+def _own_ledger(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A ledger state whose lease maps are this caller's to change in place."""
+    out = dict(state)
+    for key in ("last_use", "sizes"):
+        if isinstance(out.get(key), Mapping):
+            out[key] = dict(out[key])
+    return out
+
+
+_RECORD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "set": dict,
+    "removed": list,
+    "context": dict,
+    "workers": dict,
+    "ledger": dict,
+    "ledger_delta": dict,
+}
+
+
+def _record_problem(r: dict[str, Any]) -> str | None:
+    epoch = r.get("epoch")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        return f"has no valid epoch ({epoch!r})"
+    for key, types in _RECORD_TYPES.items():
+        if key in r and not isinstance(r[key], types):
+            return f"has a {key!r} that is a {type(r[key]).__name__}"
+    if not all(
+        isinstance(k, str) and isinstance(v, bytes) for k, v in (r.get("set") or {}).items()
+    ):
+        return "sets a binding that is not a name and an encoded value"
+    if not all(isinstance(n, str) for n in r.get("removed") or ()):
+        return "removes a binding that is not a name"
+    return None
 
 
 def _raw_field(body: bytes, key: str) -> bytes | None:

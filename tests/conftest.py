@@ -72,7 +72,7 @@ def _stray_threads(before: set[int | None]) -> list[threading.Thread]:
 @pytest.fixture(scope="session", autouse=True)
 def fork_server() -> Iterator[None]:
     """Start the shell fork server once, before any per-test leak check sees it."""
-    from actors.shell_host import ensure_fork_server
+    from actors.process import ensure_fork_server
 
     ensure_fork_server()
     yield

@@ -95,7 +95,7 @@ class ChatApp(App[None]):
         quit_window: float = QUIT_WINDOW_SECS,
         info_secs: float = INFO_SECS,
     ) -> None:
-        from actors.shell_host import ensure_fork_server
+        from actors.process import ensure_fork_server
 
         # Before textual swaps sys.stderr for its capture object (fileno -1): multiprocessing's
         # resource tracker passes stderr's fd to its child and fails on -1.

@@ -24,9 +24,9 @@ point of view).
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from runtime.ral.calls import (
     MAX_DEPTH,
@@ -75,12 +75,37 @@ class Stats:
 STATS = Stats()
 
 
+class NameSet(Protocol):
+    """What elaboration does with a scope's bound names: ask and add."""
+
+    def __contains__(self, name: object, /) -> bool: ...
+
+    def add(self, name: str, /) -> None: ...
+
+
+class Overlay:
+    """A bound set over a live collection of names, adding to a set of its own: the session
+    scope of one compile without copying the scope (copying 100,000 names cost ~3 ms a run)."""
+
+    __slots__ = ("added", "base")
+
+    def __init__(self, base: Collection[str]) -> None:
+        self.base = base
+        self.added: set[str] = set()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.added or name in self.base
+
+    def add(self, name: str) -> None:
+        self.added.add(name)
+
+
 class Scope:
     """An elaboration scope, one per runtime activation."""
 
     __slots__ = ("captures", "kind", "names", "parent")
 
-    def __init__(self, kind: str, names: set[str], parent: Scope | None) -> None:
+    def __init__(self, kind: str, names: NameSet, parent: Scope | None) -> None:
         self.kind = kind  # "session" | "frame" | "closure"
         self.names = names
         self.parent = parent

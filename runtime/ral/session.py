@@ -27,7 +27,7 @@ from typing import Any
 from runtime.cancel import Cancelled, CancelScope
 from runtime.fault_switch import faults_enabled
 from runtime.ral.calls import Activation, ReturnSignal
-from runtime.ral.compile import Scope, compile_program, harvest, no_gc
+from runtime.ral.compile import Overlay, Scope, compile_program, harvest, no_gc
 from runtime.ral.context import Desk, DynamicContext, Grants, WorkerBackend
 from runtime.ral.errors import (
     CodecError,
@@ -120,7 +120,7 @@ class Session:
             with no_gc():
                 phrases = parse(source)
                 evs = compile_program(
-                    phrases, Scope("session", set(self._rho), None), frozenset(sigma)
+                    phrases, Scope("session", Overlay(self._rho.keys()), None), frozenset(sigma)
                 )
         except RalSyntaxError as e:
             return RunResult(

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from actors.process import ensure_fork_server
 from actors.shell import ShellActor
-from actors.shell_host import ensure_fork_server
 
 
 @pytest.fixture(scope="session", autouse=True)

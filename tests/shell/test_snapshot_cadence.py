@@ -1,5 +1,6 @@
-"""The snapshot file follows every committed change, and skips calls that change nothing a
-resume needs (only the ledger's clock moved) for at most SNAPSHOT_FILE_EVERY calls."""
+"""The snapshot files (base + binding log) follow every committed change, and skip calls that
+change nothing a resume needs (only the ledger's clock moved) for at most SNAPSHOT_FILE_EVERY
+calls."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.shell import SNAPSHOT_FILE_EVERY
+from actors.shell_snapshot import SNAPSHOT_FILE_EVERY
+from runtime.binding_log import log_path
 from runtime.snapshot import MobileSnapshot
 
 
-def _stamp(path: Path) -> tuple[int, int]:
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """The base's identity and the log's length: what a checkpoint changes on disk."""
     st = os.stat(path)
-    return (st.st_ino, st.st_mtime_ns)
+    return (st.st_ino, st.st_mtime_ns, os.stat(log_path(path)).st_size)
 
 
-def test_a_call_that_binds_rewrites_the_file_and_a_pure_read_does_not(
+def test_a_call_that_binds_appends_to_the_files_and_a_pure_read_does_not(
     start_shell: Callable[..., Any], tmp_path: Path
 ) -> None:
     shell = start_shell().proxy()
@@ -31,7 +34,7 @@ def test_a_call_that_binds_rewrites_the_file_and_a_pure_read_does_not(
     assert set(MobileSnapshot.load(path).names()) >= {"x", "y"}
 
 
-def test_a_cd_rewrites_the_file(start_shell: Callable[..., Any], tmp_path: Path) -> None:
+def test_a_cd_reaches_the_files(start_shell: Callable[..., Any], tmp_path: Path) -> None:
     shell = start_shell().proxy()
     path = tmp_path / "agents" / "trunk" / "snapshot.msgpack"
     shell.run("add 1 1").get()
@@ -59,12 +62,13 @@ def test_a_refused_snapshot_write_keeps_the_call_reports_it_and_retries_next_che
     path = tmp_path / "agents" / "trunk" / "snapshot.msgpack"
     shell.run("let before = 1").get()
     path.unlink()
-    path.mkdir()  # the rename onto the snapshot path now fails
-    result = shell.run("let during = 2").get()
+    path.mkdir()  # the rename of a new base onto the snapshot path now fails
+    # a binding over the log's 1 MiB bound: its frame is appended, then the log is compacted
+    result = shell.run("let during = seq 1 200000").get()
     assert result.error is None and "during" in result.defined
     assert "SnapshotWriteFailed" in notices.kinds()
-    assert not list(path.parent.glob(".snapshot.msgpack.*.tmp")), "no temp file left behind"
+    assert not list(path.parent.glob(".snapshot.msgpack*.tmp")), "no temp file left behind"
     assert shell.run("add 1 1").get().error is None
     path.rmdir()
-    shell.run("add 2 2").get()  # the next checkpoint retries: the file is still dirty
+    shell.run("add 2 2").get()  # the next checkpoint retries the compaction: it is still due
     assert {"before", "during"} <= set(MobileSnapshot.load(path).names())

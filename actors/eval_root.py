@@ -1,14 +1,12 @@
-"""What a shell actor hands its callers: the :class:`ToolResult` of a call, the read-only
-:class:`ShellProbe`, the thread-safe :class:`EvalRoot` cancel handle, and the shell's errors.
+"""The shell's cancel root: :class:`EvalRoot`, a thread-safe handle the registry trips directly.
 
 Invariants:
 
-- **Cancel.** :class:`EvalRoot` bypasses the mailbox: it writes to the host's control path and
-  cancels every worker (their scopes are its children). ``cancel`` is sticky until ``clear``
-  re-chains a fresh root; ``interrupt`` stops only the run in flight. A host that does not stop
-  within :data:`actors.shell.CANCEL_GRACE` is killed and the call rolled back (the shell
-  actor's pump enforces it from :meth:`EvalRoot._cancel_requested_at`).
-- Every value here is frozen except the handle itself and the pump's private :class:`_Run`.
+- It bypasses the mailbox: it writes to the host's control path and cancels every worker
+  (their scopes are its children). ``cancel`` is sticky until ``clear`` re-chains a fresh root;
+  ``interrupt`` stops only the run in flight. A host that does not stop within
+  :data:`actors.shell.CANCEL_GRACE` is killed and the call rolled back (the shell actor's pump
+  enforces it from :meth:`EvalRoot._cancel_requested_at`).
 """
 
 from __future__ import annotations
@@ -16,64 +14,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from actors.frames import Frame
 from actors.process import ChildProcess
 from runtime.cancel import CancelScope
-from runtime.errors import ExarchError
-from runtime.events import Notice
-
-
-class ShellBootFailed(ExarchError):
-    """A shell host process could not be started or could not restore its snapshot."""
-
-
-class ShellClosed(ExarchError):
-    """The shell was closed; start a new one."""
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """What one ral tool call returned, as the agent sees it."""
-
-    value: str
-    """The value's display rendering (``render``)."""
-    stdout: str = ""
-    stderr: str = ""
-    error: str | None = None
-    """``line:col message`` of the ral error, the cancellation, or the panic; None on success."""
-    error_kind: str | None = None
-    """``syntax`` | ``elaboration`` | ``runtime`` | ``cancelled`` | ``panic``."""
-    referenced: frozenset[str] = frozenset()
-    defined: tuple[str, ...] = ()
-    compiled: bool = True
-    rolled_back: bool = False
-    epoch: int = 0
-    notices: tuple[Notice, ...] = ()
-    """Notices this call produced (also delivered to the ``notice_sink`` when one is installed)."""
-    host_pid: int | None = None
-    """The shell host that holds the state after this call (a new one after a rollback)."""
-
-
-@dataclass(frozen=True)
-class ShellProbe:
-    """Read-only figures for the /resources card; taking them renews nothing."""
-
-    epoch: int
-    running_workers: int
-    settled_workers: int
-    nearest_worker_reap_calls: int | None
-    nearest_worker_backstop_secs: float | None
-    live_bindings: int
-    baseline_bindings: int
-    pinned_bindings: int
-    nearest_binding_expiry_calls: int | None
-    bytes_held: int
-    """Encoded bytes of the leased (model-written) bindings."""
-    snapshot_bindings_bytes: int
-    """Encoded bytes of every session binding in the durable snapshot."""
-    host_pid: int | None = None
 
 
 class EvalRoot:
@@ -154,16 +97,3 @@ class EvalRoot:
         scope.on_cancel(self._on_root_cancelled)
         with self._lock:
             self.scope = scope
-
-
-@dataclass
-class _Run:
-    """What the pump collected for one run."""
-
-    result: Frame | None = None
-    snapshot: Frame | None = None
-    panic: str | None = None
-    awaits: dict[int, str] = field(default_factory=dict)
-    harvested: set[str] = field(default_factory=set)
-    """Names the run's ``use`` compiles referenced (``harvest`` frames): renewed even if it
-    panics, with the script's own."""

@@ -1,0 +1,64 @@
+"""What a shell call returns: the :class:`CallResult` of one ral tool call, the read-only
+:class:`ShellProbe`, and the shell's errors. Every value here is frozen.
+
+(``CallResult`` is the shell's own record of a call; ``runtime.messages.ToolResult`` is the
+model-visible message a digest of it becomes.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime.errors import ExarchError
+from runtime.events import Notice
+
+
+class ShellBootFailed(ExarchError):
+    """A shell host process could not be started or could not restore its snapshot."""
+
+
+class ShellClosed(ExarchError):
+    """The shell was closed; start a new one."""
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """What one ral tool call returned, as the agent sees it."""
+
+    value: str
+    """The value's display rendering (``render``)."""
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    """``line:col message`` of the ral error, the cancellation, or the panic; None on success."""
+    error_kind: str | None = None
+    """``syntax`` | ``elaboration`` | ``runtime`` | ``cancelled`` | ``panic``."""
+    referenced: frozenset[str] = frozenset()
+    defined: tuple[str, ...] = ()
+    compiled: bool = True
+    rolled_back: bool = False
+    epoch: int = 0
+    notices: tuple[Notice, ...] = ()
+    """Notices this call produced (also delivered to the ``notice_sink`` when one is installed)."""
+    host_pid: int | None = None
+    """The shell host that holds the state after this call (a new one after a rollback)."""
+
+
+@dataclass(frozen=True)
+class ShellProbe:
+    """Read-only figures for the /resources card; taking them renews nothing."""
+
+    epoch: int
+    running_workers: int
+    settled_workers: int
+    nearest_worker_reap_calls: int | None
+    nearest_worker_backstop_secs: float | None
+    live_bindings: int
+    baseline_bindings: int
+    pinned_bindings: int
+    nearest_binding_expiry_calls: int | None
+    bytes_held: int
+    """Encoded bytes of the leased (model-written) bindings."""
+    snapshot_bindings_bytes: int
+    """Encoded bytes of every session binding in the durable snapshot."""
+    host_pid: int | None = None
