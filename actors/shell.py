@@ -98,6 +98,12 @@ old), where not even its cancel-listener thread runs -- in median 2.16 s, worst 
 SIGKILL, a fresh host from the snapshot).
 Such a host can only be killed; the call is rolled back like any other panic."""
 
+WATCH_POLL = 0.05
+"""Seconds between reads of the caller's interrupt token while a call runs on the caller's
+thread (:func:`run_call`): the agent's ``await_run`` re-sends an interrupt as often when the
+call goes through the mailbox. The trunk registers no eval root, so a cancel cascade reaches
+its run only this way (actors/fleet.py)."""
+
 BOOT_TIMEOUT = 30.0
 """Seconds a fresh host may take to restore a snapshot before the boot is declared failed."""
 
@@ -224,10 +230,12 @@ class ShellActor(QuotaActor):
         """Run the call on the calling thread if the actor is idle (see the module docstring's
         last invariant); None if it is not, and the call must go through the mailbox.
 
-        ``watch``: the caller's interrupt token. An interrupt trips the token *before* it calls
-        :meth:`EvalRoot.interrupt`, which reaches only a run already attached; the token is
-        read again right after the run attaches, so an interrupt landing in between is not lost
-        (through the mailbox, the agent's ``await_run`` closes that window by re-sending)."""
+        ``watch``: the caller's interrupt token, read when the run attaches and every
+        :data:`WATCH_POLL` while it runs; while it stands the run is interrupted (what the
+        agent's ``await_run`` does for a call through the mailbox). It closes the window in
+        which an interrupt trips the token before the run attaches (:meth:`EvalRoot.interrupt`
+        reaches only an attached run), and it is how a cascade reaches the trunk's run (the
+        trunk registers no eval root)."""
         if not self._ready or self._closed:
             return None
         if not self._lock.acquire(blocking=False):
@@ -312,9 +320,15 @@ class ShellActor(QuotaActor):
         self._checkpoint()
         notices = result.notices + tuple(reaps) if reaps else result.notices
         self._deliver(notices)
-        host_pid = self._host.pid if self._host is not None else None
+        host = self._host
+        host_pid = host.pid if host is not None else None
         if reaps or host_pid != result.host_pid:  # a copy costs ~5 us: only when it differs
-            result = _replace(result, notices=notices, host_pid=host_pid)
+            result = _replace(
+                result,
+                notices=notices,
+                host_pid=host_pid,
+                host_started_at=host.started_at if host is not None else None,
+            )
         return result
 
     def _run_on_host(self, script: str, epoch: int) -> CallResult:
@@ -336,9 +350,6 @@ class ShellActor(QuotaActor):
         except ChannelClosed:
             return self._rollback(self._death_reason(host), epoch)
         self.eval_root._attach(host, run_id, wake=self._workers.wake)
-        watch = self._watch
-        if watch is not None and watch.cancelled:
-            self.eval_root.interrupt(watch.reason or "interrupt")
         try:
             got = self._pump(host)
         finally:
@@ -364,14 +375,25 @@ class ShellActor(QuotaActor):
             epoch=epoch,
             notices=tuple(notices),
             host_pid=host.pid,
+            host_started_at=host.started_at,
         )
 
     def _pump(self, host: ChildProcess) -> _Run:
         """Wait for the run's result, serving enquiries meanwhile; detect a dead host."""
         got = _Run()
+        watch = self._watch
+        sent_at = -WATCH_POLL
         while True:
+            if watch is not None and watch.cancelled:
+                now = time.monotonic()
+                if now - sent_at >= WATCH_POLL:  # re-sent as the agent's await_run does
+                    sent_at = now
+                    self.eval_root.interrupt(watch.reason or "interrupt")
             cancel_at = self.eval_root._cancel_requested_at()
-            timeout = POLL_INTERVAL * 5 if cancel_at is not None else None
+            if cancel_at is not None:
+                timeout: float | None = POLL_INTERVAL * 5
+            else:
+                timeout = WATCH_POLL if watch is not None else None
             wake = self._workers.wake_r
             ready = host.wait_frame(timeout, extra=(wake,))
             if wake in ready:

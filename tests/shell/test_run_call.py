@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import psutil
 import pykka
 import pytest
 
@@ -37,6 +38,7 @@ def test_an_idle_shell_runs_the_call_on_the_callers_thread(start_shell) -> None:
     assert r.error is None and r.value == "42"
     assert seen == [threading.current_thread().name]
     assert r.host_pid == shell.host_pid().get()
+    assert r.host_started_at == psutil.Process(r.host_pid).create_time()
 
 
 def test_a_busy_shell_takes_the_call_through_its_mailbox_after_the_call_in_flight(
@@ -101,6 +103,27 @@ def test_an_interrupt_of_the_callers_token_before_the_run_attaches_still_stops_i
     r = run_call(shell, "sleep 30", token).get(timeout=HANG_GUARD)
     assert r.error_kind == "cancelled"
     assert run_call(shell, "1").get(timeout=HANG_GUARD).value == "1"
+
+
+def test_a_token_tripped_mid_run_stops_it_with_no_eval_root_call(start_shell) -> None:
+    """The trunk registers no eval root: a cascade trips only its token, and the run on the
+    caller's thread must notice it (as ``await_run`` does through the mailbox)."""
+    shell = start_shell().proxy()
+    root = shell.eval_root.get()
+    shell.run("1").get()
+    token = CancelScope()
+
+    def cascade() -> None:
+        wait_for(lambda: root.busy)
+        token.cancel("interrupted")
+
+    registry = threading.Thread(target=cascade)
+    registry.start()
+    try:
+        r = run_call(shell, "sleep 30", token).get(timeout=HANG_GUARD)
+    finally:
+        registry.join(HANG_GUARD)
+    assert r.error_kind == "cancelled"
 
 
 def test_a_root_cancel_stops_a_run_on_the_callers_thread(start_shell) -> None:
