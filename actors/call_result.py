@@ -42,6 +42,9 @@ class CallResult:
     """Notices this call produced (also delivered to the ``notice_sink`` when one is installed)."""
     host_pid: int | None = None
     """The shell host that holds the state after this call (a new one after a rollback)."""
+    host_started_at: float | None = None
+    """That host's create time (``psutil``'s), read once per host: with the pid it names the
+    process without blaming a reused pid."""
 
 
 @dataclass(frozen=True)

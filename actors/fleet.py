@@ -33,7 +33,7 @@ from actors.bus import start_bus
 from actors.eval_root import EvalRoot
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import start_registry
-from actors.shell import ShellActor
+from actors.shell import ShellActor, run_call
 from actors.shell_workers import WorkerSurfaces
 from runtime import durability
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
@@ -412,7 +412,7 @@ class Fleet:
         return root, ref.proxy(), surfaces
 
     def run_shell(self, agent: Agent, script: str) -> ShellOutput:
-        result = agent.await_run(agent.shell.run(script))
+        result = agent.await_run(run_call(agent.shell, script, agent.token))
         if result.error is None and not result.rolled_back:  # drills: what this call committed
             pid = result.host_pid if result.host_pid is not None else agent.shell_pid()
             append_jsonl(self.session.record, commit_record(agent.name, result, pid))

@@ -5,6 +5,7 @@ Public surface (what an agent calls)::
     ref = ShellActor.start(name=..., session_dir=..., desk=..., notice_sink=..., context=...,
                            snapshot=None)          # snapshot: a MobileSnapshot to resume or fork
     result = ref.proxy().run(script).get()         # -> CallResult
+    result = run_call(ref.proxy(), script).get()   # the same call, on the caller's thread when idle
     root = ref.proxy().eval_root.get()             # fetch once; then use from ANY thread:
     root.cancel(reason)                            #   sticky cascade: run in flight + every worker
     root.interrupt(reason)                         #   just the run in flight (Esc)
@@ -32,6 +33,16 @@ Invariants:
 - **Cancel.** :class:`EvalRoot` bypasses the mailbox: it writes to the host's control path and
   cancels every worker (their scopes are its children). A host that does not stop within
   :data:`CANCEL_GRACE` is killed and the call rolled back.
+- **One thread in the actor at a time** (the caller's run, :func:`run_call`). Every message the
+  actor thread serves, and ``on_start``/``on_stop``/``on_failure``, holds the actor's lock; a
+  caller may run a call on its own thread instead of the actor's only while holding that lock,
+  after ``on_start`` finished, before the actor stopped, and with the mailbox *idle* -- nothing
+  queued and nothing taken off the queue but not yet served (:class:`_ShellMailbox` counts
+  those). So the state is never touched by two threads, and every message sent before the call
+  (by any thread) has been served before it: the order is the mailbox's. What the actor
+  guarantees for a call holds on either thread, because it is the same ``run``: the epoch, the
+  cancel (the registry trips the :class:`EvalRoot`, not a mailbox), the grace and the rollback.
+  A busy or stopping actor gets the call through its mailbox as before.
 
 Collaborators, each owning its state: the committed state and its files
 (:class:`actors.shell_snapshot.SnapshotKeeper`), the workers (:class:`actors.shell_workers.
@@ -44,21 +55,24 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pykka
+
 from actors.call_result import CallResult, ShellBootFailed, ShellClosed, ShellProbe
 from actors.eval_root import EvalRoot
 from actors.frames import ChannelClosed, Frame
-from actors.mailbox import QuotaActor
+from actors.mailbox import QuotaActor, QuotaMailbox
 from actors.process import ChildProcess
 from actors.shell_host import FORK_VERBS, frame_error_text, host_main
 from actors.shell_snapshot import SnapshotKeeper
 from actors.shell_workers import WorkerPool, WorkerSurfaces
-from runtime.cancel import POLL_INTERVAL
+from runtime.cancel import POLL_INTERVAL, CancelScope
 from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
 from runtime.durable import append_jsonl
 from runtime.errors import ExarchError
@@ -84,6 +98,12 @@ old), where not even its cancel-listener thread runs -- in median 2.16 s, worst 
 SIGKILL, a fresh host from the snapshot).
 Such a host can only be killed; the call is rolled back like any other panic."""
 
+WATCH_POLL = 0.05
+"""Seconds between reads of the caller's interrupt token while a call runs on the caller's
+thread (:func:`run_call`): the agent's ``await_run`` re-sends an interrupt as often when the
+call goes through the mailbox. The trunk registers no eval root, so a cancel cascade reaches
+its run only this way (actors/fleet.py)."""
+
 BOOT_TIMEOUT = 30.0
 """Seconds a fresh host may take to restore a snapshot before the boot is declared failed."""
 
@@ -101,8 +121,36 @@ class _Run:
     panics, with the script's own."""
 
 
+class _ShellMailbox(QuotaMailbox):
+    """The quota mailbox, also counting envelopes taken off the queue and not yet served: the
+    actor thread takes an envelope *before* it takes the actor's lock, and a caller's run must
+    not overtake it in that gap (:meth:`ShellActor.run_here`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_hand = 0
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        envelope = super().get(block, timeout)
+        with self._cond:
+            self.in_hand += 1
+        return envelope
+
+    def served(self) -> None:
+        with self._cond:
+            self.in_hand -= 1
+
+    def idle(self) -> bool:
+        with self._cond:
+            return self.in_hand == 0 and not self._control and not len(self._rule)
+
+
 class ShellActor(QuotaActor):
     """One agent's shell (see the module docstring for the surface and invariants)."""
+
+    @staticmethod
+    def _create_actor_inbox() -> QuotaMailbox:
+        return _ShellMailbox()
 
     def __init__(
         self,
@@ -159,13 +207,58 @@ class ShellActor(QuotaActor):
         self._epoch = 0
         self._run_id = 0
         self._closed = False
+        self._lock = threading.RLock()
+        """Held by whichever thread is in the actor: its own, or a caller's (:meth:`run_here`)."""
+        self._ready = False
+        self._watch: CancelScope | None = None
 
     def mailbox_recipient(self) -> str:
         return f"shell {self.name}"
 
     # -- lifecycle -----------------------------------------------------------------------------
 
+    def _handle_receive(self, message: Any) -> Any:
+        mailbox = self.actor_inbox
+        assert isinstance(mailbox, _ShellMailbox)
+        try:
+            with self._lock:
+                return super()._handle_receive(message)
+        finally:
+            mailbox.served()
+
+    def run_here(self, script: str, watch: CancelScope | None = None) -> CallResult | None:
+        """Run the call on the calling thread if the actor is idle (see the module docstring's
+        last invariant); None if it is not, and the call must go through the mailbox.
+
+        ``watch``: the caller's interrupt token, read when the run attaches and every
+        :data:`WATCH_POLL` while it runs; while it stands the run is interrupted (what the
+        agent's ``await_run`` does for a call through the mailbox). It closes the window in
+        which an interrupt trips the token before the run attaches (:meth:`EvalRoot.interrupt`
+        reaches only an attached run), and it is how a cascade reaches the trunk's run (the
+        trunk registers no eval root)."""
+        if not self._ready or self._closed:
+            return None
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            mailbox = self.actor_inbox
+            assert isinstance(mailbox, _ShellMailbox)
+            if self._closed or self.actor_stopped.is_set() or not mailbox.idle():
+                return None
+            self._watch = watch
+            try:
+                return self.run(script)
+            finally:
+                self._watch = None
+        finally:
+            self._lock.release()
+
     def on_start(self) -> None:
+        with self._lock:
+            self._start()
+            self._ready = True
+
+    def _start(self) -> None:
         snap = self._boot_snapshot
         self._boot_snapshot = None
         if snap is None:
@@ -183,10 +276,12 @@ class ShellActor(QuotaActor):
         self._checkpoint()
 
     def on_stop(self) -> None:
-        self.close()
+        with self._lock:
+            self.close()
 
     def on_failure(self, *args: Any) -> None:
-        self.close()
+        with self._lock:
+            self.close()
 
     def close(self) -> None:
         """Cancel every worker, shut the host down and reap every process. Idempotent."""
@@ -223,10 +318,18 @@ class ShellActor(QuotaActor):
             result = self._run_on_host(script, epoch)
         reaps = self._workers.sweep(epoch)
         self._checkpoint()
-        notices = result.notices + tuple(reaps)
+        notices = result.notices + tuple(reaps) if reaps else result.notices
         self._deliver(notices)
-        host_pid = self._host.pid if self._host is not None else None
-        return _replace(result, notices=notices, host_pid=host_pid)
+        host = self._host
+        host_pid = host.pid if host is not None else None
+        if reaps or host_pid != result.host_pid:  # a copy costs ~5 us: only when it differs
+            result = _replace(
+                result,
+                notices=notices,
+                host_pid=host_pid,
+                host_started_at=host.started_at if host is not None else None,
+            )
+        return result
 
     def _run_on_host(self, script: str, epoch: int) -> CallResult:
         host = self._host
@@ -271,14 +374,26 @@ class ShellActor(QuotaActor):
             compiled=bool(r.get("compiled", True)),
             epoch=epoch,
             notices=tuple(notices),
+            host_pid=host.pid,
+            host_started_at=host.started_at,
         )
 
     def _pump(self, host: ChildProcess) -> _Run:
         """Wait for the run's result, serving enquiries meanwhile; detect a dead host."""
         got = _Run()
+        watch = self._watch
+        sent_at = -WATCH_POLL
         while True:
+            if watch is not None and watch.cancelled:
+                now = time.monotonic()
+                if now - sent_at >= WATCH_POLL:  # re-sent as the agent's await_run does
+                    sent_at = now
+                    self.eval_root.interrupt(watch.reason or "interrupt")
             cancel_at = self.eval_root._cancel_requested_at()
-            timeout = POLL_INTERVAL * 5 if cancel_at is not None else None
+            if cancel_at is not None:
+                timeout: float | None = POLL_INTERVAL * 5
+            else:
+                timeout = WATCH_POLL if watch is not None else None
             wake = self._workers.wake_r
             ready = host.wait_frame(timeout, extra=(wake,))
             if wake in ready:
@@ -564,6 +679,29 @@ class ShellActor(QuotaActor):
         """The agent's turn ended: watch its running workers and surface the settled results it
         never claimed; ``stamp`` is the generation the surfaces carry. True if any is coming."""
         return self._workers.park(stamp)
+
+
+def run_call(shell: Any, script: str, watch: CancelScope | None = None) -> pykka.Future[CallResult]:
+    """One ral call on ``shell`` (a ShellActor's proxy): run on the calling thread when the
+    actor is idle (two process switches per call instead of four: no hand-off to the actor
+    thread and back), else through the mailbox. The answer is a future either way, and a dead
+    actor answers ``pykka.ActorDeadError`` as through the mailbox.
+
+    Relies on pykka's ``ActorRef._actor_weakref`` (pykka 4.x) to reach the actor object."""
+    ref = getattr(shell, "actor_ref", None)
+    actor = getattr(ref, "_actor_weakref", lambda: None)()
+    if isinstance(actor, ShellActor):
+        future: pykka.Future[CallResult] = pykka.ThreadingFuture()
+        try:
+            result = actor.run_here(script, watch)
+        except Exception:
+            future.set_exception()
+            return future
+        if result is not None:
+            future.set(result)
+            return future
+    answer: pykka.Future[CallResult] = shell.run(script)
+    return answer
 
 
 def _replace(result: CallResult, **changes: Any) -> CallResult:

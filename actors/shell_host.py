@@ -376,10 +376,14 @@ def encode_binding(name: str, value: Any, max_bytes: int) -> bytes:
     from runtime.ral.codec import encode_value
     from runtime.ral.errors import RalError
 
-    over = f"over the {format_size(max_bytes)} binding limit (--max-binding-bytes); bind a file "
-    over += "path rather than the content"
+    def over() -> str:  # built only for a refusal
+        return (
+            f"over the {format_size(max_bytes)} binding limit (--max-binding-bytes); bind a "
+            "file path rather than the content"
+        )
+
     if type(value) in (str, bytes) and len(value) > max_bytes:
-        raise RalError(f"let {name}: refused, the value holds {len(value)} bytes, {over}")
+        raise RalError(f"let {name}: refused, the value holds {len(value)} bytes, {over()}")
     try:
         blob = encode_value(value)
     except MemoryError:
@@ -389,7 +393,7 @@ def encode_binding(name: str, value: Any, max_bytes: int) -> bytes:
     except Exception as e:  # CodecError and anything else: never bind what cannot be kept
         raise RalError(f"let {name}: refused, the value cannot be kept ({e})") from None
     if len(blob) > max_bytes:
-        raise RalError(f"let {name}: refused, the value encodes to {len(blob)} bytes, {over}")
+        raise RalError(f"let {name}: refused, the value encodes to {len(blob)} bytes, {over()}")
     return blob
 
 

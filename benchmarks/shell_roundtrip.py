@@ -2,7 +2,8 @@
 
 The floor is a bare msgpack echo over the same kind of pipe (a duplex ``Connection``) to a
 process started from the same fork server. The shell's figure includes everything a tool call
-pays: the pykka mailbox, the run frame, parse/elaborate/evaluate, the result frame with its
+pays: the run frame (on the caller's thread, :func:`actors.shell.run_call`; the same call through
+the pykka mailbox is measured too), parse/elaborate/evaluate, the result frame with its
 snapshot delta, and the checkpoint (for ``1``: nothing to append, see actors/shell_snapshot.py).
 
     PYTHONPATH=. python benchmarks/shell_roundtrip.py [N]
@@ -19,7 +20,7 @@ from multiprocessing.connection import Connection
 import msgpack
 
 from actors.process import ChildProcess, ensure_fork_server
-from actors.shell import ShellActor
+from actors.shell import ShellActor, run_call
 
 
 def echo_main(data: Connection, ctl: Connection, memory_bytes: int | None = None) -> None:
@@ -50,7 +51,8 @@ def floor(n: int) -> list[float]:
     return out
 
 
-def shell(n: int) -> list[float]:
+def shell(n: int, mailbox: bool = False) -> list[float]:
+    """``mailbox``: through the actor's mailbox (``proxy.run``) rather than :func:`run_call`."""
     with tempfile.TemporaryDirectory() as d:
         ref = ShellActor.start(name="bench", session_dir=d)
         proxy = ref.proxy()
@@ -58,7 +60,7 @@ def shell(n: int) -> list[float]:
         try:
             for i in range(n + 50):
                 t = time.perf_counter()
-                proxy.run("1").get()
+                (proxy.run("1") if mailbox else run_call(proxy, "1")).get()
                 if i >= 50:
                     out.append(time.perf_counter() - t)
         finally:
@@ -69,8 +71,8 @@ def shell(n: int) -> list[float]:
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     ensure_fork_server()
-    f, s = floor(n), shell(n)
-    fm, sm = statistics.median(f), statistics.median(s)
+    f, s, m = floor(n), shell(n), shell(n, mailbox=True)
+    fm, sm, mm = statistics.median(f), statistics.median(s), statistics.median(m)
     print(
         f"floor (msgpack echo, same pipe): median {fm * 1e6:8.1f} us  p99 "
         f"{sorted(f)[int(n * 0.99)] * 1e6:8.1f} us"
@@ -79,7 +81,11 @@ def main() -> None:
         f"shell (trivial ral call):        median {sm * 1e6:8.1f} us  p99 "
         f"{sorted(s)[int(n * 0.99)] * 1e6:8.1f} us"
     )
-    print(f"ratio shell/floor: {sm / fm:.1f}x over {n} calls")
+    print(
+        f"shell via its mailbox:           median {mm * 1e6:8.1f} us  p99 "
+        f"{sorted(m)[int(n * 0.99)] * 1e6:8.1f} us"
+    )
+    print(f"ratio shell/floor: {sm / fm:.1f}x (via the mailbox {mm / fm:.1f}x) over {n} calls")
 
 
 if __name__ == "__main__":

@@ -37,13 +37,19 @@ class Cancelled(BaseException):
 
 
 class CancelScope:
-    """A node in the cancellation tree."""
+    """A node in the cancellation tree.
 
-    __slots__ = ("_callbacks", "_children", "_event", "_lock", "_reason", "parent")
+    The :class:`threading.Event` that :meth:`wait` blocks on is made on the first ``wait``, not
+    with the scope: most scopes (one per ral run) are never waited on, and making and setting an
+    Event cost ~3 us of a ~10 us trivial run. ``_done`` is the truth; the Event, once it exists,
+    is set under the same lock whenever ``_done`` is."""
+
+    __slots__ = ("_callbacks", "_children", "_done", "_event", "_lock", "_reason", "parent")
 
     def __init__(self, parent: CancelScope | None = None) -> None:
         self.parent = parent
-        self._event = threading.Event()
+        self._done = False
+        self._event: threading.Event | None = None
         self._lock = threading.Lock()
         self._children: list[CancelScope] = []
         self._callbacks: list[Callable[[], None]] = []
@@ -53,9 +59,9 @@ class CancelScope:
 
     def _adopt(self, child: CancelScope) -> None:
         with self._lock:
-            self._children = [c for c in self._children if not c._event.is_set()]
+            self._children = [c for c in self._children if not c._done]
             self._children.append(child)
-            already = self._event.is_set()
+            already = self._done
             reason = self._reason
         if already:
             child.cancel(reason or "cancelled")
@@ -67,13 +73,16 @@ class CancelScope:
     def cancel(self, reason: str = "cancelled") -> None:
         """Cancel this scope and its whole subtree; run registered callbacks once."""
         with self._lock:
-            if self._event.is_set():
+            if self._done:
                 return
             self._reason = reason
-            self._event.set()
-            children = list(self._children)
-            callbacks = list(self._callbacks)
-            self._callbacks.clear()
+            self._done = True
+            if self._event is not None:
+                self._event.set()
+            children = self._children
+            self._children = []
+            callbacks = self._callbacks
+            self._callbacks = []
         for cb in callbacks:
             try:
                 cb()
@@ -86,7 +95,7 @@ class CancelScope:
     def cancelled(self) -> bool:
         scope: CancelScope | None = self
         while scope is not None:
-            if scope._event.is_set():
+            if scope._done:
                 return True
             scope = scope.parent
         return False
@@ -95,7 +104,7 @@ class CancelScope:
     def reason(self) -> str | None:
         scope: CancelScope | None = self
         while scope is not None:
-            if scope._event.is_set():
+            if scope._done:
                 return scope._reason
             scope = scope.parent
         return None
@@ -107,12 +116,18 @@ class CancelScope:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until cancelled or ``timeout`` passes; return whether cancelled."""
-        return self._event.wait(timeout) or self.cancelled
+        with self._lock:
+            event = self._event
+            if event is None:
+                event = self._event = threading.Event()
+                if self._done:
+                    event.set()
+        return event.wait(timeout) or self.cancelled
 
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once when this scope is cancelled (at once if it already is)."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._done:
                 self._callbacks.append(callback)
                 return
         callback()
@@ -120,5 +135,7 @@ class CancelScope:
     def reset(self) -> None:
         """Clear a sticky token at a genuine turn boundary (never used on a cascade root)."""
         with self._lock:
-            self._event.clear()
+            self._done = False
+            if self._event is not None:
+                self._event.clear()
             self._reason = None

@@ -88,12 +88,17 @@ class AppendFile:
         self, path: str | os.PathLike[str], policy: Durability, *, fsync: FsyncFn = os.fsync
     ) -> None:
         self.path = Path(path)
+        self._spath = str(self.path)
         self.policy = policy
         self._fsync = fsync
         self._lock = threading.Lock()  # the writer's own: write(2) order, never across an fsync
         self._sync = threading.Condition(threading.Lock())  # guards the fields below it
         self._fd = -1
         self._ino = -1
+        self._end = -1
+        """The file's size right after this writer's last write, if that write ended a line
+        (-1: unknown). A file still that size ends in that newline, so the torn-tail check
+        (an ``fstat`` and a ``pread``) is skipped: ~3 us of an ~11 us append."""
         self._closed = False
         self._written = 0  # records whose write(2) completed, in this writer's order
         self._durable = 0  # records the last completed fsync covered
@@ -115,9 +120,14 @@ class AppendFile:
             if self._closed:
                 _one_shot(self.path, data, self._repair_sync)
                 return 0
-            fd = self._current_fd()
-            start_on_a_fresh_line(self.path, fd, self._repair_sync)
+            fd, size = self._current_fd()
+            if size < 0 or size != self._end:  # another writer, a repair, or a fresh open
+                start_on_a_fresh_line(self.path, fd, self._repair_sync)
+                size = os.fstat(fd).st_size
+            self._end = -1
             write_all(fd, data)
+            if data.endswith(b"\n"):
+                self._end = size + len(data)
             self._written += 1
             self.records += 1
             return self._written
@@ -157,20 +167,23 @@ class AppendFile:
             self._closed = True
             self._retire_fd()
 
-    def _current_fd(self) -> int:
-        """The open fd, (re)opened if the path no longer names the file it had (renamed,
-        deleted) -- so a ``/clear``'s archive never receives the next generation's records."""
+    def _current_fd(self) -> tuple[int, int]:
+        """The open fd and the file's size as the path's ``stat`` saw it (-1 after a fresh
+        open), (re)opened if the path no longer names the file it had (renamed, deleted) -- so
+        a ``/clear``'s archive never receives the next generation's records."""
         if self._fd >= 0:
             try:
-                if os.stat(self.path).st_ino == self._ino:
-                    return self._fd
+                st = os.stat(self._spath)
+                if st.st_ino == self._ino:
+                    return self._fd, st.st_size
             except FileNotFoundError:
                 pass
             self._retire_fd()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         self._ino = os.fstat(self._fd).st_ino
-        return self._fd
+        self._end = -1
+        return self._fd, -1
 
     def _retire_fd(self) -> None:
         """Close the fd, under the writer's lock: wait out a running fsync (the one wait in

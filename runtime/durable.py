@@ -61,7 +61,7 @@ def jsonl_line(record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     """``record`` (with ``"at"`` added if absent) and its JSON line."""
     if "at" not in record:
         record = {**record, "at": now_iso()}
-    return record, (json.dumps(record, ensure_ascii=False, default=_json_default) + "\n").encode()
+    return record, (_encoder.encode(record) + "\n").encode()
 
 
 def write_jsonl(
@@ -103,6 +103,11 @@ def _json_default(o: Any) -> Any:
     if hasattr(o, "__dict__"):
         return {k: v for k, v in vars(o).items() if not k.startswith("_")}
     return repr(o)
+
+
+_encoder = json.JSONEncoder(ensure_ascii=False, default=_json_default)
+"""One encoder for every line: ``json.dumps`` with these options builds a new encoder per call
+(~2 us of a ~5 us line)."""
 
 
 @dataclass(frozen=True)

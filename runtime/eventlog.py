@@ -185,6 +185,12 @@ class AgentLog:
         """A log writing to ``path``; the mirror starts empty (use :meth:`load` to resume)."""
         self.path = Path(path)
         self._events: list[LogEvent] = []
+        self._rendered: list[Message] = []
+        """:meth:`render_transcript` of the first ``_rendered_upto`` events, extended as events
+        are appended and rebuilt after anything else changes the mirror (compaction, a dropped
+        frame, a clear): rendering the whole mirror before every provider request was ~0.2 us
+        per event, so a long turn's renders grew with its length."""
+        self._rendered_upto = 0
         self._bytes = 0
         self._pending: list[str] = []  # tool-call ids awaiting results, in request order
         self._used_tokens: int | None = None
@@ -232,16 +238,23 @@ class AgentLog:
         messages (a summary then the suffix's first user text, a nudge then a pinned reminder)
         keeps strict role alternation for backends that demand it.
         """
-        out: list[Message] = []
-        for ev in self._events:
-            msg = ev.message()
+        events = self._events
+        out = self._rendered
+        for i in range(self._rendered_upto, len(events)):
+            msg = events[i].message()
             if msg is None:
                 continue
             if isinstance(msg, UserMessage) and out and isinstance(out[-1], UserMessage):
                 out[-1] = UserMessage(out[-1].text + "\n\n" + msg.text)
             else:
                 out.append(msg)
-        return out
+        self._rendered_upto = len(events)
+        return list(out)
+
+    def _rerender(self) -> None:
+        """The mirror changed other than by an append: the next render starts over."""
+        self._rendered = []
+        self._rendered_upto = 0
 
     # --- appending -------------------------------------------------------------------------
 
@@ -347,6 +360,7 @@ class AgentLog:
             _fsync_dir(self.path.parent)
         append_jsonl(self.path, {"kind": "cleared", "archived": archive.name if archive else None})
         self._events = []
+        self._rerender()
         self._bytes = 0
         self._pending = []
         self._used_tokens = None
@@ -454,6 +468,7 @@ class AgentLog:
         dropped = int(ev.data.get("dropped", 0))
         del self._events[:dropped]  # frees the prefix: the mirror holds no other reference
         self._events.insert(0, ev)
+        self._rerender()
         self._bytes = sum(e.size for e in self._events)
 
     def _drop_dangling_frame(self) -> None:
@@ -461,6 +476,7 @@ class AgentLog:
         for i in range(len(self._events) - 1, -1, -1):
             if self._events[i].kind == "assistant":
                 del self._events[i:]
+                self._rerender()
                 break
         self._bytes = sum(e.size for e in self._events)
         self._pending = []

@@ -68,10 +68,14 @@ def born_children(transcript: Iterable[dict[str, Any]]) -> set[str]:
 def commit_record(agent: str, result: Any, pid: int | None) -> dict[str, Any]:
     """The ``Commit`` forensic record of one clean ral call (``result`` is the shell's
     ToolResult: ``.epoch``, ``.defined``), with the shell pid that ran it and that pid's create
-    time, so the process scan (``runtime/run_processes.py``) can find it later without blaming a
-    reused pid."""
+    time (the result's ``host_started_at`` when it names the same pid, else read now), so the
+    process scan (``runtime/run_processes.py``) can find it later without blaming a reused
+    pid."""
     started: float | None = None
-    if pid:
+    known = getattr(result, "host_started_at", None)
+    if pid and known is not None and getattr(result, "host_pid", None) == pid:
+        started = round(known, 2)  # read once per host by the shell: ~21 us a call saved
+    elif pid:
         try:
             started = round(psutil.Process(pid).create_time(), 2)
         except psutil.Error:

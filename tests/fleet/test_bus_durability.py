@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from actors.bus import BusCore
 from runtime import durability
@@ -62,3 +63,86 @@ def test_under_process_a_published_event_reaches_subscribers_with_no_fsync(
     finally:
         core.close()
         durability.unbind(files)
+
+
+def _stalled_bus(tmp_path: Path, policy: Durability) -> tuple[Any, Any, threading.Event]:
+    """A bus whose actor thread is held in a handler until the returned event is set."""
+    from actors.bus import start_bus
+
+    files = durability.bind(tmp_path, policy)
+    bus = start_bus(tmp_path / "transcript.jsonl")
+    gate = threading.Event()
+    bus.ref.proxy().core.get()  # the actor is up
+    bus.ref.tell(_Hold(gate))
+    return bus, files, gate
+
+
+class _Hold:
+    def __init__(self, gate: threading.Event) -> None:
+        self.gate = gate
+
+
+def test_under_process_a_producer_writes_its_event_itself_while_the_bus_thread_is_busy(
+    tmp_path: Path,
+) -> None:
+    from actors.bus import Bus
+
+    held = threading.Event()
+    inner = Bus.on_receive
+
+    def on_receive(self: Any, message: Any) -> Any:
+        if isinstance(message, _Hold):
+            held.set()
+            message.gate.wait(HANG_GUARD)
+            return None
+        return inner(self, message)
+
+    Bus.on_receive = on_receive  # type: ignore[method-assign]
+    try:
+        bus, files, gate = _stalled_bus(tmp_path, Durability.PROCESS)
+        sub = bus.subscribe()
+        try:
+            assert held.wait(HANG_GUARD)
+            for i in range(3):
+                bus.publish(Notice("a", text=str(i)))
+            # written and handed out before publish returned, with the bus thread still held
+            assert len(read_jsonl(tmp_path / "transcript.jsonl").records) == 3
+            assert [e.text for e in sub.drain()] == ["0", "1", "2"]
+        finally:
+            gate.set()
+            bus.stop()
+            durability.unbind(files)
+    finally:
+        Bus.on_receive = inner  # type: ignore[method-assign]
+
+
+def test_under_machine_the_bus_thread_writes_and_the_producer_does_not_wait(
+    tmp_path: Path,
+) -> None:
+    from actors.bus import Bus
+
+    held = threading.Event()
+    inner = Bus.on_receive
+
+    def on_receive(self: Any, message: Any) -> Any:
+        if isinstance(message, _Hold):
+            held.set()
+            message.gate.wait(HANG_GUARD)
+            return None
+        return inner(self, message)
+
+    Bus.on_receive = on_receive  # type: ignore[method-assign]
+    try:
+        bus, files, gate = _stalled_bus(tmp_path, Durability.MACHINE)
+        try:
+            assert held.wait(HANG_GUARD)
+            bus.publish(Notice("a", text="queued"))
+            assert not (tmp_path / "transcript.jsonl").exists()  # waits for the bus thread
+            gate.set()
+            wait_for(lambda: (tmp_path / "transcript.jsonl").exists(), what="the bus wrote it")
+        finally:
+            gate.set()
+            bus.stop()
+            durability.unbind(files)
+    finally:
+        Bus.on_receive = inner  # type: ignore[method-assign]

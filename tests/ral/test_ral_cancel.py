@@ -190,3 +190,32 @@ def test_building_a_ten_million_item_range_stops_at_a_cancel() -> None:
         natives._range(it, [MAX_RANGE])
     live = Interp(ctx=DynamicContext(), scope=CancelScope(), sigma={})
     assert natives._range(live, [3, 200_003, 2]) == list(range(3, 200_003, 2))  # chunked
+
+
+def test_a_wait_begun_before_an_ancestor_is_cancelled_wakes_at_the_cancel() -> None:
+    root = CancelScope()
+    leaf = root.child().child()
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(leaf.wait(HANG_GUARD)))
+    waiter.start()
+    _wait_for(lambda: leaf._event is not None)  # the waiter made the Event and blocks on it
+    root.cancel("stop")
+    waiter.join(HANG_GUARD)
+    assert woke == [True] and leaf.reason == "stop"
+
+
+def test_a_wait_on_a_scope_cancelled_before_anyone_waited_returns_at_once() -> None:
+    scope = CancelScope()
+    scope.cancel("early")
+    assert scope._event is None  # nothing waited: no Event was made
+    assert scope.wait(HANG_GUARD) is True
+
+
+def test_a_reset_token_waits_again_until_its_next_cancel() -> None:
+    token = CancelScope()
+    token.cancel("turn 1")
+    assert token.wait(0)
+    token.reset()
+    assert not token.wait(0) and not token.cancelled
+    token.cancel("turn 2")
+    assert token.wait(0) and token.reason == "turn 2"
