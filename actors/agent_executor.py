@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 import psutil
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
 class AgentExecutor:
     """Execution environment of one child agent (see the module docstring)."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, stop_shell: Callable[[Agent], None]) -> None:
+        """``stop_shell`` is the spawn site's idempotent shell stop (teardown's first step)."""
         self._agent = agent
+        self._stop_shell = stop_shell
         self._started = time.monotonic()
         self._ended: float | None = None
         self._outcome: AgentOutcome | None = None
@@ -49,7 +52,7 @@ class AgentExecutor:
         self._gone = False
         self._lock = threading.Lock()
         self._pid: int | None = None
-        self.scratch = agent.fleet.session.scratch(agent.name)
+        self.scratch = agent.site.session.scratch(agent.name)
 
     @property
     def environment_id(self) -> str:
@@ -90,7 +93,7 @@ class AgentExecutor:
                 self._gone = True  # died outside teardown: every later receipt says so too
             gone_before = self._gone
             if not self._closed:
-                self._agent.fleet.stop_shell(self._agent)
+                self._stop_shell(self._agent)
                 self._closed = True
             alive = self._process_alive()
             if alive and grace == "brutal-kill" and self._pid:
@@ -161,7 +164,7 @@ class AgentExecutor:
         return Observation("exited", detail="shell process not running")
 
     def in_flight(self) -> InFlight:
-        snap = self._agent.fleet.session.snapshot(self._agent.name)
+        snap = self._agent.site.session.snapshot(self._agent.name)
         return InFlight(
             turn=self._agent.stats.turns,
             events=tuple(self._agent.stats.in_flight),

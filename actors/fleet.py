@@ -1,9 +1,10 @@
 """The Fleet: the run as a whole — registry, bus, journal, session directory — and the spawn site.
 
 The fleet owns no turn logic: every agent drives itself on its own actor thread. The fleet is
-where an agent's verbs reach shared state (spawn, message, cancel), where a child is settled by
-its spawn site (journal terminal record, result to the parent's inbox, Died on the bus), and
-where the frontend reads "all live agents" and "the bus to drain".
+each agent's :class:`actors.agent_site.AgentSite` -- where its verbs and slash commands reach
+shared state (spawn, message, cancel, branch), always by name and plain data -- and where a
+child is settled by its spawn site (journal terminal record, result to the parent's inbox,
+Died on the bus), and where the frontend reads "all live agents" and "the bus to drain".
 
 Invariants:
 - The fleet is alive while the registry is non-empty; :meth:`wait_empty` returns when the last
@@ -28,6 +29,14 @@ import pykka
 
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
+from actors.agent_site import (
+    BranchRequest,
+    ParkReads,
+    ShellOutput,
+    ShellParts,
+    SpawnRequest,
+    Standing,
+)
 from actors.bus import start_bus
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import Entry, start_registry
@@ -38,7 +47,7 @@ from runtime.digest import digest_tool_result
 from runtime.diskwarn import disk_usage
 from runtime.durable import append_jsonl
 from runtime.errors import NameUsed, SpawnFailed
-from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources
+from runtime.events import Born, Died, Event, InboxRejected, Resources
 from runtime.executor import ExecutionSpec
 from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, write_result
 from runtime.inbox import AgentResult, Surface
@@ -81,18 +90,6 @@ class FleetConfig:
     """The registry's lease clock; ``None``: ``time.monotonic`` (injectable for tests)."""
     limits: ShellLimits = field(default_factory=ShellLimits)
     """Every shell's memory, live-worker and binding-size limits (``runtime/limits.py``)."""
-
-
-@dataclass(frozen=True)
-class ShellOutput:
-    """One ral call as the model sees it (already digested)."""
-
-    content: str
-    is_error: bool
-    notices: tuple[Notice, ...] = ()
-    """The call's shell notices (already on the bus): the agent reads LargeBinding and Prune."""
-    defined: tuple[str, ...] = ()
-    """Session names the call wrote, in order."""
 
 
 class _AgentActor(QuotaActor):
@@ -219,7 +216,7 @@ class Fleet:
         other node registers its shell's root, so a cascade unwinds its eval and its workers."""
         try:
             spec = self._granted_spec(spec)
-            agent = Agent(self, spec, provider, entry)
+            agent = Agent(self, spec, provider, entry.token, entry.inbox)
         except BaseException:
             self.registry.deregister(spec.name)
             raise
@@ -258,7 +255,7 @@ class Fleet:
         if spec.parent is None:
             self.trunk = agent
         else:
-            self._executors[spec.name] = AgentExecutor(agent)
+            self._executors[spec.name] = AgentExecutor(agent, self.stop_shell)
         return agent
 
     def launch_adopted(self, agent: Agent) -> None:
@@ -269,16 +266,6 @@ class Fleet:
         """Cancel the whole tree (Ctrl-C, close): every node's token and eval root."""
         if self.trunk is not None:
             self.registry.cancel(self.trunk.name, cause)
-
-    def provider_named(self, model: str, agent_name: str) -> Provider:
-        """``/model NAME``: the same provider kind with another model."""
-        current = self.agents[agent_name].provider.current()
-        swap = getattr(current, "with_model", None)
-        if callable(swap):
-            new = swap(model)
-            assert isinstance(new, Provider)
-            return new
-        raise DeskRefusal(f"/model: the {current.name} provider cannot switch models")
 
     def wait_empty(self, timeout: float | None = None) -> bool:
         """Block until every agent has ended."""
@@ -315,29 +302,64 @@ class Fleet:
         write_result(self.session.root, outcome, reply, fy, **extra)
         return fy
 
-    # --- the agents' shared services --------------------------------------------------------
+    # --- the agents' site (actors/agent_site.py) --------------------------------------------
+
+    @property
+    def disk_warn_bytes(self) -> int | None:
+        return self.config.disk_warn_bytes
 
     def publish(self, event: Event) -> None:
         self.bus.publish(event)
 
+    def record_rejected(self, rejection: InboxRejected) -> None:
+        self.bus.record_rejected(rejection)
+
+    def standing(self, name: str) -> Standing:
+        entry = self.registry.lookup(name)
+        if entry is None:
+            return Standing(registered=False)
+        return Standing(registered=True, cancel_cause=entry.cancel_cause)
+
+    def park_reads(self, name: str) -> ParkReads:
+        return ParkReads(
+            listed=self.registry.is_live(name),
+            engaged=self.registry.engaged(name),
+            live_descendants=bool(self.registry.live_descendants(name)),
+        )
+
+    def generation(self) -> int:
+        return self.registry.generation
+
+    def deliver(self, name: str, item: Surface, sender: str) -> None:
+        self.registry.deliver(name, item, sender=sender)
+
+    def cancel_subtree(self, name: str, cause: str) -> None:
+        self.registry.cancel(name, cause)
+
+    def clear_subtree(self, name: str) -> int:
+        return self.registry.clear_subtree(name)
+
     def start_shell(
-        self, agent: Agent, context: DynamicContext | None, snapshot: Any
-    ) -> tuple[EvalRoot, Any, WorkerSurfaces]:
+        self,
+        name: str,
+        desk: Any,
+        context: DynamicContext | None,
+        snapshot: MobileSnapshot | None,
+    ) -> ShellParts:
         """The agent's shell actor, its eval root and its worker surfaces (held here so no
         mailbox is in the way). A surfaced worker completion goes to the agent's inbox through
         the registry's ``deliver``: quota-checked, generation-guarded, and recorded in
         ``transcript.jsonl`` when refused."""
         root = EvalRoot()
-        name = agent.name
 
         def surface(worker: str, item: Surface) -> None:
-            self.registry.deliver(name, item, sender=f"worker {worker}")
+            self.deliver(name, item, sender=f"worker {worker}")
 
         surfaces = WorkerSurfaces(surface)
         ref = ShellActor.start(
             name=name,
             session_dir=self.session.root,
-            desk=agent.desk,
+            desk=desk,
             notice_sink=self.publish,
             context=context,
             snapshot=snapshot,
@@ -345,9 +367,10 @@ class Fleet:
             limits=self.config.limits,
             surfaces=surfaces,
         )
-        return root, ref.proxy(), surfaces
+        return ShellParts(root, ref.proxy(), surfaces)
 
-    def run_shell(self, agent: Agent, script: str) -> ShellOutput:
+    def run_shell(self, name: str, script: str) -> ShellOutput:
+        agent = self.agents[name]
         result = agent.await_run(agent.shell.run(script))
         if result.error is None and not result.rolled_back:  # drills: what this call committed
             pid = result.host_pid if result.host_pid is not None else agent.shell_pid()
@@ -387,17 +410,18 @@ class Fleet:
         """Model-facing: renews nothing; InboxFull / UnknownAgent reach the sending script."""
         self.registry.message(sender, name, text)
 
-    def cancel_descendant(self, agent: Agent, name: str) -> bool:
+    def cancel_descendant(self, name: str, target: str) -> bool:
         """``agent-cancel NAME``: resolves descendants only; an ended one is a no-op (False)."""
-        if name in self.registry.live_descendants(agent.name):
-            self.registry.cancel(name, "agent-cancel")
+        if target in self.registry.live_descendants(name):
+            self.registry.cancel(target, "agent-cancel")
             return True
-        if self.registry.is_live(name):
-            raise DeskRefusal(f"agent-cancel: {name!r} is not a descendant of {agent.name}")
+        if self.registry.is_live(target):
+            raise DeskRefusal(f"agent-cancel: {target!r} is not a descendant of {name}")
         return False
 
-    def resources(self, agent: Agent) -> Resources:
+    def resources(self, name: str) -> Resources:
         """The probe fold for ``/resources``: read-only, renews nothing, never model-facing."""
+        agent = self.agents[name]
         probe = agent.shell.probe().get()
         lease = self.lease_figures(agent.name)
         figures = ResourceFigures(
@@ -439,42 +463,29 @@ class Fleet:
                 nearest = left if nearest is None else min(nearest, left)
         return {"nearest_reap_secs": nearest, "bound_secs": self.registry.tree.lease_bound}
 
-    def slash_command(self, agent: Agent, text: str) -> bool:
-        """A slash command at a turn boundary; True when it needs a model turn (none do)."""
-        from actors.commands import run_slash
-
-        run_slash(self, agent, text)
-        return False
-
     # --- spawn and settle -------------------------------------------------------------------
 
-    def spawn_child(
-        self,
-        parent: Agent,
-        name: str,
-        prompt: str,
-        fork: MobileSnapshot | None,
-        *,
-        memory: bool = False,
-    ) -> dict[str, Any]:
+    def spawn(self, request: SpawnRequest) -> dict[str, Any]:
         """The ``agent NAME PROMPT [memory: BOOL]`` verb: register, fork, admit, launch; a start
         receipt.
 
-        ``fork`` is the parent's live scope at the fork point; the child's grants are the
-        parent's narrowed by the fleet's policy (a meet: never wider; :meth:`_granted_spec`). A
-        failure after the child is built tears it down (:meth:`_abandon_spawn`) and raises
-        :class:`SpawnFailed`: a child that never runs must never be waited for. With ``memory``
-        the child's event log first imports the parent's model-visible context
-        (:meth:`runtime.eventlog.AgentLog.fork_context`: the tool-call frame the parent is
-        dispatching right now is left out, so the child inherits a request context, never a
-        dangling protocol); without it the child inherits nothing. Either way the prompt enters
-        through the child's inbox, the same turn path as any other input. Runs on the parent's
-        shell thread while the parent's own thread waits for the run, so its log is still."""
+        ``request.fork`` is the parent's live scope at the fork point; the child's grants are
+        the parent's narrowed by the fleet's policy (a meet: never wider; :meth:`_granted_spec`).
+        A failure after the child is built tears it down (:meth:`_abandon_spawn`) and raises
+        :class:`SpawnFailed`: a child that never runs must never be waited for. With
+        ``request.memory`` the child's event log first imports the parent's model-visible
+        context (:meth:`runtime.eventlog.AgentLog.fork_context`, taken by the parent's desk: the
+        tool-call frame the parent is dispatching right now is left out, so the child inherits a
+        request context, never a dangling protocol); without it the child inherits nothing.
+        Either way the prompt enters through the child's inbox, the same turn path as any other
+        input. Runs on the parent's shell thread while the parent's own thread waits for the
+        run, so its log is still."""
+        name, parent = request.name, request.parent
         if name in self.journal.state.nodes and self.registry.lookup(name) is None:
             raise NameUsed(name)
-        entry = self.registry.register(name, parent.name, returns=True, interactive=False)
+        entry = self.registry.register(name, parent, returns=True, interactive=False)
         try:
-            snapshot = fork
+            snapshot = request.fork
             ctx = None
             if snapshot is not None and snapshot.context:
                 ctx = DynamicContext.from_dict(dict(snapshot.context))
@@ -482,25 +493,24 @@ class Fleet:
                 snapshot = replace(snapshot, context=ctx.to_dict())
             spec = AgentSpec(
                 name=name,
-                parent=parent.name,
+                parent=parent,
                 construction=Construction.FORK,
                 fuel=entry.fuel,
-                prompt=prompt,
+                prompt=request.prompt,
                 context=ctx,
                 snapshot=snapshot,
                 generation=entry.generation,
             )
-            provider = parent.provider.current().for_agent(name)
+            provider = request.provider.for_agent(name)
         except BaseException:
             self.registry.deregister(name)
             raise
         agent = self._build(spec, provider, entry)
-        if memory:
+        if request.memory is not None:
             try:
-                remembered = parent.log.fork_context()
-                agent.log.import_context(remembered)
+                agent.log.import_context(request.memory)
                 agent.log.append_note(
-                    f"memory: inherited {len(remembered)} events from {parent.name}"
+                    f"memory: inherited {len(request.memory)} events from {parent}"
                 )
             except BaseException:  # never launched: nothing of it may stay behind
                 self.stop_shell(agent)
@@ -508,10 +518,10 @@ class Fleet:
                     self.agents.pop(name, None)
                 self.registry.deregister(name)
                 raise
-        executor = AgentExecutor(agent)
+        executor = AgentExecutor(agent, self.stop_shell)
         self._executors[name] = executor
         try:
-            admit(self.journal, name, executor, ExecutionSpec(node_id=name), parent=parent.name)
+            admit(self.journal, name, executor, ExecutionSpec(node_id=name), parent=parent)
         except Exception as e:
             self._abandon_spawn(agent, executor, e)
             raise SpawnFailed(name, e) from e
@@ -519,8 +529,8 @@ class Fleet:
             self._abandon_spawn(agent, executor, e)
             raise
         self._launch(agent)
-        receipt = {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent.name}
-        return {**receipt, "memory": True} if memory else receipt
+        receipt = {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent}
+        return {**receipt, "memory": True} if request.memory is not None else receipt
 
     def _abandon_spawn(self, agent: Agent, executor: AgentExecutor, error: BaseException) -> None:
         """Undo a spawn that failed before launch: the slot the journal opened (if any) settles
@@ -545,40 +555,40 @@ class Fleet:
         self.stop_shell(agent)
         self.registry.deregister(agent.name)
 
-    def branch(self, parent: Agent, name: str | None = None) -> Agent:
-        """``/branch``: a conversing peer of ``parent`` with its verbatim authority and context.
+    def branch(self, request: BranchRequest) -> str:
+        """``/branch``: a conversing peer of ``request.parent`` with its verbatim authority and
+        context; the name it got.
 
         The branch forks the parent's durable shell snapshot and imports its model-visible
         context; it returns nothing (``returns`` is false for a branch), parks Held for its
         human, and is not journalled as a spawned child (it is a peer tab, not delegated work).
-        Must be called from the parent's own thread (a slash command at its turn boundary).
+        The request is built on the parent's own thread (a slash command at its turn boundary).
         """
-        base = name or f"{parent.name}-branch"
+        base = request.name or f"{request.parent}-branch"
         name = base
         n = 1
         while self.registry.lookup(name) is not None:
             n += 1
             name = f"{base}-{n}"
-        entry = self.registry.register(name, parent.name, returns=False, interactive=True)
+        entry = self.registry.register(name, request.parent, returns=False, interactive=True)
         try:
-            snapshot = parent.shell.fork_snapshot().get(timeout=10.0)
             spec = AgentSpec(
                 name=name,
-                parent=parent.name,
+                parent=request.parent,
                 construction=Construction.BRANCH,
                 interactive=True,
                 fuel=entry.fuel,
-                snapshot=snapshot,
+                snapshot=request.snapshot,
                 generation=entry.generation,
             )
-            provider = parent.provider.current().for_agent(name)
+            provider = request.provider.for_agent(name)
         except BaseException:
             self.registry.deregister(name)
             raise
         agent = self._build(spec, provider, entry)
-        agent.log.import_context(parent.log.fork_context())
+        agent.log.import_context(request.context)
         self._launch(agent)
-        return agent
+        return name
 
     def _agent_exited(self, agent: Agent, outcome: AgentOutcome) -> None:
         """The spawn site's settle: journal, result to the parent, deregister, Died."""
@@ -642,8 +652,3 @@ class Fleet:
         assert parent is not None
         # No synchronous caller is left: a refusal is recorded in transcript.jsonl by deliver.
         self.registry.deliver(parent, result, sender=agent.name)
-
-    def record_undelivered(self, agent: Agent, items: list[Any]) -> None:
-        """Inbox items still queued when their agent ended: recorded, never silently lost."""
-        for item in items:
-            self.bus.record_rejected(InboxRejected.of(agent.name, item, reason="recipient ended"))
