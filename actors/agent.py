@@ -267,6 +267,13 @@ class Agent:
         with self._reply_lock:
             self._provisional = None
 
+    def import_context(self, events: tuple[Any, ...], note: str | None = None) -> None:
+        """Start from another agent's model-visible context (a memory fork, a branch), before
+        the first turn; ``note`` says so in the log."""
+        self.log.import_context(events)
+        if note is not None:
+            self.log.append_note(note)
+
     @property
     def replied(self) -> bool:
         with self._reply_lock:

@@ -17,7 +17,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psutil
 
@@ -35,13 +35,33 @@ from runtime.executor import (
 from runtime.fleet_yield import settlement_status
 
 if TYPE_CHECKING:
-    from actors.agent import Agent, AgentOutcome
+    from threading import Event
+
+    from actors.agent import AgentOutcome, AgentStats
+
+
+class ExecutedAgent(Protocol):
+    """What an executor reads of its agent, wherever it runs (a thread of the control process
+    or an agent process of its own)."""
+
+    name: str
+    site: Any
+    """Its site: the session directory names its scratch and snapshot."""
+    done: Event
+    outcome: AgentOutcome | None
+    stats: AgentStats
+
+    def shell_pid(self) -> int | None: ...
+
+    def shell_healthy(self) -> bool: ...
+
+    def cancel(self, cause: str) -> None: ...
 
 
 class AgentExecutor:
     """Execution environment of one child agent (see the module docstring)."""
 
-    def __init__(self, agent: Agent, stop_shell: Callable[[Agent], None]) -> None:
+    def __init__(self, agent: ExecutedAgent, stop_shell: Callable[[Any], None]) -> None:
         """``stop_shell`` is the spawn site's idempotent shell stop (teardown's first step)."""
         self._agent = agent
         self._stop_shell = stop_shell

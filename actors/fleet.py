@@ -22,13 +22,16 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import pykka
 
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
+from actors.agent_process import HostBoot, ProcessAgent
+from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
 from actors.agent_site import (
     BranchRequest,
     ParkReads,
@@ -40,22 +43,15 @@ from actors.agent_site import (
 from actors.bus import start_bus
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import Entry, start_registry
-from actors.shell import EvalRoot, ShellActor
-from actors.shell_workers import WorkerSurfaces
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
-from runtime.digest import digest_tool_result
-from runtime.diskwarn import disk_usage
-from runtime.durable import append_jsonl
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Resources
 from runtime.executor import ExecutionSpec
 from runtime.fleet_yield import FleetYield, fleet_yield, settlement_status, write_result
 from runtime.inbox import AgentResult, Surface
-from runtime.invariants import commit_record
 from runtime.journal import SpawnJournal
 from runtime.limits import ShellLimits
 from runtime.park import Construction
-from runtime.probes import ResourceFigures, event_rows, resources
 from runtime.providers.base import Provider
 from runtime.ral.context import DynamicContext
 from runtime.ral.errors import DeskRefusal
@@ -74,6 +70,13 @@ from runtime.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 
+Hosted = Agent | ProcessAgent
+"""An agent of the run: driven on a thread here, or in an OS process of its own."""
+
+HOST_CALL_THREADS = 32
+"""Threads that answer agent processes' site calls (a call may wait on another host's verdict,
+never on this pool, so a bounded pool only delays)."""
+
 
 @dataclass(frozen=True)
 class FleetConfig:
@@ -89,6 +92,9 @@ class FleetConfig:
     clock: Callable[[], float] | None = None
     """The registry's lease clock; ``None``: ``time.monotonic`` (injectable for tests)."""
     limits: ShellLimits = field(default_factory=ShellLimits)
+    agents: Literal["thread", "process"] = "thread"
+    """Where each agent runs: a thread of this process, or an OS process of its own
+    (``actors/agent_process.py``: its drive loop, inbox and shell there; supervised)."""
     """Every shell's memory, live-worker and binding-size limits (``runtime/limits.py``)."""
 
 
@@ -140,15 +146,21 @@ class Fleet:
         self.journal, _ = SpawnJournal.in_session(session.root)
         self._lock = threading.Lock()
         self.agents: dict[str, Agent] = {}
-        self._actors: dict[str, pykka.ActorRef[Any]] = {}
+        """The agents driven in this process (the thread backend): what the live views read."""
+        self.hosted: dict[str, Hosted] = {}
+        """Every agent of the run, wherever it runs."""
+        self._actors: dict[str, pykka.ActorRef[Any] | ProcessAgent] = {}
         self._executors: dict[str, AgentExecutor] = {}
         self._retained: list[RetainedChild] = []
         self._granted: dict[str, Grants] = {}
         """Each agent's grants as this process decided them (:meth:`_granted_spec`)."""
-        self.trunk: Agent | None = None
+        self.trunk: Hosted | None = None
         self._empty = threading.Event()
         self._empty.set()
         self._closed = False
+        self._pool: ThreadPoolExecutor | None = None
+        if self.config.agents == "process":
+            self._pool = ThreadPoolExecutor(HOST_CALL_THREADS, thread_name_prefix="site")
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -160,7 +172,7 @@ class Fleet:
         chat: bool = False,
         system: str | None = None,
         name: str = TRUNK_NAME,
-    ) -> Agent:
+    ) -> Hosted:
         ctx = DynamicContext(cwd=self.config.cwd or os.getcwd())
         ctx.env[SCRATCH_ENV] = self._scratch_for(name)
         self.session.scratch(name).mkdir(parents=True, exist_ok=True)
@@ -207,42 +219,71 @@ class Fleet:
         self._granted[spec.name] = grants
         return replace(spec, context=ctx, snapshot=snap)
 
-    def _build(self, spec: AgentSpec, provider: Provider, entry: Entry) -> Agent:
+    def _build(self, spec: AgentSpec, provider: Provider, entry: Entry) -> Hosted:
         """Construct the node and attach its handles; deregister if that fails.
 
         The trunk registers no eval root: its session outlives any cancel (a cascade reaching
         it trips its cooperative token, and the run in flight is stopped by the same foreground
         interrupt Esc uses, re-sent by :meth:`Agent.await_run` while the token stands). Every
         other node registers its shell's root, so a cascade unwinds its eval and its workers."""
+        agent: Hosted
         try:
             spec = self._granted_spec(spec)
-            agent = Agent(self, spec, provider, entry.token, entry.inbox)
+            if self._pool is not None:
+                agent = self._build_process(spec, provider, entry)
+            else:
+                agent = Agent(self, spec, provider, entry.token, entry.inbox)
         except BaseException:
             self.registry.deregister(spec.name)
             raise
-        root = None if spec.parent is None else agent.eval_root
-        self.registry.attach(spec.name, eval_root=root, interrupt=agent.interrupt)
+        if isinstance(agent, ProcessAgent):
+            self.registry.attach(
+                spec.name,
+                inbox=agent.inbox,  # type: ignore[arg-type]
+                interrupt=agent.interrupt,
+                on_cancel=agent.send_cancel,
+            )
+        else:
+            root = None if spec.parent is None else agent.eval_root
+            self.registry.attach(spec.name, eval_root=root, interrupt=agent.interrupt)
         with self._lock:
-            self.agents[spec.name] = agent
+            self.hosted[spec.name] = agent
+            if isinstance(agent, Agent):
+                self.agents[spec.name] = agent
         return agent
 
-    def _launch(self, agent: Agent) -> None:
+    def _build_process(self, spec: AgentSpec, provider: Provider, entry: Entry) -> ProcessAgent:
+        """An agent in an OS process of its own, started from the one fork server."""
+        assert self._pool is not None
+        boot = HostBoot(
+            spec, provider, self.session, self.config.disk_warn_bytes, self.config.limits
+        )
+        return ProcessAgent(self, boot, entry.token, pool=self._pool, on_exit=self._agent_exited)
+
+    def _launch(self, agent: Hosted) -> None:
+        born = Born(
+            agent.name,
+            parent=agent.parent,
+            returns=agent.returns,
+            interactive=agent.interactive,
+            fuel=agent.fuel,
+            pid=agent.pid if isinstance(agent, ProcessAgent) else os.getpid(),
+        )
+        if isinstance(agent, ProcessAgent):
+            with self._lock:
+                self._actors[agent.name] = agent
+                self._empty.clear()
+            self.publish(born)
+            agent.launch()
+            return
         ref = _AgentActor.start(agent, self._agent_exited)
         with self._lock:
             self._actors[agent.name] = ref
             self._empty.clear()
-        self.publish(
-            Born(
-                agent.name,
-                parent=agent.parent,
-                returns=agent.returns,
-                interactive=agent.interactive,
-                fuel=agent.fuel,
-            )
-        )
+        self.publish(born)
         ref.tell("drive")
 
-    def adopt_agent(self, spec: AgentSpec, provider: Provider) -> Agent:
+    def adopt_agent(self, spec: AgentSpec, provider: Provider) -> Hosted:
         """``resume``: register ``spec`` (``resume=True``: log and snapshot from the durable
         files) in tree order and build it, without journalling a new spawn -- a child keeps the
         slot it was admitted with (same environment id, a new shell pid, as after a rollback).
@@ -258,7 +299,7 @@ class Fleet:
             self._executors[spec.name] = AgentExecutor(agent, self.stop_shell)
         return agent
 
-    def launch_adopted(self, agent: Agent) -> None:
+    def launch_adopted(self, agent: Hosted) -> None:
         """Start an adopted agent's drive loop (Born on the bus, as for a fresh one)."""
         self._launch(agent)
 
@@ -282,16 +323,21 @@ class Fleet:
             release_sweep(self.journal, retained, policy=self.config.sweep)
         with self._lock:
             refs = list(self._actors.values())
-            never_driven = [a for a in self.agents.values() if not a.done.is_set()]
+            never_driven = [a for a in self.hosted.values() if not a.done.is_set()]
         for agent in never_driven:  # built but never launched (or stuck): stop their shells
             self.stop_shell(agent)
             self.registry.deregister(agent.name)
         for ref in refs:
+            if isinstance(ref, ProcessAgent):
+                ref.shutdown("close")
+                continue
             try:  # a stop waits behind the actor's work: a Cancel first ends a stuck drive
                 ref.tell(Cancel("close"))
                 ref.stop(block=True, timeout=5.0)
             except Exception:  # already stopped (ActorDeadError): the state wanted
                 pass
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         self._registry.stop()
         self.bus.stop()
         self._closed = True
@@ -346,65 +392,34 @@ class Fleet:
         context: DynamicContext | None,
         snapshot: MobileSnapshot | None,
     ) -> ShellParts:
-        """The agent's shell actor, its eval root and its worker surfaces (held here so no
-        mailbox is in the way). A surfaced worker completion goes to the agent's inbox through
-        the registry's ``deliver``: quota-checked, generation-guarded, and recorded in
-        ``transcript.jsonl`` when refused."""
-        root = EvalRoot()
-
-        def surface(worker: str, item: Surface) -> None:
-            self.deliver(name, item, sender=f"worker {worker}")
-
-        surfaces = WorkerSurfaces(surface)
-        ref = ShellActor.start(
-            name=name,
-            session_dir=self.session.root,
-            desk=desk,
-            notice_sink=self.publish,
-            context=context,
-            snapshot=snapshot,
-            eval_root=root,
+        """The agent's shell, its surfaced worker completions delivered through the registry."""
+        return start_agent_shell(
+            name,
+            self.session,
+            desk,
+            context,
+            snapshot,
             limits=self.config.limits,
-            surfaces=surfaces,
+            publish=self.publish,
+            deliver=self.deliver,
         )
-        return ShellParts(root, ref.proxy(), surfaces)
+
+    def _local(self, name: str) -> Agent:
+        """An agent driven in this process (the site's shell calls come only from those)."""
+        agent = self.agents[name]
+        assert isinstance(agent, Agent), f"{name} runs in its own process"
+        return agent
 
     def run_shell(self, name: str, script: str) -> ShellOutput:
-        agent = self.agents[name]
-        result = agent.await_run(agent.shell.run(script))
-        if result.error is None and not result.rolled_back:  # drills: what this call committed
-            pid = result.host_pid if result.host_pid is not None else agent.shell_pid()
-            append_jsonl(self.session.record, commit_record(agent.name, result, pid))
-        notes: list[str] = []  # a rollback already says so in its error text
-        content = digest_tool_result(
-            result.value if result.error is None else None,
-            result.stdout,
-            result.stderr,
-            result.error,
-            notes,
-        )
-        return ShellOutput(
-            content,
-            result.error is not None or result.rolled_back,
-            notices=result.notices,
-            defined=result.defined,
-        )
+        return run_agent_shell(self._local(name), self.session.record, script)
 
-    def stop_shell(self, agent: Agent) -> None:
-        """Idempotent: a shell already stopped (``pykka.ActorDeadError``) is the state wanted;
-        any other failure is logged, and the stop is still attempted."""
-        try:
-            agent.shell.close().get(timeout=10.0)
-        except pykka.ActorDeadError:
-            pass
-        except Exception:
-            log.exception("closing %s's shell failed", agent.name)
-        try:
-            agent.shell.actor_ref.stop(block=True, timeout=5.0)
-        except pykka.ActorDeadError:
-            pass
-        except Exception:
-            log.exception("stopping %s's shell actor failed", agent.name)
+    def stop_shell(self, agent: Hosted) -> None:
+        """Idempotent: a shell already stopped is the state wanted. An agent process is shut
+        down with its shell."""
+        if isinstance(agent, ProcessAgent):
+            agent.shutdown()
+        else:
+            stop_agent_shell(agent.name, agent.shell)
 
     def message(self, sender: str, name: str, text: str) -> None:
         """Model-facing: renews nothing; InboxFull / UnknownAgent reach the sending script."""
@@ -421,36 +436,9 @@ class Fleet:
 
     def resources(self, name: str) -> Resources:
         """The probe fold for ``/resources``: read-only, renews nothing, never model-facing."""
-        agent = self.agents[name]
-        probe = agent.shell.probe().get()
-        lease = self.lease_figures(agent.name)
-        figures = ResourceFigures(
-            workers={
-                "running": probe.running_workers,
-                "settled": probe.settled_workers,
-                "nearest_reap_calls": probe.nearest_worker_reap_calls,
-                "nearest_backstop_secs": probe.nearest_worker_backstop_secs,
-            },
-            ledger={
-                "armed": True,
-                "live": probe.live_bindings,
-                "baseline": probe.baseline_bindings,
-                "pinned": probe.pinned_bindings,
-                "nearest_expiry_calls": probe.nearest_binding_expiry_calls,
-                "bytes_held": probe.bytes_held,
-            },
-            inbox_depths=agent.inbox.depths(),
-            event_count=agent.log.event_count,
-            history_bytes=agent.log.history_bytes,
-            disk=disk_usage(  # the scratch lives inside the log dir: each byte counted once
-                {"log dir": self.session.root, "scratch": self.session.scratch(agent.name)}
-            ),
-            disk_ceiling=self.config.disk_warn_bytes,
-            lease_nearest_reap_secs=lease.get("nearest_reap_secs"),
-            lease_demote_secs=lease.get("bound_secs"),
-        )
-        rows, card = resources(figures, title=f"resources of {agent.name}")
-        return Resources(agent.name, rows=event_rows(rows), card=card)
+        agent = self._local(name)
+        lease = self.lease_figures(name)
+        return agent_resources(agent, self.session, self.config.disk_warn_bytes, lease)
 
     def lease_figures(self, name: str) -> dict[str, float | None]:
         """Idle-lease rows for /resources: nearest time-to-reap among leased descendants."""
@@ -508,14 +496,14 @@ class Fleet:
         agent = self._build(spec, provider, entry)
         if request.memory is not None:
             try:
-                agent.log.import_context(request.memory)
-                agent.log.append_note(
-                    f"memory: inherited {len(request.memory)} events from {parent}"
+                agent.import_context(
+                    request.memory, f"memory: inherited {len(request.memory)} events from {parent}"
                 )
             except BaseException:  # never launched: nothing of it may stay behind
                 self.stop_shell(agent)
                 with self._lock:
                     self.agents.pop(name, None)
+                    self.hosted.pop(name, None)
                 self.registry.deregister(name)
                 raise
         executor = AgentExecutor(agent, self.stop_shell)
@@ -532,7 +520,7 @@ class Fleet:
         receipt = {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent}
         return {**receipt, "memory": True} if request.memory is not None else receipt
 
-    def _abandon_spawn(self, agent: Agent, executor: AgentExecutor, error: BaseException) -> None:
+    def _abandon_spawn(self, agent: Hosted, executor: AgentExecutor, error: BaseException) -> None:
         """Undo a spawn that failed before launch: the slot the journal opened (if any) settles
         ``down`` (tearing its environment down), the shell stops and the child leaves the
         registry, so its parent's park verdict stops counting it and nothing waits for it.
@@ -540,6 +528,7 @@ class Fleet:
         with self._lock:
             self._executors.pop(agent.name, None)
             self.agents.pop(agent.name, None)
+            self.hosted.pop(agent.name, None)
         node = self.journal.state.nodes.get(agent.name)
         if node is not None and node.open:
             try:
@@ -586,11 +575,11 @@ class Fleet:
             self.registry.deregister(name)
             raise
         agent = self._build(spec, provider, entry)
-        agent.log.import_context(request.context)
+        agent.import_context(request.context)
         self._launch(agent)
         return name
 
-    def _agent_exited(self, agent: Agent, outcome: AgentOutcome) -> None:
+    def _agent_exited(self, agent: Hosted, outcome: AgentOutcome) -> None:
         """The spawn site's settle: journal, result to the parent, deregister, Died."""
         try:
             if agent.parent is not None:
@@ -610,7 +599,7 @@ class Fleet:
             if empty:
                 self._empty.set()
 
-    def _settle_child(self, agent: Agent, outcome: AgentOutcome) -> None:
+    def _settle_child(self, agent: Hosted, outcome: AgentOutcome) -> None:
         executor = self._executors.get(agent.name)
         if executor is None:
             return

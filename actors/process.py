@@ -47,6 +47,8 @@ PRELOAD = [
     "actors.shell_host",
     "actors.worker",
     "actors.agent_host",
+    "actors.agent_process",
+    "runtime.providers.scripted",
     "runtime.ral.session",
     "runtime.ral.codec",
 ]

@@ -34,6 +34,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from actors.agent import Agent
 from actors.agent_site import SpawnRequest
 from actors.fleet import Fleet, FleetConfig
 from actors.shell_host import ensure_fork_server
@@ -168,6 +169,7 @@ def run(n: int, calls: int) -> dict[str, float]:
         fleet = Fleet(SessionDir.at(d), provider_for, FleetConfig())
         try:
             trunk = fleet.start_trunk(None, interactive=True)
+            assert isinstance(trunk, Agent)
             base_rss, _, base_uss = Sampler.sample(uss=True)
             sampler = Sampler().start()
             for i in range(n):

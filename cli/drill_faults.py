@@ -28,6 +28,7 @@ import os
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,7 +208,7 @@ class LiveNemesis:
             return None  # its shell has not checkpointed yet: hit it once it has
         a = Applied(f, self.round, name, time.time())
         try:
-            a.landed = bool(getattr(self, "_" + f.kind.replace("-", "_"))(a, name, rng))
+            a.landed = bool(_APPLY[f.kind](self, a, name, rng))
         except _NotYet:
             return None
         except (ExarchError, KeyError, OSError, psutil.Error) as e:
@@ -226,6 +227,21 @@ class LiveNemesis:
         except psutil.NoSuchProcess:
             raise _NotYet from None  # it ended on its own meanwhile (a rollback, a close)
         self._killed.add(proc.pid)
+        return True
+
+    def _agent_kill(self, a: Applied, name: str, _rng: random.Random) -> bool:
+        """A real SIGKILL of the agent's own process (``--agents process``), mid-call if a
+        call is running; the supervisor restarts it from its files or settles it down."""
+        agent = self.fleet.hosted.get(name)
+        if agent is None or not hasattr(agent, "pids"):
+            a.detail["error"] = "the agent does not run in a process of its own"
+            return False
+        pid = agent.pid
+        a.detail.update(pid=pid, restartsBefore=agent.restarts)
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            raise _NotYet from None  # restarting or ended meanwhile
         return True
 
     def _inbox_flood(self, a: Applied, name: str, _rng: random.Random) -> bool:
@@ -288,3 +304,14 @@ class LiveNemesis:
         litter = [p.name for p in path.parent.glob(".snapshot.msgpack.*.tmp")]
         a.detail.update(window_secs=WRITE_FAILURE_SECS, tmp_litter=litter)
         return True
+
+
+_APPLY: dict[str, Callable[[LiveNemesis, Applied, str, random.Random], bool]] = {
+    "shell-kill": LiveNemesis._shell_kill,
+    "agent-kill": LiveNemesis._agent_kill,
+    "inbox-flood": LiveNemesis._inbox_flood,
+    "cancel-storm": LiveNemesis._cancel_storm,
+    "clear-storm": LiveNemesis._clear_storm,
+    "write-failure": LiveNemesis._write_failure,
+}
+"""Each live kind's application, by name."""

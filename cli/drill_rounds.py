@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from cli.drill_faults import Applied, LiveNemesis, ok_calls
 from runtime.durable import read_jsonl
@@ -156,12 +156,22 @@ def _drive(
 
 
 def run_in_process(
-    scenario: Path, session: Path, rnd: int, feed: LiveFeed, stop: Interrupt
+    scenario: Path,
+    session: Path,
+    rnd: int,
+    feed: LiveFeed,
+    stop: Interrupt,
+    *,
+    agents: Literal["thread", "process"] = "thread",
 ) -> dict[str, Any]:
+    """One round in this process; ``agents`` is the fleet's backend (``process`` when the
+    drill asks for ``agent-kill``)."""
     from cli.runner import RunSpec, run_headless
     from runtime.providers.scenario import load_scenario
 
-    spec = RunSpec("scripted", None, load_scenario(scenario), session_dir=str(session))
+    spec = RunSpec(
+        "scripted", None, load_scenario(scenario), session_dir=str(session), agents=agents
+    )
     got = _drive(
         lambda on_start: run_headless(spec, on_start=on_start), session, rnd, feed, stop, "round"
     )

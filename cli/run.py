@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Literal
 
 import click
 
@@ -25,6 +26,14 @@ from runtime.limits import ShellLimits
 @click.option("--chat", is_flag=True, help="No system prompt and no tool: a bare conversation.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
+@click.option(
+    "--agents",
+    type=click.Choice(["thread", "process"]),
+    default="thread",
+    show_default=True,
+    help="Run each agent on a thread of this process, or in an OS process of its own "
+    "(supervised: a crashed agent is restarted from its files).",
+)
 @record_option
 @grant_options
 @output_options
@@ -36,6 +45,7 @@ def run_command(
     chat: bool,
     disk_warn_bytes: int | None,
     window_tokens: int | None,
+    agents: Literal["thread", "process"],
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
     record: str | None,
@@ -79,6 +89,7 @@ def run_command(
         grant_root=grant_root,
         limits=limits,
         record=record,
+        agents=agents,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

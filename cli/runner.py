@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import click
 
@@ -76,6 +76,8 @@ class RunSpec:
     cwd: str | None = None
     grants: GrantPolicy | None = None
     """Grants already resolved (``replay``: the recorded run's); else from the flags."""
+    agents: Literal["thread", "process"] = "thread"
+    """``--agents``: each agent on a thread of this process, or in an OS process of its own."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +241,11 @@ def run_headless(
         session,
         factory,
         FleetConfig(
-            disk_warn_bytes=spec.disk_warn_bytes, grants=grants, limits=spec.limits, cwd=spec.cwd
+            disk_warn_bytes=spec.disk_warn_bytes,
+            grants=grants,
+            limits=spec.limits,
+            cwd=spec.cwd,
+            agents=spec.agents,
         ),
     )
     outcome = "failed"
