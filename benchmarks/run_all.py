@@ -33,6 +33,10 @@ ORDER = [
     ("fleet_throughput", "10 / 50 / 200 agents x 50 ral calls: calls/s, memory per agent"),
     ("recovery", "fault to the affected agent's next successful call"),
     ("agent_host", "agent hosts: spawn, channel round trip, ral call, PSS, 1 vs 2 cores"),
+    (
+        "agent_processes",
+        "--agents process vs thread: 1 vs 2 cores, control CPU per call, spawn, cascade, PSS",
+    ),
     ("ral_fuzz", "generated programs and hostile text: typed outcomes only, none over 2 s"),
 ]
 

@@ -6,6 +6,7 @@ one fork server; a SIGKILL is a real signal; the session directory is checked fr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -133,3 +134,89 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _sleepers(n: int, seconds: int) -> str:
+    spawns = "; ".join(f"agent s{i} 'sleep'" for i in range(n))
+    lines = [
+        "[fleet]",
+        'prompt = "start"',
+        "[[agents.trunk]]",
+        f'ral = ["{spawns}"]',
+        "[[agents.trunk]]",
+        'text = "started"',
+        'stop = "end_turn"',
+        "repeat = 20",
+        '[[agents."s*"]]',
+        f'ral = ["sleep {seconds}; reply 1"]',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _busy(fleet: Fleet, name: str) -> bool:
+    path = fleet.session.events(name)
+    return path.exists() and b'"assistant"' in path.read_bytes()
+
+
+def test_a_full_inbox_in_an_agent_process_rejects_the_65th_message_to_its_producer(
+    process_fleet: Callable[..., Fleet],
+) -> None:
+    from runtime.constants import INBOX_SOURCE_CAP
+    from runtime.errors import InboxFull
+
+    fleet = process_fleet(_sleepers(1, 30))
+    wait_for(lambda: _busy(fleet, "s0"), 60, "s0 busy in its sleep")
+    accepted, rejected = 0, []
+    for i in range(INBOX_SOURCE_CAP + 5):
+        try:
+            fleet.registry.message("producer", "s0", f"m{i}")
+            accepted += 1
+        except InboxFull as e:
+            rejected.append(e)
+    assert accepted == INBOX_SOURCE_CAP
+    assert len(rejected) == 5 and all(e.cap == INBOX_SOURCE_CAP for e in rejected)
+
+
+def test_cancelling_the_trunk_stops_every_busy_agent_process_and_settles_each_cancelled(
+    process_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = process_fleet(_sleepers(5, 60))
+    names = [f"s{i}" for i in range(5)]
+    wait_for(lambda: all(_busy(fleet, n) for n in names), 60, "every sleeper busy")
+    fleet.cancel_all("test")
+    wait_for(lambda: fleet.wait_empty(0), 30, "the fleet empty")
+    assert all(fleet.hosted[n].outcome is not None for n in names)
+    assert {fleet.hosted[n].outcome.value for n in names} == {"cancelled"}  # type: ignore[union-attr]
+    fy = fleet.close()
+    assert fy.cancelled == 5 and fy.never_settled == 0
+
+
+def test_an_agent_process_killed_four_times_in_a_minute_settles_down_and_its_parent_is_told(
+    process_fleet: Callable[..., Fleet],
+) -> None:
+    fleet = process_fleet(_sleepers(1, 30))
+    victim = wait_for(lambda: fleet.hosted.get("s0"), 60, "s0's process")
+    assert isinstance(victim, ProcessAgent)
+    for kill in range(4):
+        wait_for(lambda k=kill: len(victim.pids) == k + 1, 60, f"start {kill + 1}")  # type: ignore[misc]
+        os.kill(victim.pids[-1], signal.SIGKILL)
+    assert victim.wait(60)
+    assert victim.outcome is not None and victim.outcome.value == "failed"
+    assert victim.restarts == 3
+    transcript = _transcript(fleet)
+    down = [r for r in transcript if r.get("notice") == "Down"]
+    assert len(down) == 1 and "signal 9" in down[0]["text"]
+    died = [r for r in transcript if r["kind"] == "Died" and r["agent"] == "s0"]
+    assert len(died) == 1 and "down" in (died[0]["cause"] or "")
+    told = wait_for(
+        lambda: [
+            e
+            for e in read_jsonl(fleet.session.events("trunk")).records
+            if e["kind"] == "user" and "agent s0 finished: failed" in json.dumps(e)
+        ],
+        30,
+        "the trunk told",
+    )
+    assert told
+    fy = fleet.close()
+    assert fy.down == 1 and fy.never_settled == 0
