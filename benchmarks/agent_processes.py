@@ -5,11 +5,12 @@ configuration runs in a fresh interpreter pinned to its cores before the fork se
 every agent, shell and worker process inherits the pinning):
 
 - throughput: N returning children, each making CALLS ral calls then replying; wall time from
-  the first spawn to the last settlement, ral calls per second, pinned to 1 core and to 2;
+  a starting gate (every child up and waiting at its first request) to the last settlement,
+  ral calls per second, pinned to 1 core and to 2;
 - control-process CPU per ral call (user + system of the control process alone; an agent
   process's own CPU is not in it);
-- spawn latency: one ``Fleet.spawn`` (register, the agent process and its shell ready, the
-  journal's admission), median and p90;
+- spawn latency: one ``Fleet.spawn`` of a busy agent (register, the agent process and its
+  shell ready, the journal's admission), median and p90 over the held agents;
 - the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
   settled;
 - PSS per agent (agent process + its shell, psutil's full memory info) with N agents live.
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +40,43 @@ from actors.agent_process import ProcessAgent
 from actors.agent_site import SpawnRequest
 from actors.fleet import Fleet, FleetConfig
 from actors.shell_host import ensure_fork_server
+from runtime.cancel import CancelScope
+from runtime.messages import AssistantMessage, TranscriptItem
+from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.session_dir import SessionDir
+
+
+class GateFile(Provider):
+    """The scripted provider behind a starting gate, a file: an agent's first request waits
+    until ``path`` exists, so the throughput clock starts once every agent is up. A file, not
+    an event, so that it crosses into an agent process (pickled with the provider)."""
+
+    def __init__(self, inner: Provider, path: str) -> None:
+        self.inner, self.path, self.waited = inner, path, False
+        self.name, self.model, self.window_tokens = inner.name, inner.model, inner.window_tokens
+
+    def for_agent(self, agent_name: str) -> Provider:
+        return GateFile(self.inner.for_agent(agent_name), self.path)
+
+    def complete(
+        self,
+        transcript: Sequence[TranscriptItem],
+        *,
+        system: str | None = None,
+        tools: Sequence[ToolSpec] = (RAL_TOOL,),
+        cancel: CancelScope,
+        on_event: OnEvent | None = None,
+    ) -> AssistantMessage:
+        if not self.waited:
+            self.waited = True
+            while not os.path.exists(self.path):
+                cancel.check()
+                time.sleep(0.002)
+        return self.inner.complete(
+            transcript, system=system, tools=tools, cancel=cancel, on_event=on_event
+        )
 
 
 def scenario(calls: int) -> str:
@@ -93,20 +129,25 @@ def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
         fleet = Fleet(SessionDir.at(d), playback.provider, FleetConfig(agents=mode))  # type: ignore[arg-type]
         try:
             fleet.start_trunk(None, interactive=True)
-            parent = playback.provider("trunk")
-            spawns: list[float] = []
+            gate = os.path.join(d, "gate")
+            from benchmarks.agent_processes import GateFile  # importable by an agent process
+
+            parent = GateFile(playback.provider("trunk"), gate)
+            for i in range(n):
+                fleet.spawn(SpawnRequest("trunk", f"worker-{i:03d}", "go", None, parent))
             cpu0 = sum(me.cpu_times()[:2])
             t0 = time.perf_counter()
-            for i in range(n):
-                t = time.perf_counter()
-                fleet.spawn(SpawnRequest("trunk", f"worker-{i:03d}", "go", None, parent))
-                spawns.append(time.perf_counter() - t)
+            Path(gate).touch()
             _wait(lambda: not fleet.registry.live_descendants("trunk"), 900, "throughput")
             wall = time.perf_counter() - t0
             cpu = sum(me.cpu_times()[:2]) - cpu0
             work = n * calls
+            plain = playback.provider("trunk")  # what a spawn costs without the gate's import
+            spawns: list[float] = []
             for i in range(hold):
-                fleet.spawn(SpawnRequest("trunk", f"sleeper-{i:03d}", "go", None, parent))
+                t = time.perf_counter()
+                fleet.spawn(SpawnRequest("trunk", f"sleeper-{i:03d}", "go", None, plain))
+                spawns.append(time.perf_counter() - t)
             names = [f"sleeper-{i:03d}" for i in range(hold)]
             _wait(lambda: all(_sleeping(fleet, x) for x in names), 300, "sleepers busy")
             pss = 0

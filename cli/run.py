@@ -78,6 +78,11 @@ def run_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
+    if agents == "process" and record:
+        raise click.UsageError(
+            "--record keeps every agent's provider in this process: "
+            "it cannot be combined with --agents process"
+        )
     spec = spec_for(
         target,
         connection,

@@ -220,3 +220,48 @@ def test_an_agent_process_killed_four_times_in_a_minute_settles_down_and_its_par
     assert told
     fy = fleet.close()
     assert fy.down == 1 and fy.never_settled == 0
+
+
+def _exarch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from cli.main import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_run_with_agents_process_prints_the_fanout_reply_from_three_agent_processes(
+    tmp_path: Path,
+) -> None:
+    session = tmp_path / "s"
+    p = _exarch(
+        "run",
+        str(ROOT / "examples" / "fanout.toml"),
+        "--agents",
+        "process",
+        "--session-dir",
+        str(session),
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "499500"
+    born = [r for r in read_jsonl(session / "transcript.jsonl").records if r["kind"] == "Born"]
+    assert sorted(r["agent"] for r in born) == ["hi", "lo", "trunk"]
+    assert len({r["pid"] for r in born}) == 3
+
+
+def test_run_refuses_record_with_agents_process_with_exit_2(tmp_path: Path) -> None:
+    p = _exarch(
+        "run",
+        str(ROOT / "examples" / "fanout.toml"),
+        "--agents",
+        "process",
+        "--record",
+        str(tmp_path / "r.toml"),
+        cwd=tmp_path,
+    )
+    assert p.returncode == 2 and "--agents process" in p.stderr
+    assert not (tmp_path / "r.toml").exists()
