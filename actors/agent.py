@@ -44,8 +44,10 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
+from actors.agent_site import AgentSite
 from actors.desk import AgentDesk
 from actors.schedules import Schedules
+from actors.slash_commands import run_slash
 from runtime.cancel import Cancelled, CancelScope
 from runtime.compaction import compaction_due
 from runtime.constants import MAX_STEPS
@@ -53,8 +55,7 @@ from runtime.cost import SpendMeter
 from runtime.digest import Section, clip_agent_reply, clip_section
 from runtime.diskwarn import DiskWarn
 from runtime.eventlog import AgentLog
-from runtime.events import InboxRejected, Io, Notice, Resources, SystemNote
-from runtime.events import ProviderFailed as ProviderErrorEvent
+from runtime.events import InboxRejected, Io, Notice, ProviderFailed, SystemNote
 from runtime.inbox import (
     SURFACE,
     AgentMessage,
@@ -66,7 +67,7 @@ from runtime.inbox import (
     UserSteering,
 )
 from runtime.ledger import LargeBinding
-from runtime.messages import AssistantMessage, ToolResult, admit_assistant
+from runtime.messages import AssistantMessage, ToolResult, admit_with_report
 from runtime.nudge import (
     NudgeInputs,
     NudgeKind,
@@ -89,8 +90,7 @@ from runtime.providers.base import (
 from runtime.ral.values import render
 
 if TYPE_CHECKING:
-    from actors.fleet import Fleet, ShellOutput
-    from runtime.fleet_registry import Entry
+    from actors.agent_site import ShellOutput
     from runtime.inbox import Inbox
     from runtime.ral.context import DynamicContext
     from runtime.snapshot import MobileSnapshot
@@ -151,22 +151,32 @@ class AgentStats:
 
 
 class Agent:
-    """One node of the spawn tree. Built by :class:`actors.fleet.Fleet`, never directly."""
+    """One node of the spawn tree, built by whoever hosts it (:class:`actors.fleet.Fleet`).
 
-    def __init__(self, fleet: Fleet, spec: AgentSpec, provider: Provider, entry: Entry) -> None:
-        self.fleet = fleet
+    Everything it asks of the fleet goes through ``site`` (:class:`actors.agent_site.AgentSite`);
+    ``token`` and ``inbox`` are the registry's handles on it."""
+
+    def __init__(
+        self,
+        site: AgentSite,
+        spec: AgentSpec,
+        provider: Provider,
+        token: CancelScope,
+        inbox: Inbox,
+    ) -> None:
+        self.site = site
         self.spec = spec
         self.name = spec.name
         self.parent = spec.parent
         self.interactive = spec.interactive
         self.returns = returns_for(spec.construction, interactive=spec.interactive)
         self.fuel = spec.fuel
-        self.token: CancelScope = entry.token
+        self.token: CancelScope = token
         """Sticky cooperative token (the registry's handle): tripped by interrupt or cancel,
         reset at a genuine turn boundary unless a terminate-class cause stands."""
-        self.inbox: Inbox = entry.inbox
+        self.inbox: Inbox = inbox
         """The registry's handle too: producers push here and get InboxFull synchronously."""
-        events = fleet.session.events(spec.name)
+        events = site.session.events(spec.name)
         self.log = AgentLog.load(events)[0] if spec.resume else AgentLog(events)
         self.provider = ProviderHandle(provider)
         self.pins: dict[str, str] = {}
@@ -188,8 +198,8 @@ class Agent:
         self._generation_floor = 0
         self.desk = AgentDesk(self)
         self.disk_warn = DiskWarn(
-            fleet.config.disk_warn_bytes,
-            [fleet.session.root, fleet.session.scratch(spec.name)],
+            site.disk_warn_bytes,
+            [site.session.root, site.session.scratch(spec.name)],
         )
         self.system = (
             None
@@ -199,9 +209,8 @@ class Agent:
                 self.desk.verbs(), spec.name, self.returns, spec.fuel, chat=spec.chat
             )
         )
-        self.eval_root, self.shell, self.surfaces = fleet.start_shell(
-            self, spec.context, spec.snapshot
-        )
+        parts = site.start_shell(spec.name, self.desk, spec.context, spec.snapshot)
+        self.eval_root, self.shell, self.surfaces = parts.eval_root, parts.shell, parts.surfaces
         self._last_pid: int | None = None
         self.done = threading.Event()
 
@@ -213,15 +222,16 @@ class Agent:
 
         Read from the registry, which marks the whole cancelled subtree before it trips any
         token, so an interrupt (which only trips the token) is never mistaken for it."""
-        entry = self.fleet.registry.lookup(self.name)
-        if entry is None:  # reaped mid-drive (clear_subtree deregisters at once): the eval
-            # root keeps the cascade's cause; once the drive has ended, its end cause stands
+        standing = self.site.standing(self.name)
+        if not standing.registered:  # reaped mid-drive (clear_subtree deregisters at once):
+            # the eval root keeps the cascade's cause; once the drive has ended, its end cause
+            # stands
             return self._ended_cause if self.outcome is not None else self.eval_root.reason
-        return entry.cancel_cause
+        return standing.cancel_cause
 
     def cancel(self, cause: str) -> None:
         """Terminate-class cancel through the registry cascade (reaches the whole subtree)."""
-        self.fleet.registry.cancel(self.name, cause)
+        self.site.cancel_subtree(self.name, cause)
 
     def interrupt(self, reason: str = "interrupt") -> None:
         """Stop the current turn only (the registry's interrupt hook); descendants keep running
@@ -257,6 +267,13 @@ class Agent:
         with self._reply_lock:
             self._provisional = None
 
+    def import_context(self, events: tuple[Any, ...], note: str | None = None) -> None:
+        """Start from another agent's model-visible context (a memory fork, a branch), before
+        the first turn; ``note`` says so in the log."""
+        self.log.import_context(events)
+        if note is not None:
+            self.log.append_note(note)
+
     @property
     def replied(self) -> bool:
         with self._reply_lock:
@@ -267,14 +284,14 @@ class Agent:
     def park_mode(self) -> ParkMode:
         if self.terminated is not None:
             return ParkMode.QUIESCE
-        reg = self.fleet.registry
+        reads = self.site.park_reads(self.name)
         return park_mode(
             interactive=self.interactive,
             returns=self.returns,
             has_parent=self.parent is not None,
-            listed=reg.is_live(self.name),
-            engaged=reg.engaged(self.name),
-            live_descendants=bool(reg.live_descendants(self.name)),
+            listed=reads.listed,
+            engaged=reads.engaged,
+            live_descendants=reads.live_descendants,
             schedules_armed=self.schedules.armed(),
             live_workers=self.surfaces.waiting,
         )
@@ -293,7 +310,7 @@ class Agent:
                 item = self.inbox.next_or_idle(self.park_mode)
                 if item is None or self.terminated is not None:
                     if item is not None:  # popped but never admitted: recorded, not lost
-                        self.fleet.record_undelivered(self, [item])
+                        self._record_undelivered([item])
                     if self.terminated is not None:
                         outcome = AgentOutcome.CANCELLED
                     break
@@ -332,13 +349,13 @@ class Agent:
         # ral_calls is +1 per ral tool call, like the shell's epoch: one clock for both.
         warning = self.disk_warn.check(self.stats.ral_calls)
         if warning is not None:
-            self.fleet.publish(SystemNote(self.name, text=warning.text))
+            self.site.publish(SystemNote(self.name, text=warning.text))
 
     def _park_workers(self) -> None:
         """The turn ended and the agent goes back to its inbox: its running workers are watched
         and their completions (and any result it never claimed) surface into the inbox, each as
         a ``Surface`` stamped with the current generation (so ``/clear`` drops older ones)."""
-        self.shell.park_workers(self.fleet.registry.generation).get()
+        self.shell.park_workers(self.site.generation()).get()
 
     def _workers_pending(self) -> bool:
         """Whether worker results are still coming to this agent — running, settled but not yet
@@ -370,7 +387,11 @@ class Agent:
         while (item := self.inbox.try_pop()) is not None:
             items.append(item)
         if items:
-            self.fleet.record_undelivered(self, items)
+            self._record_undelivered(items)
+
+    def _record_undelivered(self, items: list[Any]) -> None:
+        for item in items:
+            self.site.record_rejected(InboxRejected.of(self.name, item, reason="recipient ended"))
 
     @property
     def conversing(self) -> bool:
@@ -390,7 +411,7 @@ class Agent:
             self.latches = self.latches.at_turn_boundary()
             self.token.reset()
             if self.terminated is not None:
-                self.fleet.record_undelivered(self, [item])
+                self._record_undelivered([item])
                 return AgentOutcome.CANCELLED
             self.stats.handled += 1
             if not self._admit_input(item):
@@ -412,7 +433,7 @@ class Agent:
                     returns=self.returns and not self.spec.chat,
                     replied=self.replied,
                     pins=tuple(f"{k}: {v}" for k, v in self.pins.items()),
-                    live_descendants=bool(self.fleet.registry.live_descendants(self.name)),
+                    live_descendants=self.site.park_reads(self.name).live_descendants,
                     live_workers=self._workers_pending(),
                     headless_trunk=self.parent is None and not self.interactive,
                 ),
@@ -438,13 +459,15 @@ class Agent:
         """Append a turn's input to the log; False when it needs no model turn."""
         if isinstance(item, UserSteering):
             if item.is_slash:
-                return self.fleet.slash_command(self, item.text.strip())
+                run_slash(self, item.text.strip())
+                return False  # no slash command needs a model turn
             self.log.append_user(item.text)
         elif isinstance(item, Command):
-            return self.fleet.slash_command(self, item.text.strip())
+            run_slash(self, item.text.strip())
+            return False
         elif isinstance(item, AgentResult | Surface) and item.generation < self._generation_floor:
             sender = item.child if isinstance(item, AgentResult) else None
-            self.fleet.bus.record_rejected(
+            self.site.record_rejected(
                 InboxRejected.of(self.name, item, reason="stale generation", sender=sender)
             )
             return False
@@ -505,17 +528,17 @@ class Agent:
             except Truncated as t:
                 raw = t.partial
             except ProviderError as e:
-                self.fleet.publish(ProviderErrorEvent(self.name, error=e.kind, message=str(e)))
+                self.site.publish(ProviderFailed(self.name, error=e.kind, message=str(e)))
                 return Outcome.PROVIDER_ERROR
             empty = raw.is_empty
-            msg = admit_assistant(raw)  # X2/X7 at the commit boundary
+            msg, unencodable = admit_with_report(raw)  # X2/X7 at the commit boundary
             self.log.append_assistant(msg)
             self._count_usage(msg, provider.model)
             self.stats.in_flight.append({"committed": msg.to_dict()})
             turn.last_text = msg.text
             if msg.tool_calls:  # MaxTokens with tool calls dispatches them (X6)
                 mark = self._reply_mark()
-                self._dispatch(msg)
+                self._dispatch(msg, unencodable)
                 if self.returns and self._reply_mark() > mark:
                     return Outcome.END_TURN  # reply ends a returning agent after its batch
                 continue
@@ -526,7 +549,8 @@ class Agent:
         self.stats.in_flight.append(to_dict() if callable(to_dict) else {"event": repr(ev)})
 
     def _count_usage(self, msg: AssistantMessage, model: str) -> None:
-        self.fleet.charge(self, model, msg.usage)
+        cost = self.stats.spend.charge(model, msg.usage, self.site.prices())
+        self.site.charge(self.name, cost)
         if msg.usage is not None:
             self.stats.tokens_known = True
             self.stats.input_tokens += msg.usage.input_tokens
@@ -549,19 +573,31 @@ class Agent:
         except Cancelled:
             return
         except ProviderError as e:
-            self.fleet.publish(ProviderErrorEvent(self.name, error=e.kind, message=str(e)))
+            self.site.publish(ProviderFailed(self.name, error=e.kind, message=str(e)))
             return
         self.log.apply_compaction(summary)
-        self.fleet.publish(Notice(self.name, notice="Compacted", text="history compacted"))
+        self.site.publish(Notice(self.name, notice="Compacted", text="history compacted"))
 
     # --- dispatch ---------------------------------------------------------------------------
 
-    def _dispatch(self, msg: AssistantMessage) -> None:
-        """The batch in order, every requested id answered once; then tool-boundary steering."""
+    def _dispatch(self, msg: AssistantMessage, unencodable: dict[str, str]) -> None:
+        """The batch in order, every requested id answered once; then tool-boundary steering.
+
+        A call whose arguments held a lone surrogate (``unencodable``: committed as U+FFFD) is
+        answered with an error and never run: the script the model sent is not one a shell can
+        be given, and the repaired one is not what it sent."""
         for call in msg.tool_calls:
             script = call.script
             if self.token.cancelled:
                 result = self._refused(call.id, script, "cancelled: the turn was interrupted")
+            elif call.id in unencodable:
+                result = self._refused(
+                    call.id,
+                    script,
+                    f"the call was not run: its arguments hold {unencodable[call.id]}, a lone "
+                    "surrogate, which is not a character (no file, pipe or frame can carry "
+                    "it); send the script again without it",
+                )
             elif call.name != RAL_TOOL.name:
                 result = self._refused(
                     call.id, script, f"unknown tool {call.name!r}: the only tool is ral"
@@ -585,7 +621,7 @@ class Agent:
     def _refused(self, call_id: str, script: str | None, text: str) -> ToolResult:
         """A call answered without running: the transcript records the same text."""
         content = "[error]\n" + clip_section(text, Section.ERROR)
-        self.fleet.publish(
+        self.site.publish(
             Io(self.name, call_id=call_id, script=script or "", value=content, error="error")
         )
         return ToolResult(call_id, content, is_error=True)
@@ -593,9 +629,9 @@ class Agent:
     def run_ral(self, call_id: str, script: str) -> ToolResult:
         """One ral tool call through the shell; the digest is what the model and transcript see."""
         self.stats.ral_calls += 1
-        out = self.fleet.run_shell(self, script)
+        out = self.site.run_shell(self.name, script)
         self._note_residency(out)
-        self.fleet.publish(
+        self.site.publish(
             Io(
                 self.name,
                 call_id=call_id,
@@ -638,16 +674,10 @@ class Agent:
     # --- helpers ----------------------------------------------------------------------------
 
     def _note(self, text: str) -> None:
-        self.fleet.publish(SystemNote(self.name, text=text))
-
-    def resources(self) -> Resources:
-        return self.fleet.resources(self)
+        self.site.publish(SystemNote(self.name, text=text))
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.done.wait(timeout)
-
-    def cancel_descendant(self, name: str) -> Any:
-        return self.fleet.cancel_descendant(self, name)
 
     # --- the shell, as the executor and the spawn site see it -------------------------------
 

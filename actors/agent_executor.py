@@ -16,7 +16,8 @@ import os
 import shutil
 import threading
 import time
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psutil
 
@@ -35,14 +36,36 @@ from runtime.executor import (
 from runtime.fleet_yield import settlement_status
 
 if TYPE_CHECKING:
-    from actors.agent import Agent, AgentOutcome
+    from threading import Event
+
+    from actors.agent import AgentOutcome, AgentStats
+
+
+class ExecutedAgent(Protocol):
+    """What an executor reads of its agent, wherever it runs (a thread of the control process
+    or an agent process of its own)."""
+
+    name: str
+    site: Any
+    """Its site: the session directory names its scratch and snapshot."""
+    done: Event
+    outcome: AgentOutcome | None
+    stats: AgentStats
+
+    def shell_pid(self) -> int | None: ...
+
+    def shell_healthy(self) -> bool: ...
+
+    def cancel(self, cause: str) -> None: ...
 
 
 class AgentExecutor:
     """Execution environment of one child agent (see the module docstring)."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: ExecutedAgent, stop_shell: Callable[[Any], None]) -> None:
+        """``stop_shell`` is the spawn site's idempotent shell stop (teardown's first step)."""
         self._agent = agent
+        self._stop_shell = stop_shell
         self._started = time.monotonic()
         self._ended: float | None = None
         self._outcome: AgentOutcome | None = None
@@ -50,7 +73,7 @@ class AgentExecutor:
         self._gone = False
         self._lock = threading.Lock()
         self._pid: int | None = None
-        self.scratch = agent.fleet.session.scratch(agent.name)
+        self.scratch = agent.site.session.scratch(agent.name)
 
     @property
     def environment_id(self) -> str:
@@ -91,7 +114,7 @@ class AgentExecutor:
                 self._gone = True  # died outside teardown: every later receipt says so too
             gone_before = self._gone
             if not self._closed:
-                self._agent.fleet.stop_shell(self._agent)
+                self._stop_shell(self._agent)
                 self._closed = True
             alive = self._process_alive()
             if alive and grace == "brutal-kill" and self._pid:
@@ -166,7 +189,7 @@ class AgentExecutor:
         return Observation("exited", detail="shell process not running")
 
     def in_flight(self) -> InFlight:
-        snap = self._agent.fleet.session.snapshot(self._agent.name)
+        snap = self._agent.site.session.snapshot(self._agent.name)
         return InFlight(
             turn=self._agent.stats.turns,
             events=tuple(self._agent.stats.in_flight),

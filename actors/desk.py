@@ -14,15 +14,20 @@ accepts. An agent with no fuel still sees ``agent``; the desk is the wall and re
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
+from actors.agent_site import SpawnRequest
 from runtime.errors import ExarchError
 from runtime.prompt import advertised_verbs
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.values import UNIT, render
 
 if TYPE_CHECKING:
-    from actors.agent import Agent
+    from actors.agent_site import AgentSite
+    from actors.schedules import Schedules
+    from runtime.eventlog import AgentLog
+    from runtime.providers.base import ProviderHandle
     from runtime.snapshot import MobileSnapshot
 
 
@@ -53,10 +58,28 @@ def _arity(verb: str, args: list[Any], n: int) -> None:
         raise DeskRefusal(f"{verb} takes {n} argument{'s' if n != 1 else ''}, got {len(args)}")
 
 
+class DeskOwner(Protocol):
+    """The parts of an agent its verbs touch (:class:`actors.agent.Agent` is one); the fleet's
+    half goes through its :class:`actors.agent_site.AgentSite`."""
+
+    name: str
+    returns: bool
+    site: AgentSite
+    log: AgentLog
+    provider: ProviderHandle
+    schedules: Schedules
+    pins: dict[str, str]
+
+    def record_reply(self, value: Any) -> None: ...
+
+
+_Verb = Callable[["AgentDesk", str, list[Any]], Any]
+
+
 class AgentDesk:
     """Answers one agent's verbs. Thread-safe: enquiries arrive on the shell actor's thread."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: DeskOwner) -> None:
         self._agent = agent
         self._lock = threading.Lock()
         self._verbs = advertised_verbs(returns=agent.returns)
@@ -73,7 +96,7 @@ class AgentDesk:
             with self._lock:
                 if verb == "agent":
                     return self._agent_verb(verb, args, fork)
-                return getattr(self, "_" + verb.replace("-", "_"))(verb, args)
+                return _VERBS[verb](self, verb, args)
         except DeskRefusal:
             raise
         except ExarchError as e:
@@ -88,16 +111,27 @@ class AgentDesk:
             raise DeskRefusal(f"agent takes NAME PROMPT [OPTIONS], got {len(args)} arguments")
         name, prompt = render(args[0]), render(args[1])
         memory = spawn_memory(args[2]) if len(args) == 3 else False
-        return self._agent.fleet.spawn_child(self._agent, name, prompt, fork, memory=memory)
+        agent = self._agent
+        # The parent's own thread waits for this run, so its log is still: the context a
+        # remembering child imports is exactly what the parent has seen so far.
+        request = SpawnRequest(
+            parent=agent.name,
+            name=name,
+            prompt=prompt,
+            fork=fork,
+            provider=agent.provider.current(),
+            memory=tuple(agent.log.fork_context()) if memory else None,
+        )
+        return agent.site.spawn(request)
 
     def _message(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 2)
-        self._agent.fleet.message(self._agent.name, render(args[0]), render(args[1]))
+        self._agent.site.message(self._agent.name, render(args[0]), render(args[1]))
         return UNIT
 
     def _agent_cancel(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 1)
-        return self._agent.cancel_descendant(render(args[0]))
+        return self._agent.site.cancel_descendant(self._agent.name, render(args[0]))
 
     def _reply(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 1)
@@ -124,3 +158,15 @@ class AgentDesk:
     def _unpin(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 1)
         return self._agent.pins.pop(render(args[0]), None) is not None
+
+
+_VERBS: dict[str, _Verb] = {
+    "message": AgentDesk._message,
+    "agent-cancel": AgentDesk._agent_cancel,
+    "reply": AgentDesk._reply,
+    "schedule": AgentDesk._schedule,
+    "unschedule": AgentDesk._unschedule,
+    "pin": AgentDesk._pin,
+    "unpin": AgentDesk._unpin,
+}
+"""Every verb but ``agent`` (which also takes the fork scope), by its ral name."""

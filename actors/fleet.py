@@ -1,9 +1,10 @@
 """The Fleet: the run as a whole — registry, bus, journal, session directory — and the spawn site.
 
 The fleet owns no turn logic: every agent drives itself on its own actor thread. The fleet is
-where an agent's verbs reach shared state (spawn, message, cancel), where a child is settled by
-its spawn site (journal terminal record, result to the parent's inbox, Died on the bus), and
-where the frontend reads "all live agents" and "the bus to drain".
+each agent's :class:`actors.agent_site.AgentSite` -- where its verbs and slash commands reach
+shared state (spawn, message, cancel, branch), always by name and plain data -- and where a
+child is settled by its spawn site (journal terminal record, result to the parent's inbox,
+Died on the bus), and where the frontend reads "all live agents" and "the bus to drain".
 
 Invariants:
 - The fleet is alive while the registry is non-empty; :meth:`wait_empty` returns when the last
@@ -21,30 +22,35 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 import pykka
 
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
+from actors.agent_process import HostBoot, ProcessAgent
+from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
+from actors.agent_site import (
+    BranchRequest,
+    ParkReads,
+    ShellOutput,
+    ShellParts,
+    SpawnRequest,
+    Standing,
+)
 from actors.bus import start_bus
-from actors.eval_root import EvalRoot
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import start_registry
-from actors.shell import ShellActor, run_call
-from actors.shell_workers import WorkerSurfaces
 from runtime import durability
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
 from runtime.cost import FleetSpend, dollars
-from runtime.digest import digest_tool_result
-from runtime.diskwarn import disk_usage
 from runtime.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.durability import Durability, DurableFiles
-from runtime.durable import append_jsonl
 from runtime.errors import NameUsed, SpawnFailed
-from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources, SystemNote
+from runtime.events import Born, Died, Event, InboxRejected, Resources, SystemNote
 from runtime.executor import ExecutionSpec
 from runtime.fleet_registry import Entry
 from runtime.fleet_yield import (
@@ -57,9 +63,7 @@ from runtime.fleet_yield import (
 from runtime.inbox import AgentResult, Surface
 from runtime.journal import SpawnJournal
 from runtime.limits import ShellLimits
-from runtime.messages import Usage
 from runtime.park import Construction
-from runtime.probes import ResourceFigures, event_rows, resources
 from runtime.providers.base import Provider
 from runtime.providers.prices import PriceTable
 from runtime.ral.context import DynamicContext
@@ -67,7 +71,6 @@ from runtime.ral.errors import DeskRefusal
 from runtime.ral.grants import GrantPolicy, Grants
 from runtime.ral.values import render
 from runtime.session_dir import SessionDir
-from runtime.session_records import commit_record
 from runtime.settlement import (
     RetainedChild,
     SweepPolicy,
@@ -79,6 +82,13 @@ from runtime.settlement import (
 from runtime.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
+
+Hosted = Agent | ProcessAgent
+"""An agent of the run: driven on a thread here, or in an OS process of its own."""
+
+HOST_CALL_THREADS = 32
+"""Threads that answer agent processes' site calls (a call may wait on another host's verdict,
+never on this pool, so a bounded pool only delays)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +105,9 @@ class FleetConfig:
     clock: Callable[[], float] | None = None
     """The registry's lease clock; ``None``: ``time.monotonic`` (injectable for tests)."""
     limits: ShellLimits = field(default_factory=ShellLimits)
+    agents: Literal["thread", "process"] = "thread"
+    """Where each agent runs: a thread of this process, or an OS process of its own
+    (``actors/agent_process.py``: its drive loop, inbox and shell there; supervised)."""
     """Every shell's memory, live-worker and binding-size limits (``runtime/limits.py``)."""
     durability: Durability = DEFAULT_DURABILITY
     """What an acknowledged record of the session's files survives (``runtime/durability.py``):
@@ -103,18 +116,6 @@ class FleetConfig:
     """Dollars per million tokens by model (``runtime/providers/prices.py``)."""
     budget: Decimal | None = None
     """``--budget USD``: the fleet is cancelled when its known spend reaches this."""
-
-
-@dataclass(frozen=True)
-class ShellOutput:
-    """One ral call as the model sees it (already digested)."""
-
-    content: str
-    is_error: bool
-    notices: tuple[Notice, ...] = ()
-    """The call's shell notices (already on the bus): the agent reads LargeBinding and Prune."""
-    defined: tuple[str, ...] = ()
-    """Session names the call wrote, in order."""
 
 
 class _AgentActor(QuotaActor):
@@ -166,17 +167,23 @@ class Fleet:
         self.journal, _ = SpawnJournal.in_session(session)
         self._lock = threading.Lock()
         self.agents: dict[str, Agent] = {}
-        self._actors: dict[str, pykka.ActorRef[Any]] = {}
+        """The agents driven in this process (the thread backend): what the live views read."""
+        self.hosted: dict[str, Hosted] = {}
+        """Every agent of the run, wherever it runs."""
+        self._actors: dict[str, pykka.ActorRef[Any] | ProcessAgent] = {}
         self._executors: dict[str, AgentExecutor] = {}
         self._retained: list[RetainedChild] = []
         self._granted: dict[str, Grants] = {}
         """Each agent's grants as this process decided them (:meth:`_granted_spec`)."""
-        self.trunk: Agent | None = None
+        self.trunk: Hosted | None = None
         self._empty = threading.Event()
         self._empty.set()
         self._closed = False
         self.spend = FleetSpend(self.config.prices, self.config.budget)
         """Every agent's known spend, against the budget (``runtime/cost.py``)."""
+        self._pool: ThreadPoolExecutor | None = None
+        if self.config.agents == "process":
+            self._pool = ThreadPoolExecutor(HOST_CALL_THREADS, thread_name_prefix="site")
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -188,7 +195,7 @@ class Fleet:
         chat: bool = False,
         system: str | None = None,
         name: str = TRUNK_NAME,
-    ) -> Agent:
+    ) -> Hosted:
         ctx = DynamicContext(cwd=self.config.cwd or os.getcwd())
         ctx.env[SCRATCH_ENV] = self._scratch_for(name)
         self.session.scratch(name).mkdir(parents=True, exist_ok=True)
@@ -235,42 +242,77 @@ class Fleet:
         self._granted[spec.name] = grants
         return replace(spec, context=ctx, snapshot=snap)
 
-    def _build(self, spec: AgentSpec, provider: Provider, entry: Entry) -> Agent:
+    def _build(self, spec: AgentSpec, provider: Provider, entry: Entry) -> Hosted:
         """Construct the node and attach its handles; deregister if that fails.
 
         The trunk registers no eval root: its session outlives any cancel (a cascade reaching
         it trips its cooperative token, and the run in flight is stopped by the same foreground
         interrupt Esc uses, re-sent by :meth:`Agent.await_run` while the token stands). Every
         other node registers its shell's root, so a cascade unwinds its eval and its workers."""
+        agent: Hosted
         try:
             spec = self._granted_spec(spec)
-            agent = Agent(self, spec, provider, entry)
+            if self._pool is not None:
+                agent = self._build_process(spec, provider, entry)
+            else:
+                agent = Agent(self, spec, provider, entry.token, entry.inbox)
         except BaseException:
             self.registry.deregister(spec.name)
             raise
-        root = None if spec.parent is None else agent.eval_root
-        self.registry.attach(spec.name, eval_root=root, interrupt=agent.interrupt)
+        if isinstance(agent, ProcessAgent):
+            self.registry.attach(
+                spec.name,
+                inbox=agent.inbox,  # type: ignore[arg-type]
+                interrupt=agent.interrupt,
+                on_cancel=agent.send_cancel,
+            )
+        else:
+            root = None if spec.parent is None else agent.eval_root
+            self.registry.attach(spec.name, eval_root=root, interrupt=agent.interrupt)
         with self._lock:
-            self.agents[spec.name] = agent
+            self.hosted[spec.name] = agent
+            if isinstance(agent, Agent):
+                self.agents[spec.name] = agent
         return agent
 
-    def _launch(self, agent: Agent) -> None:
+    def _build_process(self, spec: AgentSpec, provider: Provider, entry: Entry) -> ProcessAgent:
+        """An agent in an OS process of its own, started from the one fork server."""
+        assert self._pool is not None
+        boot = HostBoot(
+            spec,
+            provider,
+            self.session,
+            self.config.disk_warn_bytes,
+            self.config.limits,
+            self.config.durability,
+            self.spend.prices,
+        )
+        return ProcessAgent(self, boot, entry.token, pool=self._pool, on_exit=self._agent_exited)
+
+    def _launch(self, agent: Hosted) -> None:
+        born = Born(
+            agent.name,
+            parent=agent.parent,
+            returns=agent.returns,
+            interactive=agent.interactive,
+            fuel=agent.fuel,
+            pid=agent.pid if isinstance(agent, ProcessAgent) else os.getpid(),
+        )
+        if isinstance(agent, ProcessAgent):
+            with self._lock:
+                self._actors[agent.name] = agent
+                self._empty.clear()
+            self.publish(born)
+            agent.launch()
+            return
         ref = _AgentActor.start(agent, self._agent_exited)
         with self._lock:
             self._actors[agent.name] = ref
             self._empty.clear()
-        self.publish(
-            Born(
-                agent.name,
-                parent=agent.parent,
-                returns=agent.returns,
-                interactive=agent.interactive,
-                fuel=agent.fuel,
-            )
-        )
+        self.publish(born)
         ref.tell("drive")
 
-    def adopt_agent(self, spec: AgentSpec, provider: Provider) -> Agent:
+    def adopt_agent(self, spec: AgentSpec, provider: Provider) -> Hosted:
         """``resume``: register ``spec`` (``resume=True``: log and snapshot from the durable
         files) in tree order and build it, without journalling a new spawn -- a child keeps the
         slot it was admitted with (same environment id, a new shell pid, as after a rollback).
@@ -283,10 +325,10 @@ class Fleet:
         if spec.parent is None:
             self.trunk = agent
         else:
-            self._executors[spec.name] = AgentExecutor(agent)
+            self._executors[spec.name] = AgentExecutor(agent, self.stop_shell)
         return agent
 
-    def launch_adopted(self, agent: Agent) -> None:
+    def launch_adopted(self, agent: Hosted) -> None:
         """Start an adopted agent's drive loop (Born on the bus, as for a fresh one)."""
         self._launch(agent)
 
@@ -294,16 +336,6 @@ class Fleet:
         """Cancel the whole tree (Ctrl-C, close): every node's token and eval root."""
         if self.trunk is not None:
             self.registry.cancel(self.trunk.name, cause)
-
-    def provider_named(self, model: str, agent_name: str) -> Provider:
-        """``/model NAME``: the same provider kind with another model."""
-        current = self.agents[agent_name].provider.current()
-        swap = getattr(current, "with_model", None)
-        if callable(swap):
-            new = swap(model)
-            assert isinstance(new, Provider)
-            return new
-        raise DeskRefusal(f"/model: the {current.name} provider cannot switch models")
 
     def wait_empty(self, timeout: float | None = None) -> bool:
         """Block until every agent has ended."""
@@ -320,16 +352,21 @@ class Fleet:
             release_sweep(self.journal, retained, policy=self.config.sweep)
         with self._lock:
             refs = list(self._actors.values())
-            never_driven = [a for a in self.agents.values() if not a.done.is_set()]
+            never_driven = [a for a in self.hosted.values() if not a.done.is_set()]
         for agent in never_driven:  # built but never launched (or stuck): stop their shells
             self.stop_shell(agent)
             self.registry.deregister(agent.name)
         for ref in refs:
+            if isinstance(ref, ProcessAgent):
+                ref.shutdown("close")
+                continue
             try:  # a stop waits behind the actor's work: a Cancel first ends a stuck drive
                 ref.tell(Cancel("close"))
                 ref.stop(block=True, timeout=5.0)
             except Exception:  # already stopped (ActorDeadError): the state wanted
                 pass
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         try:
             self._registry.stop()
             self.bus.stop()
@@ -340,13 +377,12 @@ class Fleet:
                 durability.unbind(files)
         return fleet_yield(self.journal.state)
 
-    def charge(self, agent: Agent, model: str, usage: Usage | None) -> None:
-        """One round trip of ``agent`` on ``model``: its meter and the fleet's total; the
-        round trip that brings the total to the budget cancels the whole tree (once)."""
-        cost = agent.stats.spend.charge(model, usage, self.spend.prices)
+    def prices(self) -> PriceTable:
+        return self.spend.prices
+
+    def charge(self, name: str, cost: Decimal | None) -> None:
         if self.spend.charge(cost):
-            message = self.spend.budget_message()
-            self.publish(SystemNote(agent.name, text=message))
+            self.publish(SystemNote(name, text=self.spend.budget_message()))
             self.cancel_all("budget")
 
     @property
@@ -378,121 +414,98 @@ class Fleet:
             write_result(self.session, outcome, reply, fy, **extra)
         return fy
 
-    # --- the agents' shared services --------------------------------------------------------
+    # --- the agents' site (actors/agent_site.py) --------------------------------------------
+
+    @property
+    def disk_warn_bytes(self) -> int | None:
+        return self.config.disk_warn_bytes
 
     def publish(self, event: Event) -> None:
         self.bus.publish(event)
 
+    def record_rejected(self, rejection: InboxRejected) -> None:
+        self.bus.record_rejected(rejection)
+
+    def standing(self, name: str) -> Standing:
+        entry = self.registry.lookup(name)
+        if entry is None:
+            return Standing(registered=False)
+        return Standing(registered=True, cancel_cause=entry.cancel_cause)
+
+    def park_reads(self, name: str) -> ParkReads:
+        return ParkReads(
+            listed=self.registry.is_live(name),
+            engaged=self.registry.engaged(name),
+            live_descendants=bool(self.registry.live_descendants(name)),
+        )
+
+    def generation(self) -> int:
+        return self.registry.generation
+
+    def deliver(self, name: str, item: Surface, sender: str) -> None:
+        self.registry.deliver(name, item, sender=sender)
+
+    def cancel_subtree(self, name: str, cause: str) -> None:
+        self.registry.cancel(name, cause)
+
+    def clear_subtree(self, name: str) -> int:
+        return self.registry.clear_subtree(name)
+
     def start_shell(
-        self, agent: Agent, context: DynamicContext | None, snapshot: Any
-    ) -> tuple[EvalRoot, Any, WorkerSurfaces]:
-        """The agent's shell actor, its eval root and its worker surfaces (held here so no
-        mailbox is in the way). A surfaced worker completion goes to the agent's inbox through
-        the registry's ``deliver``: quota-checked, generation-guarded, and recorded in
-        ``transcript.jsonl`` when refused."""
-        root = EvalRoot()
-        name = agent.name
-
-        def surface(worker: str, item: Surface) -> None:
-            self.registry.deliver(name, item, sender=f"worker {worker}")
-
-        surfaces = WorkerSurfaces(surface)
-        ref = ShellActor.start(
-            name=name,
-            session_dir=self.session.root,
-            desk=agent.desk,
-            notice_sink=self.publish,
-            context=context,
-            snapshot=snapshot,
-            eval_root=root,
+        self,
+        name: str,
+        desk: Any,
+        context: DynamicContext | None,
+        snapshot: MobileSnapshot | None,
+    ) -> ShellParts:
+        """The agent's shell, its surfaced worker completions delivered through the registry."""
+        return start_agent_shell(
+            name,
+            self.session,
+            desk,
+            context,
+            snapshot,
             limits=self.config.limits,
-            surfaces=surfaces,
+            publish=self.publish,
+            deliver=self.deliver,
             sync_log=self.config.durability is Durability.MACHINE,  # machine: survive power loss
         )
-        return root, ref.proxy(), surfaces
 
-    def run_shell(self, agent: Agent, script: str) -> ShellOutput:
-        result = agent.await_run(run_call(agent.shell, script, agent.token))
-        if result.error is None and not result.rolled_back:  # drills: what this call committed
-            pid = result.host_pid if result.host_pid is not None else agent.shell_pid()
-            append_jsonl(self.session.record, commit_record(agent.name, result, pid))
-        notes: list[str] = []  # a rollback already says so in its error text
-        content = digest_tool_result(
-            result.value if result.error is None else None,
-            result.stdout,
-            result.stderr,
-            result.error,
-            notes,
-        )
-        return ShellOutput(
-            content,
-            result.error is not None or result.rolled_back,
-            notices=result.notices,
-            defined=result.defined,
-        )
+    def _local(self, name: str) -> Agent:
+        """An agent driven in this process (the site's shell calls come only from those)."""
+        agent = self.agents[name]
+        assert isinstance(agent, Agent), f"{name} runs in its own process"
+        return agent
 
-    def stop_shell(self, agent: Agent) -> None:
-        """Idempotent: a shell already stopped (``pykka.ActorDeadError``) is the state wanted;
-        any other failure is logged, and the stop is still attempted."""
-        try:
-            agent.shell.close().get(timeout=10.0)
-        except pykka.ActorDeadError:
-            pass
-        except Exception:
-            log.exception("closing %s's shell failed", agent.name)
-        try:
-            agent.shell.actor_ref.stop(block=True, timeout=5.0)
-        except pykka.ActorDeadError:
-            pass
-        except Exception:
-            log.exception("stopping %s's shell actor failed", agent.name)
+    def run_shell(self, name: str, script: str) -> ShellOutput:
+        return run_agent_shell(self._local(name), self.session.record, script)
+
+    def stop_shell(self, agent: Hosted) -> None:
+        """Idempotent: a shell already stopped is the state wanted. An agent process is shut
+        down with its shell."""
+        if isinstance(agent, ProcessAgent):
+            agent.shutdown()
+        else:
+            stop_agent_shell(agent.name, agent.shell)
 
     def message(self, sender: str, name: str, text: str) -> None:
         """Model-facing: renews nothing; InboxFull / UnknownAgent reach the sending script."""
         self.registry.message(sender, name, text)
 
-    def cancel_descendant(self, agent: Agent, name: str) -> bool:
+    def cancel_descendant(self, name: str, target: str) -> bool:
         """``agent-cancel NAME``: resolves descendants only; an ended one is a no-op (False)."""
-        if name in self.registry.live_descendants(agent.name):
-            self.registry.cancel(name, "agent-cancel")
+        if target in self.registry.live_descendants(name):
+            self.registry.cancel(target, "agent-cancel")
             return True
-        if self.registry.is_live(name):
-            raise DeskRefusal(f"agent-cancel: {name!r} is not a descendant of {agent.name}")
+        if self.registry.is_live(target):
+            raise DeskRefusal(f"agent-cancel: {target!r} is not a descendant of {name}")
         return False
 
-    def resources(self, agent: Agent) -> Resources:
+    def resources(self, name: str) -> Resources:
         """The probe fold for ``/resources``: read-only, renews nothing, never model-facing."""
-        probe = agent.shell.probe().get()
-        lease = self.lease_figures(agent.name)
-        figures = ResourceFigures(
-            workers={
-                "running": probe.running_workers,
-                "settled": probe.settled_workers,
-                "nearest_reap_calls": probe.nearest_worker_reap_calls,
-                "nearest_backstop_secs": probe.nearest_worker_backstop_secs,
-            },
-            ledger={
-                "armed": True,
-                "live": probe.live_bindings,
-                "baseline": probe.baseline_bindings,
-                "pinned": probe.pinned_bindings,
-                "nearest_expiry_calls": probe.nearest_binding_expiry_calls,
-                "bytes_held": probe.bytes_held,
-            },
-            inbox_depths=agent.inbox.depths(),
-            event_count=agent.log.event_count,
-            history_bytes=agent.log.history_bytes,
-            disk=disk_usage(  # the scratch lives inside the log dir: each byte counted once
-                {"log dir": self.session.root, "scratch": self.session.scratch(agent.name)}
-            ),
-            disk_ceiling=self.config.disk_warn_bytes,
-            lease_nearest_reap_secs=lease.get("nearest_reap_secs"),
-            lease_demote_secs=lease.get("bound_secs"),
-            spend=agent.stats.spend.read().to_json(),
-            prices_date=self.spend.prices.date,
-        )
-        rows, card = resources(figures, title=f"resources of {agent.name}")
-        return Resources(agent.name, rows=event_rows(rows), card=card)
+        agent = self._local(name)
+        lease = self.lease_figures(name)
+        return agent_resources(agent, self.session, self.config.disk_warn_bytes, lease)
 
     def lease_figures(self, name: str) -> dict[str, float | None]:
         """Idle-lease rows for /resources: nearest time-to-reap among leased descendants."""
@@ -505,42 +518,29 @@ class Fleet:
                 nearest = left if nearest is None else min(nearest, left)
         return {"nearest_reap_secs": nearest, "bound_secs": self.registry.tree.lease_bound}
 
-    def slash_command(self, agent: Agent, text: str) -> bool:
-        """A slash command at a turn boundary; True when it needs a model turn (none do)."""
-        from actors.commands import run_slash
-
-        run_slash(self, agent, text)
-        return False
-
     # --- spawn and settle -------------------------------------------------------------------
 
-    def spawn_child(
-        self,
-        parent: Agent,
-        name: str,
-        prompt: str,
-        fork: MobileSnapshot | None,
-        *,
-        memory: bool = False,
-    ) -> dict[str, Any]:
+    def spawn(self, request: SpawnRequest) -> dict[str, Any]:
         """The ``agent NAME PROMPT [memory: BOOL]`` verb: register, fork, admit, launch; a start
         receipt.
 
-        ``fork`` is the parent's live scope at the fork point; the child's grants are the
-        parent's narrowed by the fleet's policy (a meet: never wider; :meth:`_granted_spec`). A
-        failure after the child is built tears it down (:meth:`_abandon_spawn`) and raises
-        :class:`SpawnFailed`: a child that never runs must never be waited for. With ``memory``
-        the child's event log first imports the parent's model-visible context
-        (:meth:`runtime.eventlog.AgentLog.fork_context`: the tool-call frame the parent is
-        dispatching right now is left out, so the child inherits a request context, never a
-        dangling protocol); without it the child inherits nothing. Either way the prompt enters
-        through the child's inbox, the same turn path as any other input. Runs on the parent's
-        shell thread while the parent's own thread waits for the run, so its log is still."""
+        ``request.fork`` is the parent's live scope at the fork point; the child's grants are
+        the parent's narrowed by the fleet's policy (a meet: never wider; :meth:`_granted_spec`).
+        A failure after the child is built tears it down (:meth:`_abandon_spawn`) and raises
+        :class:`SpawnFailed`: a child that never runs must never be waited for. With
+        ``request.memory`` the child's event log first imports the parent's model-visible
+        context (:meth:`runtime.eventlog.AgentLog.fork_context`, taken by the parent's desk: the
+        tool-call frame the parent is dispatching right now is left out, so the child inherits a
+        request context, never a dangling protocol); without it the child inherits nothing.
+        Either way the prompt enters through the child's inbox, the same turn path as any other
+        input. Runs on the parent's shell thread while the parent's own thread waits for the
+        run, so its log is still."""
+        name, parent = request.name, request.parent
         if name in self.journal.state.nodes and self.registry.lookup(name) is None:
             raise NameUsed(name)
-        entry = self.registry.register(name, parent.name, returns=True, interactive=False)
+        entry = self.registry.register(name, parent, returns=True, interactive=False)
         try:
-            snapshot = fork
+            snapshot = request.fork
             ctx = None
             if snapshot is not None and snapshot.context:
                 ctx = DynamicContext.from_dict(dict(snapshot.context))
@@ -548,36 +548,35 @@ class Fleet:
                 snapshot = replace(snapshot, context=ctx.to_dict())
             spec = AgentSpec(
                 name=name,
-                parent=parent.name,
+                parent=parent,
                 construction=Construction.FORK,
                 fuel=entry.fuel,
-                prompt=prompt,
+                prompt=request.prompt,
                 context=ctx,
                 snapshot=snapshot,
                 generation=entry.generation,
             )
-            provider = parent.provider.current().for_agent(name)
+            provider = request.provider.for_agent(name)
         except BaseException:
             self.registry.deregister(name)
             raise
         agent = self._build(spec, provider, entry)
-        if memory:
+        if request.memory is not None:
             try:
-                remembered = parent.log.fork_context()
-                agent.log.import_context(remembered)
-                agent.log.append_note(
-                    f"memory: inherited {len(remembered)} events from {parent.name}"
+                agent.import_context(
+                    request.memory, f"memory: inherited {len(request.memory)} events from {parent}"
                 )
             except BaseException:  # never launched: nothing of it may stay behind
                 self.stop_shell(agent)
                 with self._lock:
                     self.agents.pop(name, None)
+                    self.hosted.pop(name, None)
                 self.registry.deregister(name)
                 raise
-        executor = AgentExecutor(agent)
+        executor = AgentExecutor(agent, self.stop_shell)
         self._executors[name] = executor
         try:
-            admit(self.journal, name, executor, ExecutionSpec(node_id=name), parent=parent.name)
+            admit(self.journal, name, executor, ExecutionSpec(node_id=name), parent=parent)
         except Exception as e:
             self._abandon_spawn(agent, executor, e)
             raise SpawnFailed(name, e) from e
@@ -585,10 +584,10 @@ class Fleet:
             self._abandon_spawn(agent, executor, e)
             raise
         self._launch(agent)
-        receipt = {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent.name}
-        return {**receipt, "memory": True} if memory else receipt
+        receipt = {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent}
+        return {**receipt, "memory": True} if request.memory is not None else receipt
 
-    def _abandon_spawn(self, agent: Agent, executor: AgentExecutor, error: BaseException) -> None:
+    def _abandon_spawn(self, agent: Hosted, executor: AgentExecutor, error: BaseException) -> None:
         """Undo a spawn that failed before launch: the slot the journal opened (if any) settles
         ``down`` (tearing its environment down), the shell stops and the child leaves the
         registry, so its parent's park verdict stops counting it and nothing waits for it.
@@ -596,6 +595,7 @@ class Fleet:
         with self._lock:
             self._executors.pop(agent.name, None)
             self.agents.pop(agent.name, None)
+            self.hosted.pop(agent.name, None)
         node = self.journal.state.nodes.get(agent.name)
         if node is not None and node.open:
             try:
@@ -611,42 +611,42 @@ class Fleet:
         self.stop_shell(agent)
         self.registry.deregister(agent.name)
 
-    def branch(self, parent: Agent, name: str | None = None) -> Agent:
-        """``/branch``: a conversing peer of ``parent`` with its verbatim authority and context.
+    def branch(self, request: BranchRequest) -> str:
+        """``/branch``: a conversing peer of ``request.parent`` with its verbatim authority and
+        context; the name it got.
 
         The branch forks the parent's durable shell snapshot and imports its model-visible
         context; it returns nothing (``returns`` is false for a branch), parks Held for its
         human, and is not journalled as a spawned child (it is a peer tab, not delegated work).
-        Must be called from the parent's own thread (a slash command at its turn boundary).
+        The request is built on the parent's own thread (a slash command at its turn boundary).
         """
-        base = name or f"{parent.name}-branch"
+        base = request.name or f"{request.parent}-branch"
         name = base
         n = 1
         while self.registry.lookup(name) is not None:
             n += 1
             name = f"{base}-{n}"
-        entry = self.registry.register(name, parent.name, returns=False, interactive=True)
+        entry = self.registry.register(name, request.parent, returns=False, interactive=True)
         try:
-            snapshot = parent.shell.fork_snapshot().get(timeout=10.0)
             spec = AgentSpec(
                 name=name,
-                parent=parent.name,
+                parent=request.parent,
                 construction=Construction.BRANCH,
                 interactive=True,
                 fuel=entry.fuel,
-                snapshot=snapshot,
+                snapshot=request.snapshot,
                 generation=entry.generation,
             )
-            provider = parent.provider.current().for_agent(name)
+            provider = request.provider.for_agent(name)
         except BaseException:
             self.registry.deregister(name)
             raise
         agent = self._build(spec, provider, entry)
-        agent.log.import_context(parent.log.fork_context())
+        agent.import_context(request.context)
         self._launch(agent)
-        return agent
+        return name
 
-    def _agent_exited(self, agent: Agent, outcome: AgentOutcome) -> None:
+    def _agent_exited(self, agent: Hosted, outcome: AgentOutcome) -> None:
         """The spawn site's settle: journal, result to the parent, deregister, Died."""
         try:
             if agent.parent is not None:
@@ -666,7 +666,7 @@ class Fleet:
             if empty:
                 self._empty.set()
 
-    def _settle_child(self, agent: Agent, outcome: AgentOutcome) -> None:
+    def _settle_child(self, agent: Hosted, outcome: AgentOutcome) -> None:
         executor = self._executors.get(agent.name)
         if executor is None:
             return
@@ -708,8 +708,3 @@ class Fleet:
         assert parent is not None
         # No synchronous caller is left: a refusal is recorded in transcript.jsonl by deliver.
         self.registry.deliver(parent, result, sender=agent.name)
-
-    def record_undelivered(self, agent: Agent, items: list[Any]) -> None:
-        """Inbox items still queued when their agent ended: recorded, never silently lost."""
-        for item in items:
-            self.bus.record_rejected(InboxRejected.of(agent.name, item, reason="recipient ended"))

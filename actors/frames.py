@@ -59,6 +59,11 @@ class FrameError(ExarchError):
     """A frame could not be decoded, or named an unknown kind."""
 
 
+class UnencodableFrame(FrameError):
+    """A frame's fields hold text that is not valid Unicode (a lone surrogate): msgpack's UTF-8
+    cannot carry it, so the frame is refused before anything is sent."""
+
+
 class ChannelClosed(FrameError):
     """The peer closed its end (normally: the process exited or was killed)."""
 
@@ -83,7 +88,14 @@ class Frame:
 def encode_frame(frame: Frame) -> bytes:
     if frame.kind not in KINDS:
         raise FrameError(f"unknown frame kind {frame.kind!r}")
-    return msgpack.packb([frame.kind, dict(frame.fields)], use_bin_type=True)
+    try:
+        return msgpack.packb([frame.kind, dict(frame.fields)], use_bin_type=True)
+    except UnicodeEncodeError as e:
+        bad = e.object[e.start] if isinstance(e.object, str) else "?"
+        raise UnencodableFrame(
+            f"a {frame.kind!r} frame cannot be sent: its text holds U+{ord(bad):04X}, a lone "
+            "surrogate, which is not a character"
+        ) from None
 
 
 def decode_frame(data: bytes) -> Frame:

@@ -49,6 +49,9 @@ PRELOAD = [
     "actors.shell_host",
     "actors.worker_process",
     "actors.agent_host",
+    "actors.agent_process",
+    "actors.agent_process_host",
+    "runtime.providers.scripted",
     "runtime.ral.session",
     "runtime.ral.codec",
 ]

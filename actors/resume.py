@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.agent import AgentSpec
+from actors.agent import Agent, AgentSpec
 from runtime.constants import TRUNK_NAME
 from runtime.durability import Durability, bound_to
 from runtime.durability import parse as parse_durability
@@ -384,6 +384,7 @@ def resume_run(
                 resume=True,
             )
             agent = fleet.adopt_agent(spec, provider_for(name))
+            assert isinstance(agent, Agent), "resume drives its agents in this process"
             if agent.log.pending_tool_calls:
                 agent.log.settle_pending()
             agents.append(agent)

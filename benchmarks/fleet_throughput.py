@@ -1,7 +1,7 @@
 """Fleet throughput: 10, 50 and 200 agents each making 50 ral calls, on this machine.
 
 An interactive trunk (it parks for its human, so it never quiesces mid-benchmark) forks N
-returning children through the spawn site (``Fleet.spawn_child``, the ``agent`` verb's path:
+returning children through the spawn site (``Fleet.spawn``, the ``agent`` verb's path:
 registry, journal admission, one shell process each). Every child plays the scripted pattern
 ``worker-*``: 50 round-trips of one ral call each (``let v = add 1 2``, so each call changes a
 binding and checkpoints), then ``reply``. The trunk answers each child result with one text-only
@@ -34,6 +34,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from actors.agent import Agent
+from actors.agent_site import SpawnRequest
 from actors.fleet import Fleet, FleetConfig
 from actors.process import ensure_fork_server
 from runtime.cancel import CancelScope
@@ -167,10 +169,14 @@ def run(n: int, calls: int) -> dict[str, float]:
         fleet = Fleet(SessionDir.at(d), provider_for, FleetConfig())
         try:
             trunk = fleet.start_trunk(None, interactive=True)
+            assert isinstance(trunk, Agent)
             base_rss, _, base_uss = Sampler.sample(uss=True)
             sampler = Sampler().start()
             for i in range(n):
-                child = fleet.spawn_child(trunk, f"worker-{i:03d}", "make calls", None)
+                request = SpawnRequest(
+                    trunk.name, f"worker-{i:03d}", "make calls", None, trunk.provider.current()
+                )
+                child = fleet.spawn(request)
                 assert child["status"] == "started"
             wait_all_gated(fleet, n)
             gate_rss, gate_procs, gate_uss = Sampler.sample(uss=True)

@@ -37,6 +37,10 @@ ORDER = [
     ("agent_host", "agent hosts: spawn, channel round trip, ral call, PSS, 1 vs 2 cores"),
     ("peers", "per call vs the pipe floor, a Jupyter kernel and pykka; both durability policies"),
     ("sse_transport", "provider streaming: own stdlib transport vs httpx over loopback SSE"),
+    (
+        "agent_processes",
+        "--agents process vs thread: 1 vs 2 cores, control CPU per call, spawn, cascade, PSS",
+    ),
     ("ral_fuzz", "generated programs and hostile text: typed outcomes only, none over 2 s"),
 ]
 

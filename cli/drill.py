@@ -36,7 +36,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 import psutil
@@ -58,8 +58,9 @@ from runtime.fault_switch import injecting_faults
 from runtime.invariant_check import InvariantReport, InvariantResult, NotASession, check_session
 from runtime.nemesis import (
     CONTROL,
-    FAULT_KINDS,
+    KNOWN_KINDS,
     LIVE,
+    PROCESS,
     SCRIPTED,
     BadFaults,
     Fault,
@@ -161,7 +162,7 @@ class DrillResult:
         sched, landed = self.scheduled_by_kind(), self.landed_by_kind()
         missed = Counter(a.fault.kind for a in self.applied if not a.landed)
         skipped = Counter(f.kind for f in self.skipped)
-        kinds = [k for k in FAULT_KINDS if k in self.config.faults or sched[k]]
+        kinds = [k for k in KNOWN_KINDS if k in self.config.faults or sched[k]]
         return {
             k: {
                 "scheduled": sched[k],
@@ -275,7 +276,10 @@ def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillRes
     control = [f for f in schedule if f.kind in CONTROL]
     applied: list[Applied] = []
     start = time.monotonic()
-    feed = LiveFeed([f for f in schedule if f.kind in LIVE], start, applied)
+    feed = LiveFeed([f for f in schedule if f.kind in LIVE + PROCESS], start, applied)
+    backend: Literal["thread", "process"] = (
+        "process" if any(k in PROCESS for k in cfg.faults) else "thread"
+    )
     rounds: list[dict[str, Any]] = []
     reports: list[InvariantReport] = []
     extra: list[InvariantResult] = []
@@ -313,7 +317,9 @@ def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillRes
             else:
                 control.append(kill)  # the round ended before the kill: a later round takes it
         else:
-            info = run_in_process(scenario_path, session, rnd, feed, stop, cfg.durability)
+            info = run_in_process(
+                scenario_path, session, rnd, feed, stop, cfg.durability, agents=backend
+            )
         scripted += _played(placed, session, cfg.calls, rnd, applied)
         measure_recovery(applied[before:], session)
         extra += _flood_accounting(applied[before:], rnd)
@@ -480,7 +486,9 @@ def invariant_table(result: DrillResult) -> Table:
     "--faults",
     default="all",
     show_default=True,
-    help="Comma-separated kinds: " + ", ".join(SCRIPTED + LIVE + CONTROL),
+    help="Comma-separated kinds: "
+    + ", ".join(SCRIPTED + LIVE + CONTROL + PROCESS)
+    + " (all: every kind but agent-kill, which runs each agent in its own process)",
 )
 @click.option("--duration", type=float, default=10.0, show_default=True, help="Seconds.")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the drill.")

@@ -177,6 +177,7 @@ class LiveNemesis:
         """Agents a cancel storm reached: still registered while they wind down, not targets."""
         self.appliers: dict[str, Callable[[Applied, str, random.Random], bool]] = {
             "shell-kill": self._shell_kill,
+            "agent-kill": self._agent_kill,
             "inbox-flood": self._inbox_flood,
             "cancel-storm": self._cancel_storm,
             "clear-storm": self._clear_storm,
@@ -234,6 +235,21 @@ class LiveNemesis:
         except psutil.NoSuchProcess:
             raise _NotYet from None  # it ended on its own meanwhile (a rollback, a close)
         self._killed.add(proc.pid)
+        return True
+
+    def _agent_kill(self, a: Applied, name: str, _rng: random.Random) -> bool:
+        """A real SIGKILL of the agent's own process (``--agents process``), mid-call if a
+        call is running; the supervisor restarts it from its files or settles it down."""
+        agent = self.fleet.hosted.get(name)
+        if agent is None or not hasattr(agent, "pids"):
+            a.detail["error"] = "the agent does not run in a process of its own"
+            return False
+        pid = agent.pid
+        a.detail.update(pid=pid, restartsBefore=agent.restarts)
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            raise _NotYet from None  # restarting or ended meanwhile
         return True
 
     def _inbox_flood(self, a: Applied, name: str, _rng: random.Random) -> bool:
@@ -296,3 +312,4 @@ class LiveNemesis:
         litter = [p.name for p in path.parent.glob(f".{path.name}.*.tmp")]
         a.detail.update(window_secs=WRITE_FAILURE_SECS, tmp_litter=litter)
         return True
+

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from cli.drill_faults import Applied, LiveNemesis, ok_calls
 from runtime.durability import DEFAULT as DEFAULT_DURABILITY
@@ -166,13 +166,21 @@ def run_in_process(
     feed: LiveFeed,
     stop: DrillStop,
     durability: Durability = DEFAULT_DURABILITY,
+    *,
+    agents: Literal["thread", "process"] = "thread",
 ) -> dict[str, Any]:
+    """One round in this process; ``agents`` is the fleet's backend (``process`` when the
+    drill asks for ``agent-kill``)."""
     from cli.runner import RunSpec, run_headless
     from runtime.providers.scenario import load_scenario
 
     spec = RunSpec(
-        "scripted", None, load_scenario(scenario), session_dir=str(session.root),
+        "scripted",
+        None,
+        load_scenario(scenario),
+        session_dir=str(session.root),
         durability=durability,
+        agents=agents,
     )
     got = _drive(
         lambda on_start: run_headless(spec, on_start=on_start), session, rnd, feed, stop, "round"

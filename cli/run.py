@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Literal
 
 import click
 
@@ -28,6 +29,14 @@ from runtime.limits import ShellLimits
 @click.option("--chat", is_flag=True, help="No system prompt and no tool: a bare conversation.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
+@click.option(
+    "--agents",
+    type=click.Choice(["thread", "process"]),
+    default="thread",
+    show_default=True,
+    help="Run each agent on a thread of this process, or in an OS process of its own "
+    "(supervised: a crashed agent is restarted from its files).",
+)
 @record_option
 @grant_options
 @output_options
@@ -41,6 +50,7 @@ def run_command(
     chat: bool,
     disk_warn_bytes: int | None,
     window_tokens: int | None,
+    agents: Literal["thread", "process"],
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
     record: str | None,
@@ -76,6 +86,11 @@ def run_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
+    if agents == "process" and record:
+        raise click.UsageError(
+            "--record keeps every agent's provider in this process: "
+            "it cannot be combined with --agents process"
+        )
     spec = spec_for(
         target,
         connection,
@@ -90,6 +105,7 @@ def run_command(
         durability=durability,
         prices=cost.prices,
         budget=cost.budget,
+        agents=agents,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

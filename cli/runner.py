@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import click
 
@@ -104,6 +104,8 @@ class RunSpec:
         if self.provider == "scripted":
             return Path(self.scenario.source).stem if self.scenario is not None else None
         return self.model
+    agents: Literal["thread", "process"] = "thread"
+    """``--agents``: each agent on a thread of this process, or in an OS process of its own."""
 
 
 @dataclass(frozen=True)
@@ -279,6 +281,7 @@ def run_headless(
             durability=spec.durability,
             prices=spec.prices,
             budget=spec.budget,
+            agents=spec.agents,
         ),
     )
     outcome = "failed"

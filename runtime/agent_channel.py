@@ -292,6 +292,53 @@ class Events(Message):
     batch: tuple[dict[str, Any], ...] = ()
 
 
+# the agent's site across the channel (actors/agent_process.py)
+
+
+@dataclass(frozen=True)
+class Call(Message):
+    """A request either way: one method of the other end's site by name (an explicit table on
+    the receiving side), its arguments as an opaque ``payload``. Reply: :class:`Return`.
+
+    The payload is a pickle: both ends are this program, started from the same fork server,
+    and the values that cross (inbox items, snapshots, events, typed errors) are its own
+    frozen dataclasses; the envelope stays msgpack, so a bad frame is still refused by kind."""
+
+    KIND: ClassVar[str] = "call"
+    method: str
+    payload: bytes = b""
+
+
+@dataclass(frozen=True)
+class Return(Message):
+    """The reply to :class:`Call`: the pickled result, or the pickled typed error the handler
+    raised (``InboxFull``, ``NameUsed``, ``DeskRefusal``...), re-raised in the caller."""
+
+    KIND: ClassVar[str] = "return"
+    payload: bytes = b""
+    error: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Publish(Message):
+    """Host -> control: a batch of bus events (pickled), flushed at every call boundary and
+    every few milliseconds; the transcript keeps one writer."""
+
+    KIND: ClassVar[str] = "publish"
+    agent: str
+    payload: bytes = b""
+
+
+@dataclass(frozen=True)
+class Ended(Message):
+    """Host -> control: the agent's drive loop ended (an orderly end, unlike a crash): its
+    outcome, reply and figures (pickled). The host then waits for :class:`Shutdown`."""
+
+    KIND: ClassVar[str] = "ended"
+    agent: str
+    payload: bytes = b""
+
+
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     Spawn,
     Born,
@@ -312,6 +359,10 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     Probe,
     ProbeReply,
     Events,
+    Call,
+    Return,
+    Publish,
+    Ended,
 )
 BY_KIND: dict[str, type[Message]] = {t.KIND: t for t in MESSAGE_TYPES}
 assert len(BY_KIND) == len(MESSAGE_TYPES), "two message types share a KIND"

@@ -6,9 +6,25 @@ do next. None of them is a cancellation (see :class:`runtime.cancel.Cancelled`).
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ExarchError(Exception):
-    """Base of every typed refusal."""
+    """Base of every typed refusal.
+
+    Picklable with its fields whatever its constructor takes (an agent process re-raises the
+    refusal the control side raised, ``actors/agent_process.py``): rebuilt from its type, its
+    message and its attributes, never by calling ``__init__`` again."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuilt(cls: type[ExarchError], args: tuple[Any, ...], state: dict[str, Any]) -> ExarchError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class InboxFull(ExarchError):

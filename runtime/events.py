@@ -56,6 +56,8 @@ class Born(Event):
     returns: bool = False
     interactive: bool = False
     fuel: int = 0
+    pid: int | None = None
+    """The OS process the agent runs in (the control process's own for a thread agent)."""
     at: str = field(default_factory=now_iso)
     kind: ClassVar[str] = "Born"
 

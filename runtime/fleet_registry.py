@@ -51,7 +51,7 @@ class Cancellable(Protocol):
 
 
 CancelHandle = Cancellable | Callable[[str], None]
-"""A node's shell handle the cascade trips: a CancelScope-like (``actors.shell_types.EvalRoot``)
+"""A node's shell handle the cascade trips: a CancelScope-like (``actors.eval_root.EvalRoot``)
 or a plain callable taking the cause."""
 RejectionRecorder = Callable[[InboxRejected], None]
 

@@ -231,7 +231,8 @@ def _is_object_text(raw: str) -> bool:
 
 
 def _derived_id(index: int, call: ToolCall) -> str:
-    digest = hashlib.sha256(f"{index}:{call.id}:{call.name}".encode()).hexdigest()[:12]
+    key = f"{index}:{call.id}:{call.name}".encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(key).hexdigest()[:12]
     return f"call_{index}_{digest}"
 
 
@@ -245,27 +246,83 @@ def admission_repairs(msg: AssistantMessage) -> tuple[str, ...]:
         if not _ID_OK.match(call.id) or call.id in seen:
             repairs.append(f"tool call {i} id {call.id!r} replaced")
         seen.add(call.id)
+        if lone_surrogate(_object_or_empty(call.arguments)) or lone_surrogate(call.name):
+            repairs.append(f"tool call {i} lone surrogate -> U+FFFD, not run")
+    if lone_surrogate(msg.text):
+        repairs.append("text lone surrogate -> U+FFFD")
     if msg.is_empty:
         repairs.append("X7: empty assistant message -> stub text")
     return tuple(repairs)
 
 
+def lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate (``U+D800``) in a string, or in any key or string inside a
+    JSON-shaped value; ``None`` when all of it is valid Unicode. A JSON ``"\\ud800"`` escape
+    decodes to one, and it is not a character: no UTF-8 file, pipe or frame can carry it."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return f"U+{ord(value[e.start]):04X}"
+        return None
+    if isinstance(value, dict):
+        items: list[Any] = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        return None
+    for item in items:
+        found = lone_surrogate(item)
+        if found is not None:
+            return found
+    return None
+
+
+def _valid_unicode(value: Any) -> Any:
+    """``value`` with every lone surrogate replaced by U+FFFD (a surrogate pair split into two
+    code points is joined back into its character)."""
+    if isinstance(value, str):
+        if lone_surrogate(value) is None:
+            return value
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_valid_unicode(k): _valid_unicode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_unicode(v) for v in value]
+    return value
+
+
 def admit_assistant(msg: AssistantMessage) -> AssistantMessage:
-    """Enforce the transcript-admission invariant (X2, X7, ids); idempotent.
+    """Enforce the transcript-admission invariant (X2, X7, ids, valid Unicode); idempotent.
 
     The result always has dict arguments, unique well-formed ids, and either a tool call or
-    non-whitespace text. Stop reason and usage are kept: the driver still needs to know that a
-    reply was truncated even after its text was stubbed.
+    non-whitespace text. A lone surrogate in its text or arguments is committed as U+FFFD, so
+    the event log, the transcript and the shell's frames can carry the message (the agent
+    answers such a call with an error instead of running it: :func:`admit_with_report`). Stop
+    reason and usage are kept: the driver still needs to know that a reply was truncated even
+    after its text was stubbed.
     """
+    return admit_with_report(msg)[0]
+
+
+def admit_with_report(msg: AssistantMessage) -> tuple[AssistantMessage, dict[str, str]]:
+    """:func:`admit_assistant`, and the admitted ids of the calls whose arguments held a lone
+    surrogate, each with the first one found (``U+D800``): such a call must not run, since
+    what it asked for is not the text that was committed."""
     calls: list[ToolCall] = []
     seen: set[str] = set()
+    unencodable: dict[str, str] = {}
     for i, call in enumerate(msg.tool_calls):
         call_id = call.id
         if not _ID_OK.match(call_id) or call_id in seen:
             call_id = _derived_id(i, call)
         seen.add(call_id)
-        calls.append(ToolCall(call_id, call.name, _object_or_empty(call.arguments)))
-    text = msg.text
+        arguments = _object_or_empty(call.arguments)
+        found = lone_surrogate(arguments) or lone_surrogate(call.name)
+        if found is not None:
+            unencodable[call_id] = found
+        calls.append(ToolCall(call_id, _valid_unicode(call.name), _valid_unicode(arguments)))
+    text = _valid_unicode(msg.text)
     if not calls and not text.strip():
         text = EMPTY_REPLY_STUB
-    return replace(msg, text=text, tool_calls=tuple(calls))
+    return replace(msg, text=text, tool_calls=tuple(calls)), unencodable

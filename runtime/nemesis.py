@@ -7,7 +7,7 @@ applies it. :func:`synthetic_scenario` writes the scenario of one drill round: a
 out to N children, each making M ral calls that define bindings, with the round's *scripted*
 faults embedded at deterministic positions.
 
-Catalog (``FAULT_KINDS``), by how each is delivered:
+Catalog (``KNOWN_KINDS``; ``all`` is ``FAULT_KINDS``), by how each is delivered:
 
 - scripted into the scenario (:data:`SCRIPTED`): ``panic`` (``fault panic``: an internal
   evaluator error, the call rolls back), ``worker-kill`` (a worker whose closure runs
@@ -20,7 +20,10 @@ Catalog (``FAULT_KINDS``), by how each is delivered:
   random subtrees), ``clear-storm`` (``/clear`` at random agents), ``write-failure`` (an agent's
   ``snapshot.msgpack`` made unwritable for a moment);
 - ``control-kill`` (:data:`CONTROL`): the round runs in a child process that is SIGKILLed, then
-  resume finishes it.
+  resume finishes it;
+- ``agent-kill`` (:data:`PROCESS`): SIGKILL of one agent's own process. Requested by name only
+  (not part of ``all``): it runs the rounds with ``--agents process``, where the supervisor
+  restarts the agent from its files or settles it ``down``.
 
 Landing rules, so that every requested kind is applied (the drill fails otherwise,
 :func:`owed_kinds`): a drill of :data:`COVERAGE_SECS` or more schedules every requested kind;
@@ -50,7 +53,12 @@ SCRIPTED = (
 )
 LIVE = ("shell-kill", "inbox-flood", "cancel-storm", "clear-storm", "write-failure")
 CONTROL = ("control-kill",)
+PROCESS = ("agent-kill",)
+"""Live kinds that need every agent in its own process (the rounds run ``--agents process``)."""
 FAULT_KINDS = SCRIPTED + LIVE + CONTROL
+"""The kinds of ``all``."""
+KNOWN_KINDS = FAULT_KINDS + PROCESS
+"""Every kind a drill may be asked for by name."""
 
 RECOVERING = frozenset(
     {
@@ -62,6 +70,7 @@ RECOVERING = frozenset(
         "shell-kill",
         "inbox-flood",
         "write-failure",
+        "agent-kill",
     }
 )
 """Kinds after which the affected agent is expected to make another successful call (a
@@ -120,14 +129,14 @@ def parse_faults(text: str | Iterable[str], *, scripted: bool = True) -> tuple[s
     the live and control kinds, and a scripted kind is refused, since it could never land."""
     names = [t.strip() for t in (text.split(",") if isinstance(text, str) else text)]
     names = [n for n in names if n]
-    catalog = FAULT_KINDS if scripted else LIVE + CONTROL
-    if names == ["all"]:
-        return catalog
-    unknown = [n for n in names if n not in FAULT_KINDS]
+    catalog = KNOWN_KINDS if scripted else LIVE + CONTROL + PROCESS
+    if names == ["all"]:  # agent-kill changes how the rounds run: by name only
+        return tuple(k for k in catalog if k not in PROCESS)
+    unknown = [n for n in names if n not in KNOWN_KINDS]
     if unknown or not names:
         raise BadFaults(
             f"unknown fault kind(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from {', '.join(FAULT_KINDS)} or all"
+            f"choose from {', '.join(KNOWN_KINDS)} or all"
         )
     unplayable = [n for n in names if n not in catalog]
     if unplayable:
@@ -135,7 +144,7 @@ def parse_faults(text: str | Iterable[str], *, scripted: bool = True) -> tuple[s
             f"{', '.join(unplayable)} are scripted into the synthetic fleet's scenario; a given "
             f"scenario is played as written, so choose from {', '.join(catalog)} or all"
         )
-    return tuple(k for k in FAULT_KINDS if k in names)
+    return tuple(k for k in KNOWN_KINDS if k in names)
 
 
 # --------------------------------------------------------------------------- landing rules
@@ -174,7 +183,7 @@ def live_order(
     due = [
         f
         for f in pending
-        if f.kind in LIVE and f.at <= now and (in_process or f.kind in LANDS_OUTSIDE)
+        if f.kind in LIVE + PROCESS and f.at <= now and (in_process or f.kind in LANDS_OUTSIDE)
     ]
     return sorted(
         due, key=lambda f: (applied.get(f.kind, 0) > 0, f.kind == "cancel-storm", f.at, f.seq)

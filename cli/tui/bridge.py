@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pykka
 from textual.message import Message
 
-from actors.commands import REFUSED
+from actors.slash_commands import REFUSED
 from cli.tui.model import Change, LogTail, Transcript
 from runtime.errors import ExarchError, InboxFull
 from runtime.events import Born, Died, Event, InboxRejected, Notice, ProviderFailed

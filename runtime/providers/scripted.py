@@ -75,6 +75,16 @@ class ScenarioPlayback:
         self._scripts: dict[str, tuple[ScriptedMessage, ...]] = {}
         self._rounds: dict[str, int] = {}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled into an agent process (``actors/agent_process.py``): the scenario and the
+        cursors as they stand; the copy plays on from there, its lock a new one."""
+        with self._lock:
+            return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def provider(self, agent_name: str) -> ScriptedProvider:
         return ScriptedProvider(self, agent_name)
 

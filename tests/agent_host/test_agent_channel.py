@@ -312,3 +312,25 @@ def test_an_undecodable_frame_is_counted_and_the_reader_carries_on(pair: Any) ->
         ctl.close()
         host.close()
     assert host.bad_frames == 1 and len(bad) == 1
+
+
+@given(
+    source=st.text(max_size=12),
+    cap=st.integers(min_value=0, max_value=10_000),
+    total=st.booleans(),
+    recipient=st.none() | st.text(max_size=12),
+)
+def test_a_typed_refusal_crosses_a_process_boundary_as_itself_with_its_fields(
+    source: str, cap: int, total: bool, recipient: str | None
+) -> None:
+    import pickle
+
+    from runtime.errors import InboxFull, SpawnFailed
+
+    full = InboxFull(source, cap, total=total, recipient=recipient)
+    back = pickle.loads(pickle.dumps(full))
+    assert type(back) is InboxFull and str(back) == str(full)
+    assert (back.source, back.cap, back.total, back.recipient) == (source, cap, total, recipient)
+    failed = pickle.loads(pickle.dumps(SpawnFailed("w1", full)))
+    assert type(failed) is SpawnFailed and str(failed) == str(SpawnFailed("w1", full))
+    assert isinstance(failed.cause, InboxFull) and failed.cause.cap == cap

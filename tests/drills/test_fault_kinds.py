@@ -112,6 +112,20 @@ def test_sigkill_of_a_shell_mid_run_is_rolled_back_and_the_agent_recovers(tmp_pa
 
 
 @pytest.mark.slow
+def test_sigkill_of_an_agent_process_mid_run_restarts_it_and_it_recovers(tmp_path: Path) -> None:
+    # as for shell-kill: a kill that lands while the round is still spawning shows nothing
+    hits: list[dict] = []
+    for seed in (3, 4, 5, 6):
+        report = _drill(tmp_path / f"seed-{seed}", "agent-kill", seed=seed, duration=3.0, rate=3.0)
+        hit = [a for a in report["applied"] if a["kind"] == "agent-kill" and "pid" in a["detail"]]
+        assert hit
+        if any(a["recoverySecs"] is not None for a in hit):
+            return
+        hits += hit
+    pytest.fail(f"no killed agent made a later successful call in 4 drills: {hits}")
+
+
+@pytest.mark.slow
 def test_an_inbox_flood_accepts_exactly_the_cap_and_rejects_the_rest_to_the_sender(
     tmp_path: Path,
 ) -> None:

@@ -180,6 +180,15 @@ def test_a_given_scenario_refuses_scripted_kinds_and_all_means_live_and_control(
         parse_faults("shell-kill,panic", scripted=False)
 
 
+def test_agent_kill_is_requested_by_name_only_since_it_runs_the_rounds_as_processes() -> None:
+    for scripted in (True, False):
+        assert "agent-kill" not in parse_faults("all", scripted=scripted)
+        assert parse_faults("agent-kill,shell-kill", scripted=scripted) == (
+            "shell-kill",
+            "agent-kill",
+        )
+
+
 def test_the_drill_command_documents_its_exit_codes_and_refuses_bad_input_with_2(
     tmp_path: Path,
 ) -> None:

@@ -20,6 +20,7 @@ from runtime.messages import (
     UserMessage,
     admission_repairs,
     admit_assistant,
+    admit_with_report,
     message_from_dict,
 )
 from runtime.providers import anthropic, openai
@@ -163,3 +164,54 @@ def test_a_ral_calls_script_is_read_only_from_object_arguments_holding_a_string(
     assert ToolCall("c", "ral", {"script": "echo 1"}).script == "echo 1"
     assert ToolCall("c", "ral", {"script": 3}).script is None
     assert ToolCall("c", "ral", '{"script": "echo 1"}').script is None  # admit first
+
+
+_surrogates = st.integers(0xD800, 0xDFFF).map(chr)
+
+
+@given(
+    before=st.text(max_size=10),
+    after=st.text(max_size=10),
+    surrogate=_surrogates,
+    key=st.text(max_size=5),
+)
+def test_a_lone_surrogate_in_a_call_is_committed_as_u_fffd_and_reported_by_call_id(
+    before: str, after: str, surrogate: str, key: str
+) -> None:
+    raw = AssistantMessage(
+        text="see " + surrogate,
+        tool_calls=(
+            ToolCall("c1", "ral", {"script": "echo ok"}),
+            ToolCall("c2", "ral", {"script": before + surrogate + after, key: [surrogate]}),
+        ),
+        stop_reason=StopReason.TOOL_USE,
+    )
+    msg, report = admit_with_report(raw)
+    assert report == {"c2": f"U+{ord(surrogate):04X}"}, "only the call that held one"
+    json.dumps(msg.to_dict(), ensure_ascii=False).encode("utf-8")  # every byte can be written
+    assert msg.tool_calls[1].script == before + "\ufffd" + after
+    assert msg.tool_calls[0] == raw.tool_calls[0]
+    assert msg.text == "see \ufffd"
+    assert admit_with_report(msg) == (msg, {}), "idempotent"
+    assert any("lone surrogate" in r for r in admission_repairs(raw))
+
+
+def test_arguments_whose_json_text_escapes_a_lone_surrogate_are_reported_too() -> None:
+    raw = AssistantMessage(
+        tool_calls=(ToolCall("c1", "ral", '{"script": "echo \\ud800"}'),),
+        stop_reason=StopReason.TOOL_USE,
+    )
+    msg, report = admit_with_report(raw)
+    assert report == {"c1": "U+D800"}
+    assert msg.tool_calls[0].script == "echo \ufffd"
+
+
+@given(st.text())
+def test_valid_text_is_committed_unchanged_and_reports_nothing(text: str) -> None:
+    raw = AssistantMessage(
+        text=text or "x",
+        tool_calls=(ToolCall("c1", "ral", {"script": text}),),
+        stop_reason=StopReason.TOOL_USE,
+    )
+    msg, report = admit_with_report(raw)
+    assert report == {} and msg.tool_calls[0].script == text and msg.text == (text or "x")

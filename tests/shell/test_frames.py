@@ -14,6 +14,7 @@ from actors.frames import (
     ChannelClosed,
     Frame,
     FrameError,
+    UnencodableFrame,
     decode_frame,
     encode_frame,
 )
@@ -58,3 +59,26 @@ def test_a_closed_peer_reads_as_channel_closed() -> None:
         here.recv()
     assert here.try_send("cancel", run=1) is False
     here.close()
+
+
+@given(
+    head=st.text(max_size=20),
+    tail=st.text(max_size=20),
+    surrogate=st.integers(0xD800, 0xDFFF).map(chr),
+)
+def test_a_lone_surrogate_in_a_field_is_refused_as_an_unencodable_frame_naming_it(
+    head: str, tail: str, surrogate: str
+) -> None:
+    with pytest.raises(UnencodableFrame, match=f"U\\+{ord(surrogate):04X}, a lone surrogate"):
+        encode_frame(Frame("run", {"id": 1, "source": head + surrogate + tail}))
+
+
+def test_a_refused_frame_sends_nothing_and_the_channel_carries_the_next_one() -> None:
+    a, b = multiprocessing.Pipe(duplex=True)
+    here, there = Channel(a), Channel(b)
+    with pytest.raises(UnencodableFrame):
+        here.send("run", id=1, source='echo "a\ud800"')
+    here.send("run", id=2, source="echo hi")
+    assert there.recv() == Frame("run", {"id": 2, "source": "echo hi"})
+    here.close()
+    there.close()

@@ -1,0 +1,465 @@
+"""Agents as processes, the control side: :class:`ProcessAgent` and its supervisor.
+
+The process backend of the fleet (``FleetConfig.agents == "process"``). Each agent runs in an
+agent process (``actors/agent_process_host.py``) forked by the control process's one preloaded
+fork server; the agent process starts its shell host from that same server
+(:func:`actors.process.use_fork_server`) and builds the very :class:`actors.agent.Agent` of the
+thread backend. Here a :class:`ProcessAgent` stands in for it in the fleet and the registry:
+producers push into its :class:`RemoteInbox`, which waits for the agent process's verdict, so
+the quota rule's ``InboxFull`` still reaches the producer synchronously; the registry's cancel
+cascade and interrupts travel as control frames; the agent's site calls (``Call``) are answered
+with the fleet's own site methods through :data:`SITE_CALLS`.
+
+Supervision (OTP style, ``runtime/supervision.py``): an end of file without ``Ended`` is a
+crash -- SIGKILL, a C extension's crash, a memory blow-up. The control side restarts the agent
+from its durable event log and snapshot in a new agent process (a ``Restarted`` notice on the
+bus), at most 3 times in 60 s; past that the agent ends ``failed`` (its slot settled ``down``)
+with the cause (a ``Down`` notice), and its parent is told as for any other end.
+
+Invariants:
+- Control-side handlers never run on a channel's reader thread (they may wait on another
+  host's reply): requests and ends are served by the fleet's pool of threads.
+- The agent process's events (``Publish``) are put on the bus in the order they were sent,
+  before any request that followed them is answered.
+- No orphans: the host dies with the fork server (``PR_SET_PDEATHSIG``) and so with the control
+  process; its shell sees end of file when its host dies; :meth:`ProcessAgent.shutdown` kills
+  whatever of either is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import replace
+from typing import Any
+
+import psutil
+
+from actors.agent import AgentOutcome, AgentStats
+from actors.agent_process_host import (
+    EndReport,
+    HostBoot,
+    SiteRefused,
+    agent_process_main,
+    answer_call,
+    request_call,
+    unpickle,
+)
+from actors.channel import AgentChannel
+from actors.frames import ChannelClosed
+from actors.process import fork_server_address, process_context, start_process
+from runtime.agent_channel import (
+    Born,
+    Call,
+    Cancel,
+    Ended,
+    Envelope,
+    Interrupt,
+    Message,
+    PeerGone,
+    Publish,
+    Return,
+    Shutdown,
+)
+from runtime.cancel import CancelScope
+from runtime.errors import ExarchError
+from runtime.events import InboxRejected, Notice
+from runtime.inbox import InboxMsg, PushEffect
+from runtime.park import returns_for
+from runtime.snapshot import MobileSnapshot
+from runtime.supervision import Action, RestartIntensity
+
+log = logging.getLogger(__name__)
+
+BORN_TIMEOUT = 60.0
+"""Seconds a new agent host may take to report ``Born`` (its shell restored and ready)."""
+
+
+class AgentProcessFailed(ExarchError):
+    """An agent process could not start, or ended before it was born."""
+
+
+# -- control side -----------------------------------------------------------------------------
+
+SITE_CALLS: dict[str, Callable[..., Any]] = {
+    "standing": lambda site, name: site.standing(name),
+    "park_reads": lambda site, name: site.park_reads(name),
+    "generation": lambda site: site.generation(),
+    "deliver": lambda site, name, item, sender: site.deliver(name, item, sender),
+    "cancel_subtree": lambda site, name, cause: site.cancel_subtree(name, cause),
+    "cancel_descendant": lambda site, name, target: site.cancel_descendant(name, target),
+    "cancel_all": lambda site, cause: site.cancel_all(cause),
+    "clear_subtree": lambda site, name: site.clear_subtree(name),
+    "message": lambda site, sender, target, text: site.message(sender, target, text),
+    "spawn": lambda site, request: site.spawn(request),
+    "branch": lambda site, request: site.branch(request),
+    "charge": lambda site, name, cost: site.charge(name, cost),
+    "lease_figures": lambda site, name: site.lease_figures(name),
+}
+"""What a host may ask of the fleet, by name: the fleet's half of :class:`AgentSite`."""
+
+
+class RemoteInbox:
+    """The registry's handle on a host's inbox: a push waits for the host's verdict."""
+
+    def __init__(self, agent: ProcessAgent) -> None:
+        self._agent = agent
+
+    def push(self, msg: InboxMsg) -> PushEffect:
+        """The host's verdict (``InboxFull`` re-raised as itself). A host already shut down
+        takes nothing: the item is kept for :meth:`ProcessAgent.record_leftovers`."""
+        try:
+            result: PushEffect = self._agent.call("push", msg)
+        except (PeerGone, ChannelClosed):
+            self._agent.late.append(msg)
+            return PushEffect.QUEUED
+        return result
+
+    def wake(self) -> None:
+        """The host wakes its own inbox when a cancel reaches it."""
+
+    def depths(self) -> dict[str, int]:
+        figures = self._agent.probe()
+        depths: dict[str, int] = figures.get("inbox") or {}
+        return depths
+
+    def __len__(self) -> int:
+        return sum(self.depths().values())
+
+
+class ProcessAgent:
+    """The control side's stand-in for an agent that runs in its own process.
+
+    It reads as an agent to the fleet, the registry and the executor (name, construction bits,
+    token, inbox, outcome, reply, figures) and owns the host's lifetime: start, launch, the
+    supervisor's restarts, shutdown. Figures (:attr:`stats`) are the host's at its end."""
+
+    def __init__(
+        self,
+        site: Any,
+        boot: HostBoot,
+        token: CancelScope,
+        *,
+        pool: Executor,
+        on_exit: Callable[[ProcessAgent, AgentOutcome], None],
+        intensity: RestartIntensity | None = None,
+    ) -> None:
+        spec = boot.spec
+        self.site = site
+        self.spec = spec
+        self.name = spec.name
+        self.parent = spec.parent
+        self.interactive = spec.interactive
+        self.returns = returns_for(spec.construction, interactive=spec.interactive)
+        self.fuel = spec.fuel
+        self.token = token
+        self.inbox = RemoteInbox(self)
+        self.stats = AgentStats()
+        self.outcome: AgentOutcome | None = None
+        self.reply_value: Any = None
+        self._replied = False
+        self._end_cause: str | None = None
+        self.done = threading.Event()
+        self.restarts = 0
+        self.late: list[InboxMsg] = []
+        self.pids: list[int] = []
+        """Every host pid this agent ran in, first start first (a restart adds one)."""
+        self._boot = boot
+        self._pool = pool
+        self._on_exit = on_exit
+        self._intensity = intensity or RestartIntensity()
+        self._lock = threading.Lock()
+        self._supervise = threading.Lock()
+        self._finished = False
+        self._closing = False
+        self._launched = False
+        self._host: _Host = self._start(boot)
+
+    # -- the host's lifetime -------------------------------------------------------------------
+
+    def _start(self, boot: HostBoot) -> _Host:
+        host = _Host(self, boot)
+        born = host.wait_born()
+        self.pids.append(born.pid)
+        return host
+
+    def launch(self) -> None:
+        """Start the drive loop (after the spawn site recorded the admission)."""
+        self._launched = True
+        self.call("launch")
+
+    def call(self, method: str, *args: Any) -> Any:
+        return request_call(self._host.channel, method, *args)
+
+    def probe(self) -> dict[str, Any]:
+        try:
+            figures: dict[str, Any] = self.call("probe")
+        except ExarchError:
+            return {}
+        return figures
+
+    def import_context(self, events: tuple[Any, ...], note: str | None = None) -> None:
+        self.call("import_context", events, note)
+
+    @property
+    def pid(self) -> int:
+        return self._host.pid
+
+    def shell_pid(self) -> int | None:
+        return self._host.shell_pid
+
+    def shell_healthy(self) -> bool:
+        pid = self._host.shell_pid
+        if pid is None:
+            return False
+        try:
+            return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
+
+    def shutdown(self, reason: str = "shutdown") -> None:
+        """Stop the host and its shell (it records what its inbox still held); kill what is
+        left after a grace. Idempotent."""
+        with self._lock:
+            self._closing = True
+            host = self._host
+        host.shutdown(reason)
+
+    # -- control ------------------------------------------------------------------------------
+
+    @property
+    def terminated(self) -> str | None:
+        if self._end_cause is not None:
+            return self._end_cause
+        standing = self.site.standing(self.name)
+        return standing.cancel_cause if standing.registered else None
+
+    @property
+    def replied(self) -> bool:
+        return self._replied
+
+    def cancel(self, cause: str) -> None:
+        self.site.cancel_subtree(self.name, cause)
+
+    def send_cancel(self, cause: str) -> None:
+        """The registry's cascade reached this agent (its ``on_cancel`` hook)."""
+        self._host.channel.try_send(Cancel(self.name, cause))
+
+    def interrupt(self, reason: str = "interrupt") -> None:
+        self._host.channel.try_send(Interrupt(self.name, reason))
+
+    def record_leftovers(self) -> None:
+        """Record what reached this agent after its host shut down (the host records what its
+        own inbox still held)."""
+        late, self.late = self.late, []
+        for item in late:
+            self.site.record_rejected(InboxRejected.of(self.name, item, reason="recipient ended"))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.done.wait(timeout)
+
+    # -- the host's reports, on the fleet's pool ----------------------------------------------
+
+    def _ended(self, host: _Host, report: EndReport) -> None:
+        self.stats = report.stats
+        self.reply_value = report.reply_value
+        self._replied = report.replied
+        self._end_cause = report.cause
+        self._finish(report.outcome)
+
+    def _finish(self, outcome: AgentOutcome) -> None:
+        """The agent's one end (an orderly end, or down): the spawn site settles it once."""
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        self.outcome = outcome
+        try:
+            self._on_exit(self, outcome)
+        finally:
+            self.done.set()
+
+    def _crashed(self, host: _Host, cause: str) -> None:
+        """End of file without ``Ended``: restart from the durable files, or settle down.
+
+        One crash at a time (``_supervise``): the end of file of a process started by a
+        restart still in progress waits here until that restart has made it the current one,
+        so a kill that lands during a restart is answered, once, like any other crash."""
+        host.reap()
+        with self._supervise:
+            with self._lock:
+                if self._closing or self._finished or host is not self._host:
+                    return
+            while True:
+                decision = self._intensity.crashed(time.monotonic(), cause)
+                if decision.action is not Action.RESTART:
+                    break
+                try:
+                    self._restart(cause, decision.detail)
+                    return
+                except Exception as e:  # it died before it was born, or its files refused
+                    cause = f"restart failed: {e}"
+            self._end_cause = f"down: {cause}"
+            self.site.publish(Notice(self.name, notice="Down", text=decision.detail))
+        self._finish(AgentOutcome.FAILED)
+
+    def _restart(self, cause: str, detail: str) -> None:
+        snap = self.site.session.snapshot(self.name)
+        snapshot = MobileSnapshot.load(snap) if snap.exists() else self._boot.spec.snapshot
+        boot = replace(self._boot, spec=replace(self._boot.spec, snapshot=snapshot))
+        boot = replace(boot, restarted=cause)
+        host = self._start(boot)
+        with self._lock:
+            closing = self._closing
+            if not closing:
+                self._host = host
+                self.restarts += 1
+        if closing:
+            host.shutdown("close")
+            return
+        self.site.publish(
+            Notice(
+                self.name,
+                notice="Restarted",
+                text=detail,
+                data={"pid": host.pid, "shell_pid": host.shell_pid, "cause": cause},
+            )
+        )
+        standing = self.site.standing(self.name)
+        if standing.cancel_cause is not None:  # cancelled while it was down
+            self.send_cancel(standing.cancel_cause)
+        if self._launched:
+            try:
+                self.call("launch")
+            except (PeerGone, ChannelClosed):  # killed again at once: its end of file is
+                pass  # the next crash, handled once this restart returns
+
+
+class _Host:
+    """One host process of a :class:`ProcessAgent` (a restart makes another)."""
+
+    def __init__(self, agent: ProcessAgent, boot: HostBoot) -> None:
+        self._agent = agent
+        self._born = threading.Event()
+        self._gone = threading.Event()
+        self.ended = False
+        self.born: Born | None = None
+        self.shell_pid: int | None = None
+        here, there = process_context().Pipe(duplex=True)
+        self.channel = AgentChannel(
+            here,
+            peer=f"agent process {boot.spec.name}",
+            on_request=self._request,
+            on_notify=self._notify,
+            on_eof=self._eof,
+        )
+        try:
+            self.proc = start_process(
+                agent_process_main,
+                (there, fork_server_address(), boot),
+                name=f"agent-{boot.spec.name}",
+            )
+        except Exception as e:
+            here.close()
+            raise AgentProcessFailed(f"agent {boot.spec.name}: cannot start: {e}") from e
+        finally:
+            there.close()
+        self.pid: int = self.proc.pid or 0
+        self.channel.start()
+
+    def wait_born(self) -> Born:
+        deadline = time.monotonic() + BORN_TIMEOUT
+        while not self._born.wait(0.05):
+            if self._gone.is_set() or time.monotonic() > deadline:
+                self.kill()
+                self.reap()
+                raise AgentProcessFailed(
+                    f"agent {self._agent.name}: its process ended or stalled before it was born"
+                )
+        assert self.born is not None
+        return self.born
+
+    def _request(self, env: Envelope) -> None:
+        msg, rid = env.message, env.id
+        assert rid is not None
+        site = self._agent.site
+        if not isinstance(msg, Call) or msg.method not in SITE_CALLS:
+            self.channel.reply(rid, Return(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
+            return
+        args = unpickle(msg.payload) or ()
+        fn = SITE_CALLS[msg.method]
+        self._agent._pool.submit(answer_call, self.channel, rid, lambda: fn(site, *args))
+
+    def _notify(self, msg: Message) -> None:
+        if isinstance(msg, Born):
+            self.born = msg
+            self.shell_pid = msg.shell_pid
+            self._born.set()
+        elif isinstance(msg, Publish):
+            site = self._agent.site
+            for event in unpickle(msg.payload) or ():
+                if isinstance(event, InboxRejected):
+                    site.record_rejected(event)
+                else:
+                    site.publish(event)
+        elif isinstance(msg, Ended):
+            self.ended = True
+            self._agent._pool.submit(self._agent._ended, self, unpickle(msg.payload))
+
+    def _eof(self, detail: str) -> None:
+        self._gone.set()
+        if not self.ended and self._born.is_set():
+            code = None
+            with contextlib.suppress(Exception):
+                self.proc.join(2.0)
+                code = self.proc.exitcode
+            if code is not None and code < 0:
+                cause = f"the agent process died (signal {-code})"
+            else:
+                cause = f"the agent process ended without reporting (exit code {code})"
+            self._agent._pool.submit(self._agent._crashed, self, cause)
+
+    def shutdown(self, reason: str) -> None:
+        self.channel.try_send(Shutdown(reason))
+        if not self._gone.wait(10.0):
+            self.kill()
+        self.reap()
+
+    def _reap_shell(self) -> None:
+        """A shell whose host died sees end of file and exits; one that has not within the
+        grace is killed (its workers see end of file in turn)."""
+        if not self.shell_pid:
+            return
+        with contextlib.suppress(psutil.Error, ValueError):
+            shell = psutil.Process(self.shell_pid)
+            with contextlib.suppress(psutil.TimeoutExpired):
+                shell.wait(5.0)
+            if shell.is_running() and shell.status() != psutil.STATUS_ZOMBIE:
+                shell.kill()
+
+    def kill(self) -> None:
+        for pid in (self.shell_pid, self.pid):
+            with contextlib.suppress(psutil.Error, ValueError):
+                if pid:
+                    p = psutil.Process(pid)
+                    if p.status() != psutil.STATUS_ZOMBIE:
+                        p.kill()
+
+    def reap(self) -> None:
+        """Wait for the end of file, kill a shell its dead host left behind, close the handle."""
+        if not self._gone.wait(10.0):
+            self.kill()
+            self._gone.wait(10.0)
+        self._reap_shell()
+        self.channel.close()
+        with contextlib.suppress(Exception):
+            self.proc.join(5.0)
+        if self.proc.exitcode is None:
+            self.kill()
+            with contextlib.suppress(Exception):
+                self.proc.join(5.0)

@@ -1,0 +1,159 @@
+"""An agent's shell as whoever hosts the agent runs it: start, one call, stop, the probe fold.
+
+The same four steps serve an agent driven in the control process (:class:`actors.fleet.Fleet`)
+and one driven in its own agent process (``actors/agent_process.py``): the shell is always a
+child of the agent's host, so these run where the agent runs, and only what they report
+(notices, surfaced worker results, commit records) reaches shared state -- through the
+callbacks they are given.
+
+Invariants:
+- A surfaced worker completion reaches the agent's inbox only through ``deliver`` (the
+  registry's rule: quota-checked, generation-guarded, recorded when refused).
+- Every call that committed (no error, no rollback) appends one ``Commit`` record, which the
+  drill checker reads (docs/drills.md).
+- Stopping is idempotent: a shell already stopped is the state wanted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pykka
+
+from actors.agent_site import ShellOutput, ShellParts
+from actors.eval_root import EvalRoot
+from actors.shell import ShellActor, run_call
+from actors.shell_workers import WorkerSurfaces
+from runtime.digest import digest_tool_result
+from runtime.diskwarn import disk_usage
+from runtime.durable import append_jsonl
+from runtime.events import Event, Resources
+from runtime.inbox import Surface
+from runtime.limits import ShellLimits
+from runtime.probes import ResourceFigures, event_rows, resources
+from runtime.session_dir import SessionDir
+from runtime.session_records import commit_record
+
+if TYPE_CHECKING:
+    from actors.agent import Agent
+    from runtime.ral.context import DynamicContext
+    from runtime.snapshot import MobileSnapshot
+
+log = logging.getLogger(__name__)
+
+
+def start_agent_shell(
+    name: str,
+    session: SessionDir,
+    desk: Any,
+    context: DynamicContext | None,
+    snapshot: MobileSnapshot | None,
+    *,
+    limits: ShellLimits,
+    publish: Callable[[Event], None],
+    deliver: Callable[[str, Surface, str], None],
+    sync_log: bool = False,
+) -> ShellParts:
+    """The agent's shell actor, its eval root and its worker surfaces (held here so no
+    mailbox is in the way). ``sync_log``: fsync each binding-log frame (``--durability
+    machine``)."""
+    root = EvalRoot()
+
+    def surface(worker: str, item: Surface) -> None:
+        deliver(name, item, f"worker {worker}")
+
+    surfaces = WorkerSurfaces(surface)
+    ref = ShellActor.start(
+        name=name,
+        session_dir=session.root,
+        desk=desk,
+        notice_sink=publish,
+        context=context,
+        snapshot=snapshot,
+        eval_root=root,
+        limits=limits,
+        surfaces=surfaces,
+        sync_log=sync_log,
+    )
+    return ShellParts(root, ref.proxy(), surfaces)
+
+
+def run_agent_shell(agent: Agent, record: Path, script: str) -> ShellOutput:
+    """One ral call in ``agent``'s shell, digested as the model sees it."""
+    result = agent.await_run(run_call(agent.shell, script, agent.token))
+    if result.error is None and not result.rolled_back:  # drills: what this call committed
+        pid = result.host_pid if result.host_pid is not None else agent.shell_pid()
+        append_jsonl(record, commit_record(agent.name, result, pid))
+    notes: list[str] = []  # a rollback already says so in its error text
+    content = digest_tool_result(
+        result.value if result.error is None else None,
+        result.stdout,
+        result.stderr,
+        result.error,
+        notes,
+    )
+    return ShellOutput(
+        content,
+        result.error is not None or result.rolled_back,
+        notices=result.notices,
+        defined=result.defined,
+    )
+
+
+def stop_agent_shell(name: str, shell: Any) -> None:
+    """Close and stop one shell actor; any failure but "already stopped" is logged, and the
+    stop is still attempted."""
+    try:
+        shell.close().get(timeout=10.0)
+    except pykka.ActorDeadError:
+        pass
+    except Exception:
+        log.exception("closing %s's shell failed", name)
+    try:
+        shell.actor_ref.stop(block=True, timeout=5.0)
+    except pykka.ActorDeadError:
+        pass
+    except Exception:
+        log.exception("stopping %s's shell actor failed", name)
+
+
+def agent_resources(
+    agent: Agent,
+    session: SessionDir,
+    disk_ceiling: int | None,
+    lease: dict[str, float | None],
+) -> Resources:
+    """The probe fold for ``/resources``: read-only, renews nothing, never model-facing."""
+    probe = agent.shell.probe().get()
+    figures = ResourceFigures(
+        workers={
+            "running": probe.running_workers,
+            "settled": probe.settled_workers,
+            "nearest_reap_calls": probe.nearest_worker_reap_calls,
+            "nearest_backstop_secs": probe.nearest_worker_backstop_secs,
+        },
+        ledger={
+            "armed": True,
+            "live": probe.live_bindings,
+            "baseline": probe.baseline_bindings,
+            "pinned": probe.pinned_bindings,
+            "nearest_expiry_calls": probe.nearest_binding_expiry_calls,
+            "bytes_held": probe.bytes_held,
+        },
+        inbox_depths=agent.inbox.depths(),
+        event_count=agent.log.event_count,
+        history_bytes=agent.log.history_bytes,
+        disk=disk_usage(  # the scratch lives inside the log dir: each byte counted once
+            {"log dir": session.root, "scratch": session.scratch(agent.name)}
+        ),
+        disk_ceiling=disk_ceiling,
+        lease_nearest_reap_secs=lease.get("nearest_reap_secs"),
+        lease_demote_secs=lease.get("bound_secs"),
+        spend=agent.stats.spend.read().to_json(),
+        prices_date=agent.site.prices().date,
+    )
+    rows, card = resources(figures, title=f"resources of {agent.name}")
+    return Resources(agent.name, rows=event_rows(rows), card=card)

@@ -1,0 +1,253 @@
+"""Agents as processes (``--agents process``) beside agents as threads, in one run.
+
+Every figure comes from a real fleet (``actors/fleet.py``) on the scripted provider; each
+configuration runs in a fresh interpreter pinned to its cores before the fork server starts (so
+every agent, shell and worker process inherits the pinning):
+
+- throughput: N returning children, each making CALLS ral calls then replying; wall time from
+  a starting gate (every child up and waiting at its first request) to the last settlement,
+  ral calls per second, pinned to 1 core and to 2;
+- control-process CPU per ral call (user + system of the control process alone; an agent
+  process's own CPU is not in it);
+- spawn latency: one ``Fleet.spawn`` of a busy agent (register, the agent process and its
+  shell ready, the journal's admission), median and p90 over the held agents;
+- the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
+  settled;
+- PSS per agent (agent process + its shell, psutil's full memory info) with N agents live,
+  read on the first 10.
+
+    PYTHONPATH=. python benchmarks/agent_processes.py [--quick] [--agents 50] [--calls 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from actors.agent_process import ProcessAgent
+from actors.agent_site import SpawnRequest
+from actors.fleet import Fleet, FleetConfig
+from actors.process import ensure_fork_server
+from runtime.cancel import CancelScope
+from runtime.messages import AssistantMessage, TranscriptItem
+from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.session_dir import SessionDir
+
+
+class GateFile(Provider):
+    """The scripted provider behind a starting gate, a file: an agent's first request waits
+    until ``path`` exists, so the throughput clock starts once every agent is up. A file, not
+    an event, so that it crosses into an agent process (pickled with the provider)."""
+
+    def __init__(self, inner: Provider, path: str) -> None:
+        self.inner, self.path, self.waited = inner, path, False
+        self.name, self.model, self.window_tokens = inner.name, inner.model, inner.window_tokens
+
+    def for_agent(self, agent_name: str) -> Provider:
+        return GateFile(self.inner.for_agent(agent_name), self.path)
+
+    def complete(
+        self,
+        transcript: Sequence[TranscriptItem],
+        *,
+        system: str | None = None,
+        tools: Sequence[ToolSpec] = (RAL_TOOL,),
+        cancel: CancelScope,
+        on_event: OnEvent | None = None,
+    ) -> AssistantMessage:
+        if not self.waited:
+            self.waited = True
+            while not os.path.exists(self.path):
+                cancel.check()
+                time.sleep(0.002)
+        return self.inner.complete(
+            transcript, system=system, tools=tools, cancel=cancel, on_event=on_event
+        )
+
+
+PSS_SAMPLE = 10
+"""Held agents whose PSS is read: ``/proc/PID/smaps`` takes seconds per process on a loaded
+box, and the cascade must start while every sleeper still sleeps."""
+
+
+def scenario(calls: int) -> str:
+    return f"""
+[fleet]
+prompt = "benchmark"
+
+[[agents.trunk]]
+text = "noted"
+repeat = 1000
+
+[[agents."worker-*"]]
+ral = ["let v = add 1 2"]
+repeat = {calls}
+
+[[agents."worker-*"]]
+ral = ["reply $v"]
+
+[[agents."sleeper-*"]]
+ral = ["sleep 600"]
+
+[[agents."sleeper-*"]]
+ral = ["reply 0"]
+"""
+
+
+def _wait(cond: Any, limit: float, what: str) -> None:
+    deadline = time.monotonic() + limit
+    while not cond():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not within {limit:g} s")
+        time.sleep(0.002)
+
+
+def _pss(pid: int | None) -> int:
+    if not pid:
+        return 0
+    try:
+        return int(psutil.Process(pid).memory_full_info().pss)
+    except psutil.Error:
+        return 0
+
+
+def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
+    """One configuration in this interpreter (already pinned by the caller)."""
+    ensure_fork_server()
+    playback = ScenarioPlayback(parse_scenario(scenario(calls)))
+    me = psutil.Process()
+    with tempfile.TemporaryDirectory() as d:
+        fleet = Fleet(SessionDir.at(d), playback.provider, FleetConfig(agents=mode))  # type: ignore[arg-type]
+        try:
+            fleet.start_trunk(None, interactive=True)
+            gate = os.path.join(d, "gate")
+            from benchmarks.agent_processes import GateFile  # importable by an agent process
+
+            parent = GateFile(playback.provider("trunk"), gate)
+            for i in range(n):
+                fleet.spawn(SpawnRequest("trunk", f"worker-{i:03d}", "go", None, parent))
+            cpu0 = sum(me.cpu_times()[:2])
+            t0 = time.perf_counter()
+            Path(gate).touch()
+            _wait(lambda: not fleet.registry.live_descendants("trunk"), 900, "throughput")
+            wall = time.perf_counter() - t0
+            cpu = sum(me.cpu_times()[:2]) - cpu0
+            work = n * calls
+            plain = playback.provider("trunk")  # what a spawn costs without the gate's import
+            spawns: list[float] = []
+            for i in range(hold):
+                t = time.perf_counter()
+                fleet.spawn(SpawnRequest("trunk", f"sleeper-{i:03d}", "go", None, plain))
+                spawns.append(time.perf_counter() - t)
+            names = [f"sleeper-{i:03d}" for i in range(hold)]
+            _wait(lambda: all(_sleeping(fleet, x) for x in names), 300, "sleepers busy")
+            pss = 0
+            sampled = names[:PSS_SAMPLE]
+            for name in sampled:
+                agent = fleet.hosted[name]
+                pss += _pss(agent.shell_pid())
+                if isinstance(agent, ProcessAgent):
+                    pss += _pss(agent.pid)
+            t = time.perf_counter()
+            for name in names:
+                fleet.registry.cancel(name, "benchmark")
+            # every one ended and settled by its spawn site (``done`` is set after the settle)
+            _wait(lambda: all(fleet.hosted[x].done.is_set() for x in names), 300, "cascade")
+            cascade = time.perf_counter() - t
+        finally:
+            fleet.close()
+    return {
+        "mode": mode,
+        "wall": wall,
+        "cps": work / wall,
+        "cpu_per_call_ms": cpu / work * 1e3,
+        "spawn_median_ms": statistics.median(spawns) * 1e3,
+        "spawn_p90_ms": sorted(spawns)[int(len(spawns) * 0.9)] * 1e3,
+        "cascade_ms": cascade * 1e3,
+        "pss_per_agent_mib": pss / max(len(sampled), 1) / 2**20,
+    }
+
+
+def _sleeping(fleet: Fleet, name: str) -> bool:
+    path = fleet.session.events(name)
+    return path.exists() and b'"assistant"' in path.read_bytes()
+
+
+def _run(mode: str, n: int, calls: int, hold: int, cores: str) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--one",
+        mode,
+        "--agents",
+        str(n),
+        "--calls",
+        str(calls),
+        "--hold",
+        str(hold),
+        "--cores",
+        cores,
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-2000:])
+    result: dict[str, Any] = json.loads(p.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a smoke run: 5 agents x 5 calls")
+    ap.add_argument("--agents", type=int, default=50)
+    ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--hold", type=int, default=100, help="agents held busy (cascade, PSS)")
+    ap.add_argument("--one", choices=["thread", "process"], help=argparse.SUPPRESS)
+    ap.add_argument("--cores", default="0,1", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        os.sched_setaffinity(0, {int(c) for c in args.cores.split(",")})
+        print(json.dumps(one(args.one, args.agents, args.calls, args.hold)))
+        return
+    n, calls, hold = (5, 5, 5) if args.quick else (args.agents, args.calls, args.hold)
+    both = ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:2])
+    print(f"{n} agents x {calls} ral calls; {hold} agents held busy for the cascade and PSS")
+    print(
+        f"{'mode':<8} {'cores':>5} {'wall s':>7} {'calls/s':>8} {'ctl ms/call':>11} "
+        f"{'spawn med ms':>12} {'p90':>7} {'cascade ms':>10} {'PSS/agent MiB':>13}"
+    )
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for mode in ("thread", "process"):
+        for cores in ("0", both):
+            r = _run(mode, n, calls, hold, cores)
+            rows[(mode, cores)] = r
+            print(
+                f"{mode:<8} {cores:>5} {r['wall']:>7.2f} {r['cps']:>8.0f} "
+                f"{r['cpu_per_call_ms']:>11.3f} {r['spawn_median_ms']:>12.1f} "
+                f"{r['spawn_p90_ms']:>7.1f} {r['cascade_ms']:>10.0f} "
+                f"{r['pss_per_agent_mib']:>13.1f}",
+                flush=True,
+            )
+    for mode in ("thread", "process"):
+        speedup = rows[(mode, "0")]["wall"] / rows[(mode, both)]["wall"]
+        print(f"{mode}: 2 cores vs 1 core speed-up {speedup:.2f}x")
+    ratio = rows[("process", both)]["cps"] / rows[("thread", both)]["cps"]
+    print(f"process vs thread throughput on {both}: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
