@@ -533,7 +533,7 @@ class Agent:
             empty = raw.is_empty
             msg, unencodable = admit_with_report(raw)  # X2/X7 at the commit boundary
             self.log.append_assistant(msg)
-            self._count_usage(msg, provider.model)
+            self.count_usage(msg, provider.model)
             self.stats.in_flight.append({"committed": msg.to_dict()})
             turn.last_text = msg.text
             if msg.tool_calls:  # MaxTokens with tool calls dispatches them (X6)
@@ -548,7 +548,8 @@ class Agent:
         to_dict = getattr(ev, "to_dict", None)
         self.stats.in_flight.append(to_dict() if callable(to_dict) else {"event": repr(ev)})
 
-    def _count_usage(self, msg: AssistantMessage, model: str) -> None:
+    def count_usage(self, msg: AssistantMessage, model: str) -> None:
+        """One round trip's tokens and money on this agent's meter and the fleet's spend."""
         cost = self.stats.spend.charge(model, msg.usage, self.site.prices())
         self.site.charge(self.name, cost)
         if msg.usage is not None:
@@ -568,7 +569,7 @@ class Agent:
             reply = provider.summary_reply(
                 self.log.render_transcript(), self.token, system=self.system
             )
-            self._count_usage(reply, provider.model)  # compaction is a paid round trip too
+            self.count_usage(reply, provider.model)  # compaction is a paid round trip too
             summary = reply.text
         except Cancelled:
             return

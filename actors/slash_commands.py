@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from actors.schedules import Schedules
     from runtime.cancel import CancelScope
     from runtime.eventlog import AgentLog
+    from runtime.messages import AssistantMessage
     from runtime.providers.base import ProviderHandle
 
 
@@ -62,6 +63,8 @@ class SlashAgent(Protocol):
     shell: Any
 
     def forget_before_clear(self, generation: int) -> None: ...
+
+    def count_usage(self, msg: AssistantMessage, model: str) -> None: ...
 
 
 def refuse(agent: SlashAgent, text: str) -> None:
@@ -105,9 +108,11 @@ def compact_agent(agent: SlashAgent, rest: str = "") -> None:
         return
     provider = agent.provider.current()
     try:
-        summary = provider.summarize(
+        reply = provider.summary_reply(
             agent.log.render_transcript(), agent.token, system=agent.system
         )
+        agent.count_usage(reply, provider.model)  # a paid round trip: counted and budgeted
+        summary = reply.text
     except Cancelled:
         _note(agent, "/compact interrupted: nothing was dropped")
         return
