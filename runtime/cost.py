@@ -136,6 +136,15 @@ class SpendMeter:
         with self._lock:
             return self._f
 
+    def __getstate__(self) -> SpendFigures:
+        """An agent process reports its stats, this meter among them, across a pipe: the
+        figures travel, the lock is made anew."""
+        return self.read()
+
+    def __setstate__(self, figures: SpendFigures) -> None:
+        self._lock = threading.Lock()
+        self._f = figures
+
 
 class FleetSpend:
     """Every agent's known spend summed, against an optional budget. Thread-safe."""
