@@ -390,10 +390,10 @@ class Fleet:
         return self.spend.reached
 
     def fleet_cost(self) -> FleetCost:
-        """Money per agent: the live meters, and for a child settled before this process
-        (``resume``) the cost its terminal record holds."""
+        """Money per agent: the live meters (an agent process's as of its end), and for a child
+        settled before this process (``resume``) the cost its terminal record holds."""
         with self._lock:
-            agents = dict(self.agents)
+            agents = dict(self.hosted)
         figures = {name: a.stats.spend.read().to_json() for name, a in agents.items()}
         for nid, record in self.journal.state.terminal_records().items():
             spend = record.get("spend")

@@ -38,6 +38,7 @@ from rich.text import Text
 from cli.runner import session_path
 from runtime.constants import TRUNK_NAME
 from runtime.cost import show
+from runtime.eventlog import AgentLog
 from runtime.events import Event, Io, ProviderFailed, SystemNote
 from runtime.messages import EMPTY_REPLY_STUB, AssistantMessage
 from runtime.session_dir import SessionDir
@@ -234,11 +235,15 @@ def ral_error_text(value: str) -> str:
 
 def trunk_last_text(fleet: Any) -> str | None:
     """The trunk's last assistant text, from its log (``None`` without one). The stub that
-    admission puts in place of an empty reply is not text the model wrote: it is skipped."""
+    admission puts in place of an empty reply is not text the model wrote: it is skipped.
+    A trunk that ran in an agent process (``--agents process``) left its log on disk only."""
     trunk = getattr(fleet, "trunk", None)
     if trunk is None:
         return None
-    for event in reversed(trunk.log.events):
+    log = getattr(trunk, "log", None)
+    if log is None:
+        log, _ = AgentLog.load(fleet.session.events(trunk.name))
+    for event in reversed(log.events):
         msg = event.message()
         if isinstance(msg, AssistantMessage):
             text = msg.text.strip()

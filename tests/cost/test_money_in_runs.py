@@ -10,6 +10,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
+
 from tests.agent.conftest import Run, exarch, read_records
 from tests.support.protocol_servers import Exchange, ProtocolServer, openai_chunks, sse
 
@@ -102,11 +104,15 @@ BUDGET = """
 """
 
 
+@pytest.mark.parametrize("agents", ["thread", "process"])
 def test_budget_cancels_the_fleet_settles_every_child_and_exits_1(
-    run_scenario: Callable[..., Run], tmp_path: Path
+    run_scenario: Callable[..., Run], tmp_path: Path, agents: str
 ) -> None:
-    # 1000 tokens at $1000 per million: a dollar a round trip; the third one reaches $3
-    run = run_scenario(BUDGET, "--price", "scenario=1000,0", "--budget", "3")
+    # 1000 tokens at $1000 per million: a dollar a round trip; the third one reaches $3.
+    # With agents as processes each agent's round trips are charged across its channel.
+    run = run_scenario(
+        BUDGET, "--price", "scenario=1000,0", "--budget", "3", "--agents", agents
+    )
     assert run.code == 1, run.stderr
     assert "outcome: budget" in run.stderr
     # round trips already in flight when the budget is reached still count: $3 or a little over
