@@ -23,6 +23,7 @@ from runtime.nemesis import (
     FAULT_KINDS,
     LANDS_OUTSIDE,
     LIVE,
+    PROCESS,
     SCRIPTED,
     BadFaults,
     Fault,
@@ -253,4 +254,5 @@ def test_a_control_kill_round_kills_within_the_calls_the_round_surely_makes() ->
 
 
 def test_every_live_fault_kind_has_exactly_one_applier(tmp_path: Path) -> None:
-    assert set(LiveNemesis(SessionDir(tmp_path), 0).appliers) == set(LIVE)
+    # agent-kill (PROCESS) is applied live too, in rounds whose agents run as processes
+    assert set(LiveNemesis(SessionDir(tmp_path), 0).appliers) == set(LIVE) | set(PROCESS)
