@@ -49,14 +49,12 @@ from actors.desk import AgentDesk
 from actors.schedules import Schedules
 from actors.slash_commands import run_slash
 from runtime.cancel import Cancelled, CancelScope
-from runtime.compaction import compaction_due
 from runtime.constants import MAX_STEPS
-from runtime.cost import SpendMeter
-from runtime.digest import Section, clip_agent_reply, clip_section
-from runtime.diskwarn import DiskWarn
-from runtime.eventlog import AgentLog
 from runtime.events import InboxRejected, Io, Notice, ProviderFailed, SystemNote
-from runtime.inbox import (
+from runtime.fleet.compaction import compaction_due
+from runtime.fleet.digest import Section, clip_agent_reply, clip_section
+from runtime.fleet.diskwarn import DiskWarn
+from runtime.fleet.inbox import (
     SURFACE,
     AgentMessage,
     AgentResult,
@@ -66,9 +64,7 @@ from runtime.inbox import (
     Surface,
     UserSteering,
 )
-from runtime.ledger import LargeBinding
-from runtime.messages import AssistantMessage, ToolResult, admit_with_report
-from runtime.nudge import (
+from runtime.fleet.nudge import (
     NudgeInputs,
     NudgeKind,
     NudgeLatches,
@@ -78,7 +74,8 @@ from runtime.nudge import (
     classify,
     decide,
 )
-from runtime.park import Construction, ParkMode, park_mode, returns_for
+from runtime.fleet.park import Construction, ParkMode, park_mode, returns_for
+from runtime.messages import AssistantMessage, ToolResult, admit_with_report
 from runtime.prompt import build_system_prompt
 from runtime.providers.base import (
     RAL_TOOL,
@@ -88,12 +85,15 @@ from runtime.providers.base import (
     Truncated,
 )
 from runtime.ral.values import render
+from runtime.settlement.cost import SpendMeter
+from runtime.shell.ledger import LargeBinding
+from runtime.state.eventlog import AgentLog
 
 if TYPE_CHECKING:
     from actors.agent_site import ShellOutput
-    from runtime.inbox import Inbox
+    from runtime.fleet.inbox import Inbox
     from runtime.ral.context import DynamicContext
-    from runtime.snapshot import MobileSnapshot
+    from runtime.state.snapshot import MobileSnapshot
 
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,9 @@
 """The executor of a child agent: its environment is its shell process plus its scratch directory.
 
-This adapts a running :class:`actors.agent.Agent` to the :class:`runtime.executor.Executor`
-interface so the settlement rules of ``runtime/settlement.py`` (admission phases, teardown
+This adapts a running :class:`actors.agent.Agent` to the
+:class:`runtime.settlement.executor.Executor`
+interface so the settlement rules of ``runtime/settlement/release_sweep.py`` (admission phases,
+teardown
 receipts, the release sweep) apply to every child by construction.
 
 Receipts tell the truth about what remains: a shell this executor closed is
@@ -21,8 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psutil
 
-from runtime.cost import dollars
-from runtime.executor import (
+from runtime.settlement.cost import dollars
+from runtime.settlement.executor import (
     Accounting,
     CancelAck,
     EnvironmentState,
@@ -33,7 +35,7 @@ from runtime.executor import (
     Observation,
     Receipt,
 )
-from runtime.fleet_yield import settlement_status
+from runtime.settlement.fleet_yield import settlement_status
 
 if TYPE_CHECKING:
     from threading import Event

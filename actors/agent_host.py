@@ -24,7 +24,7 @@ Invariants:
 - **Control frames bypass the main loop.** Cancel and interrupt trip the shell's eval root from
   the channel's reader thread, while the main thread is blocked in the run they stop.
 - **A crash is an end of file without ``Died``.** :attr:`AgentHost.exit` then carries the exit
-  status, the supervisor's input (``runtime/supervision.py``).
+  status, the supervisor's input (``runtime/fleet/supervision.py``).
 - Threads in the host: main (the run loop), the channel reader, the shell actor's thread.
 """
 
@@ -53,7 +53,8 @@ from actors.process import (
     use_fork_server,
 )
 from actors.shell import ShellActor
-from runtime.agent_channel import (
+from runtime.errors import ExarchError, InboxFull
+from runtime.fleet.agent_channel import (
     Born,
     Cancel,
     DeliverResult,
@@ -75,8 +76,7 @@ from runtime.agent_channel import (
     Verdict,
     rejection_of,
 )
-from runtime.errors import ExarchError, InboxFull
-from runtime.inbox import AgentMessage, AgentResult, Command, Inbox, InboxMsg, UserSteering
+from runtime.fleet.inbox import AgentMessage, AgentResult, Command, Inbox, InboxMsg, UserSteering
 
 BORN_TIMEOUT = 30.0
 """Seconds a new agent host may take to report ``Born`` (its shell restored and ready)."""

@@ -10,7 +10,7 @@ the quota rule's ``InboxFull`` still reaches the producer synchronously; the reg
 cascade and interrupts travel as control frames; the agent's site calls (``Call``) are answered
 with the fleet's own site methods through :data:`SITE_CALLS`.
 
-Supervision (OTP style, ``runtime/supervision.py``): an end of file without ``Ended`` is a
+Supervision (OTP style, ``runtime/fleet/supervision.py``): an end of file without ``Ended`` is a
 crash -- SIGKILL, a C extension's crash, a memory blow-up. The control side restarts the agent
 from its durable event log and snapshot in a new agent process (a ``Restarted`` notice on the
 bus), at most 3 times in 60 s; past that the agent ends ``failed`` (its slot settled ``down``)
@@ -53,7 +53,10 @@ from actors.agent_process_host import (
 from actors.channel import AgentChannel
 from actors.frames import ChannelClosed
 from actors.process import fork_server_address, process_context, start_process
-from runtime.agent_channel import (
+from runtime.cancel import CancelScope
+from runtime.errors import ExarchError
+from runtime.events import InboxRejected, Notice
+from runtime.fleet.agent_channel import (
     Born,
     Call,
     Cancel,
@@ -66,13 +69,10 @@ from runtime.agent_channel import (
     Return,
     Shutdown,
 )
-from runtime.cancel import CancelScope
-from runtime.errors import ExarchError
-from runtime.events import InboxRejected, Notice
-from runtime.inbox import InboxMsg, PushEffect
-from runtime.park import returns_for
-from runtime.snapshot import MobileSnapshot
-from runtime.supervision import Action, RestartIntensity
+from runtime.fleet.inbox import InboxMsg, PushEffect
+from runtime.fleet.park import returns_for
+from runtime.fleet.supervision import Action, RestartIntensity
+from runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Forked by the control process's one fork server, an agent process builds the ver
 :class:`actors.agent.Agent` of the thread backend with a :class:`HostSite` for its
 :class:`actors.agent_site.AgentSite`: the agent's own half stays here -- its shell
 (:mod:`actors.agent_shell`), its inbox, its event log and snapshot files -- and the fleet's half
-crosses the channel (``runtime/agent_channel.py``) as :class:`Call` requests. The control side
+crosses the channel (``runtime/fleet/agent_channel.py``) as :class:`Call` requests. The control side
 (:class:`actors.agent_process.ProcessAgent`) calls back in through :data:`HOST_CALLS`.
 
 Invariants:
@@ -44,8 +44,10 @@ from actors.agent_site import (
 )
 from actors.channel import AgentChannel
 from actors.process import become_group_leader, die_with_parent, use_fork_server
-from runtime import durability
-from runtime.agent_channel import (
+from runtime.cancel import CancelScope
+from runtime.errors import ExarchError
+from runtime.events import Event, InboxRejected, Resources
+from runtime.fleet.agent_channel import (
     Born,
     Call,
     Cancel,
@@ -57,17 +59,15 @@ from runtime.agent_channel import (
     Return,
     Shutdown,
 )
-from runtime.cancel import CancelScope
-from runtime.durability import Durability
-from runtime.errors import ExarchError
-from runtime.events import Event, InboxRejected, Resources
-from runtime.inbox import Inbox, InboxMsg, PushEffect, Surface, UserSteering
-from runtime.limits import ShellLimits
+from runtime.fleet.inbox import Inbox, InboxMsg, PushEffect, Surface, UserSteering
 from runtime.messages import AssistantMessage
 from runtime.providers.base import Provider
 from runtime.providers.prices import PriceTable
-from runtime.session_dir import SessionDir
-from runtime.snapshot import MobileSnapshot
+from runtime.shell.limits import ShellLimits
+from runtime.state import durability
+from runtime.state.durability import Durability
+from runtime.state.session_dir import SessionDir
+from runtime.state.snapshot import MobileSnapshot
 
 CALL_TIMEOUT = 120.0
 """Seconds a site call may wait for its answer (a spawn waits for its child's ``Born``)."""

@@ -27,20 +27,20 @@ from actors.agent_site import ShellOutput, ShellParts
 from actors.eval_root import EvalRoot
 from actors.shell import ShellActor, run_call
 from actors.shell_workers import WorkerSurfaces
-from runtime.digest import digest_tool_result
-from runtime.diskwarn import disk_usage
-from runtime.durable import append_jsonl
 from runtime.events import Event, Resources
-from runtime.inbox import Surface
-from runtime.limits import ShellLimits
-from runtime.probes import ResourceFigures, event_rows, resources
-from runtime.session_dir import SessionDir
-from runtime.session_records import commit_record
+from runtime.fleet.digest import digest_tool_result
+from runtime.fleet.diskwarn import disk_usage
+from runtime.fleet.inbox import Surface
+from runtime.fleet.probes import ResourceFigures, event_rows, resources
+from runtime.shell.limits import ShellLimits
+from runtime.state.durable import append_jsonl
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_records import commit_record
 
 if TYPE_CHECKING:
     from actors.agent import Agent
     from runtime.ral.context import DynamicContext
-    from runtime.snapshot import MobileSnapshot
+    from runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -27,14 +27,14 @@ if TYPE_CHECKING:
 
     from actors.eval_root import EvalRoot
     from actors.shell_workers import WorkerSurfaces
-    from runtime.eventlog import LogEvent
     from runtime.events import Event, InboxRejected, Notice, Resources
-    from runtime.inbox import Surface
+    from runtime.fleet.inbox import Surface
     from runtime.providers.base import Provider
     from runtime.providers.prices import PriceTable
     from runtime.ral.context import DynamicContext
-    from runtime.session_dir import SessionDir
-    from runtime.snapshot import MobileSnapshot
+    from runtime.state.eventlog import LogEvent
+    from runtime.state.session_dir import SessionDir
+    from runtime.state.snapshot import MobileSnapshot
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class Standing:
 
 @dataclass(frozen=True)
 class ParkReads:
-    """The registry reads the park verdict needs (``runtime/park.py``), taken together."""
+    """The registry reads the park verdict needs (``runtime/fleet/park.py``), taken together."""
 
     listed: bool
     engaged: bool

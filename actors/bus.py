@@ -43,13 +43,13 @@ import pykka
 from pykka import messages as pykka_messages
 
 from actors.mailbox import QuotaActor
-from runtime import durability
 from runtime.constants import INBOX_SOURCE_CAP
-from runtime.durability import AppendFile
-from runtime.durable import append_jsonl, jsonl_line
 from runtime.errors import InboxFull
 from runtime.events import Event, InboxRejected, Overflow
-from runtime.inbox import SURFACE
+from runtime.fleet.inbox import SURFACE
+from runtime.state import durability
+from runtime.state.durability import AppendFile
+from runtime.state.durable import append_jsonl, jsonl_line
 
 if TYPE_CHECKING:
     from pykka._envelope import Envelope

@@ -1,4 +1,5 @@
-"""The I/O side of the agent-host channel (the protocol itself is ``runtime/agent_channel.py``).
+"""The I/O side of the agent-host channel (the protocol itself is
+``runtime/fleet/agent_channel.py``).
 
 One :class:`AgentChannel` per end of the duplex ``Connection`` between the control process and
 an agent host. It owns one **reader thread** and a locked writer:
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 
 from actors.frames import Channel, ChannelClosed
-from runtime.agent_channel import (
+from runtime.fleet.agent_channel import (
     CONTROL_KINDS,
     Correlator,
     Envelope,

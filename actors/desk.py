@@ -26,9 +26,9 @@ from runtime.ral.values import UNIT, render
 if TYPE_CHECKING:
     from actors.agent_site import AgentSite
     from actors.schedules import Schedules
-    from runtime.eventlog import AgentLog
     from runtime.providers.base import ProviderHandle
-    from runtime.snapshot import MobileSnapshot
+    from runtime.state.eventlog import AgentLog
+    from runtime.state.snapshot import MobileSnapshot
 
 
 SPAWN_OPTIONS = ("memory",)

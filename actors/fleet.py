@@ -44,34 +44,28 @@ from actors.agent_site import (
 from actors.bus import start_bus
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import start_registry
-from runtime import durability
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
-from runtime.cost import FleetSpend, dollars
-from runtime.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.durability import Durability, DurableFiles
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Resources, SystemNote
-from runtime.executor import ExecutionSpec
-from runtime.fleet_registry import Entry
-from runtime.fleet_yield import (
-    FleetCost,
-    FleetYield,
-    fleet_yield,
-    settlement_status,
-    write_result,
-)
-from runtime.inbox import AgentResult, Surface
-from runtime.journal import SpawnJournal
-from runtime.limits import ShellLimits
-from runtime.park import Construction
+from runtime.fleet.inbox import AgentResult, Surface
+from runtime.fleet.park import Construction
+from runtime.fleet.registry import Entry
 from runtime.providers.base import Provider
 from runtime.providers.prices import PriceTable
 from runtime.ral.context import DynamicContext
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.grants import GrantPolicy, Grants
 from runtime.ral.values import render
-from runtime.session_dir import SessionDir
-from runtime.settlement import (
+from runtime.settlement.cost import FleetSpend, dollars
+from runtime.settlement.executor import ExecutionSpec
+from runtime.settlement.fleet_yield import (
+    FleetCost,
+    FleetYield,
+    fleet_yield,
+    settlement_status,
+    write_result,
+)
+from runtime.settlement.release_sweep import (
     RetainedChild,
     SweepPolicy,
     admit,
@@ -79,7 +73,13 @@ from runtime.settlement import (
     release_sweep,
     settle_child,
 )
-from runtime.snapshot import MobileSnapshot
+from runtime.shell.limits import ShellLimits
+from runtime.state import durability
+from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.state.durability import Durability, DurableFiles
+from runtime.state.journal import SpawnJournal
+from runtime.state.session_dir import SessionDir
+from runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +108,10 @@ class FleetConfig:
     agents: Literal["thread", "process"] = "thread"
     """Where each agent runs: a thread of this process, or an OS process of its own
     (``actors/agent_process.py``: its drive loop, inbox and shell there; supervised)."""
-    """Every shell's memory, live-worker and binding-size limits (``runtime/limits.py``)."""
+    """Every shell's memory, live-worker and binding-size limits (``runtime/shell/limits.py``)."""
     durability: Durability = DEFAULT_DURABILITY
-    """What an acknowledged record of the session's files survives (``runtime/durability.py``):
+    """What an acknowledged record of the session's files survives
+    (``runtime/state/durability.py``):
     every writer under the session directory keeps it while the fleet is open."""
     prices: PriceTable = field(default_factory=PriceTable)
     """Dollars per million tokens by model (``runtime/providers/prices.py``)."""
@@ -180,7 +181,7 @@ class Fleet:
         self._empty.set()
         self._closed = False
         self.spend = FleetSpend(self.config.prices, self.config.budget)
-        """Every agent's known spend, against the budget (``runtime/cost.py``)."""
+        """Every agent's known spend, against the budget (``runtime/settlement/cost.py``)."""
         self._pool: ThreadPoolExecutor | None = None
         if self.config.agents == "process":
             self._pool = ThreadPoolExecutor(HOST_CALL_THREADS, thread_name_prefix="site")
@@ -529,7 +530,8 @@ class Fleet:
         A failure after the child is built tears it down (:meth:`_abandon_spawn`) and raises
         :class:`SpawnFailed`: a child that never runs must never be waited for. With
         ``request.memory`` the child's event log first imports the parent's model-visible
-        context (:meth:`runtime.eventlog.AgentLog.fork_context`, taken by the parent's desk: the
+        context (:meth:`runtime.state.eventlog.AgentLog.fork_context`, taken by the parent's desk:
+        the
         tool-call frame the parent is dispatching right now is left out, so the child inherits a
         request context, never a dangling protocol); without it the child inherits nothing.
         Either way the prompt enters through the child's inbox, the same turn path as any other

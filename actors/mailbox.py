@@ -1,4 +1,5 @@
-"""The quota mailbox: the inbox rule (``runtime/inbox.py``) installed as every pykka actor's inbox.
+"""The quota mailbox: the inbox rule (``runtime/fleet/inbox.py``) installed as every pykka actor's
+inbox.
 
 pykka 4.5 builds an actor's inbox with ``_create_actor_inbox()`` and only ever calls ``put``,
 ``get`` and ``empty`` on it (``pykka._actor.ActorInbox``), so a :class:`QuotaMailbox` is a
@@ -8,7 +9,7 @@ pykka 4.5 builds an actor's inbox with ``_create_actor_inbox()`` and only ever c
   actor lists in ``control_methods``. Never quota-checked, always served before queued work,
   and the actor's control hook runs *in the producer's thread at put time*, so a cancel trips
   the cooperative token while the actor may still be busy in a long handler.
-- the **work lane** — everything else, admitted by :class:`runtime.inbox.InboxRule`. Inbox
+- the **work lane** — everything else, admitted by :class:`runtime.fleet.inbox.InboxRule`. Inbox
   messages keep their own source (and coalesce as the rule says); any other message (a proxy
   call, a plain ``tell``) counts against the actor's ``call_source`` (``command`` by default).
   A refused message raises :class:`runtime.errors.InboxFull` out of the sender's ``tell``/
@@ -40,7 +41,7 @@ from pykka import messages as pykka_messages
 from runtime.cancel import CancelScope
 from runtime.constants import INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
 from runtime.errors import InboxFull
-from runtime.inbox import COMMAND, InboxRule, PushEffect, source_of
+from runtime.fleet.inbox import COMMAND, InboxRule, PushEffect, source_of
 
 if TYPE_CHECKING:
     from pykka._envelope import Envelope

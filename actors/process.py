@@ -419,7 +419,7 @@ _inherited_memory_limit: tuple[int, int] | None = None
 def limit_memory(memory_bytes: int | None) -> None:
     """In a host or worker: cap its writable memory (``RLIMIT_DATA``, soft limit) at
     ``memory_bytes`` (None: leave it), so an allocation past it raises ``MemoryError`` in this
-    process instead of growing it (see :mod:`runtime.limits` for why this limit and its
+    process instead of growing it (see :mod:`runtime.shell.limits` for why this limit and its
     default). The hard limit is left alone, so programs started here get the old one back."""
     global _inherited_memory_limit
     if memory_bytes is None:

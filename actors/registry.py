@@ -16,7 +16,7 @@ registered) and its shell's eval root (a CancelScope-like or callable handle; ``
 trunk). It calls them directly, never through the target's own mailbox, so a node busy in a
 long handler or an in-flight ral evaluation is reached at its next poll point.
 
-The core and its value types live in :mod:`runtime.fleet_registry`; this module holds the actor,
+The core and its value types live in :mod:`runtime.fleet.registry`; this module holds the actor,
 its lease-reaper thread and :func:`start_registry`.
 """
 
@@ -31,14 +31,14 @@ import pykka
 from pykka import messages as pykka_messages
 
 from actors.mailbox import QuotaActor
-from runtime.fleet_registry import (
+from runtime.fleet.inbox import AgentMessage, AgentResult, PushEffect, Surface
+from runtime.fleet.registry import (
     Entry,
     FleetRegistry,
     LeaseReport,
     RejectionRecorder,
 )
-from runtime.inbox import AgentMessage, AgentResult, PushEffect, Surface
-from runtime.spawn_tree import IDLE_LEASE_SECS, Clock
+from runtime.fleet.spawn_tree import IDLE_LEASE_SECS, Clock
 
 
 class _LeaseReaper:

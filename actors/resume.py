@@ -7,7 +7,7 @@ clean call.
 
 Order, and why:
 
-0. **Read** (``runtime/session_read.py``): every file the plan builds on must read whole but
+0. **Read** (``runtime/state/session_read.py``): every file the plan builds on must read whole but
    for a torn last line; anything else refuses typed (:class:`DamagedSession`, file and line,
    exit 2), as does a finished run (:class:`NothingToResume`). A corrupt ``result.json`` is the
    one file healed: it is derived, so its bytes are set aside and it is written afresh.
@@ -44,35 +44,35 @@ from typing import Any
 
 from actors.agent import Agent, AgentSpec
 from runtime.constants import TRUNK_NAME
-from runtime.durability import Durability, bound_to
-from runtime.durability import parse as parse_durability
-from runtime.durable import atomic_write_bytes
 from runtime.errors import ExarchError
 from runtime.events import Died, InboxRejected, SystemNote
-from runtime.fleet_yield import FleetYield, settlement_status
-from runtime.inbox import AgentResult, UserSteering
-from runtime.journal import NodeState, SpawnJournal
-from runtime.limits import ShellLimits
+from runtime.fleet.inbox import AgentResult, UserSteering
+from runtime.fleet.park import Construction
 from runtime.messages import AssistantMessage
-from runtime.park import Construction
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
-from runtime.run_processes import leftover_processes
-from runtime.session_dir import SessionDir
-from runtime.session_read import (
+from runtime.settlement.fleet_yield import FleetYield, settlement_status
+from runtime.settlement.release_sweep import RetainedChild, adopt_local, release_sweep, spend_of
+from runtime.shell.limits import ShellLimits
+from runtime.state.durability import Durability, bound_to
+from runtime.state.durability import parse as parse_durability
+from runtime.state.durable import atomic_write_bytes
+from runtime.state.journal import NodeState, SpawnJournal
+from runtime.state.run_processes import leftover_processes
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_read import (
     ResumeRefused,
     SessionFiles,
     load_snapshot,
     read_session,
     set_aside_result,
 )
-from runtime.session_records import CONTROL_DIED
-from runtime.settlement import RetainedChild, adopt_local, release_sweep, spend_of
-from runtime.snapshot import MobileSnapshot
+from runtime.state.session_records import CONTROL_DIED
+from runtime.state.snapshot import MobileSnapshot
 
 RESUME_NOTE = (
     "[system note] The run was resumed after its control process died. Any tool call that was "

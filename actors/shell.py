@@ -74,14 +74,14 @@ from actors.shell_snapshot import SnapshotKeeper
 from actors.shell_workers import WorkerPool, WorkerSurfaces
 from runtime.cancel import POLL_INTERVAL, CancelScope
 from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
-from runtime.durable import append_jsonl
+from runtime.drills.fault_switch import faults_enabled
 from runtime.errors import ExarchError
 from runtime.events import Notice
-from runtime.fault_switch import faults_enabled
-from runtime.ledger import BindingLedger, carry_renewals, referenced_names
-from runtime.limits import ShellLimits
-from runtime.snapshot import MobileSnapshot
-from runtime.worker_retention import WORKER_BACKSTOP_SECS, WORKER_IDLE_CALLS
+from runtime.shell.ledger import BindingLedger, carry_renewals, referenced_names
+from runtime.shell.limits import ShellLimits
+from runtime.shell.worker_retention import WORKER_BACKSTOP_SECS, WORKER_IDLE_CALLS
+from runtime.state.durable import append_jsonl
+from runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class ShellActor(QuotaActor):
     ) -> None:
         """``sync_log``: fsync each binding-log frame (a policy that must survive a machine
         crash; a process crash needs none, see :mod:`actors.shell_snapshot`)."""
-        from runtime.session_dir import SessionDir
+        from runtime.state.session_dir import SessionDir
 
         self.name = name  # before super().__init__: the mailbox names its recipient
         super().__init__()

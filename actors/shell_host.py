@@ -42,7 +42,7 @@ from actors.process import (
     report_programs,
 )
 from runtime.cancel import POLL_INTERVAL, Cancelled
-from runtime.limits import DEFAULT_MAX_BINDING_BYTES
+from runtime.shell.limits import DEFAULT_MAX_BINDING_BYTES
 
 FORK_VERBS = frozenset({"agent"})
 """Desk verbs that fork a child agent: their enquiry carries the live scope (the
@@ -94,7 +94,7 @@ class HostCore:
     but ``session.cancel``, which is thread-safe)."""
 
     def __init__(self, data: Channel, ctl: Channel) -> None:
-        from runtime.ledger import BindingLedger
+        from runtime.shell.ledger import BindingLedger
 
         self.data = data
         self.session: Any = None
@@ -144,10 +144,10 @@ class HostCore:
                 return
 
     def on_restore(self, f: Frame) -> None:
-        from runtime.ledger import BindingLedger
         from runtime.ral.codec import decode_value
         from runtime.ral.context import DynamicContext
         from runtime.ral.session import Session
+        from runtime.shell.ledger import BindingLedger
 
         self.verbs = frozenset(f.get("verbs") or ())
         self.max_binding_bytes = int(f.get("max_binding_bytes") or DEFAULT_MAX_BINDING_BYTES)
@@ -267,7 +267,7 @@ class HostCore:
 
     def _boundary(self, sink: bool) -> list[str]:
         """The ready boundary: prune idle leases when a surface sink is installed."""
-        from runtime.ledger import reaches_running_worker
+        from runtime.shell.ledger import reaches_running_worker
 
         running = self.running
         session = self.session
@@ -309,7 +309,7 @@ class HostCore:
 
         After a restore the ledger travels whole (``ledger``: its ``to_state``); after a run only
         what the run changed (``ledger_delta``: its ``take_delta``, folded in by
-        ``runtime.ledger.apply_delta``), so a call's frame follows the call, not the scope.
+        ``runtime.shell.ledger.apply_delta``), so a call's frame follows the call, not the scope.
         """
         if full:
             self.ledger.take_delta()  # the whole state travels: the next delta starts here
@@ -372,9 +372,9 @@ def encode_binding(name: str, value: Any, max_bytes: int) -> bytes:
     structure nested more than 1024 levels deep; builtins encode by name), and running out of
     memory while encoding.
     """
-    from runtime.limits import format_size
     from runtime.ral.codec import encode_value
     from runtime.ral.errors import RalError
+    from runtime.shell.limits import format_size
 
     def over() -> str:  # built only for a refusal
         return (

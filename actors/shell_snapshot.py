@@ -5,7 +5,8 @@ thread only. It holds the state of the last clean tool-call boundary -- bindings
 encoding), context, ledger state, worker registry state, epoch -- which is what a rollback
 restores and a fork hands out, and keeps the files a resume reads:
 ``<session_dir>/agents/<name>/snapshot.msgpack`` (the base, a whole :class:`MobileSnapshot`) and
-``snapshot.msgpack.log`` (:mod:`runtime.binding_log`: one frame per checkpoint of what changed).
+``snapshot.msgpack.log`` (:mod:`runtime.state.binding_log`: one frame per checkpoint of what
+changed).
 
 Invariants:
 
@@ -43,11 +44,11 @@ from pathlib import Path
 from typing import Any
 
 from actors.frames import Frame
-from runtime.binding_log import BindingLogWriter, log_path
-from runtime.durable import atomic_write_bytes
 from runtime.events import Notice
-from runtime.ledger import apply_delta
-from runtime.snapshot import MobileSnapshot
+from runtime.shell.ledger import apply_delta
+from runtime.state.binding_log import BindingLogWriter, log_path
+from runtime.state.durable import atomic_write_bytes
+from runtime.state.snapshot import MobileSnapshot
 
 SNAPSHOT_FILE_EVERY = 32
 """Calls a frame may be skipped when only the ledger's clock moved (see the module docstring)."""

@@ -14,7 +14,7 @@ Invariants:
 - Explicit destruction (close, clear) outranks every lease: :meth:`WorkerPool.cancel_all`
   cancels and stops every registered worker and empties the registry.
 - Worker results wake their agent (:class:`WorkerSurfaces`, the rule in
-  :mod:`runtime.surfacing`): when the agent's turn ends (:meth:`WorkerPool.park`)
+  :mod:`runtime.shell.surfacing`): when the agent's turn ends (:meth:`WorkerPool.park`)
   its running workers are watched, and each completion is pushed into its inbox as a
   ``Surface`` through the sink the fleet installs (quota-checked, rejected never dropped,
   dropped by the generation guard after ``/clear``: the registry's ``deliver``). A worker the
@@ -36,12 +36,12 @@ from actors.eval_root import EvalRoot
 from actors.frames import Frame
 from actors.process import ChildProcess
 from actors.worker_process import WorkerLink, start_worker
-from runtime.durable import append_jsonl
 from runtime.events import Notice
-from runtime.inbox import Surface
-from runtime.limits import ShellLimits
-from runtime.surfacing import SurfaceRule, surface_text
-from runtime.worker_retention import UnknownWorker, WorkerRegistry
+from runtime.fleet.inbox import Surface
+from runtime.shell.limits import ShellLimits
+from runtime.shell.surfacing import SurfaceRule, surface_text
+from runtime.shell.worker_retention import UnknownWorker, WorkerRegistry
+from runtime.state.durable import append_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ SurfaceSink = Callable[[str, Surface], None]
 
 
 class WorkerSurfaces:
-    """The thread-safe face of :class:`runtime.surfacing.SurfaceRule`.
+    """The thread-safe face of :class:`runtime.shell.surfacing.SurfaceRule`.
 
     Shared by three threads: the shell actor (park, dismiss), worker watcher threads (a worker
     settled) and the agent's own thread (``waiting`` for its park verdict, ``unpark`` at a model

@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     from actors.agent_site import AgentSite
     from actors.schedules import Schedules
     from runtime.cancel import CancelScope
-    from runtime.eventlog import AgentLog
     from runtime.messages import AssistantMessage
     from runtime.providers.base import ProviderHandle
+    from runtime.state.eventlog import AgentLog
 
 
 REFUSED = "Refused"

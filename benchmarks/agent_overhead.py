@@ -33,7 +33,7 @@ from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
-from runtime.session_dir import SessionDir
+from runtime.state.session_dir import SessionDir
 
 WARMUP = 20
 

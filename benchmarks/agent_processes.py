@@ -46,7 +46,7 @@ from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
-from runtime.session_dir import SessionDir
+from runtime.state.session_dir import SessionDir
 
 
 class GateFile(Provider):

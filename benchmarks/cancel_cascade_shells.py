@@ -40,7 +40,7 @@ from runtime.constants import TRUNK_NAME
 from runtime.providers import make_provider
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
-from runtime.session_dir import SessionDir
+from runtime.state.session_dir import SessionDir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cancel_cascade import one_run, tree_shape

@@ -29,8 +29,8 @@ from typing import Any
 
 import msgpack
 
-from runtime.ledger import BindingLedger
-from runtime.snapshot import BindingEncodingCache, MobileSnapshot, SnapshotBuilder
+from runtime.shell.ledger import BindingLedger
+from runtime.state.snapshot import BindingEncodingCache, MobileSnapshot, SnapshotBuilder
 
 SIZES = (10, 1_000, 100_000)
 REPS = 7

@@ -23,9 +23,9 @@ import time
 
 from actors.process import ensure_fork_server
 from actors.shell import ShellActor
-from runtime.ledger import BindingLedger
 from runtime.ral.codec import encode_value
-from runtime.snapshot import MobileSnapshot
+from runtime.shell.ledger import BindingLedger
+from runtime.state.snapshot import MobileSnapshot
 
 
 def _scope(n: int) -> MobileSnapshot:

@@ -1,6 +1,6 @@
 """Digest cost: what digesting a huge tool result costs against a small one, per input kind.
 
-``runtime/digest.py`` promises that nothing is copied whole: an ASCII ``str`` is measured in
+``runtime/fleet/digest.py`` promises that nothing is copied whole: an ASCII ``str`` is measured in
 O(1), a non-ASCII one in 1 Mi-char encoded chunks, ``bytes`` are cut raw. This prints the
 median time of ``digest_tool_result`` for a 50 MB and a 50 KB stdout of each kind, measured in
 the same run, and their ratio (1000x the input; linear work would show ~1000x, the O(1) kinds
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.digest import digest_tool_result
+from runtime.fleet.digest import digest_tool_result
 
 BIG = 50 << 20
 SMALL = 50 << 10

@@ -21,7 +21,7 @@ import pykka
 
 from actors.mailbox import QuotaActor
 from runtime.constants import INBOX_SOURCE_CAP
-from runtime.inbox import AgentMessage
+from runtime.fleet.inbox import AgentMessage
 
 
 class PlainCounter(pykka.ThreadingActor):

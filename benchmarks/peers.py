@@ -42,13 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from actors.fleet import FleetConfig
 from actors.process import ChildProcess, ensure_fork_server
 from actors.shell import ShellActor
-from runtime.durable import read_jsonl
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
-from runtime.session_dir import SessionDir
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 
 if "durability" in FleetConfig.__dataclass_fields__:
-    from runtime import durability as _durability
+    from runtime.state import durability as _durability
 
     POLICIES: list[Any] = list(_durability.Durability)
 else:  # code older than the knob (a before/after figure): the stack runs as that code does
@@ -121,7 +121,7 @@ def fanout(agents: int, calls: int) -> tuple[int, int, float]:
     """A fan-out of ``agents`` children making ``calls`` ral calls each under ``machine``:
     (records appended, fsyncs of them, seconds): group commit across concurrent agents."""
     from actors.fleet import Fleet
-    from runtime.nemesis import synthetic_scenario
+    from runtime.drills.nemesis import synthetic_scenario
 
     playback = ScenarioPlayback(parse_scenario(synthetic_scenario(agents, calls, call_ms=0)))
     with tempfile.TemporaryDirectory() as d:

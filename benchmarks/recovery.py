@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from cli.drill import DrillConfig, run_drill
-from runtime.nemesis import parse_faults
+from runtime.drills.nemesis import parse_faults
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """What a shell host's memory looks like, and so which memory limit and default fit
-(``runtime/limits.py`` quotes these figures).
+(``runtime/shell/limits.py`` quotes these figures).
 
 - a fresh host: VmSize (what ``RLIMIT_AS`` would count), VmData (what ``RLIMIT_DATA``
   counts), RSS;
@@ -19,7 +19,7 @@ from typing import Any
 
 from actors.process import ensure_fork_server
 from actors.shell import ShellActor
-from runtime.limits import ShellLimits, format_size
+from runtime.shell.limits import ShellLimits, format_size
 
 FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "VmData")
 

@@ -20,8 +20,8 @@ from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, provider_options
 from cli.recording import open_recording, record_option
 from cli.runner import RunSpec, open_session, provider_factory, read_scenario, session_path
-from runtime.durability import Durability
-from runtime.limits import ShellLimits
+from runtime.shell.limits import ShellLimits
+from runtime.state.durability import Durability
 
 
 @click.command("chat")

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.durability import describe
-from runtime.invariant_check import InvariantReport, NotASession, check_session
-from runtime.session_dir import SessionDir
+from runtime.drills.invariant_check import InvariantReport, NotASession, check_session
+from runtime.state.session_dir import SessionDir
 
 _STYLE = {"held": "green", "violated": "bold red", "skipped": "dim"}
 

@@ -1,4 +1,5 @@
-"""The money flags shared by ``run`` and ``fleet`` (the rules live in ``runtime/cost.py`` and
+"""The money flags shared by ``run`` and ``fleet`` (the rules live in ``runtime/settlement/cost.py``
+and
 ``runtime/providers/prices.py``; docs/cost.md)::
 
     --prices FILE                                  a TOML or JSON price file (repeatable)

@@ -2,7 +2,7 @@
 
 A drill runs *rounds* until ``--duration`` has passed: each round is one fleet run (a synthetic
 fan-out from ``--agents/--calls``, or the given scenario) in its own session directory
-``<drill dir>/round-NNN/``. The seeded nemesis (``runtime/nemesis.py``) fixes the whole fault
+``<drill dir>/round-NNN/``. The seeded nemesis (``runtime/drills/nemesis.py``) fixes the whole fault
 schedule up front and the rules by which faults land; the drill delivers each fault when its
 time comes:
 
@@ -13,7 +13,8 @@ time comes:
   resumes it here (``cli/drill_rounds.py``); control-kill rounds take at most half the drill's
   time, so every live kind gets in-process rounds to land in.
 
-After every round ``runtime/invariant_check.py`` checks the round's directory; the drill adds two
+After every round ``runtime/drills/invariant_check.py`` checks the round's directory; the drill adds
+two
 checks of its own (a flood's accounting, and no stray child process of the drill). Recovery is
 measured from each fault to the affected agent's next successful ral call (``Io`` without error
 in the transcript). ``drill-report.json`` in the drill directory holds the schedule, what was
@@ -21,7 +22,7 @@ applied (scheduled vs applied per kind), every round's invariants and the figure
 
 Exit codes (:data:`EXIT_HELD` ...): 0 every invariant held and every requested kind that was
 owed landed; 1 an invariant was violated or a requested kind was never applied
-(``runtime.nemesis.owed_kinds``); 2 bad input; 130 / 143 interrupted by SIGINT / SIGTERM,
+(``runtime.drills.nemesis.owed_kinds``); 2 bad input; 130 / 143 interrupted by SIGINT / SIGTERM,
 after settling the current round and writing the report of the rounds run, marked
 ``interrupted``.
 """
@@ -51,12 +52,14 @@ from cli.drill_faults import (
 )
 from cli.drill_rounds import DrillStop, LiveFeed, run_in_process, run_killed_and_resumed
 from cli.durability import durability_option
-from runtime.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.durability import Durability
-from runtime.durable import atomic_write_bytes
-from runtime.fault_switch import injecting_faults
-from runtime.invariant_check import InvariantReport, InvariantResult, NotASession, check_session
-from runtime.nemesis import (
+from runtime.drills.fault_switch import injecting_faults
+from runtime.drills.invariant_check import (
+    InvariantReport,
+    InvariantResult,
+    NotASession,
+    check_session,
+)
+from runtime.drills.nemesis import (
     CONTROL,
     KNOWN_KINDS,
     LIVE,
@@ -77,7 +80,10 @@ from runtime.nemesis import (
     sure_calls,
     synthetic_scenario,
 )
-from runtime.session_dir import SessionDir
+from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.state.durability import Durability
+from runtime.state.durable import atomic_write_bytes
+from runtime.state.session_dir import SessionDir
 
 __all__ = [
     "DrillConfig",
@@ -263,7 +269,8 @@ def run_drill(
     """Run the drill (see the module docstring); ``stop`` ends it after settling its round.
 
     Fault injection is on for the shells of the rounds run in this process while the drill runs
-    (:func:`runtime.fault_switch.injecting_faults`), and off again when it returns; a round run
+    (:func:`runtime.drills.fault_switch.injecting_faults`), and off again when it returns; a round
+    run
     in a child process gets it in that child's environment alone (``cli/drill_rounds.py``)."""
     with injecting_faults():
         return _run_rounds(cfg, on_progress, stop if stop is not None else DrillStop())

@@ -36,13 +36,13 @@ from typing import Any
 import psutil
 
 from runtime.constants import INBOX_SOURCE_CAP, TRUNK_NAME
-from runtime.durable import read_jsonl
+from runtime.drills.nemesis import LANDS_OUTSIDE, RECOVERING, Fault
 from runtime.errors import ExarchError, InboxFull
-from runtime.inbox import Command
-from runtime.nemesis import LANDS_OUTSIDE, RECOVERING, Fault
-from runtime.run_processes import PID_START_TOLERANCE
-from runtime.session_dir import SessionDir
-from runtime.spawn_tree import AgentEnded
+from runtime.fleet.inbox import Command
+from runtime.fleet.spawn_tree import AgentEnded
+from runtime.state.durable import read_jsonl
+from runtime.state.run_processes import PID_START_TOLERANCE
+from runtime.state.session_dir import SessionDir
 
 FLOOD = 1000
 WRITE_FAILURE_SECS = 0.15
@@ -164,7 +164,7 @@ class _NotYet(Exception):
 class LiveNemesis:
     """Applies live faults to one round. ``fleet`` is the in-process fleet, or None for a
     control-kill round's child process, where only the kinds of
-    :data:`runtime.nemesis.LANDS_OUTSIDE` can land."""
+    :data:`runtime.drills.nemesis.LANDS_OUTSIDE` can land."""
 
     def __init__(self, session: SessionDir, round_no: int, fleet: Any = None) -> None:
         self.session = session
@@ -183,7 +183,7 @@ class LiveNemesis:
             "clear-storm": self._clear_storm,
             "write-failure": self._write_failure,
         }
-        """How each live kind (:data:`runtime.nemesis.LIVE`) is applied."""
+        """How each live kind (:data:`runtime.drills.nemesis.LIVE`) is applied."""
 
     def _live(self, *, trunk: bool) -> list[str]:
         if self.fleet is None:

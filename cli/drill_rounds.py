@@ -16,7 +16,7 @@ Invariants:
   trunk is born and the round is resumed and cancelled at once, so nothing of it is left
   running and its journal is closed by the same code that closes any crashed run.
 - :class:`LiveFeed` owns the pending live faults; each is applied at most once, and one that
-  cannot land yet never blocks the others (:func:`runtime.nemesis.live_order`).
+  cannot land yet never blocks the others (:func:`runtime.drills.nemesis.live_order`).
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from types import FrameType
 from typing import Any, Literal
 
 from cli.drill_faults import Applied, LiveNemesis, ok_calls
-from runtime.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.durability import Durability
-from runtime.durable import read_jsonl
-from runtime.fault_switch import FAULTS_ENV
-from runtime.nemesis import Fault, live_order
-from runtime.session_dir import SessionDir
+from runtime.drills.fault_switch import FAULTS_ENV
+from runtime.drills.nemesis import Fault, live_order
+from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.state.durability import Durability
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 
 POLL_SECS = 0.02
 """How often the drill looks at a running round (due faults, the kill threshold, a stop)."""
@@ -206,7 +206,7 @@ def child_env() -> dict[str, str]:
     pp = os.environ.get("PYTHONPATH")
     return {
         **os.environ,
-        FAULTS_ENV: "1",  # that child's own switch (runtime/fault_switch.py)
+        FAULTS_ENV: "1",  # that child's own switch (runtime/drills/fault_switch.py)
         "PYTHONPATH": root + (os.pathsep + pp if pp else ""),
     }
 

@@ -1,5 +1,5 @@
 """``--durability process|machine``, shared by ``run``, ``fleet``, ``chat``, ``resume`` and
-``drill`` (the policy and what each promises live in :mod:`runtime.durability`).
+``drill`` (the policy and what each promises live in :mod:`runtime.state.durability`).
 
 ``@durability_option`` adds the flag and hands the command ``durability: Durability`` (or
 ``None`` with ``inherit=True``: ``resume`` keeps what ``run.json`` says unless told otherwise).
@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from runtime.durability import DEFAULT, PROMISES, Durability
+from runtime.state.durability import DEFAULT, PROMISES, Durability
 
 HELP = (
     "What an acknowledged record of the session's files survives. process: written "

@@ -25,8 +25,8 @@ from cli.provider_options import ProviderChoice, output_options, provider_option
 from cli.recording import record_option
 from cli.run_report import RunReporter, agent_line
 from cli.runner import run_headless, session_path, spec_for
-from runtime.durability import Durability
-from runtime.limits import ShellLimits
+from runtime.shell.limits import ShellLimits
+from runtime.state.durability import Durability
 
 
 def render_tree(report: RunReporter) -> Tree:

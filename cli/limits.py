@@ -1,5 +1,5 @@
 """The per-shell limit flags shared by ``run``, ``fleet`` and ``chat`` (the rules and defaults
-live in :mod:`runtime.limits`)::
+live in :mod:`runtime.shell.limits`)::
 
     --shell-memory SIZE       RLIMIT_DATA of every shell host and worker (default 2GiB)
     --max-workers N           running spawn workers per shell (default 64)
@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from runtime.limits import (
+from runtime.shell.limits import (
     DEFAULT_MAX_BINDING_BYTES,
     DEFAULT_MAX_WORKERS,
     DEFAULT_SHELL_MEMORY,

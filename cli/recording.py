@@ -16,12 +16,12 @@ from typing import Any, Protocol, TypeVar
 import click
 
 from runtime.constants import TRUNK_NAME
-from runtime.durable import now_iso
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario
 from runtime.replay.provider import recorded
 from runtime.replay.recording import Recorder, RecordingHeader
-from runtime.session_dir import SessionDir
+from runtime.state.durable import now_iso
+from runtime.state.session_dir import SessionDir
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -20,14 +20,14 @@ from typing import Any
 import click
 
 from cli.runner import RunSpec, read_scenario, run_headless, session_path
-from runtime.durability import Durability
-from runtime.durability import parse as parse_durability
-from runtime.durable import atomic_write_bytes
-from runtime.limits import ShellLimits
 from runtime.ral.grants import GrantPolicy
 from runtime.replay.divergence import Divergence, Report, compare, read_facts
 from runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
-from runtime.session_dir import SessionDir
+from runtime.shell.limits import ShellLimits
+from runtime.state.durability import Durability
+from runtime.state.durability import parse as parse_durability
+from runtime.state.durable import atomic_write_bytes
+from runtime.state.session_dir import SessionDir
 
 SHOWN_LINES = 12
 """Lines of each side of a divergence printed (replay-report.json keeps all of it)."""

@@ -20,9 +20,9 @@ from cli.durability import durability_option
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
-from runtime.durability import Durability
-from runtime.session_dir import SessionDir
-from runtime.session_read import ResumeRefused
+from runtime.state.durability import Durability
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_read import ResumeRefused
 
 
 class Refused(click.ClickException):

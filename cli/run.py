@@ -15,8 +15,8 @@ from cli.provider_options import ProviderChoice, output_options, provider_option
 from cli.recording import record_option
 from cli.run_report import RunReporter
 from cli.runner import run_headless, spec_for
-from runtime.durability import Durability
-from runtime.limits import ShellLimits
+from runtime.shell.limits import ShellLimits
+from runtime.state.durability import Durability
 
 
 @click.command("run")

@@ -37,11 +37,11 @@ from rich.text import Text
 
 from cli.runner import session_path
 from runtime.constants import TRUNK_NAME
-from runtime.cost import show
-from runtime.eventlog import AgentLog
 from runtime.events import Event, Io, ProviderFailed, SystemNote
 from runtime.messages import EMPTY_REPLY_STUB, AssistantMessage
-from runtime.session_dir import SessionDir
+from runtime.settlement.cost import show
+from runtime.state.eventlog import AgentLog
+from runtime.state.session_dir import SessionDir
 
 STATE_STYLE = {
     "working": "bold yellow",

@@ -25,13 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import click
 
 from cli.recording import open_recording
-from runtime import durability
-from runtime.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.durability import Durability
-from runtime.durable import atomic_write_bytes
 from runtime.errors import ScenarioError
-from runtime.fleet_yield import FleetYield
-from runtime.limits import ShellLimits
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
 from runtime.providers.prices import PriceTable
@@ -39,7 +33,13 @@ from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
-from runtime.session_dir import SessionDir, SessionDirInUse
+from runtime.settlement.fleet_yield import FleetYield
+from runtime.shell.limits import ShellLimits
+from runtime.state import durability
+from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.state.durability import Durability
+from runtime.state.durable import atomic_write_bytes
+from runtime.state.session_dir import SessionDir, SessionDirInUse
 
 if TYPE_CHECKING:
     from cli.provider_options import ProviderChoice
@@ -91,7 +91,7 @@ class RunSpec:
     grants: GrantPolicy | None = None
     """Grants already resolved (``replay``: the recorded run's); else from the flags."""
     durability: Durability = DEFAULT_DURABILITY
-    """``--durability``: what an acknowledged record survives (``runtime/durability.py``)."""
+    """``--durability``: what an acknowledged record survives (``runtime/state/durability.py``)."""
     prices: PriceTable = field(default_factory=PriceTable)
     """Dollars per million tokens by model (``--prices`` / ``--price``; ``cli/cost_options.py``)."""
     budget: Decimal | None = None

@@ -13,8 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from runtime.durable import now_iso
-from runtime.inbox import INBOX_MESSAGE_TYPES, source_of
+from runtime.fleet.inbox import INBOX_MESSAGE_TYPES, source_of
+from runtime.state.durable import now_iso
 
 
 def _jsonable(value: Any) -> Any:

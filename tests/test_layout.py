@@ -183,7 +183,7 @@ def test_the_import_scan_counts_type_checking_function_local_and_relative_import
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n"
-        "    from runtime.journal import Journal\n"
+        "    from runtime.state.journal import Journal\n"
         "import runtime.ral.values\n"
         "from . import park\n"
         "from ..session_dir import SessionDir\n"
@@ -193,7 +193,7 @@ def test_the_import_scan_counts_type_checking_function_local_and_relative_import
     )
     found = _imported_names(source, "runtime.fleet.inbox")
     assert {
-        "runtime.journal",
+        "runtime.state.journal",
         "runtime.ral.values",
         "runtime.fleet.park",
         "runtime.session_dir",
@@ -204,7 +204,7 @@ def test_the_import_scan_counts_type_checking_function_local_and_relative_import
 def test_the_import_graph_covers_runtime_actors_and_cli() -> None:
     graph = _import_graph()
     assert {m.split(".")[0] for m in graph} == set(LAYERS)
-    assert "runtime.journal" in graph["runtime.settlement"]
+    assert "runtime.state.journal" in graph["runtime.settlement.release_sweep"]
 
 
 def test_no_module_imports_itself_back_through_others() -> None:
@@ -230,7 +230,7 @@ def test_runtime_never_imports_actors_or_cli_and_actors_never_imports_cli() -> N
 
 # --------------------------------------------------------------------------- the session layout
 
-SESSION_DIR_MODULE = ROOT / "runtime" / "session_dir.py"
+SESSION_DIR_MODULE = ROOT / "runtime" / "state" / "session_dir.py"
 
 SESSION_FILE_NAMES = frozenset(
     {
@@ -297,8 +297,8 @@ def test_only_the_session_dir_module_names_a_session_file() -> None:
         if path != SESSION_DIR_MODULE
         for hit in _session_names_in(path)
     ]
-    assert not hits, "name a session's files through runtime.session_dir.SessionDir:\n" + "\n".join(
-        hits
+    assert not hits, (
+        "name a session's files through runtime.state.session_dir.SessionDir:\n" + "\n".join(hits)
     )
 
 

@@ -35,7 +35,7 @@ from actors.slash_commands import REFUSED
 from cli.tui.model import Change, LogTail, Transcript
 from runtime.errors import ExarchError, InboxFull
 from runtime.events import Born, Died, Event, InboxRejected, Notice, ProviderFailed
-from runtime.inbox import Command
+from runtime.fleet.inbox import Command
 
 if TYPE_CHECKING:
     from textual.app import App

@@ -10,7 +10,8 @@ it is dated, printed with every cost (docs/cost.md), and overridden by ``--price
 Lookup (:meth:`PriceTable.price`): the model name exactly, else a table name followed by ``-``
 and a date or ``latest`` (``claude-sonnet-4-5-20250929``, ``gpt-4o-2024-08-06``,
 ``claude-3-5-haiku-latest``). Nothing looser: ``gpt-5-pro`` is *not* priced as ``gpt-5``. A
-model with no entry has no price, and its cost is unknown — never zero (``runtime/cost.py``).
+model with no entry has no price, and its cost is unknown — never zero
+(``runtime/settlement/cost.py``).
 
 A price file is TOML or JSON (by its suffix; JSON otherwise)::
 

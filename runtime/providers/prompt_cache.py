@@ -16,7 +16,8 @@ transcripts. The rule, as :func:`place_breakpoints` applies it:
    this request reads what that one wrote even when the new turns hold more than 20 blocks).
    Markers move forward as the transcript grows; older ones are simply not sent again.
 
-**Stable** excludes what compaction will drop (``runtime/compaction.py``): a summary request ends
+**Stable** excludes what compaction will drop (``runtime/fleet/compaction.py``): a summary request
+ends
 with the summarise instruction, and its answer replaces the history, so that instruction is never
 sent again; a marker on it would pay the cache-write premium for a prefix nobody reads. The
 caller says how many trailing blocks are droppable; no marker is ever placed on one. The marker

@@ -1,7 +1,8 @@
 """Context windows of the models people commonly use, so compaction knows when it is due.
 
 Compaction is due when the tokens in use enter the top 15% of the model's window
-(:func:`runtime.compaction.compaction_due`); without a window it falls back to 500 KiB of history,
+(:func:`runtime.fleet.compaction.compaction_due`); without a window it falls back to 500 KiB of
+history,
 far past what an 8K or 32K model holds. ``--window-tokens`` always wins; this table answers when
 it is not given, and a model it does not know keeps that fallback (``None``).
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.cancel import Cancelled, CancelScope
-from runtime.fault_switch import faults_enabled
+from runtime.drills.fault_switch import faults_enabled
 from runtime.ral.calls import Activation, ReturnSignal
 from runtime.ral.compile import Overlay, Scope, compile_program, harvest, no_gc
 from runtime.ral.context import Desk, DynamicContext, Grants, WorkerBackend

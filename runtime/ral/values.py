@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from typing import Any, Protocol
 
-from runtime.limits import DEFAULT_MAX_BINDING_BYTES
 from runtime.ral.errors import ValueTooLarge
+from runtime.shell.limits import DEFAULT_MAX_BINDING_BYTES
 
 
 class Unit:
@@ -229,7 +229,8 @@ def values_equal(a: Any, b: Any) -> bool:
 MAX_EXPANDED_ITEMS = DEFAULT_MAX_BINDING_BYTES
 """Most items (containers and leaves, a shared part counted each time it occurs) a value may hold
 written out to be rendered or encoded: 256 Mi, the default binding limit in bytes
-(``runtime/limits.py``), since each item encodes to at least one byte such a value could never be
+(``runtime/shell/limits.py``), since each item encodes to at least one byte such a value could never
+be
 bound, and its text would be at least three times as long. A tree of that many items does not fit
 in the shells' default 2 GiB either; only shared structure reaches it."""
 

@@ -2,7 +2,8 @@
 
 A session directory already holds what a replay is compared against: each agent's
 ``events.jsonl`` keeps every tool result exactly as the model saw it (value, stdout, stderr and
-error, digested: ``runtime/digest.py``), in call order; ``transcript.jsonl``'s ``Born`` records
+error, digested: ``runtime/fleet/digest.py``), in call order; ``transcript.jsonl``'s ``Born``
+records
 say which children each agent spawned, in order; ``Died``, ``result.json`` and the spawn
 journal's ``execution-result`` say how each agent ended and what it replied.
 
@@ -31,8 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.durable import read_jsonl
-from runtime.session_dir import SessionDir
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 
 _SECTION = re.compile(r"^\[(error|value|stdout|stderr|notes)\]$", re.MULTILINE)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from runtime.durable import read_jsonl
+from runtime.state.durable import read_jsonl
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +148,7 @@ def live_fleet(tmp_path: Path) -> Iterator[Callable[..., Live]]:
     from actors.fleet import Fleet, FleetConfig
     from runtime.providers.scenario import parse_scenario
     from runtime.providers.scripted import ScenarioPlayback
-    from runtime.session_dir import SessionDir
+    from runtime.state.session_dir import SessionDir
 
     started: list[Live] = []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runtime.compaction import SUMMARY_PREAMBLE
+from runtime.fleet.compaction import SUMMARY_PREAMBLE
 from runtime.messages import UserMessage
 from tests.agent.conftest import Live, Run
 from tests.agent.providers import Recording

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runtime.eventlog import AgentLog, ProtocolState
+from runtime.state.eventlog import AgentLog, ProtocolState
 from tests.agent.conftest import Run
 
 

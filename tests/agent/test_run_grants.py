@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.durable import read_jsonl
 from runtime.ral.grants import GrantPolicy, Grants
-from runtime.session_dir import SessionDir
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 from tests.agent.conftest import Live, Run, exarch
 from tests.support.waiting import wait_for
 

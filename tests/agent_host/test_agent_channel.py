@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.channel import AgentChannel
-from runtime.agent_channel import (
+from runtime.fleet.agent_channel import (
     BY_KIND,
     MESSAGE_TYPES,
     Cancel,

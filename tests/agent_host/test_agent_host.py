@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from actors.agent_host import AgentHost
-from runtime.agent_channel import DeliverResult, PeerGone, ScriptResult
 from runtime.constants import INBOX_SOURCE_CAP
+from runtime.fleet.agent_channel import DeliverResult, PeerGone, ScriptResult
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,10 +20,10 @@ import pytest
 
 from actors.agent_process import ProcessAgent
 from actors.fleet import Fleet, FleetConfig
-from runtime.durable import read_jsonl
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
-from runtime.session_dir import SessionDir
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

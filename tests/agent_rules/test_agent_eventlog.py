@@ -1,4 +1,4 @@
-"""The agent event log (runtime.eventlog): durable appends, protocol state, compaction, clear,
+"""The agent event log (runtime.state.eventlog): durable appends, protocol state, compaction, clear,
 resume and fork — against real files."""
 
 from __future__ import annotations
@@ -8,15 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.compaction import SUMMARY_PREAMBLE
-from runtime.durable import read_jsonl
-from runtime.eventlog import (
-    AgentLog,
-    CompactionRefused,
-    ProtocolError,
-    ProtocolState,
-    UnadmittedMessage,
-)
+from runtime.fleet.compaction import SUMMARY_PREAMBLE
 from runtime.messages import (
     AssistantMessage,
     StopReason,
@@ -24,6 +16,14 @@ from runtime.messages import (
     ToolResult,
     Usage,
     UserMessage,
+)
+from runtime.state.durable import read_jsonl
+from runtime.state.eventlog import (
+    AgentLog,
+    CompactionRefused,
+    ProtocolError,
+    ProtocolState,
+    UnadmittedMessage,
 )
 
 

@@ -1,17 +1,18 @@
-"""Compaction policy (runtime.compaction): when it is due, when it is allowed, what survives."""
+"""Compaction policy (runtime.fleet.compaction): when it is due, when it is allowed, what
+survives."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.compaction import (
+from runtime.constants import COMPACT_THRESHOLD
+from runtime.fleet.compaction import (
     BYTES_PER_TOKEN_ESTIMATE,
     can_compact,
     compaction_due,
     suffix_start,
 )
-from runtime.constants import COMPACT_THRESHOLD
 
 
 def test_due_when_used_tokens_enter_the_top_15_percent_of_a_known_window() -> None:

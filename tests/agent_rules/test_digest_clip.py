@@ -1,4 +1,4 @@
-"""Digest caps (runtime.digest): head + banner + tail, byte-accurate, fast on 50 MB."""
+"""Digest caps (runtime.fleet.digest): head + banner + tail, byte-accurate, fast on 50 MB."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.constants import OPAQUE_CAP, STDERR_CAP, STDOUT_CAP, VALUE_CAP
-from runtime.digest import (
+from runtime.fleet.digest import (
     CAPS,
     Section,
     banner,

@@ -1,4 +1,4 @@
-"""The disk warning latch (runtime.diskwarn), against real directories."""
+"""The disk warning latch (runtime.fleet.diskwarn), against real directories."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from runtime.constants import DISK_WARN_CHECK_INTERVAL
-from runtime.diskwarn import DiskWarn, dir_size, disk_usage, outermost
+from runtime.fleet.diskwarn import DiskWarn, dir_size, disk_usage, outermost
 
 
 def never_walk(path: Path) -> int:

@@ -1,4 +1,4 @@
-"""The react rule set (runtime.nudge): table-driven cases and Hypothesis properties."""
+"""The react rule set (runtime.fleet.nudge): table-driven cases and Hypothesis properties."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.ledger import LargeBinding
-from runtime.nudge import (
+from runtime.fleet.nudge import (
     BUDGETS,
     CONTINUE_TEXT,
     MUST_REPLY_TEXT,
@@ -24,6 +23,7 @@ from runtime.nudge import (
     decide,
     pinned_reminder_text,
 )
+from runtime.shell.ledger import LargeBinding
 
 K = NudgeKind
 FRESH = NudgeLatches()

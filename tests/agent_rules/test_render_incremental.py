@@ -9,7 +9,6 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.eventlog import AgentLog
 from runtime.messages import (
     AssistantMessage,
     Message,
@@ -18,6 +17,7 @@ from runtime.messages import (
     ToolResult,
     UserMessage,
 )
+from runtime.state.eventlog import AgentLog
 
 
 def _render_from_scratch(log: AgentLog) -> list[Message]:

@@ -1,12 +1,12 @@
-"""The /resources fold (runtime.probes): pure rows and a card."""
+"""The /resources fold (runtime.fleet.probes): pure rows and a card."""
 
 from __future__ import annotations
 
 import copy
 
-from runtime.ledger import LedgerFigures
-from runtime.probes import ResourceFigures, event_rows, fold, render_card, resources
-from runtime.worker_retention import WorkerFigures
+from runtime.fleet.probes import ResourceFigures, event_rows, fold, render_card, resources
+from runtime.shell.ledger import LedgerFigures
+from runtime.shell.worker_retention import WorkerFigures
 
 
 def figures() -> ResourceFigures:

@@ -1,4 +1,4 @@
-"""Which worker completions are surfaced to their agent, and when (runtime.surfacing)."""
+"""Which worker completions are surfaced to their agent, and when (runtime.shell.surfacing)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runtime.constants import VALUE_CAP
-from runtime.surfacing import SurfaceRule, surface_text
+from runtime.shell.surfacing import SurfaceRule, surface_text
 
 
 def test_a_park_watches_running_workers_and_the_agent_waits_for_them() -> None:

@@ -7,7 +7,7 @@ from itertools import combinations
 
 import pytest
 
-from runtime.digest import banner
+from runtime.fleet.digest import banner
 from runtime.prompt import AGENT_VERBS, VerbMismatch, advertised_verbs, build_system_prompt
 
 
@@ -90,7 +90,7 @@ def test_the_prompt_teaches_the_core_of_ral_and_the_digest_banner() -> None:
 
 
 def test_the_prompt_teaches_memory_spawns_and_that_worker_results_come_back() -> None:
-    from runtime.surfacing import surface_text
+    from runtime.shell.surfacing import surface_text
 
     prompt = build_system_prompt(advertised_verbs(returns=True), "trunk", True, 3)
     assert prompt is not None

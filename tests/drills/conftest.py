@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cli.runner import RunOutcome, RunSpec, run_headless
-from runtime.durable import read_jsonl
 from runtime.providers.scenario import load_scenario
-from runtime.session_dir import SessionDir
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 from tests.support.waiting import eventually
 
 
@@ -162,7 +162,7 @@ def kill_mid_run(tmp_path: Path, *flags: str) -> Path:
 def crashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One :func:`kill_mid_run` session per module, its dead run's processes killed; copy it
     with :func:`copy_session` before touching it."""
-    from runtime.run_processes import leftover_processes
+    from runtime.state.run_processes import leftover_processes
 
     session = kill_mid_run(tmp_path_factory.mktemp("crashed"))
     for proc in leftover_processes(SessionDir(session)):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from runtime.durable import read_jsonl
-from runtime.invariant_check import check_session
-from runtime.session_dir import SessionDir
+from runtime.drills.invariant_check import check_session
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 from tests.drills.conftest import copy_session, exarch_cli
 
 

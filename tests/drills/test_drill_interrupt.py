@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from cli.drill_rounds import child_env, exarch
-from runtime.durable import read_jsonl
+from runtime.state.durable import read_jsonl
 from tests.support.waiting import wait_for
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from cli.drill import DrillConfig, run_drill
-from runtime.durable import read_jsonl
-from runtime.invariant_check import check_session
-from runtime.nemesis import Fault, Placed, synthetic_scenario
+from runtime.drills.invariant_check import check_session
+from runtime.drills.nemesis import Fault, Placed, synthetic_scenario
+from runtime.state.durable import read_jsonl
 from tests.drills.conftest import run_scenario_text
 
 

@@ -1,4 +1,5 @@
-"""The fault switch (runtime/fault_switch.py): on only inside its scope or with EXARCH_FAULTS=1
+"""The fault switch (runtime/drills/fault_switch.py): on only inside its scope or with
+EXARCH_FAULTS=1
 at start, and a drill turns it on for its own rounds without leaving anything set behind."""
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from cli.drill import DrillConfig, run_drill
-from runtime.durable import read_jsonl
-from runtime.fault_switch import FAULTS_ENV, faults_enabled, injecting_faults
+from runtime.drills.fault_switch import FAULTS_ENV, faults_enabled, injecting_faults
 from runtime.ral.session import Session
-from runtime.session_dir import SessionDir
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 
 
 def _binds_fault() -> bool:

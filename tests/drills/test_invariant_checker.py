@@ -10,11 +10,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime.durable import append_jsonl, read_jsonl
-from runtime.invariant_check import NotASession, check_session
-from runtime.session_dir import SessionDir
-from runtime.session_records import commit_record
-from runtime.snapshot import MobileSnapshot
+from runtime.drills.invariant_check import NotASession, check_session
+from runtime.state.durable import append_jsonl, read_jsonl
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_records import commit_record
+from runtime.state.snapshot import MobileSnapshot
 from tests.drills.conftest import run_scenario_text
 
 FANOUT = """

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from cli.drill import DrillConfig, DrillResult, drill_command
 from cli.drill_faults import Applied, LiveNemesis
-from runtime.nemesis import (
+from runtime.drills.nemesis import (
     CONTROL_SHARE,
     COVERAGE_SECS,
     ENDING,
@@ -40,7 +40,7 @@ from runtime.nemesis import (
     synthetic_scenario,
 )
 from runtime.providers.scenario import parse_scenario
-from runtime.session_dir import SessionDir
+from runtime.state.session_dir import SessionDir
 
 
 @settings(max_examples=60, deadline=None)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.nemesis import (
+from runtime.drills.nemesis import (
     FAULT_KINDS,
     SCRIPTED,
     BadFaults,

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from actors.resume import plan_resume, resume_run
-from runtime.durable import read_jsonl
-from runtime.invariant_check import check_session
+from runtime.drills.invariant_check import check_session
 from runtime.providers.scenario import load_scenario
 from runtime.providers.scripted import ScenarioPlayback
-from runtime.session_dir import SessionDir
-from runtime.session_read import NothingToResume
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_read import NothingToResume
 from tests.drills.conftest import CRASH_SCENARIO, kill_mid_run, settled_ids
 
 

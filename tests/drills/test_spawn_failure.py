@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from cli.runner import RunOutcome
-from runtime.durable import read_jsonl
-from runtime.invariant_check import check_session
-from runtime.session_dir import SessionDir
+from runtime.drills.invariant_check import check_session
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 from tests.drills.conftest import exarch_cli, start_live
 
 TWICE = """

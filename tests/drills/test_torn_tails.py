@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.resume import resume_run
-from runtime.durable import append_jsonl, read_jsonl, torn_path
-from runtime.invariant_check import check_session
-from runtime.session_dir import SessionDir
+from runtime.drills.invariant_check import check_session
+from runtime.state.durable import append_jsonl, read_jsonl, torn_path
+from runtime.state.session_dir import SessionDir
 from tests.drills.conftest import copy_session
 
 _records = st.lists(

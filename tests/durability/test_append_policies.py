@@ -1,4 +1,4 @@
-"""The two durability policies of an appended record (runtime/durability.py): what each
+"""The two durability policies of an appended record (runtime/state/durability.py): what each
 acknowledgement means, group commit under ``machine``, no lock across an fsync, open files."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime import durability
-from runtime.durability import AppendFile, Durability, DurabilityConflict
-from runtime.durable import append_jsonl, atomic_write_bytes, read_jsonl
-from runtime.eventlog import AgentLog
-from runtime.journal import SpawnJournal
+from runtime.state import durability
+from runtime.state.durability import AppendFile, Durability, DurabilityConflict
+from runtime.state.durable import append_jsonl, atomic_write_bytes, read_jsonl
+from runtime.state.eventlog import AgentLog
+from runtime.state.journal import SpawnJournal
 from tests.support.fsyncs import CountingFsync, GatedFsync
 from tests.support.waiting import HANG_GUARD, wait_for
 
@@ -68,8 +68,8 @@ _KILLED_WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from runtime import durability
-    from runtime.durable import append_jsonl
+    from runtime.state import durability
+    from runtime.state.durable import append_jsonl
 
     def no_fsync(fd):
         raise SystemExit("an fsync under process")

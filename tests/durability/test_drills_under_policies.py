@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cli.drill import DrillConfig, run_drill
-from runtime.durability import Durability
+from runtime.state.durability import Durability
 
 
 @pytest.mark.slow

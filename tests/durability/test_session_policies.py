@@ -11,12 +11,12 @@ import pytest
 
 from actors.resume import resume_run
 from cli.runner import RunSpec, run_headless
-from runtime import durability
-from runtime.durability import Durability
-from runtime.invariant_check import check_session
+from runtime.drills.invariant_check import check_session
 from runtime.providers.scenario import load_scenario
-from runtime.session_dir import SessionDir
-from runtime.session_read import ResumeRefused, read_run
+from runtime.state import durability
+from runtime.state.durability import Durability
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_read import ResumeRefused, read_run
 from tests.drills.conftest import kill_mid_run
 from tests.support.fsyncs import CountingFsync
 

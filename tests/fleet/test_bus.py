@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from actors.bus import Bus, BusCore, BusHandle, Publish, start_bus
-from runtime.durable import read_jsonl
 from runtime.events import (
     Born,
     Died,
@@ -21,7 +20,8 @@ from runtime.events import (
     Resources,
     SystemNote,
 )
-from runtime.inbox import AgentResult
+from runtime.fleet.inbox import AgentResult
+from runtime.state.durable import read_jsonl
 
 
 @pytest.fixture

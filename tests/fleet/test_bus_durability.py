@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from actors.bus import BusCore
-from runtime import durability
-from runtime.durability import Durability
-from runtime.durable import read_jsonl
 from runtime.events import Notice
+from runtime.state import durability
+from runtime.state.durability import Durability
+from runtime.state.durable import read_jsonl
 from tests.support.fsyncs import GatedFsync
 from tests.support.waiting import HANG_GUARD, wait_for
 

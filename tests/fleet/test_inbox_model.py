@@ -1,4 +1,5 @@
-"""The inbox rule against a plain model (Hypothesis), plus the cases runtime/inbox.py names."""
+"""The inbox rule against a plain model (Hypothesis), plus the cases runtime/fleet/inbox.py
+names."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from runtime.constants import INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
 from runtime.errors import InboxFull
-from runtime.inbox import (
+from runtime.fleet.inbox import (
     AgentMessage,
     AgentResult,
     Command,
@@ -26,7 +27,7 @@ from runtime.inbox import (
     UserSteering,
     source_of,
 )
-from runtime.park import ParkMode
+from runtime.fleet.park import ParkMode
 from tests.support.waiting import HANG_GUARD, wait_for
 
 SMALL_SOURCE_CAP = 3
@@ -59,7 +60,8 @@ def _slash(text: str) -> bool:
 
 
 class InboxModel(RuleBasedStateMachine):
-    """The model is a list and runtime/inbox.py's sentences, written out apart from the rule."""
+    """The model is a list and runtime/fleet/inbox.py's sentences, written out apart from the
+    rule."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -13,7 +13,7 @@ from pykka import messages as pykka_messages
 from actors.mailbox import Cancel, Coalesced, Interrupt, QuotaActor, QuotaMailbox
 from runtime.cancel import CancelScope
 from runtime.errors import InboxFull
-from runtime.inbox import AgentMessage, PushEffect, ScheduledWakeup, UserSteering
+from runtime.fleet.inbox import AgentMessage, PushEffect, ScheduledWakeup, UserSteering
 
 
 class Worker(QuotaActor):

@@ -1,4 +1,4 @@
-"""park_mode as the table in runtime/park.py: every row, and the precedence between rows."""
+"""park_mode as the table in runtime/fleet/park.py: every row, and the precedence between rows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from runtime.park import Construction, ParkMode, park_mode, returns_for
+from runtime.fleet.park import Construction, ParkMode, park_mode, returns_for
 
 Q, H, E, C, W, U = (
     ParkMode.QUIESCE,

@@ -12,9 +12,9 @@ from runtime.cancel import CancelScope
 from runtime.constants import TRUNK_NAME
 from runtime.errors import FuelExhausted, InboxFull, NameTaken, UnknownAgent
 from runtime.events import InboxRejected
-from runtime.fleet_registry import DEADLINE, FleetRegistry
-from runtime.inbox import AgentMessage, AgentResult, Surface, UserSteering
-from runtime.spawn_tree import AgentEnded
+from runtime.fleet.inbox import AgentMessage, AgentResult, Surface, UserSteering
+from runtime.fleet.registry import DEADLINE, FleetRegistry
+from runtime.fleet.spawn_tree import AgentEnded
 from tests.support.waiting import HANG_GUARD
 
 
@@ -345,7 +345,7 @@ def test_the_fleet_is_alive_while_the_registry_is_non_empty(reg: RegistryHandle)
 
 
 def test_the_last_child_deregistering_wakes_its_parked_parent_at_once(reg: RegistryHandle) -> None:
-    from runtime.park import ParkMode
+    from runtime.fleet.park import ParkMode
 
     reg.core.register(TRUNK_NAME, returns=True)
     reg.core.register("only-child", TRUNK_NAME, returns=True)

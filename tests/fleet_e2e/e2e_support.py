@@ -24,12 +24,12 @@ import psutil
 
 from actors.bus import Subscription
 from actors.fleet import Fleet, FleetConfig
-from runtime.durable import read_jsonl
 from runtime.events import Event
 from runtime.providers import make_provider
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
-from runtime.session_dir import SessionDir
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 
 
 class FakeClock:

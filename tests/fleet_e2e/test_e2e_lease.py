@@ -21,8 +21,8 @@ from e2e_support import (
 )
 
 from actors.fleet import FleetConfig
-from runtime.fleet_registry import DEADLINE
-from runtime.inbox import Command
+from runtime.fleet.inbox import Command
+from runtime.fleet.registry import DEADLINE
 from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)

@@ -21,12 +21,12 @@ import psutil
 import pytest
 
 from actors.fleet import Fleet
-from runtime.durable import read_jsonl
-from runtime.journal import replay
 from runtime.providers import make_provider
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
-from runtime.session_dir import SessionDir
+from runtime.state.durable import read_jsonl
+from runtime.state.journal import replay
+from runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for as _wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

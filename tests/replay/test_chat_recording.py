@@ -13,7 +13,7 @@ from runtime.providers.scenario import Scenario, load_scenario
 from runtime.replay.divergence import compare, read_facts
 from runtime.replay.provider import recorded
 from runtime.replay.recording import Recorder, RecordingHeader
-from runtime.session_dir import SessionDir
+from runtime.state.session_dir import SessionDir
 from tests.tui.conftest import chat
 
 CONVERSATION = """

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runtime.durable import read_jsonl
 from runtime.providers.scenario import load_scenario
+from runtime.state.durable import read_jsonl
 from tests.agent.conftest import ROOT, exarch
 from tests.replay.conftest import AgentRoutedServer, calls, exarch_json, say
 from tests.support.protocol_servers import Exchange

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from settlement_support import IGNORE_TERM, SLEEP, kill_hard, pid_gone  # noqa: F401
 
-from runtime.executor import ExecutionSpec
-from runtime.journal import SpawnJournal
-from runtime.local_executor import LocalProcessExecutor
+from runtime.settlement.executor import ExecutionSpec
+from runtime.settlement.local_executor import LocalProcessExecutor
+from runtime.state.journal import SpawnJournal
 
 
 @pytest.fixture

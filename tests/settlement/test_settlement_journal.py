@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.durable import read_jsonl, torn_path
-from runtime.fleet_yield import fleet_yield
-from runtime.journal import (
+from runtime.settlement.fleet_yield import fleet_yield
+from runtime.state.durable import read_jsonl, torn_path
+from runtime.state.journal import (
     PHASES,
     AlreadyTerminal,
     DuplicateSeq,

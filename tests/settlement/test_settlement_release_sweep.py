@@ -1,4 +1,5 @@
-"""The release sweep end to end through the real LocalProcessExecutor (runtime/settlement.py).
+"""The release sweep end to end through the real LocalProcessExecutor
+(runtime/settlement/release_sweep.py).
 
 Each case forces one branch with an executor subclass, but the process is real; every case must
 reach a terminal record and leave no slot open.
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from settlement_support import SLEEP, kill_hard, pid_gone
 
-from runtime.executor import (
+from runtime.settlement.executor import (
     Backoff,
     CompletionGate,
     EnvironmentState,
@@ -27,11 +28,9 @@ from runtime.executor import (
     Receipt,
     RetryPreSpawnRefusals,
 )
-from runtime.fleet_yield import fleet_yield, write_result
-from runtime.journal import SpawnJournal, replay
-from runtime.local_executor import LocalProcessExecutor
-from runtime.session_dir import SessionDir
-from runtime.settlement import (
+from runtime.settlement.fleet_yield import fleet_yield, write_result
+from runtime.settlement.local_executor import LocalProcessExecutor
+from runtime.settlement.release_sweep import (
     RetainedChild,
     SweepPolicy,
     admit,
@@ -40,6 +39,8 @@ from runtime.settlement import (
     retain_at_settlement,
     settle_child,
 )
+from runtime.state.journal import SpawnJournal, replay
+from runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for as wait_until
 
 FAST = SweepPolicy(Backoff(attempts=3, base=0.01), grace=1.0)
@@ -77,7 +78,7 @@ class ConfirmThrows(LocalProcessExecutor):
 
 
 class ReleaseSaysDestroyedTeardownDisagrees(LocalProcessExecutor):
-    """An executor that violates the receipt contract (runtime/executor.py)."""
+    """An executor that violates the receipt contract (runtime/settlement/executor.py)."""
 
     def release_retained(self) -> list[Receipt]:
         return [LocalProcessExecutor.teardown(self, 1.0)]

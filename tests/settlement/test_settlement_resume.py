@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 from settlement_support import SLEEP, pid_gone
 
-from runtime.executor import Backoff, ExecutionSpec
-from runtime.fleet_yield import fleet_yield
-from runtime.journal import (
+from runtime.settlement.executor import Backoff, ExecutionSpec
+from runtime.settlement.fleet_yield import fleet_yield
+from runtime.settlement.local_executor import LocalProcessExecutor
+from runtime.settlement.release_sweep import SweepPolicy, admit, resume_sweep, settle_child
+from runtime.state.journal import (
     DuplicateSeq,
     InconsistentRecord,
     MismatchedEnvironment,
@@ -25,18 +27,16 @@ from runtime.journal import (
     StaleReceipt,
     replay,
 )
-from runtime.local_executor import LocalProcessExecutor
-from runtime.settlement import SweepPolicy, admit, resume_sweep, settle_child
 
 FAST = SweepPolicy(Backoff(attempts=2, base=0.01), grace=1.0)
 ROOT = Path(__file__).resolve().parents[2]
 
 CONTROLLER = """
 import json, os, signal, sys
-from runtime.executor import ExecutionSpec
-from runtime.local_executor import LocalProcessExecutor
-from runtime.journal import SpawnJournal
-from runtime.settlement import admit, settle_child
+from runtime.settlement.executor import ExecutionSpec
+from runtime.settlement.local_executor import LocalProcessExecutor
+from runtime.state.journal import SpawnJournal
+from runtime.settlement.release_sweep import admit, settle_child
 d = sys.argv[1]
 j = SpawnJournal(d + "/spawn-journal.jsonl")
 j.spawned("trunk")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runtime.executor import (
+from runtime.settlement.executor import (
     OPTIONAL_SURFACES,
     REQUIRED_SURFACES,
     Accounting,
@@ -32,7 +32,7 @@ from runtime.executor import (
     RetryPreSpawnRefusals,
     surface,
 )
-from runtime.local_executor import LocalProcessExecutor
+from runtime.settlement.local_executor import LocalProcessExecutor
 
 
 def _protocol_members(proto: type) -> set[str]:

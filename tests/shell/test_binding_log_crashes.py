@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.binding_log import log_path, read_log
-from runtime.snapshot import MobileSnapshot
+from runtime.state.binding_log import log_path, read_log
+from runtime.state.snapshot import MobileSnapshot
 from tests.support.waiting import HANG_GUARD, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,7 @@ _WRITER = textwrap.dedent(
     from pathlib import Path
     from actors.frames import Frame
     from actors.shell_snapshot import SnapshotKeeper
-    from runtime.ledger import BindingLedger
+    from runtime.shell.ledger import BindingLedger
 
     keeper = SnapshotKeeper("a", Path(sys.argv[1]), notify=print, compact_floor=0)
     keeper.reset({"big": bytes(3 << 20)}, {"cwd": "/"})  # a 3 MiB base: compactions take a while

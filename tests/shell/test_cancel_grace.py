@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 
 from actors.shell import CANCEL_GRACE
-from runtime.durable import read_jsonl
+from runtime.state.durable import read_jsonl
 from tests.support.waiting import wait_for
 
 

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from runtime.ral.errors import DeskRefusal
-from runtime.snapshot import MobileSnapshot
+from runtime.state.snapshot import MobileSnapshot
 
 
 class RecordingDesk:

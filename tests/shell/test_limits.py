@@ -9,7 +9,7 @@ from typing import Any
 import psutil
 import pytest
 
-from runtime.limits import DEFAULT_MAX_WORKERS, MiB, ShellLimits
+from runtime.shell.limits import DEFAULT_MAX_WORKERS, MiB, ShellLimits
 from tests.support.waiting import wait_for
 
 SMALL_MEMORY = 192 * MiB

@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime.durable import read_jsonl
+from runtime.state.durable import read_jsonl
 from tests.support.waiting import wait_for
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from actors.shell_snapshot import SNAPSHOT_FILE_EVERY
-from runtime.binding_log import log_path
-from runtime.snapshot import MobileSnapshot
+from runtime.state.binding_log import log_path
+from runtime.state.snapshot import MobileSnapshot
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import psutil
 
-from runtime.durable import read_jsonl
+from runtime.state.durable import read_jsonl
 from tests.support.waiting import wait_for
 
 

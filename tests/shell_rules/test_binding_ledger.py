@@ -1,4 +1,5 @@
-"""Every binding-lease rule (runtime/ledger.py) that lives in the pure ledger, one test each."""
+"""Every binding-lease rule (runtime/shell/ledger.py) that lives in the pure ledger, one test
+each."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 import pytest
 
 from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
-from runtime.ledger import (
+from runtime.ral.values import Closure, Variant, WorkerHandle
+from runtime.shell.ledger import (
     BindingLedger,
     LargeBinding,
     LedgerAlreadyArmed,
@@ -19,7 +21,6 @@ from runtime.ledger import (
     reaches_running_worker,
     referenced_names,
 )
-from runtime.ral.values import Closure, Variant, WorkerHandle
 
 NEVER = lambda name: False  # noqa: E731 - the "no running work" predicate
 

@@ -7,7 +7,7 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from runtime.constants import BINDING_IDLE_CALLS
-from runtime.ledger import BindingLedger
+from runtime.shell.ledger import BindingLedger
 
 BASELINE = frozenset({"lib", "helper"})
 DEFINABLE = ["a", "b", "c", "d", "lib"]

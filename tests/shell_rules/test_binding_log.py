@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from actors.frames import Frame
 from actors.shell_snapshot import SnapshotKeeper
-from runtime.binding_log import BindingLogDamaged, log_path, read_log
 from runtime.errors import SnapshotRefused
-from runtime.ledger import BindingLedger
-from runtime.snapshot import MobileSnapshot
+from runtime.shell.ledger import BindingLedger
+from runtime.state.binding_log import BindingLogDamaged, log_path, read_log
+from runtime.state.snapshot import MobileSnapshot
 
 
 def _keeper(path: Path, **kwargs: Any) -> tuple[SnapshotKeeper, list[Any]]:

@@ -9,9 +9,10 @@ import msgpack
 import pytest
 
 from runtime.errors import SnapshotRefused
-from runtime.ledger import BindingLedger
 from runtime.ral.context import DynamicContext, Grants
-from runtime.snapshot import (
+from runtime.shell.ledger import BindingLedger
+from runtime.shell.worker_retention import WorkerRegistry
+from runtime.state.snapshot import (
     FORMAT,
     FORMAT_VERSION,
     BindingEncodingCache,
@@ -19,7 +20,6 @@ from runtime.snapshot import (
     SnapshotBuilder,
     SnapshotMissing,
 )
-from runtime.worker_retention import WorkerRegistry
 
 
 class CountingCodec:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.limits import (
+from runtime.shell.limits import (
     DEFAULT_MAX_BINDING_BYTES,
     DEFAULT_MAX_WORKERS,
     DEFAULT_SHELL_MEMORY,

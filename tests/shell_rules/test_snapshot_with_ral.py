@@ -12,10 +12,10 @@ import pytest
 codec = pytest.importorskip("runtime.ral.codec")
 session_mod = pytest.importorskip("runtime.ral.session")
 
-from runtime.ledger import reaches_running_worker  # noqa: E402
 from runtime.ral.context import DynamicContext  # noqa: E402
 from runtime.ral.values import Closure, Variant, WorkerHandle  # noqa: E402
-from runtime.snapshot import MobileSnapshot, SnapshotBuilder  # noqa: E402
+from runtime.shell.ledger import reaches_running_worker  # noqa: E402
+from runtime.state.snapshot import MobileSnapshot, SnapshotBuilder  # noqa: E402
 
 
 def fresh_session() -> object:

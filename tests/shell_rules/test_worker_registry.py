@@ -6,7 +6,7 @@ import msgpack
 import pytest
 
 from runtime.constants import SETTLED_WORKER_RETENTION
-from runtime.worker_retention import (
+from runtime.shell.worker_retention import (
     WORKER_BACKSTOP_SECS,
     WORKER_IDLE_CALLS,
     ReapNotice,

@@ -1,5 +1,5 @@
 """fsync functions for the durability tests: real fsyncs that count, or that wait on an Event
-first (a slow disk), passed to :func:`runtime.durability.bind` / ``AppendFile`` -- the file
+first (a slow disk), passed to :func:`runtime.state.durability.bind` / ``AppendFile`` -- the file
 system is the real one."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from cli.runner import RunSpec, provider_factory, read_scenario
 from cli.tui.app import ChatApp
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario
-from runtime.session_dir import SessionDir
+from runtime.state.session_dir import SessionDir
 
 TIMEOUT = 10.0
 

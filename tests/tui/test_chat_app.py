@@ -11,7 +11,7 @@ import psutil
 
 from runtime.cancel import CancelScope
 from runtime.errors import InboxFull
-from runtime.inbox import Command
+from runtime.fleet.inbox import Command
 from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from runtime.providers.scenario import Scenario

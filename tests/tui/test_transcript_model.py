@@ -20,8 +20,8 @@ from cli.tui.model import (
     preview,
 )
 from cli.tui.widgets import render_entry
-from runtime.durable import append_jsonl
 from runtime.events import Died, Io, Notice
+from runtime.state.durable import append_jsonl
 
 
 def _assistant(text: str, *calls: tuple[str, str]) -> dict[str, object]:

@@ -19,7 +19,8 @@ Invariants:
   end); a signal sent with no observed effect is ``unknown``, never ``accepted``.
 
 The one implementation for OS processes, ``LocalProcessExecutor``, lives in
-:mod:`runtime.local_executor` (which imports this interface; nothing here imports it back).
+:mod:`runtime.settlement.local_executor` (which imports this interface; nothing here imports it
+back).
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ class Accounting:
     cache_read: int | None = None
     """Parts of ``tokens_in`` written to / read from a prompt cache (``None``: not metered)."""
     cost_usd: str | None = None
-    """The cost in US dollars (``runtime/cost.py``); ``None`` means unknown, never zero."""
+    """The cost in US dollars (``runtime/settlement/cost.py``); ``None`` means unknown, never
+    zero."""
 
     @property
     def tokens_known(self) -> bool:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.constants import COMPACT_THRESHOLD, INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
-from runtime.diskwarn import human_bytes
+from runtime.fleet.diskwarn import human_bytes
 
 Figures = Mapping[str, Any]
 
@@ -55,7 +55,8 @@ class ResourceFigures:
     lease_demote_secs: float | None = None
     """The idle bound after which a leased child is reaped."""
     spend: Figures | None = None
-    """:meth:`runtime.cost.SpendFigures.to_json` of the agent: tokens by kind and dollars."""
+    """:meth:`runtime.settlement.cost.SpendFigures.to_json` of the agent: tokens by kind and
+    dollars."""
     prices_date: str | None = None
     """The date of the price table the dollars come from."""
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.durable import Damage, Shape, now_iso, read_jsonl, write_jsonl
 from runtime.errors import ExarchError
-from runtime.session_dir import SessionDir
+from runtime.state.durable import Damage, Shape, now_iso, read_jsonl, write_jsonl
+from runtime.state.session_dir import SessionDir
 
 KINDS = (
     "spawned",
@@ -443,7 +443,7 @@ class SpawnJournal:
         cls, path: str | os.PathLike[str], *, strict: bool = True
     ) -> tuple[SpawnJournal, Replay]:
         """Resume a journal: replay it. A torn tail is left for the first append, which sets it
-        aside and starts on a fresh line (:func:`runtime.durable.append_jsonl`)."""
+        aside and starts on a fresh line (:func:`runtime.state.durable.append_jsonl`)."""
         p = Path(path)
         rep = replay(p, strict=strict)
         return cls(p, rep.state), rep

@@ -1,8 +1,8 @@
 """The invariant checker: what a finished session directory must prove, whatever failed.
 
 Only ``check``, the drills and the tests use it; no run does. Pure: it reads the session's files
-(through ``runtime/session_logs.py``; for the process invariant, the process table through
-``runtime/run_processes.py``) and
+(through ``runtime/drills/session_logs.py``; for the process invariant, the process table through
+``runtime/state/run_processes.py``) and
 returns an :class:`InvariantReport`; it never writes. ``exarch-actors check`` and every drill
 call :func:`check_session`. Each invariant is *held*, *violated* or *skipped* (not applicable,
 e.g. the process check turned off), with the number of items it checked and the details of each
@@ -30,7 +30,7 @@ violation:
   ``result.json`` is ``settled``'s too, with what to do: resume rebuilds it).
 
 What the files can prove depends on the run's durability policy (``run.json``'s
-``durability``, absent: ``process``; :mod:`runtime.durability`), and the report names it.
+``durability``, absent: ``process``; :mod:`runtime.state.durability`), and the report names it.
 Both policies promise that an acknowledged record survives the death of any process, so every
 invariant above holds after a SIGKILL of the control process, a shell or a worker, under either
 (the drills' ``control-kill`` proves it for both); a torn last line is, under both, a record
@@ -51,19 +51,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtime.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.durability import PROMISES, Durability
-from runtime.durability import parse as parse_durability
-from runtime.durable import read_jsonl
+from runtime.drills.session_logs import SessionLogs
 from runtime.errors import ExarchError, SnapshotRefused
-from runtime.fleet_yield import read_result
-from runtime.journal import replay
-from runtime.run_processes import run_processes, still_running
-from runtime.session_dir import SessionDir
-from runtime.session_logs import SessionLogs
-from runtime.session_read import ResumeRefused, read_run
-from runtime.session_records import CONTROL_DIED, born_children
-from runtime.snapshot import MobileSnapshot
+from runtime.settlement.fleet_yield import read_result
+from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.state.durability import PROMISES, Durability
+from runtime.state.durability import parse as parse_durability
+from runtime.state.durable import read_jsonl
+from runtime.state.journal import replay
+from runtime.state.run_processes import run_processes, still_running
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_read import ResumeRefused, read_run
+from runtime.state.session_records import CONTROL_DIED, born_children
+from runtime.state.snapshot import MobileSnapshot
 
 Status = Literal["held", "violated", "skipped"]
 

@@ -14,7 +14,7 @@
   last-human-exchange stamp seeded at birth; :meth:`SpawnTree.record_exchange` (the registry's
   ``steer``) is the only renewal. The clock is injectable.
 
-Nothing here is thread-safe or touches a thread: ``runtime/fleet_registry.py`` holds the lock.
+Nothing here is thread-safe or touches a thread: ``runtime/fleet/registry.py`` holds the lock.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from runtime.constants import SPAWN_FUEL, TRUNK_NAME
 from runtime.errors import ExarchError, FuelExhausted, NameTaken, UnknownAgent
-from runtime.park import conversing
+from runtime.fleet.park import conversing
 
 Clock = Callable[[], float]
 

@@ -1,7 +1,8 @@
 """Worker results that wake their agent: which ral worker completions are surfaced, and when.
 
 An agent that ends its turn while workers it spawned are still running does not end, and is not
-nudged to reply: it waits (``runtime.park``'s ``HeldByWorkers``, ``runtime.nudge``'s suspended
+nudged to reply: it waits (``runtime.fleet.park``'s ``HeldByWorkers``, ``runtime.fleet.nudge``'s
+suspended
 verdict), and each worker's completion is pushed into its inbox as a ``Surface`` item, which
 starts its next turn. :class:`SurfaceRule` is the bookkeeping behind that, pure and
 single-threaded (the shell actor wraps it in a lock, since completions arrive on worker watcher
@@ -30,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from runtime.digest import digest_tool_result
+from runtime.fleet.digest import digest_tool_result
 
 
 @dataclass(frozen=True)

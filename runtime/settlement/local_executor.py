@@ -1,5 +1,5 @@
 """The local-process executor: one environment = one OS process in its own process group plus one
-scratch directory, implementing every surface of :mod:`runtime.executor`.
+scratch directory, implementing every surface of :mod:`runtime.settlement.executor`.
 
 Invariants:
 - Teardown kills the whole process group, so a shell's worker processes go with it; a process
@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from runtime.cancel import POLL_INTERVAL
-from runtime.executor import (
+from runtime.settlement.executor import (
     Accounting,
     CancelAck,
     EnvironmentState,

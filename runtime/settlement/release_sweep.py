@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runtime.cancel import CancelScope
-from runtime.durable import atomic_write_bytes
-from runtime.executor import (
+from runtime.settlement.executor import (
     Accounting,
     Backoff,
     Execution,
@@ -44,10 +43,11 @@ from runtime.executor import (
     Receipt,
     surface,
 )
-from runtime.journal import JournalError, NodeState, SpawnJournal
-from runtime.local_executor import LocalProcessExecutor
-from runtime.session_dir import SessionDir
-from runtime.snapshot import folded_bytes
+from runtime.settlement.local_executor import LocalProcessExecutor
+from runtime.state.durable import atomic_write_bytes
+from runtime.state.journal import JournalError, NodeState, SpawnJournal
+from runtime.state.session_dir import SessionDir
+from runtime.state.snapshot import folded_bytes
 
 RetainAtSettlement = Literal["keep", "release"]
 

@@ -7,7 +7,8 @@ Invariants:
 - Spend is per node, from its terminal record, else from its ``reconciled`` floor (``source``
   says which). Unknown tokens stay ``null`` with ``tokensKnown: false``; they are never summed as
   zero, and the totals say how many nodes they leave out.
-- Money (``cost``, ``runtime/cost.py``) covers every agent of the run, the trunk included: a
+- Money (``cost``, ``runtime/settlement/cost.py``) covers every agent of the run, the trunk
+included: a
   total only when every agent's cost is known, else ``usd: null`` with the known part beside it
   and the agents left out counted. Prices are dated (``pricesDate``).
 - ``result.json`` is replaced atomically: a reader sees the old file or the new one.
@@ -21,10 +22,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from runtime.durable import atomic_write_bytes, now_iso
 from runtime.errors import ExarchError
-from runtime.journal import SettlementState
-from runtime.session_dir import SessionDir
+from runtime.state.durable import atomic_write_bytes, now_iso
+from runtime.state.journal import SettlementState
+from runtime.state.session_dir import SessionDir
 
 OUTCOMES = ("replied", "quiesced", "capped", "cancelled", "failed", "budget")
 """``budget``: the fleet's spend reached ``--budget`` and the run was cancelled (exit 1)."""
@@ -71,10 +72,10 @@ class NodeSpend:
 
 @dataclass(frozen=True)
 class FleetCost:
-    """Money across every agent of the run (``runtime/cost.py``'s figures per agent)."""
+    """Money across every agent of the run (``runtime/settlement/cost.py``'s figures per agent)."""
 
     agents: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Agent name to :meth:`runtime.cost.SpendFigures.to_json`."""
+    """Agent name to :meth:`runtime.settlement.cost.SpendFigures.to_json`."""
     prices_date: str | None = None
     budget_usd: str | None = None
     budget_reached: bool = False

@@ -28,9 +28,16 @@ from typing import Any, Protocol
 from runtime.cancel import CancelScope
 from runtime.errors import InboxFull
 from runtime.events import InboxRejected
-from runtime.inbox import AgentMessage, AgentResult, InboxMsg, PushEffect, Surface, UserSteering
-from runtime.inbox import Inbox as AgentInbox
-from runtime.spawn_tree import (
+from runtime.fleet.inbox import (
+    AgentMessage,
+    AgentResult,
+    InboxMsg,
+    PushEffect,
+    Surface,
+    UserSteering,
+)
+from runtime.fleet.inbox import Inbox as AgentInbox
+from runtime.fleet.spawn_tree import (
     IDLE_LEASE_SECS,
     Clock,
     IdleLease,

@@ -388,12 +388,12 @@ class Inbox:
     ) -> InboxMsg | None:
         """The next message, or ``None`` once the park verdict says the agent should end.
 
-        ``park_verdict_fn`` returns a :class:`runtime.park.ParkMode`; anything other than
+        ``park_verdict_fn`` returns a :class:`runtime.fleet.park.ParkMode`; anything other than
         ``QUIESCE`` keeps the agent parked. The verdict is re-evaluated on *every* wake — a push,
         a :meth:`wake` (a cancel, a child settling) or ``wake_timeout`` passing — and always
         outside the inbox lock, since it reads the registry, whose writers push into inboxes.
         """
-        from runtime.park import ParkMode  # local: park imports nothing from here
+        from runtime.fleet.park import ParkMode  # local: park imports nothing from here
 
         while True:
             with self._cond:

@@ -3,7 +3,7 @@
 Two halves that never disagree:
 
 - **on disk**, ``agents/<name>/events.jsonl``: append-only JSON lines, each acknowledged under
-  the session's durability policy (:func:`runtime.durable.append_jsonl`: written; under
+  the session's durability policy (:func:`runtime.state.durable.append_jsonl`: written; under
   ``machine`` also fsync'd, group-committed). Compaction never rewrites it; it only appends a
   ``compacted`` breadcrumb.
 - **in memory**, the *mirror*: the events the model's context is rendered from. A compaction
@@ -43,10 +43,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
-from runtime.compaction import SUMMARY_PREAMBLE, suffix_start
-from runtime.durability import sync_for
-from runtime.durable import Damage, Shape, append_jsonl, read_jsonl
 from runtime.errors import ExarchError
+from runtime.fleet.compaction import SUMMARY_PREAMBLE, suffix_start
 from runtime.messages import (
     AssistantMessage,
     Message,
@@ -54,6 +52,8 @@ from runtime.messages import (
     UserMessage,
     message_from_dict,
 )
+from runtime.state.durability import sync_for
+from runtime.state.durable import Damage, Shape, append_jsonl, read_jsonl
 
 
 class ProtocolState(StrEnum):
@@ -320,7 +320,7 @@ class AgentLog:
     def apply_compaction(self, summary: str, keep_from: int | None = None) -> LogEvent:
         """Replace the mirror's prefix ``[:keep_from]`` with ``summary``.
 
-        ``keep_from`` defaults to :func:`runtime.compaction.suffix_start`. The breadcrumb is
+        ``keep_from`` defaults to :func:`runtime.fleet.compaction.suffix_start`. The breadcrumb is
         appended (acknowledged) first; only then is the prefix dropped. Raises
         :class:`CompactionRefused` with tool results pending, dropping nothing.
         """

@@ -1,9 +1,10 @@
 """Reading a session directory for ``resume``: every file it builds on, or a typed refusal.
 
 The rule: ``resume`` builds only on files it can trust whole. A file is trusted when every line
-but a torn last one reads and has the shape its readers rely on (``runtime/session_dir.py``,
-``runtime/eventlog.py``, ``runtime/journal.py``). A torn last line is what a SIGKILL mid-append
-leaves: it is healed (the next append sets it aside, ``runtime/durable.py``). Anything else --
+but a torn last one reads and has the shape its readers rely on (``runtime/state/session_dir.py``,
+``runtime/state/eventlog.py``, ``runtime/state/journal.py``). A torn last line is what a SIGKILL
+mid-append
+leaves: it is healed (the next append sets it aside, ``runtime/state/durable.py``). Anything else --
 a garbled line in the middle, a record of the wrong shape, a journal record the settlement fold
 refuses, a seq gap, a journal that lost children the transcript saw born, a corrupt snapshot of
 an agent to rebuild -- is no crash's doing, and guessing past it could run a child twice or drop
@@ -21,19 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.durability import Durability
-from runtime.durable import JsonlRead, Shape, read_jsonl
 from runtime.errors import ExarchError, SnapshotRefused
-from runtime.eventlog import EVENT_SHAPE
-from runtime.fleet_yield import read_result
-from runtime.journal import Replay, replay
-from runtime.limits import ShellLimits
 from runtime.providers import PROVIDER_NAMES
 from runtime.ral.grants import GrantPolicy
-from runtime.session_dir import SessionDir
-from runtime.session_records import RECORD_SHAPE, TRANSCRIPT_SHAPE, born_children
-from runtime.snapshot import MobileSnapshot, SnapshotMissing
+from runtime.settlement.fleet_yield import read_result
+from runtime.shell.limits import ShellLimits
+from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from runtime.state.durability import Durability
+from runtime.state.durable import JsonlRead, Shape, read_jsonl
+from runtime.state.eventlog import EVENT_SHAPE
+from runtime.state.journal import Replay, replay
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_records import RECORD_SHAPE, TRANSCRIPT_SHAPE, born_children
+from runtime.state.snapshot import MobileSnapshot, SnapshotMissing
 
 
 class ResumeRefused(ExarchError):

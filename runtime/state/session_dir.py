@@ -3,8 +3,9 @@
 The one module that names a file of a session: every reader (``check``, ``resume``, ``replay``,
 the drills) and every writer reaches a file through :class:`SessionDir`, so they agree by
 construction (``tests/test_layout.py`` holds every other module to it). What the records in
-those files look like lives with their formats: ``runtime/session_records.py`` (transcript and
-forensic record), ``runtime/journal.py``, ``runtime/eventlog.py``, ``runtime/fleet_yield.py``.
+those files look like lives with their formats: ``runtime/state/session_records.py`` (transcript and
+forensic record), ``runtime/state/journal.py``, ``runtime/state/eventlog.py``,
+``runtime/settlement/fleet_yield.py``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.durable import TORN_SUFFIX
 from runtime.errors import ExarchError
+from runtime.state.durable import TORN_SUFFIX
 
 _RUN_SPEC = "run.json"
 _TRANSCRIPT = "transcript.jsonl"
@@ -94,22 +95,24 @@ class SessionDir:
 
     @property
     def transcript(self) -> Path:
-        """The bus: every event of every agent (``runtime/session_records.py``)."""
+        """The bus: every event of every agent (``runtime/state/session_records.py``)."""
         return self.root / _TRANSCRIPT
 
     @property
     def record(self) -> Path:
-        """Forensic records: Commit, Prune, Rollback, Reap (``runtime/session_records.py``)."""
+        """Forensic records: Commit, Prune, Rollback, Reap
+        (``runtime/state/session_records.py``)."""
         return self.root / _RECORD
 
     @property
     def journal(self) -> Path:
-        """The settlement journal (``runtime/journal.py``)."""
+        """The settlement journal (``runtime/state/journal.py``)."""
         return self.root / _JOURNAL
 
     @property
     def result(self) -> Path:
-        """Outcome, reply and fleet yield, written at the end (``runtime/fleet_yield.py``)."""
+        """Outcome, reply and fleet yield, written at the end
+        (``runtime/settlement/fleet_yield.py``)."""
         return self.root / _RESULT
 
     def result_set_aside(self, n: int) -> Path:
@@ -141,7 +144,7 @@ class SessionDir:
 
     def events(self, name: str) -> Path:
         """``name``'s current event log; ``/clear`` archives it beside itself as
-        ``events.<N>.jsonl`` (``runtime/eventlog.py``)."""
+        ``events.<N>.jsonl`` (``runtime/state/eventlog.py``)."""
         return self._agent_dir(name) / "events.jsonl"
 
     def event_logs(self, name: str) -> list[Path]:
@@ -164,7 +167,8 @@ class SessionDir:
         return self.root / "retained" / safe / "snapshot.msgpack"
 
     def torn_side_files(self) -> list[Path]:
-        """Torn tails an append set aside (``<file>.torn``, ``runtime/durable.py``), sorted."""
+        """Torn tails an append set aside (``<file>.torn``, ``runtime/state/durable.py``),
+        sorted."""
         return sorted([*self.root.glob("*" + TORN_SUFFIX), *self.agents.glob(f"*/*{TORN_SUFFIX}")])
 
 

@@ -11,7 +11,8 @@ File layout (one msgpack map, so any msgpack reader can inspect it)::
     {"format": "exarch-mobile-snapshot", "version": 1, "crc32": <crc of body>, "body": <bin>}
     body = {"agent", "epoch", "context", "ledger", "workers", "bindings": {name: <bin>}}
 
-A base is extended by its **binding log** (``<file>.log``, :mod:`runtime.binding_log`): frames of
+A base is extended by its **binding log** (``<file>.log``, :mod:`runtime.state.binding_log`): frames
+of
 the bindings set and removed, and the context, ledger and worker changes, at each checkpoint since
 the base was written. :meth:`MobileSnapshot.load` reads base plus log; a log whose header names
 another base (its identity is the body's CRC and length) is already folded into this one and is
@@ -44,10 +45,10 @@ from typing import Any
 
 import msgpack
 
-from runtime.binding_log import log_path, read_log
-from runtime.durable import atomic_write_bytes
 from runtime.errors import SnapshotRefused
-from runtime.ledger import apply_delta
+from runtime.shell.ledger import apply_delta
+from runtime.state.binding_log import log_path, read_log
+from runtime.state.durable import atomic_write_bytes
 
 FORMAT = "exarch-mobile-snapshot"
 FORMAT_VERSION = 1

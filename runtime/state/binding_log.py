@@ -14,7 +14,7 @@ length]}``: the identity of the base body it extends. A log whose header names a
 base is *stale* -- what a crash between a compaction's two renames leaves: the new base already
 folds it in -- and is ignored whole (:data:`STALE`).
 
-Reading rules (the damage rules of ``runtime/session_read.py``):
+Reading rules (the damage rules of ``runtime/state/session_read.py``):
 
 - a torn or corrupt **last** frame is what a crash mid-append leaves (a SIGKILLed writer whose
   ``write(2)`` was cut short, or a machine crash that lost the tail of the page cache): it was

@@ -10,7 +10,7 @@ is allowed, and which suffix of the history survives.
   most recent user-turn that fits the suffix budget, never between a tool call and its result.
 
 The driver calls these at the top of apply, where the log is ReadyForUser; the event log
-(:mod:`runtime.eventlog`) applies the result.
+(:mod:`runtime.state.eventlog`) applies the result.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The checker's reader of a session's JSON-lines logs: every record that has its shape, and
 every line that does not, reported rather than raised.
 
-``resume`` reads the same files strictly (``runtime/session_read.py``: damage refuses). The
+``resume`` reads the same files strictly (``runtime/state/session_read.py``: damage refuses). The
 checker must instead go on and report everything it finds, so this reader keeps what reads,
 notes a torn last line (the expected shape of a crash mid-append) and records anything else as
 damage named by file and line. Each file is read once (cached), so the ``files-parse``
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.durable import Shape, read_jsonl
-from runtime.eventlog import EVENT_SHAPE
-from runtime.session_dir import SessionDir
-from runtime.session_records import RECORD_SHAPE, TRANSCRIPT_SHAPE
+from runtime.state.durable import Shape, read_jsonl
+from runtime.state.eventlog import EVENT_SHAPE
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_records import RECORD_SHAPE, TRANSCRIPT_SHAPE
 
 
 @dataclass
@@ -53,7 +53,7 @@ class SessionLogs:
 
     @property
     def journal(self) -> list[dict[str, Any]]:
-        """The journal's lines as read; its fold (``runtime/journal.py``) is the stricter
+        """The journal's lines as read; its fold (``runtime/state/journal.py``) is the stricter
         reader of its records."""
         return self.jsonl(self.session.journal)
 

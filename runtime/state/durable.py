@@ -1,5 +1,5 @@
 """Durable files: append-only JSON lines, torn-tail tolerant reads, and atomic whole-file
-replacement, each kept under the session's durability policy (:mod:`runtime.durability`).
+replacement, each kept under the session's durability policy (:mod:`runtime.state.durability`).
 
 Invariants:
 - :func:`append_jsonl` writes one complete line and returns once it is acknowledged under the
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime import durability
-from runtime.durability import TORN_SUFFIX, set_aside_torn, torn_path, write_all
+from runtime.state import durability
+from runtime.state.durability import TORN_SUFFIX, set_aside_torn, torn_path, write_all
 
 __all__ = [
     "TORN_SUFFIX",

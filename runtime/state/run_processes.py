@@ -2,7 +2,8 @@
 
 A session names every process it started: the environment records of the spawn journal
 (``execution-admitted``: a child's shell) and the ``Commit`` records of ``record.jsonl`` (the
-shell that ran each clean call, ``runtime/session_records.py``). Each carries the pid *and* its
+shell that ran each clean call, ``runtime/state/session_records.py``). Each carries the pid *and*
+its
 create time, so a pid the kernel reused for some other process is never blamed (or killed).
 ``resume`` kills what is left before it rebuilds; the invariant checker reports it.
 """
@@ -13,9 +14,9 @@ from dataclasses import dataclass
 
 import psutil
 
-from runtime.durable import read_jsonl
-from runtime.session_dir import SessionDir
-from runtime.session_records import RECORD_SHAPE
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_records import RECORD_SHAPE
 
 PID_START_TOLERANCE = 1.0
 """Seconds between a recorded and a live create time that still count as the same process

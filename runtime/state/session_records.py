@@ -5,7 +5,8 @@ the fleet writes itself.
 and the invariant checker; :data:`TRANSCRIPT_SHAPE` and :data:`RECORD_SHAPE` say what those
 readers rely on, so a line that breaks it is damage named by file and line, never a failure deep
 inside a reader. (The journal's and the event log's shapes live with their formats:
-``runtime/journal.py``, ``runtime/eventlog.py``; where the files are: ``runtime/session_dir.py``.)
+``runtime/state/journal.py``, ``runtime/state/eventlog.py``; where the files are:
+``runtime/state/session_dir.py``.)
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 
 import psutil
 
-from runtime.durable import ListOf, Shape
-from runtime.fleet_yield import OUTCOMES
+from runtime.settlement.fleet_yield import OUTCOMES
+from runtime.state.durable import ListOf, Shape
 
 CONTROL_DIED = "control process died"
 """The ``Died`` cause ``resume`` records for an incarnation that died with the control process."""
@@ -69,7 +70,7 @@ def commit_record(agent: str, result: Any, pid: int | None) -> dict[str, Any]:
     """The ``Commit`` forensic record of one clean ral call (``result`` is the shell's
     ToolResult: ``.epoch``, ``.defined``), with the shell pid that ran it and that pid's create
     time (the result's ``host_started_at`` when it names the same pid, else read now), so the
-    process scan (``runtime/run_processes.py``) can find it later without blaming a reused
+    process scan (``runtime/state/run_processes.py``) can find it later without blaming a reused
     pid."""
     started: float | None = None
     known = getattr(result, "host_started_at", None)

@@ -1,0 +1,1 @@
+"""Drills: the invariant checker and what it reads, the nemesis, the fault switch."""

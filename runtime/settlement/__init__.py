@@ -1,0 +1,1 @@
+"""Settlement: executors, the release sweep, the fleet yield and its cost in money."""

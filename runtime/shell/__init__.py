@@ -1,0 +1,1 @@
+"""The shell's rules: binding leases, worker retention and surfacing, resource limits."""
