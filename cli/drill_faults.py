@@ -38,7 +38,7 @@ import psutil
 from runtime.constants import INBOX_SOURCE_CAP, TRUNK_NAME
 from runtime.drills.nemesis import LANDS_OUTSIDE, RECOVERING, Fault
 from runtime.errors import ExarchError, InboxFull
-from runtime.fleet.inbox import Command
+from runtime.fleet.inbox import AgentMessage, Command, source_of
 from runtime.fleet.spawn_tree import AgentEnded
 from runtime.state.durable import read_jsonl
 from runtime.state.run_processes import PID_START_TOLERANCE
@@ -254,19 +254,32 @@ class LiveNemesis:
 
     def _inbox_flood(self, a: Applied, name: str, _rng: random.Random) -> bool:
         """Up to :data:`FLOOD` messages; the flood stops early if the agent ends meanwhile
-        (``sent`` says how many went, so the accounting still adds up)."""
-        accepted = rejected = sent = 0
+        (``sent`` says how many went, so the accounting still adds up).
+
+        ``accepted`` may pass the cap when the agent takes messages off its inbox during the
+        flood (a turn boundary frees their slots): what the quota rule bounds is the queue, so
+        ``peakDepth`` -- the messages queued right after each accepted one and at the first
+        refusal -- is what must stay within the cap."""
+        accepted = rejected = sent = peak = 0
+        hosted = self.fleet.hosted.get(name)
+        source = source_of(AgentMessage("nemesis", ""))
         for j in range(FLOOD):
             try:
                 self.fleet.registry.message("nemesis", name, f"flood {j}")
                 accepted += 1
+                if hosted is not None and source is not None:
+                    peak = max(peak, hosted.inbox.depths().get(source, 0))
             except InboxFull:
+                if not rejected and hosted is not None and source is not None:  # as it refused
+                    peak = max(peak, hosted.inbox.depths().get(source, 0))
                 rejected += 1
             except AgentEnded:
                 a.detail["endedAfter"] = j
                 break
             sent += 1
-        a.detail.update(sent=sent, accepted=accepted, rejected=rejected, cap=INBOX_SOURCE_CAP)
+        a.detail.update(
+            sent=sent, accepted=accepted, rejected=rejected, peakDepth=peak, cap=INBOX_SOURCE_CAP
+        )
         return sent > 0
 
     def _cancel_storm(self, a: Applied, name: str, rng: random.Random) -> bool:

@@ -135,7 +135,10 @@ def test_an_inbox_flood_accepts_exactly_the_cap_and_rejects_the_rest_to_the_send
     for d in floods:
         assert d["accepted"] + d["rejected"] == d["sent"]
         assert d["sent"] == 1000 or "endedAfter" in d
-        assert d["accepted"] <= d["cap"]
+        # the queue never held more than the cap; accepted passes it only by what the agent
+        # took off its inbox meanwhile, so a full flood is still refused all the same
+        assert d["peakDepth"] <= d["cap"]
+        assert d["rejected"] > 0 or "endedAfter" in d
 
 
 @pytest.mark.slow
