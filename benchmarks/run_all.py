@@ -19,7 +19,6 @@ HERE = Path(__file__).resolve().parent
 
 ORDER = [
     ("ral_eval", "parse + elaborate + run per phrase at 1k/10k/100k phrases; harvest linearity"),
-    ("checkpoint_cost", "MobileSnapshot checkpoint with 10 / 1,000 / 100,000 bindings"),
     ("checkpoint_per_call", "a binding-changing call: none vs 20 MB, 10 vs 100,000 bindings"),
     ("shell_roundtrip", "trivial ral call through the ShellActor vs a bare msgpack echo"),
     ("panic_to_ready", "SIGKILL of a shell to the next call's result"),
@@ -47,7 +46,6 @@ ORDER = [
 
 QUICK_ARGS: dict[str, list[str]] = {
     "cancel_cascade": ["--sizes", "10", "100", "--repeat", "2"],
-    "checkpoint_cost": [],
     "checkpoint_per_call": ["50"],
     "mailbox_throughput": ["--n", "2000", "--repeat", "1"],
     "panic_to_ready": ["5", "20"],

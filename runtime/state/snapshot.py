@@ -11,12 +11,12 @@ File layout (one msgpack map, so any msgpack reader can inspect it)::
     {"format": "exarch-mobile-snapshot", "version": 1, "crc32": <crc of body>, "body": <bin>}
     body = {"agent", "epoch", "context", "ledger", "workers", "bindings": {name: <bin>}}
 
-A base is extended by its **binding log** (``<file>.log``, :mod:`runtime.state.binding_log`): frames
-of
-the bindings set and removed, and the context, ledger and worker changes, at each checkpoint since
-the base was written. :meth:`MobileSnapshot.load` reads base plus log; a log whose header names
-another base (its identity is the body's CRC and length) is already folded into this one and is
-ignored; a torn last frame is ignored; a corrupt middle frame refuses the snapshot.
+A base is extended by its **binding log** (``<file>.log``, :mod:`runtime.state.binding_log`):
+frames of the bindings set and removed, and the context, ledger and worker changes, at each
+checkpoint since the base was written. :meth:`MobileSnapshot.load` reads base plus log; a log
+whose header names another base (its identity is the body's CRC and length) is already folded
+into this one and is ignored; a torn last frame is ignored; a corrupt middle frame refuses the
+snapshot.
 
 The envelope never changes between versions, so a foreign-version file is named as such rather
 than misread as corrupt; the CRC catches a flipped byte that msgpack would happily decode.
@@ -24,21 +24,20 @@ A corrupt, foreign or foreign-version file is refused with :class:`SnapshotRefus
 file and the fault; the caller keeps its previous durable snapshot (:meth:`MobileSnapshot.
 load_or_keep`), and nothing here ever modifies a file it refused.
 
-Checkpoint cost (:class:`BindingEncodingCache`): each binding's value is encoded once per write,
-and its msgpack map entry (name + bin) is kept pre-packed; the bindings section is re-joined only
-when something changed (a C-level ``bytes.join``), and reused untouched otherwise. Values are
-immutable once built (RAL_API: lists and maps are never mutated in place), so *identity* of the
-value object is a sound cache key: the cache holds a strong reference, so the id is never reused
-while cached. Measured (``benchmarks/checkpoint_cost.py``, 100,000 bindings, one changed):
-1.5 ms to re-encode and re-join the 6 MB section versus 137 ms encoding every value with plain
-msgpack; the whole-file write (bytes + fsync) stays linear in bytes, ~14 ms for 6 MB.
+A snapshot is built straight from encodings: the shell keeps each binding as its
+``encode_value`` bytes from the moment it is bound (``actors.shell_host.encode_binding``), and
+``actors.shell_snapshot.SnapshotKeeper`` passes its maps of those to the constructor. A
+checkpoint appends a frame to the binding log instead of re-writing this file (cost:
+``benchmarks/checkpoint_per_call.py``). A snapshot decoded from bytes keeps its packed bindings
+section, so writing it again unchanged (:func:`folded_bytes` of a base with no log) does not
+re-pack the bindings.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,6 @@ from runtime.state.durable import atomic_write_bytes
 FORMAT = "exarch-mobile-snapshot"
 FORMAT_VERSION = 1
 
-Encoder = Callable[[Any], bytes]
 Decoder = Callable[[bytes], Any]
 
 
@@ -62,12 +60,6 @@ class SnapshotMissing(SnapshotRefused):
 
 
 _BODY_FIELDS = ("agent", "epoch", "context", "ledger", "workers", "bindings")
-
-
-def _default_encoder() -> Encoder:
-    from runtime.ral.codec import encode_value
-
-    return encode_value
 
 
 def _default_decoder() -> Decoder:
@@ -87,13 +79,13 @@ class MobileSnapshot:
     agent: str
     epoch: int
     bindings: Mapping[str, bytes]
-    """name -> encoded value. From the builder this is a lazy view over ``packed_bindings``, so a
-    checkpoint never copies the name map; it is unpacked only if someone reads it."""
+    """name -> encoded value (``runtime.ral.codec.encode_value``)."""
     context: Mapping[str, Any]
     ledger: Mapping[str, Any]
     workers: Mapping[str, Any]
     packed_bindings: bytes | None = field(default=None, compare=False, repr=False)
-    """The bindings section already packed as a msgpack map (set by the builder; else derived)."""
+    """The bindings section already packed as a msgpack map (kept by :meth:`decode`; else
+    derived from ``bindings``)."""
     base_id: tuple[int, int] | None = field(default=None, compare=False, repr=False)
     """``(crc32, length)`` of the body this snapshot was decoded from: the identity a binding
     log's header names (None for a snapshot not read from bytes)."""
@@ -355,33 +347,6 @@ def _raw_field(body: bytes, key: str) -> bytes | None:
     return None
 
 
-class _LazyBindings(Mapping[str, bytes]):
-    """A read-only name -> encoded-value map over an immutable packed section."""
-
-    __slots__ = ("_map", "_section")
-
-    def __init__(self, section: bytes) -> None:
-        self._section = section
-        self._map: dict[str, bytes] | None = None
-
-    def _m(self) -> dict[str, bytes]:
-        if self._map is None:
-            self._map = msgpack.unpackb(self._section, raw=False)
-        return self._map
-
-    def __getitem__(self, name: str) -> bytes:
-        return self._m()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._m())
-
-    def __len__(self) -> int:
-        return len(self._m())
-
-    def __repr__(self) -> str:
-        return f"<bindings: {len(self._section)} packed bytes>"
-
-
 def _pack_map_header(n: int) -> bytes:
     return msgpack.Packer(use_bin_type=True).pack_map_header(n)
 
@@ -400,146 +365,3 @@ def _bin_header(n: int) -> bytes:
 
 def _pack_section(chunks: Mapping[str, bytes]) -> bytes:
     return _pack_map_header(len(chunks)) + b"".join(chunks.values())
-
-
-_ABSENT = object()
-
-
-class BindingEncodingCache:
-    """Each session binding's encoding, kept so a checkpoint re-encodes only what changed.
-
-    Feed it either incrementally (:meth:`put` from the define hook, :meth:`drop` on unset/prune),
-    or by :meth:`sync` against the whole scope (identity checks only: O(n) pointer compares, no
-    encoding of unchanged values). Encoding is lazy: a name rebound several times within one
-    run is encoded once, at :meth:`flush` or :meth:`size_of`.
-    """
-
-    def __init__(self, encode: Encoder | None = None) -> None:
-        self._encode = encode
-        self._values: dict[str, Any] = {}
-        self._blobs: dict[str, bytes] = {}
-        self._chunks: dict[str, bytes] = {}
-        self._dirty: dict[str, None] = {}  # ordered, so a new name keeps its put order
-        self._section: bytes | None = None
-        self.encode_calls = 0
-        """How many values this cache has encoded (a checkpoint-cost witness for tests)."""
-
-    def _encoder(self) -> Encoder:
-        if self._encode is None:
-            self._encode = _default_encoder()
-        return self._encode
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._values
-
-    def put(self, name: str, value: Any) -> None:
-        """``name`` was (re)bound to ``value``. Unchanged identity costs nothing."""
-        if self._values.get(name, _ABSENT) is value and name in self._blobs:
-            return
-        self._values[name] = value
-        self._dirty[name] = None
-        self._section = None
-
-    def drop(self, name: str) -> None:
-        if self._values.pop(name, _ABSENT) is _ABSENT:
-            return
-        self._blobs.pop(name, None)
-        self._chunks.pop(name, None)
-        self._dirty.pop(name, None)
-        self._section = None
-
-    def sync(self, bindings: Mapping[str, Any]) -> None:
-        """Reconcile with the whole scope: new or re-bound names are marked, vanished ones drop."""
-        values = self._values
-        for name, value in bindings.items():
-            if values.get(name, _ABSENT) is not value:
-                self.put(name, value)
-        if len(values) != len(bindings):
-            for name in [n for n in values if n not in bindings]:
-                self.drop(name)
-
-    def adopt(self, name: str, value: Any, encoded: bytes) -> None:
-        """Seed the cache with a value whose encoding is already known (after a restore)."""
-        self._values[name] = value
-        self._blobs[name] = encoded
-        self._chunks[name] = _pack(name) + _pack(encoded)
-        self._dirty.pop(name, None)
-        self._section = None
-
-    def size_of(self, name: str) -> int:
-        """Encoded size of ``name``'s value (the large-binding check), encoding it if dirty."""
-        if name in self._dirty:
-            self._flush_one(name)
-        return len(self._blobs[name])
-
-    def encoded(self, name: str) -> bytes:
-        if name in self._dirty:
-            self._flush_one(name)
-        return self._blobs[name]
-
-    def flush(self) -> None:
-        for name in list(self._dirty):
-            self._flush_one(name)
-
-    def _flush_one(self, name: str) -> None:
-        blob = self._encoder()(self._values[name])
-        self.encode_calls += 1
-        self._blobs[name] = blob
-        self._chunks[name] = _pack(name) + _pack(blob)
-        self._dirty.pop(name, None)
-        self._section = None
-
-    def blobs(self) -> dict[str, bytes]:
-        """A copy of name -> encoded value (flushes first)."""
-        self.flush()
-        return dict(self._blobs)
-
-    def packed_section(self) -> bytes:
-        """The bindings msgpack map, re-joined only if something changed since the last call."""
-        self.flush()
-        if self._section is None:
-            self._section = _pack_section(self._chunks)
-        return self._section
-
-
-class SnapshotBuilder:
-    """Builds successive MobileSnapshots of one agent's shell at the cost of what changed."""
-
-    def __init__(self, agent: str, *, encode: Encoder | None = None) -> None:
-        self.agent = agent
-        self.cache = BindingEncodingCache(encode)
-
-    def checkpoint(
-        self,
-        *,
-        epoch: int,
-        context: Mapping[str, Any],
-        ledger: Mapping[str, Any],
-        workers: Mapping[str, Any],
-        bindings: Mapping[str, Any] | None = None,
-    ) -> MobileSnapshot:
-        """A snapshot of the current scope. Pass ``bindings`` to :meth:`BindingEncodingCache.sync`
-        first; omit it when the cache is fed incrementally by put/drop."""
-        if bindings is not None:
-            self.cache.sync(bindings)
-        section = self.cache.packed_section()
-        return MobileSnapshot(
-            agent=self.agent,
-            epoch=epoch,
-            bindings=_LazyBindings(section),
-            context=dict(context),
-            ledger=dict(ledger),
-            workers=dict(workers),
-            packed_bindings=section,
-        )
-
-    def adopt(self, snapshot: MobileSnapshot, values: Mapping[str, Any]) -> None:
-        """After restoring ``snapshot`` into a session holding ``values``, seed the cache so the
-        next checkpoint re-encodes nothing that came back unchanged."""
-        self.cache = BindingEncodingCache(self.cache._encode)
-        for name, blob in snapshot.bindings.items():
-            if name in values:
-                self.cache.adopt(name, values[name], blob)

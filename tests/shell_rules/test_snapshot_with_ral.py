@@ -15,7 +15,7 @@ session_mod = pytest.importorskip("runtime.ral.session")
 from runtime.ral.context import DynamicContext  # noqa: E402
 from runtime.ral.values import Closure, Variant, WorkerHandle  # noqa: E402
 from runtime.shell.ledger import reaches_running_worker  # noqa: E402
-from runtime.state.snapshot import MobileSnapshot, SnapshotBuilder  # noqa: E402
+from runtime.state.snapshot import MobileSnapshot  # noqa: E402
 
 
 def fresh_session() -> object:
@@ -26,13 +26,13 @@ def test_closures_and_variants_survive_a_snapshot_and_work_after_restore(tmp_pat
     s = fresh_session()
     res = s.run('let big = "kept"; let f = { echo $big }; let v = variant ok [1, 2]')  # type: ignore[attr-defined]
     assert res.error is None, res.error
-    builder = SnapshotBuilder("a")
-    snap = builder.checkpoint(
+    snap = MobileSnapshot(  # as the shell keeps them: each binding as its encode_value bytes
+        agent="a",
         epoch=1,
+        bindings={n: codec.encode_value(v) for n, v in s.bindings().items()},  # type: ignore[attr-defined]
         context=s.context.to_dict(),  # type: ignore[attr-defined]
         ledger={},
         workers={},
-        bindings=s.bindings(),  # type: ignore[attr-defined]
     )
     path = tmp_path / "snapshot.msgpack"
     snap.write_atomic(path)
