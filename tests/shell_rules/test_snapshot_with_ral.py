@@ -1,7 +1,4 @@
-"""The snapshot and the ledger's reach rule with real ral values made by a real Session.
-
-Skipped until ``runtime.ral.codec`` and ``runtime.ral.session`` exist (written by another helper).
-"""
+"""The snapshot and the ledger's reach rule with real ral values made by a real Session."""
 
 from __future__ import annotations
 
