@@ -38,7 +38,6 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -77,6 +76,7 @@ from runtime.fleet.agent_channel import (
     rejection_of,
 )
 from runtime.fleet.inbox import AgentMessage, AgentResult, Command, Inbox, InboxMsg, UserSteering
+from runtime.state.session_dir import SessionDir
 
 BORN_TIMEOUT = 30.0
 """Seconds a new agent host may take to report ``Born`` (its shell restored and ready)."""
@@ -89,7 +89,7 @@ class AgentHostFailed(ExarchError):
 # -- host side --------------------------------------------------------------------------------
 
 
-def agent_host_main(conn: Connection, fork_address: str, name: str, session_dir: str) -> None:
+def agent_host_main(conn: Connection, fork_address: str, name: str, session: SessionDir) -> None:
     """Process entry point of an agent host (runs in the fork-server child)."""
     become_group_leader()
     die_with_parent()
@@ -97,7 +97,7 @@ def agent_host_main(conn: Connection, fork_address: str, name: str, session_dir:
     # multiprocessing process may not start children, and this one starts its shell host
     multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]
     use_fork_server(fork_address)
-    HostLoop(conn, name, Path(session_dir)).serve()
+    HostLoop(conn, name, session).serve()
 
 
 _STOP = object()
@@ -106,9 +106,9 @@ _STOP = object()
 class HostLoop:
     """The host's state: its channel, its shell, its inbox, and the queue the main thread runs."""
 
-    def __init__(self, conn: Connection, name: str, session_dir: Path) -> None:
+    def __init__(self, conn: Connection, name: str, session: SessionDir) -> None:
         self.name = name
-        self.session_dir = session_dir
+        self.session = session
         self.inbox = Inbox(recipient=name)
         self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.cause = "shutdown"
@@ -128,7 +128,7 @@ class HostLoop:
         self.channel.start()
         status = "shutdown"
         try:
-            self._shell = ShellActor.start(name=self.name, session_dir=self.session_dir)
+            self._shell = ShellActor.start(name=self.name, session=self.session)
             proxy = self._shell.proxy()
             self._root = proxy.eval_root.get()
             self._shell_pid = proxy.host_pid().get()
@@ -255,7 +255,7 @@ class AgentHost:
     on the channel, whose reader thread is this handle's only thread.
     """
 
-    def __init__(self, name: str, session_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, name: str, session: SessionDir) -> None:
         self.name = name
         here, there = process_context().Pipe(duplex=True)
         self._born = threading.Event()
@@ -274,7 +274,7 @@ class AgentHost:
         try:
             self.proc = start_process(
                 agent_host_main,
-                (there, fork_server_address(), name, os.fspath(session_dir)),
+                (there, fork_server_address(), name, session),
                 name=f"agent-host-{name}",
             )
         except Exception as e:
