@@ -5,7 +5,7 @@ host runs a minimal loop around one agent's shell: it answers pings and probes, 
 scripts on its :class:`~actors.shell.ShellActor` (whose shell host is its own child process as
 in the fleet), admits results, messages and commands into the agent's quota :class:`Inbox`
 with a synchronous verdict, handles cancel / interrupt on its channel reader thread, reports
-``Born`` and ``Died``, and exits on ``Shutdown`` or at the channel's end of file.
+``BornFrame`` and ``DiedFrame``, and exits on ``Shutdown`` or at the channel's end of file.
 
 Control side: :class:`AgentHost` starts one and is its handle. Host side:
 :func:`agent_host_main` is the process entry point.
@@ -20,10 +20,10 @@ Invariants:
 - **No orphans.** The host dies with the fork server (``PR_SET_PDEATHSIG``) and so with the
   control process; its shell host dies with the fork server too, and sees end of file on its
   pipes when its agent host dies; :meth:`AgentHost.kill` also kills the shell named in
-  ``Born``.
+  ``BornFrame``.
 - **Control frames bypass the main loop.** Cancel and interrupt trip the shell's eval root from
   the channel's reader thread, while the main thread is blocked in the run they stop.
-- **A crash is an end of file without ``Died``.** :attr:`AgentHost.exit` then carries the exit
+- **A crash is an end of file without ``DiedFrame``.** :attr:`AgentHost.exit` then carries the exit
   status, the supervisor's input (``runtime/fleet/supervision.py``).
 - Threads in the host: main (the run loop), the channel reader, the shell actor's thread.
 """
@@ -38,7 +38,6 @@ import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import psutil
@@ -55,14 +54,14 @@ from actors.process import (
 from actors.shell import ShellActor
 from runtime.errors import ExarchError, InboxFull
 from runtime.fleet.agent_channel import (
-    Born,
-    Cancel,
+    BornFrame,
+    CancelFrame,
+    ChannelMessage,
     DeliverResult,
-    Died,
+    DiedFrame,
     Envelope,
     Failed,
-    Interrupt,
-    Message,
+    InterruptFrame,
     Ping,
     Pong,
     Probe,
@@ -73,13 +72,14 @@ from runtime.fleet.agent_channel import (
     Shutdown,
     SlashCommand,
     Steer,
-    Verdict,
+    VerdictFrame,
     rejection_of,
 )
 from runtime.fleet.inbox import AgentMessage, AgentResult, Command, Inbox, InboxMsg, UserSteering
+from runtime.state.session_dir import SessionDir
 
 BORN_TIMEOUT = 30.0
-"""Seconds a new agent host may take to report ``Born`` (its shell restored and ready)."""
+"""Seconds a new agent host may take to report ``BornFrame`` (its shell restored and ready)."""
 
 
 class AgentHostFailed(ExarchError):
@@ -89,7 +89,7 @@ class AgentHostFailed(ExarchError):
 # -- host side --------------------------------------------------------------------------------
 
 
-def agent_host_main(conn: Connection, fork_address: str, name: str, session_dir: str) -> None:
+def agent_host_main(conn: Connection, fork_address: str, name: str, session: SessionDir) -> None:
     """Process entry point of an agent host (runs in the fork-server child)."""
     become_group_leader()
     die_with_parent()
@@ -97,7 +97,7 @@ def agent_host_main(conn: Connection, fork_address: str, name: str, session_dir:
     # multiprocessing process may not start children, and this one starts its shell host
     multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]
     use_fork_server(fork_address)
-    HostLoop(conn, name, Path(session_dir)).serve()
+    HostLoop(conn, name, session).serve()
 
 
 _STOP = object()
@@ -106,9 +106,9 @@ _STOP = object()
 class HostLoop:
     """The host's state: its channel, its shell, its inbox, and the queue the main thread runs."""
 
-    def __init__(self, conn: Connection, name: str, session_dir: Path) -> None:
+    def __init__(self, conn: Connection, name: str, session: SessionDir) -> None:
         self.name = name
-        self.session_dir = session_dir
+        self.session = session
         self.inbox = Inbox(recipient=name)
         self.work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.cause = "shutdown"
@@ -128,13 +128,13 @@ class HostLoop:
         self.channel.start()
         status = "shutdown"
         try:
-            self._shell = ShellActor.start(name=self.name, session_dir=self.session_dir)
+            self._shell = ShellActor.start(name=self.name, session=self.session)
             proxy = self._shell.proxy()
             self._root = proxy.eval_root.get()
             self._shell_pid = proxy.host_pid().get()
             if self.cancelled is not None:  # a cancel that overtook the boot
                 self._root.cancel(self.cancelled)
-            self.channel.send(Born(self.name, os.getpid(), self._shell_pid))
+            self.channel.send(BornFrame(self.name, os.getpid(), self._shell_pid))
             while True:
                 item = self.work.get()
                 if item is _STOP:
@@ -156,17 +156,17 @@ class HostLoop:
             if self._shell is not None:
                 with contextlib.suppress(Exception):
                     self._shell.stop(timeout=10)
-            self.channel.try_send(Died(self.name, status, self.cause))
+            self.channel.try_send(DiedFrame(self.name, status, self.cause))
             self.channel.close()
 
     # -- the reader thread's callbacks ---------------------------------------------------------
 
-    def _control(self, msg: Message) -> None:
-        if isinstance(msg, Cancel):
+    def _control(self, msg: ChannelMessage) -> None:
+        if isinstance(msg, CancelFrame):
             self.cancelled = msg.reason
             if self._root is not None:
                 self._root.cancel(msg.reason)
-        elif isinstance(msg, Interrupt):
+        elif isinstance(msg, InterruptFrame):
             if self._root is not None:
                 self._root.interrupt(msg.reason)
         elif isinstance(msg, Steer):
@@ -189,12 +189,12 @@ class HostLoop:
         else:
             self.channel.reply(rid, Failed("UnknownRequest", f"agent host: no {msg.KIND}"))
 
-    def _admit(self, item: InboxMsg) -> Verdict:
+    def _admit(self, item: InboxMsg) -> VerdictFrame:
         try:
             outcome = self.inbox.push(item)
         except InboxFull as e:
             return rejection_of(e)
-        return Verdict(accepted=True, outcome=outcome.value)
+        return VerdictFrame(accepted=True, outcome=outcome.value)
 
     def _figures(self) -> dict[str, Any]:
         return {
@@ -232,8 +232,8 @@ class HostExit:
     pid: int
     exitcode: int | None
     """The process's exit status (negative: killed by that signal; None: not reaped yet)."""
-    died: Died | None
-    """The host's own ``Died`` report; None means it crashed (end of file without one)."""
+    died: DiedFrame | None
+    """The host's own ``DiedFrame`` report; None means it crashed (end of file without one)."""
 
     @property
     def crashed(self) -> bool:
@@ -255,13 +255,13 @@ class AgentHost:
     on the channel, whose reader thread is this handle's only thread.
     """
 
-    def __init__(self, name: str, session_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, name: str, session: SessionDir) -> None:
         self.name = name
         here, there = process_context().Pipe(duplex=True)
         self._born = threading.Event()
         self._ended = threading.Event()
-        self.born: Born | None = None
-        self.died: Died | None = None
+        self.born: BornFrame | None = None
+        self.died: DiedFrame | None = None
         self.exit: HostExit | None = None
         self._shell: psutil.Process | None = None
         self._reaped: HostExit | None = None
@@ -274,7 +274,7 @@ class AgentHost:
         try:
             self.proc = start_process(
                 agent_host_main,
-                (there, fork_server_address(), name, os.fspath(session_dir)),
+                (there, fork_server_address(), name, session),
                 name=f"agent-host-{name}",
             )
         except Exception as e:
@@ -285,8 +285,8 @@ class AgentHost:
         self.pid: int = self.proc.pid or 0
         self.channel.start()
 
-    def wait_born(self, timeout: float = BORN_TIMEOUT) -> Born:
-        """Block until the host reports ``Born``; :class:`AgentHostFailed` if it ends first or
+    def wait_born(self, timeout: float = BORN_TIMEOUT) -> BornFrame:
+        """Block until the host reports ``BornFrame``; :class:`AgentHostFailed` if it ends first or
         does not report within ``timeout``."""
         deadline = time.monotonic() + timeout
         while not self._born.wait(0.05):
@@ -317,10 +317,10 @@ class AgentHost:
 
     def deliver(
         self, msg: DeliverResult | SendMessage | SlashCommand, timeout: float = 10.0
-    ) -> Verdict:
+    ) -> VerdictFrame:
         """Push into the agent's inbox and return the host's verdict (accepted or rejected)."""
         reply = self.channel.request(msg, timeout)
-        assert isinstance(reply, Verdict), reply
+        assert isinstance(reply, VerdictFrame), reply
         return reply
 
     def probe(self, timeout: float = 10.0) -> dict[str, Any]:
@@ -329,21 +329,21 @@ class AgentHost:
         return reply.figures
 
     def cancel(self, reason: str = "cancelled") -> bool:
-        return self.channel.try_send(Cancel(self.name, reason))
+        return self.channel.try_send(CancelFrame(self.name, reason))
 
     def interrupt(self, reason: str = "interrupt") -> bool:
-        return self.channel.try_send(Interrupt(self.name, reason))
+        return self.channel.try_send(InterruptFrame(self.name, reason))
 
     # -- lifetime ------------------------------------------------------------------------------
 
-    def _notify(self, msg: Message) -> None:
-        if isinstance(msg, Born):
+    def _notify(self, msg: ChannelMessage) -> None:
+        if isinstance(msg, BornFrame):
             self.born = msg
             with contextlib.suppress(psutil.Error):
                 if msg.shell_pid:
                     self._shell = psutil.Process(msg.shell_pid)
             self._born.set()
-        elif isinstance(msg, Died):
+        elif isinstance(msg, DiedFrame):
             self.died = msg
 
     def _on_eof(self, detail: str) -> None:
@@ -366,7 +366,7 @@ class AgentHost:
         return self.reap()
 
     def kill(self) -> None:
-        """SIGKILL the host and the shell host it reported in ``Born``; idempotent."""
+        """SIGKILL the host and the shell host it reported in ``BornFrame``; idempotent."""
         if self._reaped is not None:
             return
         for p in (self._shell,):

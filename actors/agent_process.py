@@ -19,7 +19,7 @@ with the cause (a ``Down`` notice), and its parent is told as for any other end.
 Invariants:
 - Control-side handlers never run on a channel's reader thread (they may wait on another
   host's reply): requests and ends are served by the fleet's pool of threads.
-- The agent process's events (``Publish``) are put on the bus in the order they were sent,
+- The agent process's events (``PublishFrame``) are put on the bus in the order they were sent,
   before any request that followed them is answered.
 - No orphans: the host dies with the fork server (``PR_SET_PDEATHSIG``) and so with the control
   process; its shell sees end of file when its host dies; :meth:`ProcessAgent.shutdown` kills
@@ -57,16 +57,16 @@ from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 from runtime.events import InboxRejected, Notice
 from runtime.fleet.agent_channel import (
-    Born,
+    BornFrame,
     Call,
-    Cancel,
+    CancelFrame,
+    ChannelMessage,
     Ended,
     Envelope,
-    Interrupt,
-    Message,
+    InterruptFrame,
     PeerGone,
-    Publish,
-    Return,
+    PublishFrame,
+    ReturnFrame,
     Shutdown,
 )
 from runtime.fleet.inbox import InboxMsg, PushEffect
@@ -77,7 +77,7 @@ from runtime.state.snapshot import MobileSnapshot
 log = logging.getLogger(__name__)
 
 BORN_TIMEOUT = 60.0
-"""Seconds a new agent host may take to report ``Born`` (its shell restored and ready)."""
+"""Seconds a new agent host may take to report ``BornFrame`` (its shell restored and ready)."""
 
 
 class AgentProcessFailed(ExarchError):
@@ -248,10 +248,10 @@ class ProcessAgent:
 
     def send_cancel(self, cause: str) -> None:
         """The registry's cascade reached this agent (its ``on_cancel`` hook)."""
-        self._host.channel.try_send(Cancel(self.name, cause))
+        self._host.channel.try_send(CancelFrame(self.name, cause))
 
     def interrupt(self, reason: str = "interrupt") -> None:
-        self._host.channel.try_send(Interrupt(self.name, reason))
+        self._host.channel.try_send(InterruptFrame(self.name, reason))
 
     def record_leftovers(self) -> None:
         """Record what reached this agent after its host shut down (the host records what its
@@ -348,7 +348,7 @@ class _Host:
         self._born = threading.Event()
         self._gone = threading.Event()
         self.ended = False
-        self.born: Born | None = None
+        self.born: BornFrame | None = None
         self.shell_pid: int | None = None
         here, there = process_context().Pipe(duplex=True)
         self.channel = AgentChannel(
@@ -372,7 +372,7 @@ class _Host:
         self.pid: int = self.proc.pid or 0
         self.channel.start()
 
-    def wait_born(self) -> Born:
+    def wait_born(self) -> BornFrame:
         deadline = time.monotonic() + BORN_TIMEOUT
         while not self._born.wait(0.05):
             if self._gone.is_set() or time.monotonic() > deadline:
@@ -389,18 +389,18 @@ class _Host:
         assert rid is not None
         site = self._agent.site
         if not isinstance(msg, Call) or msg.method not in SITE_CALLS:
-            self.channel.reply(rid, Return(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
+            self.channel.reply(rid, ReturnFrame(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
             return
         args = unpickle(msg.payload) or ()
         fn = SITE_CALLS[msg.method]
         self._agent._pool.submit(answer_call, self.channel, rid, lambda: fn(site, *args))
 
-    def _notify(self, msg: Message) -> None:
-        if isinstance(msg, Born):
+    def _notify(self, msg: ChannelMessage) -> None:
+        if isinstance(msg, BornFrame):
             self.born = msg
             self.shell_pid = msg.shell_pid
             self._born.set()
-        elif isinstance(msg, Publish):
+        elif isinstance(msg, PublishFrame):
             site = self._agent.site
             for event in unpickle(msg.payload) or ():
                 if isinstance(event, InboxRejected):

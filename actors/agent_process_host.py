@@ -48,15 +48,15 @@ from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 from runtime.events import Event, InboxRejected, Resources
 from runtime.fleet.agent_channel import (
-    Born,
+    BornFrame,
     Call,
-    Cancel,
+    CancelFrame,
+    ChannelMessage,
     Ended,
     Envelope,
-    Interrupt,
-    Message,
-    Publish,
-    Return,
+    InterruptFrame,
+    PublishFrame,
+    ReturnFrame,
     Shutdown,
 )
 from runtime.fleet.inbox import Inbox, InboxMsg, PushEffect, Surface, UserSteering
@@ -70,7 +70,7 @@ from runtime.state.session_dir import SessionDir
 from runtime.state.snapshot import MobileSnapshot
 
 CALL_TIMEOUT = 120.0
-"""Seconds a site call may wait for its answer (a spawn waits for its child's ``Born``)."""
+"""Seconds a site call may wait for its answer (a spawn waits for its child's ``BornFrame``)."""
 
 FLUSH_EVERY = 0.005
 """Seconds between bus-event flushes of a host."""
@@ -130,16 +130,16 @@ def answer_call(channel: AgentChannel, rid: int, fn: Callable[[], Any]) -> None:
     try:
         value = fn()
     except Exception as e:  # the caller re-raises it: a typed refusal stays typed
-        channel.reply(rid, Return(error=pickled_error(e)))
+        channel.reply(rid, ReturnFrame(error=pickled_error(e)))
         return
-    channel.reply(rid, Return(pickle.dumps(value)))
+    channel.reply(rid, ReturnFrame(pickle.dumps(value)))
 
 
 def request_call(
     channel: AgentChannel, method: str, *args: Any, timeout: float = CALL_TIMEOUT
 ) -> Any:
     reply = channel.request(Call(method, pickle.dumps(args)), timeout)
-    if not isinstance(reply, Return):
+    if not isinstance(reply, ReturnFrame):
         raise SiteRefused(f"{method}: unexpected reply {reply.KIND}")
     if reply.error is not None:
         raise unpickle(reply.error)
@@ -201,7 +201,7 @@ class AgentProcess:
                 self._trip(self._cancel)
             if self.boot.restarted is not None:
                 self._after_restart(agent)
-            self.channel.send(Born(self.name, os.getpid(), agent.shell_pid(), spec.generation))
+            self.channel.send(BornFrame(self.name, os.getpid(), agent.shell_pid(), spec.generation))
             while not (self._launched.wait(0.05) or self._stop.is_set()):
                 pass
             if self._launched.is_set():
@@ -242,7 +242,7 @@ class AgentProcess:
         with self._buffer_lock:
             batch, self._buffer = self._buffer, []
             if batch:  # sent under the lock: batches keep their order
-                self.channel.try_send(Publish(self.name, pickle.dumps(batch)))
+                self.channel.try_send(PublishFrame(self.name, pickle.dumps(batch)))
 
     def _flush_loop(self) -> None:
         while not self.channel.closed.wait(FLUSH_EVERY):
@@ -264,11 +264,11 @@ class AgentProcess:
                 agent.eval_root.cancel(cause)
             self.inbox.wake()
 
-    def _control(self, msg: Message) -> None:
-        if isinstance(msg, Cancel):
+    def _control(self, msg: ChannelMessage) -> None:
+        if isinstance(msg, CancelFrame):
             self._cancel = self._cancel or msg.reason
             self._trip(msg.reason)
-        elif isinstance(msg, Interrupt):
+        elif isinstance(msg, InterruptFrame):
             if self.agent is not None:
                 self.agent.interrupt(msg.reason)
         elif isinstance(msg, Shutdown):
@@ -280,7 +280,7 @@ class AgentProcess:
         msg, rid = env.message, env.id
         assert rid is not None
         if not isinstance(msg, Call) or msg.method not in HOST_CALLS:
-            self.channel.reply(rid, Return(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
+            self.channel.reply(rid, ReturnFrame(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
             return
         args = unpickle(msg.payload) or ()
         answer_call(self.channel, rid, lambda: HOST_CALLS[msg.method](self, *args))

@@ -68,7 +68,7 @@ def start_agent_shell(
     surfaces = WorkerSurfaces(surface)
     ref = ShellActor.start(
         name=name,
-        session_dir=session.root,
+        session=session,
         desk=desk,
         notice_sink=publish,
         context=context,

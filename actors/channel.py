@@ -36,12 +36,12 @@ from multiprocessing.connection import Connection
 from actors.frames import Channel, ChannelClosed
 from runtime.fleet.agent_channel import (
     CONTROL_KINDS,
+    ChannelMessage,
+    ChannelProtocolError,
     Correlator,
     Envelope,
     Failed,
-    Message,
     PeerGone,
-    ProtocolError,
     ReplyTimeout,
     decode,
     encode,
@@ -62,7 +62,7 @@ class _Waiter:
 
     def __init__(self) -> None:
         self.event = threading.Event()
-        self.reply: Message | None = None
+        self.reply: ChannelMessage | None = None
         self.error: BaseException | None = None
 
 
@@ -74,11 +74,11 @@ class AgentChannel:
         conn: Connection,
         *,
         peer: str,
-        on_control: Callable[[Message], None] = _ignore,
+        on_control: Callable[[ChannelMessage], None] = _ignore,
         on_request: Callable[[Envelope], object] | None = None,
-        on_notify: Callable[[Message], None] = _ignore,
+        on_notify: Callable[[ChannelMessage], None] = _ignore,
         on_eof: Callable[[str], None] = _ignore,
-        on_bad_frame: Callable[[ProtocolError], None] = _ignore,
+        on_bad_frame: Callable[[ChannelProtocolError], None] = _ignore,
     ) -> None:
         self.peer = peer
         self._ch = Channel(conn)
@@ -103,18 +103,18 @@ class AgentChannel:
 
     # -- sending ------------------------------------------------------------------------------
 
-    def send(self, msg: Message) -> None:
+    def send(self, msg: ChannelMessage) -> None:
         """Send a notification or control frame; :class:`ChannelClosed` if the peer is gone."""
         self._ch.send_bytes(encode(Envelope(msg)))
 
-    def try_send(self, msg: Message) -> bool:
+    def try_send(self, msg: ChannelMessage) -> bool:
         try:
             self.send(msg)
         except ChannelClosed:
             return False
         return True
 
-    def reply(self, request_id: int, msg: Message) -> bool:
+    def reply(self, request_id: int, msg: ChannelMessage) -> bool:
         """Answer request ``request_id``; False if the peer is gone (it learns nothing more)."""
         try:
             self._ch.send_bytes(encode(Envelope(msg, reply_to=request_id)))
@@ -122,7 +122,7 @@ class AgentChannel:
             return False
         return True
 
-    def request(self, msg: Message, timeout: float = DEFAULT_TIMEOUT) -> Message:
+    def request(self, msg: ChannelMessage, timeout: float = DEFAULT_TIMEOUT) -> ChannelMessage:
         """Send ``msg`` as a request and wait for its reply.
 
         Raises :class:`ReplyTimeout` (the reply did not come in time; a late one is counted in
@@ -171,7 +171,7 @@ class AgentChannel:
                 break
             try:
                 env = decode(data)
-            except ProtocolError as e:
+            except ChannelProtocolError as e:
                 self.bad_frames += 1
                 self._call(self._on_bad_frame, e)
                 continue
@@ -203,7 +203,9 @@ class AgentChannel:
             self._call(self._on_notify, msg)
 
     def _call(
-        self, fn: Callable[[ProtocolError], None] | Callable[[Message], None], arg: object
+        self,
+        fn: Callable[[ChannelProtocolError], None] | Callable[[ChannelMessage], None],
+        arg: object,
     ) -> None:
         try:
             fn(arg)  # type: ignore[arg-type]

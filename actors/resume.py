@@ -58,8 +58,7 @@ from runtime.ral.values import render
 from runtime.settlement.fleet_yield import FleetYield, settlement_status
 from runtime.settlement.release_sweep import RetainedChild, adopt_local, release_sweep, spend_of
 from runtime.shell.limits import ShellLimits
-from runtime.state.durability import Durability, bound_to
-from runtime.state.durability import parse as parse_durability
+from runtime.state.durability import Durability, bound_to, parse_durability
 from runtime.state.durable import atomic_write_bytes
 from runtime.state.journal import NodeState, SpawnJournal
 from runtime.state.run_processes import leftover_processes

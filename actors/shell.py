@@ -2,7 +2,7 @@
 
 Public surface (what an agent calls)::
 
-    ref = ShellActor.start(name=..., session_dir=..., desk=..., notice_sink=..., context=...,
+    ref = ShellActor.start(name=..., session=..., desk=..., notice_sink=..., context=...,
                            snapshot=None)          # snapshot: a MobileSnapshot to resume or fork
     result = ref.proxy().run(script).get()         # -> CallResult
     result = run_call(ref.proxy(), script).get()   # the same call, on the caller's thread when idle
@@ -16,7 +16,7 @@ Invariants:
 
 - **Durable snapshot.** Refreshed at every clean tool-call boundary (a ral error is clean): the
   host sends only what the call changed, and the :class:`SnapshotKeeper` appends exactly that
-  to the binding log beside the base ``<session_dir>/agents/<name>/snapshot.msgpack``, so a
+  to the binding log beside the base ``<session>/agents/<name>/snapshot.msgpack``, so a
   checkpoint costs what changed (:mod:`actors.shell_snapshot`).
 - **Panic rollback.** If the host dies for any reason or reports an internal error, a fresh host
   is started from the durable snapshot (bindings, context, ledger, epoch; the worker registry
@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -81,6 +80,7 @@ from runtime.shell.ledger import BindingLedger, carry_renewals, referenced_names
 from runtime.shell.limits import ShellLimits
 from runtime.shell.worker_retention import WORKER_BACKSTOP_SECS, WORKER_IDLE_CALLS
 from runtime.state.durable import append_jsonl
+from runtime.state.session_dir import SessionDir
 from runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ class ShellActor(QuotaActor):
         self,
         *,
         name: str,
-        session_dir: str | os.PathLike[str],
+        session: SessionDir,
         desk: Any = None,
         notice_sink: Callable[[Notice], None] | None = None,
         context: Any = None,
@@ -173,11 +173,9 @@ class ShellActor(QuotaActor):
     ) -> None:
         """``sync_log``: fsync each binding-log frame (a policy that must survive a machine
         crash; a process crash needs none, see :mod:`actors.shell_snapshot`)."""
-        from runtime.state.session_dir import SessionDir
-
         self.name = name  # before super().__init__: the mailbox names its recipient
         super().__init__()
-        self._dir = SessionDir.at(session_dir)
+        self._dir = session
         self.snapshot_path: Path = self._dir.snapshot(name)
         self.record_path: Path = self._dir.record
         self._desk = desk

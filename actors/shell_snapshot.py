@@ -4,7 +4,7 @@
 thread only. It holds the state of the last clean tool-call boundary -- bindings (name ->
 encoding), context, ledger state, worker registry state, epoch -- which is what a rollback
 restores and a fork hands out, and keeps the files a resume reads:
-``<session_dir>/agents/<name>/snapshot.msgpack`` (the base, a whole :class:`MobileSnapshot`) and
+``<session>/agents/<name>/snapshot.msgpack`` (the base, a whole :class:`MobileSnapshot`) and
 ``snapshot.msgpack.log`` (:mod:`runtime.state.binding_log`: one frame per checkpoint of what
 changed).
 

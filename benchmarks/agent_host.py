@@ -29,6 +29,7 @@ import psutil
 from actors.agent_host import AgentHost
 from actors.process import ChildProcess, ensure_fork_server
 from actors.shell import ShellActor
+from runtime.state.session_dir import SessionDir
 
 LOOP = "for i in (range {n}) {{ for j in (range 500) {{ let k = $j }} }}"
 """A CPU-bound ral loop of ``n`` x 500 iterations (the first run in a fresh shell is slower, so
@@ -51,12 +52,12 @@ def spawn_latency(d: str, n: int) -> tuple[list[float], list[float]]:
     hosts, shells = [], []
     for i in range(n + 1):
         t = time.perf_counter()
-        h = AgentHost(f"spawn{i}", d)
+        h = AgentHost(f"spawn{i}", SessionDir.at(d))
         h.wait_born()
         dt = time.perf_counter() - t
         h.shutdown()
         t = time.perf_counter()
-        ref = ShellActor.start(name=f"inproc{i}", session_dir=d)
+        ref = ShellActor.start(name=f"inproc{i}", session=SessionDir.at(d))
         ref.proxy().host_pid().get()
         ds = time.perf_counter() - t
         ref.stop()
@@ -82,7 +83,7 @@ def ping_vs_echo(d: str, n: int) -> tuple[list[float], list[float]]:
                 echo.append(time.perf_counter() - t)
     finally:
         child.reap(grace=0.1)
-    h = AgentHost("ping", d)
+    h = AgentHost("ping", SessionDir.at(d))
     h.wait_born()
     pings = []
     try:
@@ -97,7 +98,7 @@ def ping_vs_echo(d: str, n: int) -> tuple[list[float], list[float]]:
 
 
 def ral_calls(d: str, n: int) -> tuple[list[float], list[float]]:
-    h = AgentHost("calls", d)
+    h = AgentHost("calls", SessionDir.at(d))
     h.wait_born()
     via_host = []
     try:
@@ -108,7 +109,7 @@ def ral_calls(d: str, n: int) -> tuple[list[float], list[float]]:
                 via_host.append(time.perf_counter() - t)
     finally:
         h.shutdown()
-    ref = ShellActor.start(name="calls-inproc", session_dir=d)
+    ref = ShellActor.start(name="calls-inproc", session=SessionDir.at(d))
     proxy = ref.proxy()
     inproc = []
     try:
@@ -130,7 +131,7 @@ def _pss(pid: int | None) -> int:
 
 
 def memory(d: str, n: int) -> tuple[list[float], list[float], float]:
-    hosts = [AgentHost(f"mem{i}", d) for i in range(n)]
+    hosts = [AgentHost(f"mem{i}", SessionDir.at(d)) for i in range(n)]
     try:
         borns = [h.wait_born(60) for h in hosts]
         for h in hosts:
@@ -140,7 +141,7 @@ def memory(d: str, n: int) -> tuple[list[float], list[float], float]:
     finally:
         for h in hosts:
             h.shutdown()
-    ref = ShellActor.start(name="mem-inproc", session_dir=d)
+    ref = ShellActor.start(name="mem-inproc", session=SessionDir.at(d))
     try:
         lone = _pss(ref.proxy().host_pid().get()) / 2**20
     finally:
@@ -158,7 +159,7 @@ def _pin(pids: list[int], cores: set[int]) -> None:
 
 def cpu_scaling(d: str, n: int, loop: int, cores: set[int]) -> float:
     """Wall seconds for ``n`` hosts to each finish one CPU-bound ral loop, pinned to ``cores``."""
-    hosts = [AgentHost(f"cpu{len(cores)}-{i}", d) for i in range(n)]
+    hosts = [AgentHost(f"cpu{len(cores)}-{i}", SessionDir.at(d)) for i in range(n)]
     try:
         borns = [h.wait_born(60) for h in hosts]
         _pin([p for b in borns for p in (b.pid, b.shell_pid or 0)], cores)

@@ -96,7 +96,7 @@ repeat = 2
 def shell(calls: int, script: str) -> list[float]:
     """The bare ShellActor round trip (shell_roundtrip.py's figure)."""
     with tempfile.TemporaryDirectory() as d:
-        ref = ShellActor.start(name="bench", session_dir=d)
+        ref = ShellActor.start(name="bench", session=SessionDir.at(d))
         proxy: Any = ref.proxy()
         out = []
         try:

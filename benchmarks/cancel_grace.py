@@ -26,6 +26,7 @@ from typing import Any
 import actors.shell
 from actors.process import ensure_fork_server
 from actors.shell import ShellActor
+from runtime.state.session_dir import SessionDir
 
 LOOP = "for i in (range 100000) { for j in (range 1000) { let n = add 1 1 } }"
 """CPU-bound, and every native call in it short (a ``range 10000000`` would itself be one long
@@ -33,7 +34,9 @@ native call: measured under load, building it takes over a second with no poll p
 
 
 def _start(n: int, root: str) -> list[Any]:
-    return [ShellActor.start(name=f"s{i}", session_dir=root, faults=True) for i in range(n)]
+    return [
+        ShellActor.start(name=f"s{i}", session=SessionDir.at(root), faults=True) for i in range(n)
+    ]
 
 
 def _wait_busy(proxies: list[Any], roots: list[Any]) -> None:
@@ -83,7 +86,7 @@ def honest(n: int, root: str) -> list[float]:
 
 def spinning(root: str) -> float:
     """Seconds from ``interrupt`` to the rolled-back result of a shell in ``fault spin``."""
-    ref = ShellActor.start(name="spin", session_dir=root, faults=True)
+    ref = ShellActor.start(name="spin", session=SessionDir.at(root), faults=True)
     try:
         shell = ref.proxy()
         root_ = shell.eval_root.get()

@@ -50,6 +50,7 @@ from runtime.providers import make_provider
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.ral.session import Session
+from runtime.state.session_dir import SessionDir
 from tests.support.protocol_servers import Exchange, ProtocolServer, openai_chunks, sse
 
 RAL_BOUND = 0.100
@@ -275,7 +276,7 @@ def provider_cases(server: ProtocolServer) -> dict[str, Case]:
 
 @contextmanager
 def _shell(tmp: Path) -> Iterator[Any]:
-    ref = ShellActor.start(name="bench", session_dir=tmp, faults=True)
+    ref = ShellActor.start(name="bench", session=SessionDir.at(tmp), faults=True)
     try:
         yield ref.proxy()
     finally:

@@ -25,6 +25,7 @@ from actors.process import ensure_fork_server
 from actors.shell import ShellActor
 from runtime.ral.codec import encode_value
 from runtime.shell.ledger import BindingLedger
+from runtime.state.session_dir import SessionDir
 from runtime.state.snapshot import MobileSnapshot
 
 
@@ -44,7 +45,7 @@ def per_call(
     by call, so a burst of load on the shared machine falls on every case alike."""
     with tempfile.TemporaryDirectory() as d:
         refs = {
-            name: ShellActor.start(name=name, session_dir=d, snapshot=snapshot)
+            name: ShellActor.start(name=name, session=SessionDir.at(d), snapshot=snapshot)
             for name, (_setup, snapshot) in cases.items()
         }
         try:

@@ -17,6 +17,7 @@ import time
 
 from actors.process import ensure_fork_server
 from actors.shell import ShellActor
+from runtime.state.session_dir import SessionDir
 
 
 def main() -> None:
@@ -24,7 +25,7 @@ def main() -> None:
     bindings = int(sys.argv[2]) if len(sys.argv) > 2 else 100
     ensure_fork_server()
     with tempfile.TemporaryDirectory() as d:
-        ref = ShellActor.start(name="bench", session_dir=d)
+        ref = ShellActor.start(name="bench", session=SessionDir.at(d))
         proxy = ref.proxy()
         try:
             proxy.run("; ".join(f"let v{i} = 'value {i}'" for i in range(bindings))).get()

@@ -147,7 +147,7 @@ def shell(calls: int, script: str, policy: Any) -> float:
     """Mean seconds per ShellActor round trip (the checkpoint under ``policy``)."""
     with tempfile.TemporaryDirectory() as d:
         files = None if policy is None else _durability.bind(d, policy)
-        ref = ShellActor.start(name="bench", session_dir=d)
+        ref = ShellActor.start(name="bench", session=SessionDir.at(d))
         proxy: Any = ref.proxy()
         try:
             for _ in range(WARMUP):
@@ -166,7 +166,7 @@ def panic_to_ready(rounds: int, bindings: int = 100) -> float:
     """Median seconds from a SIGKILL of the shell host mid-call to the next call's result,
     every committed binding kept (benchmarks/panic_to_ready.py)."""
     with tempfile.TemporaryDirectory() as d:
-        ref = ShellActor.start(name="bench", session_dir=d)
+        ref = ShellActor.start(name="bench", session=SessionDir.at(d))
         proxy: Any = ref.proxy()
         try:
             proxy.run("; ".join(f"let v{i} = 'value {i}'" for i in range(bindings))).get()

@@ -20,6 +20,7 @@ from typing import Any
 from actors.process import ensure_fork_server
 from actors.shell import ShellActor
 from runtime.shell.limits import ShellLimits, format_size
+from runtime.state.session_dir import SessionDir
 
 FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "VmData")
 
@@ -58,7 +59,7 @@ def main() -> int:
             ("no memory limit", ShellLimits(memory_bytes=None, max_binding_bytes=fits)),
             ("default limit", ShellLimits(max_binding_bytes=fits)),
         ):
-            ref = ShellActor.start(name="m", session_dir=root, limits=limits)
+            ref = ShellActor.start(name="m", session=SessionDir.at(root), limits=limits)
             try:
                 shell = ref.proxy()
                 pid = shell.host_pid().get()

@@ -21,6 +21,7 @@ import msgpack
 
 from actors.process import ChildProcess, ensure_fork_server
 from actors.shell import ShellActor, run_call
+from runtime.state.session_dir import SessionDir
 
 
 def echo_main(data: Connection, ctl: Connection, memory_bytes: int | None = None) -> None:
@@ -54,7 +55,7 @@ def floor(n: int) -> list[float]:
 def shell(n: int, mailbox: bool = False) -> list[float]:
     """``mailbox``: through the actor's mailbox (``proxy.run``) rather than :func:`run_call`."""
     with tempfile.TemporaryDirectory() as d:
-        ref = ShellActor.start(name="bench", session_dir=d)
+        ref = ShellActor.start(name="bench", session=SessionDir.at(d))
         proxy = ref.proxy()
         out = []
         try:

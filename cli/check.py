@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from cli.durability import describe
+from cli.durability import describe_durability
 from runtime.drills.invariant_check import InvariantReport, NotASession, check_session
 from runtime.state.session_dir import SessionDir
 
@@ -65,7 +65,7 @@ def check_command(session_dir: str, as_json: bool, no_processes: bool) -> None:
     else:
         console = Console()
         console.print(report_table(report))
-        console.print(f"[dim]{describe(report.durability)}[/dim]")
+        console.print(f"[dim]{describe_durability(report.durability)}[/dim]")
         verdict = (
             "[green]all invariants held[/]"
             if report.ok

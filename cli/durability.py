@@ -38,6 +38,6 @@ def _to_policy(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     return None if value is None else Durability(value)
 
 
-def describe(policy: Durability) -> str:
+def describe_durability(policy: Durability) -> str:
     """``durability: machine (...)`` -- one line for a report."""
     return f"durability: {policy.value} ({PROMISES[policy]})"

@@ -24,8 +24,7 @@ from runtime.ral.grants import GrantPolicy
 from runtime.replay.divergence import Divergence, Report, compare, read_facts
 from runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
 from runtime.shell.limits import ShellLimits
-from runtime.state.durability import Durability
-from runtime.state.durability import parse as parse_durability
+from runtime.state.durability import Durability, parse_durability
 from runtime.state.durable import atomic_write_bytes
 from runtime.state.session_dir import SessionDir
 

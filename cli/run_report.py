@@ -66,7 +66,7 @@ ERROR_LINES = 3
 NO_REPLY_NOTE = "note: the trunk ended without calling `reply`; its last text was:"
 
 
-def clip(text: str, limit: int = CLIP) -> str:
+def clip_first_line(text: str, limit: int = CLIP) -> str:
     first, _, rest = text.strip().partition("\n")
     return first[: limit - 1] + "…" if len(first) > limit or rest else first
 
@@ -269,13 +269,15 @@ def agent_line(report: RunReporter, agent: Any) -> Text:
     latest = flight[-1] if flight else None
     call = report.calls.get(agent.name)
     if isinstance(latest, dict) and latest.get("event") == "stream_reset":
-        line.append(f" · retrying: {clip(str(latest.get('reason', '')))}", style="yellow")
+        line.append(
+            f" · retrying: {clip_first_line(str(latest.get('reason', '')))}", style="yellow"
+        )
     elif call is not None and call.failed:
         line.append(" · last ✗ ", style="red")
-        line.append(clip(call.script))
+        line.append(clip_first_line(call.script))
     elif call is not None:
         line.append(" · last: ")
-        line.append(clip(call.script), style="dim")
+        line.append(clip_first_line(call.script), style="dim")
     return line
 
 

@@ -310,3 +310,53 @@ def test_the_session_dir_module_names_every_session_file() -> None:
         if isinstance(n, ast.Constant) and isinstance(n.value, str)
     }
     assert constants >= SESSION_FILE_NAMES
+
+
+# --------------------------------------------------------------------------- one name, one thing
+
+BEING_DELETED = frozenset({"SnapshotBuilder", "BindingEncodingCache"})
+"""Names whose last definition is being removed on a parallel branch (runtime/state/snapshot.py's
+dead builder and cache): while both copies exist they are not a second meaning, just a leftover.
+Every other public name of runtime/, actors/ and cli/ is held to one definition."""
+
+
+def _public_definitions(modules: dict[str, Path]) -> dict[str, list[str]]:
+    """Every top-level public class and function name (no leading ``_``) -> the modules that
+    define it, in module order."""
+    defined: dict[str, list[str]] = {}
+    for name, path in sorted(modules.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in tree.body:
+            public = not getattr(node, "name", "_").startswith("_")
+            if public and isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                defined.setdefault(node.name, []).append(name)
+    return defined
+
+
+def _doubles(modules: dict[str, Path]) -> dict[str, list[str]]:
+    return {n: mods for n, mods in _public_definitions(modules).items() if len(mods) > 1}
+
+
+def test_the_name_scan_finds_a_class_or_function_defined_in_two_modules(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(
+        "class Verdict: ...\ndef fold(): ...\ndef _private(): ...\nCONSTANT = 1\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "b.py").write_text(
+        "def Verdict(): ...\nasync def fold(): ...\ndef _private(): ...\nCONSTANT = 2\n"
+        "class Outer:\n    def fold(self): ...\n",
+        encoding="utf-8",
+    )
+    assert _doubles({"a": tmp_path / "a.py", "b": tmp_path / "b.py"}) == {
+        "Verdict": ["a", "b"],
+        "fold": ["a", "b"],
+    }
+
+
+def test_each_public_class_and_function_name_is_defined_in_one_module_only() -> None:
+    found = _doubles(_project_modules())
+    doubles = {n: mods for n, mods in found.items() if n not in BEING_DELETED}
+    assert not doubles, (
+        "each name means one thing in the project; rename one of each:\n"
+        + "\n".join(f"{n}: {', '.join(mods)}" for n, mods in sorted(doubles.items()))
+    )

@@ -55,8 +55,7 @@ from runtime.drills.session_logs import SessionLogs
 from runtime.errors import ExarchError, SnapshotRefused
 from runtime.settlement.fleet_yield import read_result
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.state.durability import PROMISES, Durability
-from runtime.state.durability import parse as parse_durability
+from runtime.state.durability import PROMISES, Durability, parse_durability
 from runtime.state.durable import read_jsonl
 from runtime.state.journal import replay
 from runtime.state.run_processes import run_processes, still_running

@@ -19,7 +19,7 @@ Three classes of message, each with a reason:
   and bypass every mailbox: the receiving reader thread acts on them itself, so a cancel never
   waits behind the work it cancels.
 - **Requests** carry a synchronous verdict: a result into a parent's inbox, a message, a slash
-  command, a spawn. The producer waits for :class:`Verdict` -- accepted, or the typed
+  command, a spawn. The producer waits for :class:`VerdictFrame` -- accepted, or the typed
   rejection (``InboxFull``, ``NameTaken``, ...) by class name and text -- so the inbox quota
   rule still reaches the producer across processes. A request that gets no reply within its
   timeout is *reported* (:class:`ReplyTimeout`), never dropped in silence, and a reply that
@@ -29,7 +29,7 @@ Three classes of message, each with a reason:
 Invariant of the codec: ``decode(encode(m)) == m`` for every message whose fields hold only
 msgpack-native values, with sequences as tuples at the top level and lists inside maps
 (checked by Hypothesis in ``tests/agent_host/test_agent_channel.py``). Bad bytes or an unknown
-kind raise :class:`ProtocolError`; nothing else escapes the decoder.
+kind raise :class:`ChannelProtocolError`; nothing else escapes the decoder.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import msgpack
 from runtime.errors import ExarchError
 
 
-class ProtocolError(ExarchError):
+class ChannelProtocolError(ExarchError):
     """A frame could not be decoded: bad bytes, a malformed envelope, or an unknown kind."""
 
 
@@ -80,7 +80,7 @@ class PeerGone(ExarchError):
 
 
 @dataclass(frozen=True)
-class Message:
+class ChannelMessage:
     """Base of every channel message; ``KIND`` is its name on the wire."""
 
     KIND: ClassVar[str] = ""
@@ -90,9 +90,9 @@ class Message:
 
 
 @dataclass(frozen=True)
-class Spawn(Message):
+class Spawn(ChannelMessage):
     """Host -> control: an agent asks the spawn site for a child (``agent NAME PROMPT``).
-    A request: the reply is a :class:`Verdict` (``NameTaken``, a spawn-depth refusal, ...)."""
+    A request: the reply is a :class:`VerdictFrame` (``NameTaken``, a spawn-depth refusal, ...)."""
 
     KIND: ClassVar[str] = "spawn"
     parent: str
@@ -103,7 +103,7 @@ class Spawn(Message):
 
 
 @dataclass(frozen=True)
-class Born(Message):
+class BornFrame(ChannelMessage):
     """Host -> control: the agent and its shell are ready. ``pid`` proves it runs in its own
     process; ``shell_pid`` lets the supervisor kill a shell its dead host left behind."""
 
@@ -115,7 +115,7 @@ class Born(Message):
 
 
 @dataclass(frozen=True)
-class Died(Message):
+class DiedFrame(ChannelMessage):
     """Host -> control: the agent ended on its own terms (an orderly exit). A crash sends
     nothing; the control side learns of it from the channel's end of file and the exit status."""
 
@@ -127,7 +127,7 @@ class Died(Message):
 
 
 @dataclass(frozen=True)
-class Shutdown(Message):
+class Shutdown(ChannelMessage):
     """Control -> host (control frame): stop the agent and its shell, then exit."""
 
     KIND: ClassVar[str] = "shutdown"
@@ -138,7 +138,7 @@ class Shutdown(Message):
 
 
 @dataclass(frozen=True)
-class Steer(Message):
+class Steer(ChannelMessage):
     """Control -> host: a human message for the agent (renews its idle lease)."""
 
     KIND: ClassVar[str] = "steer"
@@ -147,7 +147,7 @@ class Steer(Message):
 
 
 @dataclass(frozen=True)
-class Interrupt(Message):
+class InterruptFrame(ChannelMessage):
     """Control -> host: stop the run in flight only (Esc); workers keep running."""
 
     KIND: ClassVar[str] = "interrupt"
@@ -156,7 +156,7 @@ class Interrupt(Message):
 
 
 @dataclass(frozen=True)
-class Cancel(Message):
+class CancelFrame(ChannelMessage):
     """Control -> host: the registry's cascade reached this agent. Sticky: trips the agent's
     token and its shell's eval root (the run in flight and every worker)."""
 
@@ -169,9 +169,9 @@ class Cancel(Message):
 
 
 @dataclass(frozen=True)
-class DeliverResult(Message):
+class DeliverResult(ChannelMessage):
     """A child's result into its parent's inbox (either direction: the parent may live in
-    another host). Reply: :class:`Verdict`."""
+    another host). Reply: :class:`VerdictFrame`."""
 
     KIND: ClassVar[str] = "result"
     recipient: str
@@ -182,8 +182,8 @@ class DeliverResult(Message):
 
 
 @dataclass(frozen=True)
-class SendMessage(Message):
-    """A model-facing ``message`` from one agent to another. Reply: :class:`Verdict`."""
+class SendMessage(ChannelMessage):
+    """A model-facing ``message`` from one agent to another. Reply: :class:`VerdictFrame`."""
 
     KIND: ClassVar[str] = "message"
     recipient: str
@@ -192,9 +192,9 @@ class SendMessage(Message):
 
 
 @dataclass(frozen=True)
-class SlashCommand(Message):
+class SlashCommand(ChannelMessage):
     """A slash command for the agent's turn boundary (``/clear``, ``/model``). Reply:
-    :class:`Verdict`."""
+    :class:`VerdictFrame`."""
 
     KIND: ClassVar[str] = "command"
     recipient: str
@@ -202,7 +202,7 @@ class SlashCommand(Message):
 
 
 @dataclass(frozen=True)
-class Verdict(Message):
+class VerdictFrame(ChannelMessage):
     """The reply to a verdict request: accepted, or the typed rejection.
 
     ``rejection`` is the exception class name (``InboxFull``, ``NameTaken``, ``UnknownAgent``)
@@ -218,7 +218,7 @@ class Verdict(Message):
 
 
 @dataclass(frozen=True)
-class Failed(Message):
+class Failed(ChannelMessage):
     """The reply to a request whose handler raised: the error's type and text (never lost)."""
 
     KIND: ClassVar[str] = "failed"
@@ -230,7 +230,7 @@ class Failed(Message):
 
 
 @dataclass(frozen=True)
-class RunScript(Message):
+class RunScript(ChannelMessage):
     """Control -> host: run one ral script on the agent's shell. Reply: :class:`ScriptResult`."""
 
     KIND: ClassVar[str] = "run"
@@ -238,7 +238,7 @@ class RunScript(Message):
 
 
 @dataclass(frozen=True)
-class ScriptResult(Message):
+class ScriptResult(ChannelMessage):
     """The reply to :class:`RunScript`: the tool result as the agent would see it."""
 
     KIND: ClassVar[str] = "ran"
@@ -252,7 +252,7 @@ class ScriptResult(Message):
 
 
 @dataclass(frozen=True)
-class Ping(Message):
+class Ping(ChannelMessage):
     """A liveness probe; answered by the host's reader thread itself (no mailbox hop)."""
 
     KIND: ClassVar[str] = "ping"
@@ -260,14 +260,14 @@ class Ping(Message):
 
 
 @dataclass(frozen=True)
-class Pong(Message):
+class Pong(ChannelMessage):
     KIND: ClassVar[str] = "pong"
     seq: int = 0
     pid: int = 0
 
 
 @dataclass(frozen=True)
-class Probe(Message):
+class Probe(ChannelMessage):
     """Control -> host: read-only figures (the /resources card, the fleet view). Reply:
     :class:`ProbeReply`."""
 
@@ -276,14 +276,14 @@ class Probe(Message):
 
 
 @dataclass(frozen=True)
-class ProbeReply(Message):
+class ProbeReply(ChannelMessage):
     KIND: ClassVar[str] = "probed"
     agent: str
     figures: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class Events(Message):
+class Events(ChannelMessage):
     """Host -> control: bus events (Io, Notice, ...) as their dict form, batched and flushed at
     each call boundary or every few milliseconds, so the transcript keeps one writer."""
 
@@ -296,9 +296,9 @@ class Events(Message):
 
 
 @dataclass(frozen=True)
-class Call(Message):
+class Call(ChannelMessage):
     """A request either way: one method of the other end's site by name (an explicit table on
-    the receiving side), its arguments as an opaque ``payload``. Reply: :class:`Return`.
+    the receiving side), its arguments as an opaque ``payload``. Reply: :class:`ReturnFrame`.
 
     The payload is a pickle: both ends are this program, started from the same fork server,
     and the values that cross (inbox items, snapshots, events, typed errors) are its own
@@ -310,7 +310,7 @@ class Call(Message):
 
 
 @dataclass(frozen=True)
-class Return(Message):
+class ReturnFrame(ChannelMessage):
     """The reply to :class:`Call`: the pickled result, or the pickled typed error the handler
     raised (``InboxFull``, ``NameUsed``, ``DeskRefusal``...), re-raised in the caller."""
 
@@ -320,7 +320,7 @@ class Return(Message):
 
 
 @dataclass(frozen=True)
-class Publish(Message):
+class PublishFrame(ChannelMessage):
     """Host -> control: a batch of bus events (pickled), flushed at every call boundary and
     every few milliseconds; the transcript keeps one writer."""
 
@@ -330,7 +330,7 @@ class Publish(Message):
 
 
 @dataclass(frozen=True)
-class Ended(Message):
+class Ended(ChannelMessage):
     """Host -> control: the agent's drive loop ended (an orderly end, unlike a crash): its
     outcome, reply and figures (pickled). The host then waits for :class:`Shutdown`."""
 
@@ -339,18 +339,18 @@ class Ended(Message):
     payload: bytes = b""
 
 
-MESSAGE_TYPES: tuple[type[Message], ...] = (
+MESSAGE_TYPES: tuple[type[ChannelMessage], ...] = (
     Spawn,
-    Born,
-    Died,
+    BornFrame,
+    DiedFrame,
     Shutdown,
     Steer,
-    Interrupt,
-    Cancel,
+    InterruptFrame,
+    CancelFrame,
     DeliverResult,
     SendMessage,
     SlashCommand,
-    Verdict,
+    VerdictFrame,
     Failed,
     RunScript,
     ScriptResult,
@@ -360,22 +360,24 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     ProbeReply,
     Events,
     Call,
-    Return,
-    Publish,
+    ReturnFrame,
+    PublishFrame,
     Ended,
 )
-BY_KIND: dict[str, type[Message]] = {t.KIND: t for t in MESSAGE_TYPES}
+BY_KIND: dict[str, type[ChannelMessage]] = {t.KIND: t for t in MESSAGE_TYPES}
 assert len(BY_KIND) == len(MESSAGE_TYPES), "two message types share a KIND"
 
-CONTROL_KINDS: frozenset[str] = frozenset({Steer.KIND, Interrupt.KIND, Cancel.KIND, Shutdown.KIND})
+CONTROL_KINDS: frozenset[str] = frozenset(
+    {Steer.KIND, InterruptFrame.KIND, CancelFrame.KIND, Shutdown.KIND}
+)
 """Kinds a reader thread dispatches itself, bypassing every mailbox and queue."""
 
 VERDICT_KINDS: frozenset[str] = frozenset(
     {Spawn.KIND, DeliverResult.KIND, SendMessage.KIND, SlashCommand.KIND}
 )
-"""Requests whose reply is a :class:`Verdict` (or :class:`Failed`)."""
+"""Requests whose reply is a :class:`VerdictFrame` (or :class:`Failed`)."""
 
-_TUPLE_FIELDS: dict[type[Message], frozenset[str]] = {
+_TUPLE_FIELDS: dict[type[ChannelMessage], frozenset[str]] = {
     t: frozenset(f.name for f in dataclasses.fields(t) if str(f.type).startswith("tuple"))
     for t in MESSAGE_TYPES
 }
@@ -385,7 +387,7 @@ _TUPLE_FIELDS: dict[type[Message], frozenset[str]] = {
 class Envelope:
     """One frame: a message with its correlation ids."""
 
-    message: Message
+    message: ChannelMessage
     id: int | None = None
     """Set on a request: the sender waits for exactly one reply naming it."""
     reply_to: int | None = None
@@ -399,41 +401,42 @@ def encode(env: Envelope) -> bytes:
     """The frame body of ``env`` (the transport adds the length prefix)."""
     msg = env.message
     if type(msg) not in _TUPLE_FIELDS:
-        raise ProtocolError(f"not a channel message: {type(msg).__name__}")
+        raise ChannelProtocolError(f"not a channel message: {type(msg).__name__}")
     fields = {f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}
     try:
         return msgpack.packb([msg.KIND, env.id, env.reply_to, fields], use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as e:
-        raise ProtocolError(f"{msg.KIND}: a field is not msgpack-native: {e}") from None
+        raise ChannelProtocolError(f"{msg.KIND}: a field is not msgpack-native: {e}") from None
 
 
 def decode(data: bytes) -> Envelope:
-    """The envelope in ``data``; :class:`ProtocolError` for anything malformed."""
+    """The envelope in ``data``; :class:`ChannelProtocolError` for anything malformed."""
     try:
         obj = msgpack.unpackb(data, raw=False, strict_map_key=False)
     except Exception as e:  # msgpack raises several unrelated types on bad bytes
-        raise ProtocolError(f"undecodable frame ({len(data)} bytes): {e}") from None
+        raise ChannelProtocolError(f"undecodable frame ({len(data)} bytes): {e}") from None
     if not (isinstance(obj, list) and len(obj) == 4 and isinstance(obj[3], dict)):
-        raise ProtocolError("malformed frame: expected [kind, id, reply_to, fields]")
+        raise ChannelProtocolError("malformed frame: expected [kind, id, reply_to, fields]")
     kind, rid, reply_to, fields = obj
     cls = BY_KIND.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise ProtocolError(f"unknown message kind {kind!r}")
+        raise ChannelProtocolError(f"unknown message kind {kind!r}")
     for name, value in (("id", rid), ("reply_to", reply_to)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise ProtocolError(f"{kind}: {name} must be an integer or nil, got {value!r}")
+            raise ChannelProtocolError(f"{kind}: {name} must be an integer or nil, got {value!r}")
     tuples = _TUPLE_FIELDS[cls]
     args = {k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in fields.items()}
     try:
         msg = cls(**args)
     except TypeError as e:
-        raise ProtocolError(f"{kind}: fields do not match the message: {e}") from None
+        raise ChannelProtocolError(f"{kind}: fields do not match the message: {e}") from None
     return Envelope(msg, rid, reply_to)
 
 
-def rejection_of(error: BaseException) -> Verdict:
-    """The :class:`Verdict` that carries ``error`` back to the producer as a typed rejection."""
-    return Verdict(accepted=False, rejection=type(error).__name__, detail=str(error))
+def rejection_of(error: BaseException) -> VerdictFrame:
+    """The :class:`VerdictFrame` that carries ``error`` back to the producer as a typed
+    rejection."""
+    return VerdictFrame(accepted=False, rejection=type(error).__name__, detail=str(error))
 
 
 # -- correlation ------------------------------------------------------------------------------

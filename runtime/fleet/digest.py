@@ -7,8 +7,9 @@ records, so the user never sees more of a result than the model does.
 
 Invariants (property-tested):
 
-- ``clip`` output is at most ``max(cap, banner)`` UTF-8 bytes; the head and tail budgets are
-  ``cap - len(banner)``, so the whole clipped section fits the cap and ``clip`` is idempotent.
+- ``clip_middle`` output is at most ``max(cap, banner)`` UTF-8 bytes; the head and tail budgets
+  are ``cap - len(banner)``, so the whole clipped section fits the cap and ``clip_middle`` is
+  idempotent.
 - the head is a prefix and the tail a suffix of the input, cut on character boundaries (never
   inside a UTF-8 sequence);
 - input at or under the cap passes through unchanged.
@@ -97,9 +98,10 @@ def _tail_bytes(text: str, budget: int) -> str:
 
 
 def _clip_raw(raw: bytes, cap: int, section: str) -> str:
-    """:func:`clip` for bytes: only the head and tail windows are decoded, never the whole."""
+    """:func:`clip_middle` for bytes: only the head and tail windows are decoded, never the
+    whole."""
     if len(raw) <= cap:
-        return clip(raw.decode("utf-8", "replace"), cap, section)
+        return clip_middle(raw.decode("utf-8", "replace"), cap, section)
     total = len(raw)
     widest = len(banner(section, total, total).encode("utf-8"))
     budget = max(cap - widest, 0)
@@ -117,7 +119,7 @@ def _clip_raw(raw: bytes, cap: int, section: str) -> str:
     return head + banner(section, max(total - kept_raw, 0), total) + tail
 
 
-def clip(text: str | bytes, cap: int, section: str) -> str:
+def clip_middle(text: str | bytes, cap: int, section: str) -> str:
     """Head + banner + tail of ``text`` within ``cap`` UTF-8 bytes; under-cap input unchanged.
 
     ``bytes`` input (a program's output may be anything) is cut on the raw bytes and only the
@@ -143,8 +145,8 @@ def clip(text: str | bytes, cap: int, section: str) -> str:
 
 
 def clip_section(text: str | bytes, section: Section) -> str:
-    """:func:`clip` with the section's own cap."""
-    return clip(text, CAPS[section], section.value)
+    """:func:`clip_middle` with the section's own cap."""
+    return clip_middle(text, CAPS[section], section.value)
 
 
 def clip_agent_reply(text: str) -> str:

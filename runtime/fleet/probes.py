@@ -3,9 +3,9 @@
 The agent gathers what its thread may legally read — the worker registry's and the binding
 ledger's probe figures (read as data through the enquiry desk), inbox depth per source, the event
 log's mirror length and history bytes, the log dir and scratch walked at invocation, and the idle
-lease as two rows — and :func:`fold` turns them into :class:`ResourceRow` values plus a rendered
-plain-text card. The agent posts both in one ``Resources`` bus event; the frontend appends rows
-for what it owns at render time.
+lease as two rows — and :func:`resource_rows` turns them into :class:`ResourceRow` values plus a
+rendered plain-text card. The agent posts both in one ``Resources`` bus event; the frontend
+appends rows for what it owns at render time.
 
 Invariants: pure (no clock, no I/O, nothing renewed — enumeration is not observation); every
 input figure that is present yields a row; a figure that could not be read (``None``) still
@@ -83,7 +83,7 @@ def _bytes(n: Any) -> str:
     return "-" if n is None else human_bytes(int(n))
 
 
-def fold(f: ResourceFigures) -> list[ResourceRow]:
+def resource_rows(f: ResourceFigures) -> list[ResourceRow]:
     """The rows of one probe, in a fixed order: workers, bindings, inbox, log, disk, lease,
     tokens and cost."""
     rows: list[ResourceRow] = []
@@ -208,6 +208,7 @@ def event_rows(rows: list[ResourceRow]) -> tuple[tuple[str, Any], ...]:
 
 
 def resources(f: ResourceFigures, title: str = "resources") -> tuple[list[ResourceRow], str]:
-    """:func:`fold` and :func:`render_card` in one call: the rows and the card of one probe."""
-    rows = fold(f)
+    """:func:`resource_rows` and :func:`render_card` in one call: the rows and the card of one
+    probe."""
+    rows = resource_rows(f)
     return rows, render_card(rows, title)

@@ -65,7 +65,7 @@ EMPTY_USER_STUB = "(empty message)"
 CONTINUATION_STUB = "(conversation continues)"
 
 
-def render_messages(transcript: Sequence[TranscriptItem]) -> list[dict[str, Any]]:
+def render_anthropic_messages(transcript: Sequence[TranscriptItem]) -> list[dict[str, Any]]:
     turns: list[dict[str, Any]] = []
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
@@ -108,7 +108,7 @@ def _render_call(call: ToolCall) -> dict[str, Any]:
     return {"type": "tool_use", "id": call.id, "name": call.name, "input": object_arguments(call)}
 
 
-def render_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+def render_anthropic_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [
         {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
     ]
@@ -147,7 +147,7 @@ class AnthropicProvider(HttpStreamingProvider):
         tools: Sequence[ToolSpec],
         tool_choice_none: bool,
     ) -> tuple[str, dict[str, str], dict[str, Any]]:
-        messages = render_messages(transcript)
+        messages = render_anthropic_messages(transcript)
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens or DEFAULT_MAX_TOKENS,
@@ -156,7 +156,7 @@ class AnthropicProvider(HttpStreamingProvider):
         system_blocks: list[dict[str, Any]] | None = None
         tool_list: list[dict[str, Any]] | None = None
         if tools:
-            tool_list = render_tools(tools)
+            tool_list = render_anthropic_tools(tools)
             body["tools"] = tool_list
             if tool_choice_none:
                 body["tool_choice"] = {"type": "none"}

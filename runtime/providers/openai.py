@@ -69,7 +69,7 @@ TOOL_ERROR_PREFIX = "error: "
 """Chat-completions has no error flag on a tool message; the content says it instead."""
 
 
-def render_messages(
+def render_openai_messages(
     transcript: Sequence[TranscriptItem], system: str | None
 ) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
@@ -102,7 +102,7 @@ def _render_call(call: ToolCall) -> dict[str, Any]:
     }
 
 
-def render_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+def render_openai_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [
         {
             "type": "function",
@@ -148,10 +148,10 @@ class OpenAIProvider(HttpStreamingProvider):
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         if tools:
-            body["tools"] = render_tools(tools)
+            body["tools"] = render_openai_tools(tools)
             if tool_choice_none:
                 body["tool_choice"] = "none"
-        body["messages"] = render_messages(transcript, system)
+        body["messages"] = render_openai_messages(transcript, system)
         headers: dict[str, str] = {}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"

@@ -206,7 +206,7 @@ def open_file(path: str, roots: tuple[str, ...] | None, flags: int = _READ) -> i
     return fd
 
 
-def read_bytes(path: str, roots: tuple[str, ...] | None) -> bytes:
+def read_confined_bytes(path: str, roots: tuple[str, ...] | None) -> bytes:
     fd = open_file(path, roots)
     with os.fdopen(fd, "rb") as fh:
         return fh.read()
@@ -331,7 +331,7 @@ __all__ = [
     "open_below",
     "open_dir",
     "open_file",
-    "read_bytes",
+    "read_confined_bytes",
     "real_dir",
     "walk",
     "walk_tree",

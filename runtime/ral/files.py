@@ -52,7 +52,7 @@ def read_bytes(it: Interp, p: Any, what: str) -> bytes:
     """The content of the file ``p`` leads to, inside the roots."""
     full = it.path(p, what)
     with refusals(what, p, "read"):
-        return confine.read_bytes(full, it.ctx.grants.roots)
+        return confine.read_confined_bytes(full, it.ctx.grants.roots)
 
 
 def _read_text(it: Interp, p: Any, what: str) -> str:

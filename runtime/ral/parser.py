@@ -99,7 +99,7 @@ class Parser:
     def expect(self, kind: str, what: str) -> Token:
         t = self.peek()
         if t.kind != kind:
-            raise self.fail(f"expected {what}, found {describe(t)}")
+            raise self.fail(f"expected {what}, found {describe_token(t)}")
         return self.next()
 
     def is_word(self, w: str) -> bool:
@@ -137,7 +137,7 @@ class Parser:
             phrases.append(self.phrase())
             k = toks[self.i].kind
             if k not in ("nl", ";") and k != closer:
-                raise self.fail(f"unexpected {describe(toks[self.i])}")
+                raise self.fail(f"unexpected {describe_token(toks[self.i])}")
 
     def phrase(self, allow_let: bool = True) -> Node:
         t = self.peek()
@@ -184,7 +184,7 @@ class Parser:
             raise self.fail(f"bad name {name!r} after let", nt)
         eq = self.peek()
         if not (eq.kind == "word" and eq.value == "="):
-            raise self.fail(f"expected = after let {name}, found {describe(eq)}")
+            raise self.fail(f"expected = after let {name}, found {describe_token(eq)}")
         self.next()
         if self.peek().kind in _PHRASE_END:
             raise self.fail(f"expected a value after let {name} =")
@@ -196,7 +196,7 @@ class Parser:
     def body(self, what: str) -> Block:
         t = self.peek()
         if t.kind != "{":
-            raise self.fail(f"expected {{ after {what}, found {describe(t)}")
+            raise self.fail(f"expected {{ after {what}, found {describe_token(t)}")
         b = self.block()
         if b.params:
             raise RalSyntaxError(f"the body of {what} takes no parameters", b.line, b.col)
@@ -255,7 +255,7 @@ class Parser:
             if k in _PHRASE_END:
                 break
             if k in ("]", ",", "|"):
-                raise self.fail(f"unexpected {describe(toks[self.i])}")
+                raise self.fail(f"unexpected {describe_token(toks[self.i])}")
             args.append(self.atom())
         if not args and not (isinstance(head, Lit) and head.bare):
             return head
@@ -280,7 +280,7 @@ class Parser:
             return self.nested(self.block)
         if k == "(":
             return self.nested(self.paren)
-        raise self.fail(f"unexpected {describe(t)}")
+        raise self.fail(f"unexpected {describe_token(t)}")
 
     def nested(self, fn: Callable[[], Node]) -> Node:
         self.depth += 1
@@ -397,7 +397,7 @@ class Parser:
             if k == ",":
                 self.i += 1
             elif k != "]":
-                raise self.fail(f"expected , or ] in a list, found {describe(toks[self.i])}")
+                raise self.fail(f"expected , or ] in a list, found {describe_token(toks[self.i])}")
         self.i += 1
         if keys:
             if len(set(keys)) != len(keys):
@@ -406,7 +406,7 @@ class Parser:
         return ListLit(items, t.line, t.col)
 
 
-def describe(t: Token) -> str:
+def describe_token(t: Token) -> str:
     if t.kind == "eof":
         return "end of input"
     if t.kind == "nl":

@@ -39,7 +39,7 @@ _SECTION = re.compile(r"^\[(error|value|stdout|stderr|notes)\]$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
-class CallResult:
+class RecordedCall:
     """The ``index``-th (1-based) tool call an agent made, and what it returned."""
 
     index: int
@@ -59,7 +59,7 @@ class Ending:
 @dataclass(frozen=True)
 class AgentFacts:
     name: str
-    calls: tuple[CallResult, ...] = ()
+    calls: tuple[RecordedCall, ...] = ()
     children: tuple[str, ...] = ()
     ending: Ending | None = None
     """None while the agent had not ended (an unfinished run)."""
@@ -128,10 +128,10 @@ class Report:
 # Reading a session
 
 
-def agent_calls(events: Sequence[Mapping[str, Any]]) -> tuple[CallResult, ...]:
+def agent_calls(events: Sequence[Mapping[str, Any]]) -> tuple[RecordedCall, ...]:
     """Every tool result of one event log, in order, with the call that asked for it."""
     asked: dict[str, tuple[str, str | None]] = {}
-    out: list[CallResult] = []
+    out: list[RecordedCall] = []
     for rec in events:
         kind = rec.get("kind")
         msg = rec.get("message")
@@ -149,7 +149,7 @@ def agent_calls(events: Sequence[Mapping[str, Any]]) -> tuple[CallResult, ...]:
             call_id = str(msg.get("tool_call_id", ""))
             tool, script = asked.get(call_id, ("", None))
             out.append(
-                CallResult(
+                RecordedCall(
                     len(out) + 1,
                     call_id,
                     tool,
@@ -338,8 +338,8 @@ def _first(
 def _call_divergence(
     agent: str,
     what: str,
-    x: CallResult,
-    y: CallResult,
+    x: RecordedCall,
+    y: RecordedCall,
     parts: tuple[str, ...],
     then: str | None,
     now: str | None,

@@ -67,7 +67,7 @@ def log_path(base: str | os.PathLike[str]) -> Path:
     return p.with_name(p.name + LOG_SUFFIX)
 
 
-def encode_frame(record: dict[str, Any]) -> bytes:
+def encode_log_frame(record: dict[str, Any]) -> bytes:
     payload = msgpack.packb(record, use_bin_type=True)
     if len(payload) >= MAX_FRAME:
         raise ValueError(f"a binding-log frame of {len(payload)} bytes exceeds the u32 length")
@@ -184,7 +184,7 @@ class BindingLogWriter:
         self.close()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        frame = encode_frame(header(base))
+        frame = encode_log_frame(header(base))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             _write_all(fd, frame)
@@ -210,7 +210,7 @@ class BindingLogWriter:
         any partial frame off again."""
         if self._fd is None:
             raise OSError(f"binding log {self.path} is not open")
-        frame = encode_frame(record)
+        frame = encode_log_frame(record)
         try:
             _write_all(self._fd, frame)
             if self.fsync:

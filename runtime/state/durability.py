@@ -73,7 +73,7 @@ TORN_SUFFIX = ".torn"
 _SCAN = 64 * 1024
 
 
-def parse(value: str | None) -> Durability:
+def parse_durability(value: str | None) -> Durability:
     """``run.json``'s ``durability`` (absent in sessions older than the knob: ``process``)."""
     return DEFAULT if value is None else Durability(value)
 

@@ -11,9 +11,9 @@ Invariants:
 - A slot closes ``released`` only behind a destroyed receipt for the node's own environment, and
   ``release-unconfirmed`` only behind a ``teardown-unconfirmed`` naming what a sweeper deletes; so
   a replayed journal cannot claim a cleanup it never recorded.
-- :func:`fold` is pure; :class:`SpawnJournal` validates a record against the state *before* the
-  append (acknowledged under the session's durability policy) and folds it after, so the file
-  never holds a record the fold would refuse.
+- :func:`fold_settlement` is pure; :class:`SpawnJournal` validates a record against the state
+  *before* the append (acknowledged under the session's durability policy) and folds it after,
+  so the file never holds a record the fold would refuse.
 """
 
 from __future__ import annotations
@@ -365,7 +365,7 @@ def _check_settled(n: NodeState, r: dict[str, Any]) -> None:
         )
 
 
-def fold(records: list[dict[str, Any]]) -> SettlementState:
+def fold_settlement(records: list[dict[str, Any]]) -> SettlementState:
     """The settlement state of ``records``; raises the first typed refusal."""
     st = SettlementState()
     for r in records:

@@ -21,14 +21,14 @@ from actors.channel import AgentChannel
 from runtime.fleet.agent_channel import (
     BY_KIND,
     MESSAGE_TYPES,
-    Cancel,
+    CancelFrame,
+    ChannelMessage,
+    ChannelProtocolError,
     Correlator,
     Envelope,
-    Message,
     PeerGone,
     Ping,
     Pong,
-    ProtocolError,
     ReplyTimeout,
     RunScript,
     decode,
@@ -81,7 +81,7 @@ def _value_for(annotation: str) -> st.SearchStrategy[Any]:
     return st.none() | strat if optional else strat
 
 
-def _message_strategy(cls: type[Message]) -> st.SearchStrategy[Message]:
+def _message_strategy(cls: type[ChannelMessage]) -> st.SearchStrategy[ChannelMessage]:
     fields = {f.name: _value_for(str(f.type)) for f in dataclasses.fields(cls)}
     return st.builds(cls, **fields)
 
@@ -93,7 +93,7 @@ ids = st.none() | st.integers(min_value=0, max_value=2**63 - 1)
 @settings(max_examples=400)
 @given(msg=messages, rid=ids, reply_to=ids)
 def test_every_message_survives_encode_then_decode_unchanged(
-    msg: Message, rid: int | None, reply_to: int | None
+    msg: ChannelMessage, rid: int | None, reply_to: int | None
 ) -> None:
     env = Envelope(msg, rid, reply_to)
     assert decode(encode(env)) == env
@@ -110,7 +110,7 @@ def test_arbitrary_bytes_decode_to_a_message_or_a_protocol_error_and_nothing_els
 ) -> None:
     try:
         decode(data)
-    except ProtocolError:
+    except ChannelProtocolError:
         pass
 
 
@@ -127,12 +127,12 @@ def test_arbitrary_bytes_decode_to_a_message_or_a_protocol_error_and_nothing_els
 def test_a_malformed_frame_is_a_protocol_error_that_names_what_is_wrong(
     frame: list[Any], named: str
 ) -> None:
-    with pytest.raises(ProtocolError, match=named):
+    with pytest.raises(ChannelProtocolError, match=named):
         decode(msgpack.packb(frame))
 
 
 def test_a_field_that_msgpack_cannot_carry_is_a_protocol_error_at_encode() -> None:
-    with pytest.raises(ProtocolError, match="not msgpack-native"):
+    with pytest.raises(ChannelProtocolError, match="not msgpack-native"):
         encode(Envelope(RunScript(object())))  # type: ignore[arg-type]
 
 
@@ -191,7 +191,7 @@ def test_a_control_frame_reaches_its_callback_while_the_request_handler_is_still
     a, b = pair
     busy = threading.Event()
     release = threading.Event()
-    seen: list[Message] = []
+    seen: list[ChannelMessage] = []
     got_cancel = threading.Event()
     worker_threads: list[threading.Thread] = []
 
@@ -205,20 +205,20 @@ def test_a_control_frame_reaches_its_callback_while_the_request_handler_is_still
         worker_threads.append(t)
         t.start()
 
-    def control(msg: Message) -> None:
+    def control(msg: ChannelMessage) -> None:
         seen.append(msg)
         got_cancel.set()
 
     host = AgentChannel(b, peer="control", on_request=slow_request, on_control=control).start()
     ctl = AgentChannel(a, peer="host").start()
     try:
-        answer: list[Message] = []
+        answer: list[ChannelMessage] = []
         asker = threading.Thread(target=lambda: answer.append(ctl.request(Ping(1), timeout=10)))
         asker.start()
         assert busy.wait(10)
-        ctl.send(Cancel("a", "stop"))
+        ctl.send(CancelFrame("a", "stop"))
         assert got_cancel.wait(10)
-        assert seen == [Cancel("a", "stop")]
+        assert seen == [CancelFrame("a", "stop")]
         assert not answer  # the request is still in flight
         release.set()
         asker.join(10)
@@ -297,7 +297,7 @@ def test_the_peer_closing_fails_a_waiting_request_with_peer_gone_and_reports_end
 
 def test_an_undecodable_frame_is_counted_and_the_reader_carries_on(pair: Any) -> None:
     a, b = pair
-    bad: list[ProtocolError] = []
+    bad: list[ChannelProtocolError] = []
     host = AgentChannel(
         b,
         peer="control",

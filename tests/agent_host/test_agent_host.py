@@ -20,6 +20,7 @@ import pytest
 from actors.agent_host import AgentHost
 from runtime.constants import INBOX_SOURCE_CAP
 from runtime.fleet.agent_channel import DeliverResult, PeerGone, ScriptResult
+from runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ def start_host(tmp_path: Path) -> Iterator[Callable[[str], AgentHost]]:
     hosts: list[AgentHost] = []
 
     def start(name: str) -> AgentHost:
-        host = AgentHost(name, tmp_path)
+        host = AgentHost(name, SessionDir(tmp_path))
         hosts.append(host)
         host.wait_born()
         return host
@@ -102,7 +103,7 @@ def test_the_65th_agent_result_into_a_host_inbox_is_rejected_with_inbox_full_and
 def test_a_sigkilled_host_is_seen_as_end_of_file_with_its_signal_and_its_shell_is_killed(
     tmp_path: Path,
 ) -> None:
-    host = AgentHost("victim", tmp_path)
+    host = AgentHost("victim", SessionDir(tmp_path))
     born = host.wait_born()
     shell = psutil.Process(born.shell_pid or 0)
     os.kill(host.pid, signal.SIGKILL)
@@ -118,7 +119,7 @@ def test_a_sigkilled_host_is_seen_as_end_of_file_with_its_signal_and_its_shell_i
 
 
 def test_an_orderly_shutdown_reports_died_and_exits_zero(tmp_path: Path) -> None:
-    host = AgentHost("calm", tmp_path)
+    host = AgentHost("calm", SessionDir(tmp_path))
     born = host.wait_born()
     shell = psutil.Process(born.shell_pid or 0)
     ex = host.shutdown("fleet closed")
@@ -131,7 +132,8 @@ def test_an_orderly_shutdown_reports_died_and_exits_zero(tmp_path: Path) -> None
 PARENT = """
 import sys, time
 from actors.agent_host import AgentHost
-hosts = [AgentHost(f"h{i}", sys.argv[1]) for i in range(3)]
+from runtime.state.session_dir import SessionDir
+hosts = [AgentHost(f"h{i}", SessionDir.at(sys.argv[1])) for i in range(3)]
 for h in hosts:
     b = h.wait_born()
     h.run("let w = spawn { sleep 60 }")

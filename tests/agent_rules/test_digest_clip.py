@@ -12,8 +12,8 @@ from runtime.fleet.digest import (
     CAPS,
     Section,
     banner,
-    clip,
     clip_agent_reply,
+    clip_middle,
     digest_tool_result,
 )
 
@@ -41,12 +41,12 @@ def test_the_section_caps_are_the_seed_figures() -> None:
 
 def test_under_cap_text_passes_through_unchanged() -> None:
     text = "a" * 1000 + "é" * 100
-    assert clip(text, 2000, "stdout") == text
+    assert clip_middle(text, 2000, "stdout") == text
 
 
 def test_oversize_text_keeps_head_and_tail_and_says_how_much_was_elided() -> None:
     text = "".join(f"line {i}\n" for i in range(10_000))
-    out = clip(text, 4096, "stdout")
+    out = clip_middle(text, 4096, "stdout")
     head, tail, elided, total = split(out)
     assert text.startswith(head) and text.endswith(tail)
     assert head.startswith("line 0\n") and tail.endswith("line 9999\n")
@@ -58,7 +58,7 @@ def test_oversize_text_keeps_head_and_tail_and_says_how_much_was_elided() -> Non
 
 def test_a_multibyte_character_is_never_split() -> None:
     text = "€" * 10_000  # 3 bytes each
-    out = clip(text, 1000, "value")
+    out = clip_middle(text, 1000, "value")
     head, tail, _, _ = split(out)
     assert set(head) <= {"€"} and set(tail) <= {"€"}
     assert nbytes(out) <= 1000
@@ -66,7 +66,7 @@ def test_a_multibyte_character_is_never_split() -> None:
 
 def test_bytes_are_cut_raw_and_decoded_only_at_the_windows() -> None:
     raw = ("ü" * 50_000).encode()
-    out = clip(raw, 2048, "stdout")
+    out = clip_middle(raw, 2048, "stdout")
     head, tail, elided, total = split(out)
     assert total == len(raw) and set(head + tail) == {"ü"}
     assert elided == total - nbytes(head) - nbytes(tail)
@@ -75,7 +75,7 @@ def test_bytes_are_cut_raw_and_decoded_only_at_the_windows() -> None:
 
 def test_invalid_utf8_bytes_still_fit_the_cap() -> None:
     raw = b"\xff\xfe" * 20_000
-    out = clip(raw, 1024, "stdout")
+    out = clip_middle(raw, 1024, "stdout")
     assert nbytes(out) <= 1024
     assert "\ufffd" in out
 
@@ -113,7 +113,7 @@ def test_an_agent_reply_is_clipped_to_its_cap() -> None:
 
 
 def test_a_cap_smaller_than_the_banner_yields_the_banner_alone() -> None:
-    out = clip("z" * 1000, 10, "value")
+    out = clip_middle("z" * 1000, 10, "value")
     assert out == banner("value", 1000, 1000)
 
 
@@ -122,7 +122,7 @@ def test_a_cap_smaller_than_the_banner_yields_the_banner_alone() -> None:
 def test_clip_fits_the_cap_keeps_a_prefix_and_a_suffix_and_is_idempotent(
     text: str, cap: int
 ) -> None:
-    out = clip(text, cap, "stdout")
+    out = clip_middle(text, cap, "stdout")
     widest = nbytes(banner("stdout", nbytes(text), nbytes(text)))
     assert nbytes(out) <= max(cap, widest)
     if nbytes(text) <= cap:
@@ -132,12 +132,12 @@ def test_clip_fits_the_cap_keeps_a_prefix_and_a_suffix_and_is_idempotent(
         assert text.startswith(head) and text.endswith(tail)
         assert total == nbytes(text) and elided == total - nbytes(head) - nbytes(tail)
         if cap >= widest:
-            assert clip(out, cap, "stdout") == out
+            assert clip_middle(out, cap, "stdout") == out
 
 
 @settings(max_examples=200)
 @given(st.binary(max_size=3000), st.integers(200, 2000))
 def test_clip_of_arbitrary_bytes_never_raises_and_fits(raw: bytes, cap: int) -> None:
-    out = clip(raw, cap, "stderr")
+    out = clip_middle(raw, cap, "stderr")
     widest = nbytes(banner("stderr", len(raw) * 3, len(raw) * 3))
     assert nbytes(out) <= max(cap, widest)

@@ -1,10 +1,10 @@
-"""The /resources fold (runtime.fleet.probes): pure rows and a card."""
+"""The /resources resource_rows (runtime.fleet.probes): pure rows and a card."""
 
 from __future__ import annotations
 
 import copy
 
-from runtime.fleet.probes import ResourceFigures, event_rows, fold, render_card, resources
+from runtime.fleet.probes import ResourceFigures, event_rows, render_card, resource_rows, resources
 from runtime.shell.ledger import LedgerFigures
 from runtime.shell.worker_retention import WorkerFigures
 
@@ -36,7 +36,7 @@ def figures() -> ResourceFigures:
 
 
 def test_every_figure_becomes_a_row() -> None:
-    rows = {r.name: r for r in fold(figures())}
+    rows = {r.name: r for r in resource_rows(figures())}
     assert rows["workers.running"].value == 2
     assert rows["workers.nearest_reap_calls"].detail == "in 17 ral calls"
     assert rows["bindings.live"].value == 4 and "armed" in rows["bindings.live"].detail
@@ -62,11 +62,11 @@ def test_the_real_probe_dataclasses_fold_like_their_dicts() -> None:
         lease_nearest_reap_secs=f.lease_nearest_reap_secs,
         lease_demote_secs=f.lease_demote_secs,
     )
-    assert fold(typed) == fold(f)
+    assert resource_rows(typed) == resource_rows(f)
 
 
 def test_an_unavailable_probe_is_a_visible_row_not_a_missing_one() -> None:
-    rows = {r.name: r for r in fold(ResourceFigures(disk={"scratch": None}))}
+    rows = {r.name: r for r in resource_rows(ResourceFigures(disk={"scratch": None}))}
     assert rows["workers"].value is None and rows["workers"].detail == "probe unavailable"
     assert rows["bindings"].value is None
     assert rows["disk.total"].value is None
@@ -76,7 +76,7 @@ def test_an_unavailable_probe_is_a_visible_row_not_a_missing_one() -> None:
 def test_the_fold_mutates_nothing_it_reads() -> None:
     f = figures()
     before = copy.deepcopy(f)
-    fold(f)
+    resource_rows(f)
     assert f == before
 
 
@@ -91,5 +91,5 @@ def test_the_card_is_an_aligned_plain_text_table() -> None:
 
 
 def test_event_rows_carry_the_raw_values() -> None:
-    pairs = dict(event_rows(fold(figures())))
+    pairs = dict(event_rows(resource_rows(figures())))
     assert pairs["eventlog.bytes"] == 4096

@@ -144,15 +144,18 @@ def test_the_fleet_budget_is_reported_reached_exactly_once_and_unknown_spend_cou
 
 
 def test_resources_card_shows_tokens_by_kind_and_an_unknown_cost_with_its_reason() -> None:
-    from runtime.fleet.probes import ResourceFigures, fold
+    from runtime.fleet.probes import ResourceFigures, resource_rows
 
     meter = SpendMeter()
     meter.charge("claude-haiku-4-5", Usage(3000, 100, 1000, 1500), PriceTable())
-    rows = {r.name: r for r in fold(ResourceFigures(spend=meter.read().to_json(), prices_date="d"))}
+    rows = {
+        r.name: r
+        for r in resource_rows(ResourceFigures(spend=meter.read().to_json(), prices_date="d"))
+    }
     assert rows["tokens.cache_write"].value == 1000 and rows["tokens.cache_read"].value == 1500
     # 500 x $1 + 1000 x $1.25 + 1500 x $0.10 + 100 x $5 per million
     assert rows["cost.usd"].value == "0.002400" and rows["cost.usd"].detail == "prices of d"
     meter.charge("unpriced", Usage(10, 1), PriceTable())
-    rows = {r.name: r for r in fold(ResourceFigures(spend=meter.read().to_json()))}
+    rows = {r.name: r for r in resource_rows(ResourceFigures(spend=meter.read().to_json()))}
     assert rows["cost.usd"].value is None
     assert rows["cost.usd"].detail == "unknown: no price for unpriced (known part $0.002400)"

@@ -129,13 +129,13 @@ def test_every_admitted_message_renders_to_a_request_a_strict_backend_accepts(
     admitted = admit_assistant(msg)
     results = [ToolResult(c.id, "ok") for c in admitted.tool_calls]
     transcript: list[TranscriptItem] = [UserMessage("go"), admitted, *results]
-    for turn in anthropic.render_messages(transcript):
+    for turn in anthropic.render_anthropic_messages(transcript):
         for block in turn["content"]:
             if block["type"] == "text":
                 assert block["text"].strip()
             if block["type"] == "tool_use":
                 assert isinstance(block["input"], dict)
-    for m in openai.render_messages(transcript, None):
+    for m in openai.render_openai_messages(transcript, None):
         for call in m.get("tool_calls", ()):
             assert isinstance(json.loads(call["function"]["arguments"]), dict)
         if m["role"] == "assistant":

@@ -159,9 +159,9 @@ def test_anthropic_request_carries_version_key_system_and_merged_user_turns(
 
 
 def test_anthropic_transcript_opening_with_an_assistant_turn_gets_a_user_turn_first() -> None:
-    from runtime.providers.anthropic import render_messages
+    from runtime.providers.anthropic import render_anthropic_messages
 
-    turns = render_messages([AssistantMessage("  "), UserMessage("")])
+    turns = render_anthropic_messages([AssistantMessage("  "), UserMessage("")])
     assert [t["role"] for t in turns] == ["user", "assistant", "user"]
     assert all(b["text"].strip() for t in turns for b in t["content"])
 

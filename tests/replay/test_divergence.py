@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from runtime.replay.divergence import (
     AgentFacts,
-    CallResult,
     Ending,
+    RecordedCall,
     SessionFacts,
     agent_calls,
     compare,
@@ -21,8 +21,8 @@ from runtime.replay.divergence import (
 from runtime.replay.volatile import Normaliser
 
 
-def _call(i: int, content: str, script: str = "echo x", error: bool = False) -> CallResult:
-    return CallResult(i, f"c{i}", "ral", script, content, error)
+def _call(i: int, content: str, script: str = "echo x", error: bool = False) -> RecordedCall:
+    return RecordedCall(i, f"c{i}", "ral", script, content, error)
 
 
 def _session(*agents: AgentFacts, finished: bool = True, root: str = "/s/then") -> SessionFacts:
@@ -157,8 +157,8 @@ def test_an_event_log_yields_each_result_with_the_call_that_asked_for_it() -> No
         },
     ]
     assert agent_calls(events) == (
-        CallResult(1, "a", "ral", "echo 1", "[stdout]\n1\n", False),
-        CallResult(2, "b", "browse", None, "[error]\nunknown", True),
+        RecordedCall(1, "a", "ral", "echo 1", "[stdout]\n1\n", False),
+        RecordedCall(2, "b", "browse", None, "[error]\nunknown", True),
     )
 
 

@@ -24,7 +24,7 @@ from runtime.state.journal import (
     SeqRefused,
     SpawnJournal,
     UnknownNode,
-    fold,
+    fold_settlement,
     replay,
 )
 
@@ -133,7 +133,7 @@ def test_a_torn_tail_is_reported_and_the_readable_prefix_is_used(ops: list[Op], 
         path.write_bytes(raw[:cut])
         rep = replay(path)
         assert rep.torn and len(rep.records) == len(ops) - 1
-        assert rep.state.terminal_records() == fold(rep.records).terminal_records()
+        assert rep.state.terminal_records() == fold_settlement(rep.records).terminal_records()
         j, _ = SpawnJournal.open(path)  # a writer resuming after the crash
         j.spawned("after-crash")
         again = replay(path)
@@ -168,7 +168,7 @@ def test_a_reused_seq_is_refused_on_replay(ops: list[Op], data) -> None:
 def test_admission_phases_are_accepted_only_in_order_intent_environment_dispatched(
     phases: list[str],
 ) -> None:
-    st_ = fold([{"kind": "spawned", "seq": 0, "id": "n"}])
+    st_ = fold_settlement([{"kind": "spawned", "seq": 0, "id": "n"}])
     accepted: list[str] = []
     for i, phase in enumerate(phases, start=1):
         rec = {
@@ -224,7 +224,9 @@ def test_a_pending_slot_without_an_environment_is_refused(journal) -> None:
 
 
 def test_a_lower_unused_seq_is_refused_as_out_of_order() -> None:
-    st_ = fold([{"kind": "spawned", "seq": 0, "id": "a"}, {"kind": "spawned", "seq": 5, "id": "b"}])
+    st_ = fold_settlement(
+        [{"kind": "spawned", "seq": 0, "id": "a"}, {"kind": "spawned", "seq": 5, "id": "b"}]
+    )
     with pytest.raises(SeqRefused) as e:
         st_.apply({"kind": "spawned", "seq": 3, "id": "c"})
     assert not isinstance(e.value, DuplicateSeq)

@@ -10,6 +10,7 @@ import pytest
 
 from actors.process import ensure_fork_server
 from actors.shell import ShellActor
+from runtime.state.session_dir import SessionDir
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -43,7 +44,7 @@ def start_shell(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     refs: list[Any] = []
 
     def start(name: str = "trunk", **kwargs: Any) -> Any:
-        kwargs.setdefault("session_dir", tmp_path)
+        kwargs.setdefault("session", SessionDir(tmp_path))
         kwargs.setdefault("faults", True)
         ref = ShellActor.start(name=name, **kwargs)
         refs.append(ref)
