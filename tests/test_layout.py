@@ -314,12 +314,6 @@ def test_the_session_dir_module_names_every_session_file() -> None:
 
 # --------------------------------------------------------------------------- one name, one thing
 
-BEING_DELETED = frozenset({"SnapshotBuilder", "BindingEncodingCache"})
-"""Names whose last definition is being removed on a parallel branch (runtime/state/snapshot.py's
-dead builder and cache): while both copies exist they are not a second meaning, just a leftover.
-Every other public name of runtime/, actors/ and cli/ is held to one definition."""
-
-
 def _public_definitions(modules: dict[str, Path]) -> dict[str, list[str]]:
     """Every top-level public class and function name (no leading ``_``) -> the modules that
     define it, in module order."""
@@ -354,8 +348,7 @@ def test_the_name_scan_finds_a_class_or_function_defined_in_two_modules(tmp_path
 
 
 def test_each_public_class_and_function_name_is_defined_in_one_module_only() -> None:
-    found = _doubles(_project_modules())
-    doubles = {n: mods for n, mods in found.items() if n not in BEING_DELETED}
+    doubles = _doubles(_project_modules())
     assert not doubles, (
         "each name means one thing in the project; rename one of each:\n"
         + "\n".join(f"{n}: {', '.join(mods)}" for n, mods in sorted(doubles.items()))
