@@ -46,7 +46,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
-from typing import Any
+from multiprocessing.process import BaseProcess
+from typing import Any, Protocol
 
 import psutil
 
@@ -192,10 +193,12 @@ def agent_process_main(conn: Connection, fork_address: str, boot: HostBoot) -> N
 
 class AgentProcess:
     """The host's state: its channel, its agent, its event buffer. Threads: main (the drive
-    loop), the channel reader, the flusher, and the agent's shell actor."""
+    loop), the channel reader, the flusher, and the agent's shell actor. ``node`` names where
+    it runs (``"local"``, or the Ray node id of a host a :class:`HostBackend` started)."""
 
-    def __init__(self, conn: Connection, boot: HostBoot) -> None:
+    def __init__(self, conn: Connection, boot: HostBoot, node: str = "local") -> None:
         self.boot = boot
+        self.node = node
         self.name = boot.spec.name
         self.token = CancelScope()
         self.inbox = Inbox(recipient=self.name)
@@ -227,7 +230,8 @@ class AgentProcess:
                 self._trip(self._cancel)
             if self.boot.restarted is not None:
                 self._after_restart(agent)
-            self.channel.send(Born(self.name, os.getpid(), agent.shell_pid(), spec.generation))
+            born = Born(self.name, os.getpid(), agent.shell_pid(), spec.generation, self.node)
+            self.channel.send(born)
             while not (self._launched.wait(0.05) or self._stop.is_set()):
                 pass
             if self._launched.is_set():
@@ -489,6 +493,26 @@ class RemoteInbox:
         return sum(self.depths().values())
 
 
+class HostProcess(Protocol):
+    """What the control side holds of a started host besides its channel: the part of
+    ``multiprocessing``'s process handle it uses (``pid`` may be 0 until ``Born``)."""
+
+    pid: int | None
+    exitcode: int | None
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+class HostBackend(Protocol):
+    """Something that starts agent hosts somewhere else than this machine's fork server
+    (``actors/ray_backend.py``): it runs :class:`AgentProcess` there on a connection back to
+    here, so the channel protocol is the same frames over a socket instead of a pipe."""
+
+    def launch(self, boot: HostBoot) -> tuple[Connection, HostProcess]: ...
+
+
 class ProcessAgent:
     """The control side's stand-in for an agent that runs in its own process.
 
@@ -505,8 +529,11 @@ class ProcessAgent:
         pool: Executor,
         on_exit: Callable[[ProcessAgent, AgentOutcome], None],
         intensity: RestartIntensity | None = None,
+        backend: HostBackend | None = None,
     ) -> None:
         spec = boot.spec
+        self.backend = backend
+        """Who starts its hosts: None for this machine's fork server."""
         self.site = site
         self.spec = spec
         self.name = spec.name
@@ -564,6 +591,11 @@ class ProcessAgent:
     @property
     def pid(self) -> int:
         return self._host.pid
+
+    @property
+    def node(self) -> str:
+        """Where its host runs: ``"local"``, or the Ray node id."""
+        return self._host.node
 
     def shell_pid(self) -> int | None:
         return self._host.shell_pid
@@ -689,7 +721,13 @@ class _Host:
         self.ended = False
         self.born: Born | None = None
         self.shell_pid: int | None = None
-        here, there = process_context().Pipe(duplex=True)
+        self.node = "local"
+        self.proc: BaseProcess | HostProcess
+        if agent.backend is not None:
+            here, self.proc = agent.backend.launch(boot)
+        else:
+            here = self._fork(boot)
+        self.pid: int = self.proc.pid or 0
         self.channel = AgentChannel(
             here,
             peer=f"agent process {boot.spec.name}",
@@ -697,6 +735,10 @@ class _Host:
             on_notify=self._notify,
             on_eof=self._eof,
         )
+        self.channel.start()
+
+    def _fork(self, boot: HostBoot) -> Connection:
+        here, there = process_context().Pipe(duplex=True)
         try:
             self.proc = start_process(
                 agent_process_main,
@@ -708,8 +750,7 @@ class _Host:
             raise AgentProcessFailed(f"agent {boot.spec.name}: cannot start: {e}") from e
         finally:
             there.close()
-        self.pid: int = self.proc.pid or 0
-        self.channel.start()
+        return here
 
     def wait_born(self) -> Born:
         deadline = time.monotonic() + BORN_TIMEOUT
@@ -721,6 +762,8 @@ class _Host:
                     f"agent {self._agent.name}: its process ended or stalled before it was born"
                 )
         assert self.born is not None
+        self.pid = self.pid or self.born.pid
+        self.node = self.born.node
         return self.born
 
     def _request(self, env: Envelope) -> None:
@@ -772,7 +815,7 @@ class _Host:
     def _reap_shell(self) -> None:
         """A shell whose host died sees end of file and exits; one that has not within the
         grace is killed (its workers see end of file in turn)."""
-        if not self.shell_pid:
+        if not self.shell_pid or self.node != "local":  # a remote shell is its backend's
             return
         with contextlib.suppress(psutil.Error, ValueError):
             shell = psutil.Process(self.shell_pid)
@@ -782,6 +825,9 @@ class _Host:
                 shell.kill()
 
     def kill(self) -> None:
+        if self._agent.backend is not None:
+            self.proc.kill()
+            return
         for pid in (self.shell_pid, self.pid):
             with contextlib.suppress(psutil.Error, ValueError):
                 if pid:

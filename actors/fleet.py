@@ -30,7 +30,7 @@ import pykka
 
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
-from actors.agent_process import HostBoot, ProcessAgent
+from actors.agent_process import HostBackend, HostBoot, ProcessAgent
 from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
 from actors.agent_site import (
     BranchRequest,
@@ -96,6 +96,9 @@ class FleetConfig:
     """Where each agent runs: a thread of this process, or an OS process of its own
     (``actors/agent_process.py``: its drive loop, inbox and shell there; supervised)."""
     """Every shell's memory, live-worker and binding-size limits (``runtime/limits.py``)."""
+    backend: HostBackend | None = None
+    """Who starts the agent processes: None for this machine's fork server; a Ray backend
+    (``actors/ray_backend.py``) starts each as a Ray actor on the cluster."""
 
 
 class _AgentActor(QuotaActor):
@@ -258,7 +261,14 @@ class Fleet:
         boot = HostBoot(
             spec, provider, self.session, self.config.disk_warn_bytes, self.config.limits
         )
-        return ProcessAgent(self, boot, entry.token, pool=self._pool, on_exit=self._agent_exited)
+        return ProcessAgent(
+            self,
+            boot,
+            entry.token,
+            pool=self._pool,
+            on_exit=self._agent_exited,
+            backend=self.config.backend,
+        )
 
     def _launch(self, agent: Hosted) -> None:
         born = Born(
@@ -268,6 +278,7 @@ class Fleet:
             interactive=agent.interactive,
             fuel=agent.fuel,
             pid=agent.pid if isinstance(agent, ProcessAgent) else os.getpid(),
+            node=agent.node if isinstance(agent, ProcessAgent) else "local",
         )
         if isinstance(agent, ProcessAgent):
             with self._lock:

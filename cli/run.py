@@ -7,6 +7,7 @@ from typing import Literal
 
 import click
 
+from cli.backend_options import Backend, backend_options
 from cli.grants import grant_options
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
@@ -34,6 +35,7 @@ from runtime.limits import ShellLimits
     help="Run each agent on a thread of this process, or in an OS process of its own "
     "(supervised: a crashed agent is restarted from its files).",
 )
+@backend_options
 @record_option
 @grant_options
 @output_options
@@ -46,6 +48,9 @@ def run_command(
     disk_warn_bytes: int | None,
     window_tokens: int | None,
     agents: Literal["thread", "process"],
+    backend: Backend,
+    ray_address: str | None,
+    placement: str,
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
     record: str | None,
@@ -73,12 +78,13 @@ def run_command(
     Exit codes:
       0    the trunk replied, or quiesced (a ral error it could not get past ends it here too)
       1    the run failed (a provider error: the `error:` line says which) or was capped
-      2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
+      2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service,
+           --backend ray without Ray installed (the message gives the install line)
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
       143  cancelled by SIGTERM, likewise
     """
-    if agents == "process" and record:
+    if (agents == "process" or backend == "ray") and record:
         raise click.UsageError(
             "--record keeps every agent's provider in this process: "
             "it cannot be combined with --agents process"
@@ -95,6 +101,9 @@ def run_command(
         limits=limits,
         record=record,
         agents=agents,
+        backend=backend,
+        ray_address=ray_address,
+        placement=placement,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import click
 
+from cli.backend_options import check_backend, make_backend
 from runtime.durable import atomic_write_bytes
 from runtime.errors import ScenarioError
 from runtime.fleet_yield import FleetYield
@@ -78,6 +79,10 @@ class RunSpec:
     """Grants already resolved (``replay``: the recorded run's); else from the flags."""
     agents: Literal["thread", "process"] = "thread"
     """``--agents``: each agent on a thread of this process, or in an OS process of its own."""
+    backend: Literal["local", "ray"] = "local"
+    """``--backend``: agent processes on this machine, or Ray actors (cli/backend_options.py)."""
+    ray_address: str | None = None
+    placement: str = "spread"
 
 
 @dataclass(frozen=True)
@@ -232,11 +237,13 @@ def run_headless(
     if not prompt:
         raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
     factory = provider_factory(spec)
+    check_backend(spec.backend)
     session = open_session(spec.session_dir)
     write_run_spec(session, spec, grants)
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)
     if recording is not None:
         factory = recording.factory
+    backend = make_backend(spec.backend, spec.ray_address, spec.placement)
     fleet = Fleet(
         session,
         factory,
@@ -245,7 +252,8 @@ def run_headless(
             grants=grants,
             limits=spec.limits,
             cwd=spec.cwd,
-            agents=spec.agents,
+            agents="process" if backend is not None else spec.agents,
+            backend=backend,
         ),
     )
     outcome = "failed"
@@ -274,6 +282,8 @@ def run_headless(
         try:
             fleet.close()
         finally:
+            if backend is not None:
+                backend.close()
             if recording is not None:
                 recording.close()
             if observer is not None:

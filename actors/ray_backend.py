@@ -1,0 +1,217 @@
+"""The Ray backend: each agent host a Ray actor on a cluster, the control plane in this process.
+
+``--backend ray`` (``FleetConfig.backend``). The agent host is the very same
+:class:`actors.agent_process.AgentProcess` as the local process backend; only who starts it
+differs. :meth:`RayBackend.launch` opens a one-shot TCP listener on the driver's node address,
+creates a Ray actor (placement: ``spread`` by default, ``pack`` is Ray's ``DEFAULT``) and
+asks it to :meth:`_RayHost.serve` the agent: the actor connects back, both ends prove they hold
+the launch's random key (``multiprocessing``'s HMAC challenge, both ways), and from then on the
+channel is the agent-channel protocol (``runtime/agent_channel.py``) over that socket instead of
+a pipe -- control frames, verdicts, ``Publish`` batches and site calls unchanged.
+
+On its node the actor starts a fork server of its own (its shell host and the shell's workers
+are its children there: ``actors/process.py`` preloads the runtime once per actor) and reports
+the Ray node id in ``Born``. The registry, bus, journal and spawn site stay in the driver.
+
+Placement ``spread`` puts each new host on the alive node that holds the fewest of this run's
+live hosts (Ray's node affinity, soft: a node that went away falls back to any). Ray's own
+``SPREAD`` strategy was tried first and, with hosts created one at a time as spawns arrive,
+put all three hosts of examples/fanout.toml on one of two nodes.
+
+Invariants:
+- The listener accepts exactly one connection and only within ``BORN_TIMEOUT``; a peer that
+  fails the key challenge is refused (:class:`RayHostFailed`), never served.
+- A host's end is the actor's end: :meth:`RayHostProcess.kill` is ``ray.kill`` (its shell sees
+  end of file, its fork server sees its alive pipe close, and both exit with it), and a host
+  whose ``serve`` returned is killed too, so no Ray worker outlives its agent.
+- Ray is optional (``pip install -e '.[ray]'``): it is imported only when a backend is made,
+  and its absence is :class:`RayNotInstalled`, never an ``ImportError``.
+
+Not yet: the session directory must be one path every node sees (a shared file system, or one
+machine); a node's disappearance is a crash like any other (restart, else ``down``), but the
+release sweep's ``release-unconfirmed`` records for it and resuming after the driver dies are
+not built. See docs/scale-out.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
+from typing import Any, Literal
+
+from actors.agent_process import BORN_TIMEOUT, AgentProcess, HostBoot
+from runtime.errors import ExarchError
+
+Placement = Literal["spread", "pack"]
+
+INSTALL_HINT = "--backend ray needs Ray: pip install -e '.[ray]' (ray>=2.40)"
+
+
+class RayNotInstalled(ExarchError):
+    """``--backend ray`` was asked for, but Ray cannot be imported here."""
+
+
+class RayHostFailed(ExarchError):
+    """A Ray-hosted agent never connected back, or failed the launch key's challenge."""
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or :class:`RayNotInstalled` saying how to install it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise RayNotInstalled(INSTALL_HINT) from e
+    return ray
+
+
+# -- host side (runs in the Ray actor's process) ----------------------------------------------
+
+
+class _RayHost:
+    """The Ray actor: one agent host. ``serve`` blocks for the agent's whole life, so the
+    actor is threaded (``ping`` and ``node`` answer meanwhile)."""
+
+    def node(self) -> str:
+        return str(require_ray().get_runtime_context().get_node_id())
+
+    def ping(self, x: Any) -> Any:
+        return x
+
+    def serve(self, address: tuple[str, int], key: bytes, boot: HostBoot) -> int:
+        from actors.process import ensure_fork_server
+
+        conn = Client(address, authkey=key)
+        ensure_fork_server()  # this node's: the shell host is forked here, warm
+        AgentProcess(conn, boot, node=self.node()).serve()
+        return os.getpid()
+
+
+# -- control side -----------------------------------------------------------------------------
+
+
+@dataclass
+class RayHostProcess:
+    """The control side's handle on one Ray-hosted agent host (a ``HostProcess``)."""
+
+    actor: Any
+    done: Any
+    """The ``serve`` call's object ref: ready when the host has ended, however."""
+    node: str = ""
+    """The node it was placed on (``""``: left to Ray)."""
+    pid: int | None = 0
+    exitcode: int | None = None
+    on_end: Any = None
+
+    def join(self, timeout: float | None = None) -> None:
+        ray = require_ray()
+        ready, _ = ray.wait([self.done], timeout=timeout)
+        if not ready:
+            return
+        try:
+            ray.get(self.done)
+            self.exitcode = 0
+        except ray.exceptions.RayActorError:
+            self.exitcode = -9  # the actor's process died under it: a crash
+        except Exception:
+            self.exitcode = 1  # the host raised: it ended without reporting
+        self.kill()
+
+    def kill(self) -> None:
+        ray = require_ray()
+        with contextlib.suppress(Exception):
+            ray.kill(self.actor, no_restart=True)
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end(self)
+
+
+class RayBackend:
+    """Starts agent hosts as Ray actors (a ``HostBackend``). Connects to Ray on first use:
+    ``address`` ``HOST:PORT`` or ``auto``, or None for a local Ray instance of its own, which
+    :meth:`close` stops."""
+
+    def __init__(self, address: str | None = None, placement: Placement = "spread") -> None:
+        self.address = address
+        self.placement = placement
+        self._ray = require_ray()
+        self._lock = threading.Lock()
+        self._actor_class: Any = None
+        self._host = "127.0.0.1"
+        self._placed: dict[str, int] = {}
+        """Live hosts this backend placed, by node id."""
+
+    def _connect(self) -> Any:
+        with self._lock:
+            if self._actor_class is None:
+                ray = self._ray
+                if not ray.is_initialized():
+                    ray.init(
+                        address=self.address,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        logging_level=logging.WARNING,
+                    )
+                self._host = ray.util.get_node_ip_address()
+                self._actor_class = ray.remote(_RayHost)
+            return self._actor_class
+
+    def launch(self, boot: HostBoot) -> tuple[Connection, RayHostProcess]:
+        actor_class = self._connect()
+        node, strategy = self._place()
+        key = secrets.token_bytes(32)
+        with socket.create_server((self._host, 0)) as server:
+            server.settimeout(BORN_TIMEOUT)
+            actor = actor_class.options(
+                num_cpus=0,
+                max_concurrency=4,
+                scheduling_strategy=strategy,
+                name=None,
+            ).remote()
+            done = actor.serve.remote(server.getsockname()[:2], key, boot)
+            handle = RayHostProcess(actor, done, node, on_end=self._ended)
+            try:
+                sock, _ = server.accept()
+            except OSError as e:
+                handle.kill()
+                raise RayHostFailed(f"agent {boot.spec.name}: its Ray actor never connected") from e
+        sock.settimeout(None)
+        conn = Connection(sock.detach())
+        try:
+            deliver_challenge(conn, key)
+            answer_challenge(conn, key)
+        except Exception as e:
+            conn.close()
+            handle.kill()
+            raise RayHostFailed(f"agent {boot.spec.name}: refused a peer ({e})") from e
+        return conn, handle
+
+    def _place(self) -> tuple[str, Any]:
+        if self.placement == "pack":
+            return "", "DEFAULT"
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        alive = [str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")]
+        if not alive:
+            return "", "SPREAD"
+        with self._lock:
+            node = min(alive, key=lambda n: self._placed.get(n, 0))
+            self._placed[node] = self._placed.get(node, 0) + 1
+        return node, NodeAffinitySchedulingStrategy(node, soft=True)
+
+    def _ended(self, handle: RayHostProcess) -> None:
+        with self._lock:
+            if handle.node in self._placed:
+                self._placed[handle.node] -= 1
+
+    def close(self) -> None:
+        """Disconnect from Ray (stopping the local instance this backend started, if any)."""
+        with self._lock:
+            if self._actor_class is not None and self._ray.is_initialized():
+                self._ray.shutdown()
+            self._actor_class = None
