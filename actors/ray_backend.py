@@ -14,13 +14,17 @@ are its children there: ``actors/process.py`` preloads the runtime once per acto
 the Ray node id in ``Born``. The registry, bus, journal and spawn site stay in the driver.
 
 Placement ``spread`` puts each new host on the alive node that holds the fewest of this run's
-live hosts (Ray's node affinity, soft: a node that went away falls back to any). Ray's own
-``SPREAD`` strategy was tried first and, with hosts created one at a time as spawns arrive,
-put all three hosts of examples/fanout.toml on one of two nodes.
+live hosts (Ray's node affinity, hard). Measured on Ray 2.60 with a two-node cluster: Ray's own
+``SPREAD``, with hosts created one at a time as spawns arrive, put all three hosts of
+examples/fanout.toml on one node in some runs; soft affinity sent 5 of 12 actors to the other
+node; hard affinity placed 12 of 12 where asked. A node that vanishes between the choice and
+the start fails that start at once (the actor's ``serve`` ends before it connects), which the
+supervisor counts like any failed restart.
 
 Invariants:
-- The listener accepts exactly one connection and only within ``BORN_TIMEOUT``; a peer that
-  fails the key challenge is refused (:class:`RayHostFailed`), never served.
+- The listener accepts exactly one connection and only within ``BORN_TIMEOUT``, and gives up
+  as soon as the actor has ended without connecting; a peer that fails the key challenge is
+  refused (:class:`RayHostFailed`), never served.
 - A host's end is the actor's end: :meth:`RayHostProcess.kill` is ``ray.kill`` (its shell sees
   end of file, its fork server sees its alive pipe close, and both exit with it), and a host
   whose ``serve`` returned is killed too, so no Ray worker outlives its agent.
@@ -41,6 +45,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from typing import Any, Literal
@@ -49,6 +54,9 @@ from actors.agent_process import BORN_TIMEOUT, AgentProcess, HostBoot
 from runtime.errors import ExarchError
 
 Placement = Literal["spread", "pack"]
+
+ACCEPT_POLL = 0.05
+"""Seconds between looks at whether a host's actor ended before it connected back."""
 
 INSTALL_HINT = "--backend ray needs Ray: pip install -e '.[ray]' (ray>=2.40)"
 
@@ -166,7 +174,7 @@ class RayBackend:
         node, strategy = self._place()
         key = secrets.token_bytes(32)
         with socket.create_server((self._host, 0)) as server:
-            server.settimeout(BORN_TIMEOUT)
+            server.settimeout(ACCEPT_POLL)
             actor = actor_class.options(
                 num_cpus=0,
                 max_concurrency=4,
@@ -175,11 +183,7 @@ class RayBackend:
             ).remote()
             done = actor.serve.remote(server.getsockname()[:2], key, boot)
             handle = RayHostProcess(actor, done, node, on_end=self._ended)
-            try:
-                sock, _ = server.accept()
-            except OSError as e:
-                handle.kill()
-                raise RayHostFailed(f"agent {boot.spec.name}: its Ray actor never connected") from e
+            sock = self._accept(server, handle, boot.spec.name)
         sock.settimeout(None)
         conn = Connection(sock.detach())
         try:
@@ -190,6 +194,20 @@ class RayBackend:
             handle.kill()
             raise RayHostFailed(f"agent {boot.spec.name}: refused a peer ({e})") from e
         return conn, handle
+
+    def _accept(self, server: socket.socket, handle: RayHostProcess, name: str) -> socket.socket:
+        deadline = time.monotonic() + BORN_TIMEOUT
+        while True:
+            try:
+                sock, _ = server.accept()
+                return sock
+            except TimeoutError:
+                pass
+            ended, _ = self._ray.wait([handle.done], timeout=0)
+            if ended or time.monotonic() > deadline:
+                cause = "ended" if ended else "stalled"
+                handle.kill()
+                raise RayHostFailed(f"agent {name}: its Ray actor {cause} before it connected")
 
     def _place(self) -> tuple[str, Any]:
         if self.placement == "pack":
@@ -202,7 +220,7 @@ class RayBackend:
         with self._lock:
             node = min(alive, key=lambda n: self._placed.get(n, 0))
             self._placed[node] = self._placed.get(node, 0) + 1
-        return node, NodeAffinitySchedulingStrategy(node, soft=True)
+        return node, NodeAffinitySchedulingStrategy(node, soft=False)
 
     def _ended(self, handle: RayHostProcess) -> None:
         with self._lock:
