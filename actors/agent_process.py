@@ -1,33 +1,26 @@
-"""Agents as processes: an agent's drive loop, its shell and its inbox in an OS process of its own.
+"""Agents as processes, the control side: :class:`ProcessAgent` and its supervisor.
 
-The process backend of the fleet (``FleetConfig.agents == "process"``). The agent host is forked
-by the control process's one preloaded fork server and starts its shell host from that same
-server (:func:`actors.process.use_fork_server`); it builds the very same
-:class:`actors.agent.Agent` as the thread backend, with a :class:`HostSite` for its
-:class:`actors.agent_site.AgentSite`. The site keeps the agent's own half local -- its shell
-(:mod:`actors.agent_shell`), its inbox, its event log and snapshot files -- and forwards the
-fleet's half over the channel (``runtime/agent_channel.py``) as :class:`Call` requests, which
-the control side answers with the fleet's own site methods through an explicit table.
-
-On the control side a :class:`ProcessAgent` stands in for the agent in the fleet and the
-registry: producers push into its :class:`RemoteInbox`, which waits for the host's verdict, so
+The process backend of the fleet (``FleetConfig.agents == "process"``). Each agent runs in an
+agent process (``actors/agent_process_host.py``) forked by the control process's one preloaded
+fork server; the agent process starts its shell host from that same server
+(:func:`actors.process.use_fork_server`) and builds the very :class:`actors.agent.Agent` of the
+thread backend. Here a :class:`ProcessAgent` stands in for it in the fleet and the registry:
+producers push into its :class:`RemoteInbox`, which waits for the agent process's verdict, so
 the quota rule's ``InboxFull`` still reaches the producer synchronously; the registry's cancel
-cascade and interrupts travel as control frames, read by the host's channel reader thread,
-which trips the agent's token and its shell's eval root directly (no mailbox in the way).
+cascade and interrupts travel as control frames; the agent's site calls (``Call``) are answered
+with the fleet's own site methods through :data:`SITE_CALLS`.
 
 Supervision (OTP style, ``runtime/supervision.py``): an end of file without ``Ended`` is a
-crash -- SIGKILL, an exception escaping the drive loop, a C extension's crash. The control side
-restarts the agent from its durable event log and snapshot in a new host (a ``Restarted``
-notice on the bus), at most 3 times in 60 s; past that it settles the agent ``failed`` (its
-slot ``down``) with the cause, and its parent is told as for any other end.
+crash -- SIGKILL, a C extension's crash, a memory blow-up. The control side restarts the agent
+from its durable event log and snapshot in a new agent process (a ``Restarted`` notice on the
+bus), at most 3 times in 60 s; past that the agent ends ``failed`` (its slot settled ``down``)
+with the cause (a ``Down`` notice), and its parent is told as for any other end.
 
 Invariants:
 - Control-side handlers never run on a channel's reader thread (they may wait on another
   host's reply): requests and ends are served by the fleet's pool of threads.
-- Host-side handlers never wait on the control side: inbox pushes, launch, context imports and
-  probes are answered at once on the reader thread.
-- Bus events are batched (a flush every 5 ms, and before every call and the end), and always
-  reach the control side before any request made after them.
+- The agent process's events (``Publish``) are put on the bus in the order they were sent,
+  before any request that followed them is answered.
 - No orphans: the host dies with the fork server (``PR_SET_PDEATHSIG``) and so with the control
   process; its shell sees end of file when its host dies; :meth:`ProcessAgent.shutdown` kills
   whatever of either is left.
@@ -37,40 +30,31 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
-import os
 import pickle
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
 import psutil
 
-from actors.agent import Agent, AgentOutcome, AgentSpec, AgentStats
-from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
-from actors.agent_site import (
-    BranchRequest,
-    ParkReads,
-    ShellOutput,
-    ShellParts,
-    SpawnRequest,
-    Standing,
+from actors.agent import AgentOutcome, AgentStats
+from actors.agent_process_host import (
+    EndReport,
+    HostBoot,
+    SiteRefused,
+    agent_process_main,
+    answer_call,
+    request_call,
+    unpickle,
 )
 from actors.channel import AgentChannel
 from actors.frames import ChannelClosed
-from actors.process import (
-    become_group_leader,
-    die_with_parent,
-    fork_server_address,
-    process_context,
-    start_process,
-    use_fork_server,
-)
+from actors.process import fork_server_address, process_context, start_process
 from runtime.agent_channel import (
     Born,
     Call,
@@ -86,13 +70,9 @@ from runtime.agent_channel import (
 )
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
-from runtime.events import Event, InboxRejected, Notice, Resources
-from runtime.inbox import Inbox, InboxMsg, Outcome, Surface, UserSteering
-from runtime.limits import ShellLimits
-from runtime.messages import AssistantMessage
+from runtime.events import InboxRejected, Notice
+from runtime.inbox import InboxMsg, Outcome
 from runtime.park import returns_for
-from runtime.providers.base import Provider
-from runtime.session_dir import SessionDir
 from runtime.snapshot import MobileSnapshot
 from runtime.supervision import Action, RestartIntensity
 
@@ -101,354 +81,14 @@ log = logging.getLogger(__name__)
 BORN_TIMEOUT = 60.0
 """Seconds a new agent host may take to report ``Born`` (its shell restored and ready)."""
 
-CALL_TIMEOUT = 120.0
-"""Seconds a site call may wait for its answer (a spawn waits for its child's ``Born``)."""
-
-FLUSH_EVERY = 0.005
-"""Seconds between bus-event flushes of a host."""
-
-RESTART_NOTE = (
-    "[system note] Your process was restarted after a crash. Any tool call that was in flight "
-    "is marked interrupted; your shell holds every binding of the calls that completed. "
-    "Continue where you left off."
-)
-
 
 class AgentProcessFailed(ExarchError):
     """An agent process could not start, or ended before it was born."""
 
 
-class SiteRefused(ExarchError):
-    """The other end's site refused a call with an error that could not cross as itself."""
-
-
-@dataclass(frozen=True)
-class HostBoot:
-    """Everything an agent host is started with (pickled into the new process)."""
-
-    spec: AgentSpec
-    provider: Provider
-    session: SessionDir
-    disk_warn_bytes: int | None
-    limits: ShellLimits
-    restarted: str | None = None
-    """The crash this start recovers from; None for a first start."""
-
-
-@dataclass(frozen=True)
-class EndReport:
-    """What the control side needs of an agent that ended in order."""
-
-    outcome: AgentOutcome
-    cause: str | None
-    replied: bool
-    reply_value: Any
-    stats: AgentStats
-
-
-def _loads(data: bytes) -> Any:
-    return pickle.loads(data) if data else None
-
-
-def _error_payload(error: BaseException) -> bytes:
-    try:
-        data = pickle.dumps(error)
-        pickle.loads(data)
-        return data
-    except Exception:
-        return pickle.dumps(SiteRefused(str(error) or type(error).__name__))
-
-
-def _answer(channel: AgentChannel, rid: int, fn: Callable[[], Any]) -> None:
-    try:
-        value = fn()
-    except Exception as e:  # the caller re-raises it: a typed refusal stays typed
-        channel.reply(rid, Return(error=_error_payload(e)))
-        return
-    channel.reply(rid, Return(pickle.dumps(value)))
-
-
-def _call(channel: AgentChannel, method: str, *args: Any, timeout: float = CALL_TIMEOUT) -> Any:
-    reply = channel.request(Call(method, pickle.dumps(args)), timeout)
-    if not isinstance(reply, Return):
-        raise SiteRefused(f"{method}: unexpected reply {reply.KIND}")
-    if reply.error is not None:
-        raise _loads(reply.error)
-    return _loads(reply.payload)
-
-
-# -- host side --------------------------------------------------------------------------------
-
-
-def agent_process_main(conn: Connection, fork_address: str, boot: HostBoot) -> None:
-    """Process entry point of an agent host (runs in the fork-server child)."""
-    become_group_leader()
-    die_with_parent()
-    # started as a daemon (so the control process's exit terminates it), but a daemonic
-    # multiprocessing process may not start children, and this one starts its shell host
-    multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]
-    use_fork_server(fork_address)
-    AgentProcess(conn, boot).serve()
-
-
-class AgentProcess:
-    """The host's state: its channel, its agent, its event buffer. Threads: main (the drive
-    loop), the channel reader, the flusher, and the agent's shell actor. ``node`` names where
-    it runs (``"local"``, or the Ray node id of a host a :class:`HostBackend` started)."""
-
-    def __init__(self, conn: Connection, boot: HostBoot, node: str = "local") -> None:
-        self.boot = boot
-        self.node = node
-        self.name = boot.spec.name
-        self.token = CancelScope()
-        self.inbox = Inbox(recipient=self.name)
-        self.agent: Agent | None = None
-        self._launched = threading.Event()
-        self._stop = threading.Event()
-        self._cancel: str | None = None
-        self._buffer: list[Event] = []
-        self._buffer_lock = threading.Lock()
-        self.channel = AgentChannel(
-            conn,
-            peer="control",
-            on_control=self._control,
-            on_request=self._request,
-            on_eof=self._eof,
-        )
-
-    def serve(self) -> None:
-        self.channel.start()
-        threading.Thread(target=self._flush_loop, name="flush", daemon=True).start()
-        agent: Agent | None = None
-        try:
-            spec = self.boot.spec
-            if self.boot.restarted is not None:
-                spec = replace(spec, prompt=None, resume=True)
-            agent = Agent(HostSite(self), spec, self.boot.provider, self.token, self.inbox)
-            self.agent = agent
-            if self._cancel is not None:  # a cancel that overtook the boot
-                self._trip(self._cancel)
-            if self.boot.restarted is not None:
-                self._after_restart(agent)
-            born = Born(self.name, os.getpid(), agent.shell_pid(), spec.generation, self.node)
-            self.channel.send(born)
-            while not (self._launched.wait(0.05) or self._stop.is_set()):
-                pass
-            if self._launched.is_set():
-                agent.drive()
-                report = EndReport(
-                    agent.outcome or AgentOutcome.FAILED,
-                    agent.terminated,
-                    agent.replied,
-                    agent.reply_value,
-                    agent.stats,
-                )
-                self.flush()
-                self.channel.try_send(Ended(self.name, pickle.dumps(report)))
-                self._stop.wait()
-                agent.record_leftovers()  # pushed between its end and its deregistration
-        finally:
-            if agent is not None:
-                stop_agent_shell(self.name, agent.shell)
-            self.flush()
-            self.channel.close()
-
-    def _after_restart(self, agent: Agent) -> None:
-        """The per-agent half of ``resume``: pending calls settled, then a nudge to go on."""
-        if agent.log.pending_tool_calls:
-            agent.log.settle_pending()
-        if agent.log.event_count == 0 and self.boot.spec.prompt is not None:
-            self.inbox.push(UserSteering(self.boot.spec.prompt))
-        elif _owes_a_response(agent):
-            self.inbox.push(UserSteering(RESTART_NOTE))
-
-    # -- bus events ----------------------------------------------------------------------------
-
-    def buffer(self, event: Event) -> None:
-        with self._buffer_lock:
-            self._buffer.append(event)
-
-    def flush(self) -> None:
-        with self._buffer_lock:
-            batch, self._buffer = self._buffer, []
-            if batch:  # sent under the lock: batches keep their order
-                self.channel.try_send(Publish(self.name, pickle.dumps(batch)))
-
-    def _flush_loop(self) -> None:
-        while not self.channel.closed.wait(FLUSH_EVERY):
-            self.flush()
-
-    def call(self, method: str, *args: Any) -> Any:
-        self.flush()
-        return _call(self.channel, method, *args)
-
-    # -- the reader thread's callbacks ---------------------------------------------------------
-
-    def _trip(self, cause: str) -> None:
-        """The registry's cascade reached this agent: its token, its shell's eval root (not
-        the trunk's: its session outlives a cancel, as in the thread backend), its inbox."""
-        self.token.cancel(cause)
-        agent = self.agent
-        if agent is not None:
-            if agent.parent is not None:
-                agent.eval_root.cancel(cause)
-            self.inbox.wake()
-
-    def _control(self, msg: Message) -> None:
-        if isinstance(msg, Cancel):
-            self._cancel = self._cancel or msg.reason
-            self._trip(msg.reason)
-        elif isinstance(msg, Interrupt):
-            if self.agent is not None:
-                self.agent.interrupt(msg.reason)
-        elif isinstance(msg, Shutdown):
-            if self.agent is not None and self.agent.outcome is None:
-                self._trip(msg.reason)
-            self._stop.set()
-
-    def _request(self, env: Envelope) -> None:
-        msg, rid = env.message, env.id
-        assert rid is not None
-        if not isinstance(msg, Call) or msg.method not in _HOST_CALLS:
-            self.channel.reply(rid, Return(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
-            return
-        args = _loads(msg.payload) or ()
-        _answer(self.channel, rid, lambda: _HOST_CALLS[msg.method](self, *args))
-
-    def _eof(self, detail: str) -> None:
-        self._trip(f"control side gone ({detail})")
-        self._stop.set()
-
-    # -- what the control side may ask ---------------------------------------------------------
-
-    def _push(self, item: InboxMsg) -> Outcome:
-        return self.inbox.push(item)
-
-    def _launch(self) -> None:
-        self._launched.set()
-
-    def _import_context(self, events: tuple[Any, ...], note: str | None) -> None:
-        assert self.agent is not None
-        self.agent.import_context(events, note)
-
-    def _probe(self) -> dict[str, Any]:
-        agent = self.agent
-        return {
-            "pid": os.getpid(),
-            "shell_pid": agent.shell_pid() if agent is not None else None,
-            "inbox": self.inbox.depths(),
-            "stats": agent.stats if agent is not None else None,
-        }
-
-
-_HOST_CALLS: dict[str, Callable[..., Any]] = {
-    "push": AgentProcess._push,
-    "launch": AgentProcess._launch,
-    "import_context": AgentProcess._import_context,
-    "probe": AgentProcess._probe,
-}
-"""What the control side may call in a host, by name."""
-
-
-def _owes_a_response(agent: Agent) -> bool:
-    """Whether the log ends where the model must speak next (not after an assistant message)."""
-    for ev in reversed(agent.log.events):
-        msg = ev.message()
-        if msg is not None:
-            return not isinstance(msg, AssistantMessage)
-    return True
-
-
-class HostSite:
-    """The agent's site inside its host: its own half local, the fleet's half over the channel."""
-
-    def __init__(self, host: AgentProcess) -> None:
-        self._host = host
-
-    @property
-    def session(self) -> SessionDir:
-        return self._host.boot.session
-
-    @property
-    def disk_warn_bytes(self) -> int | None:
-        return self._host.boot.disk_warn_bytes
-
-    def _agent(self) -> Agent:
-        agent = self._host.agent
-        assert agent is not None, "the agent is built before its shell runs"
-        return agent
-
-    def start_shell(
-        self,
-        name: str,
-        desk: Any,
-        context: Any,
-        snapshot: MobileSnapshot | None,
-    ) -> ShellParts:
-        return start_agent_shell(
-            name,
-            self.session,
-            desk,
-            context,
-            snapshot,
-            limits=self._host.boot.limits,
-            publish=self.publish,
-            deliver=self.deliver,
-        )
-
-    def run_shell(self, name: str, script: str) -> ShellOutput:
-        return run_agent_shell(self._agent(), self.session.record, script)
-
-    def resources(self, name: str) -> Resources:
-        lease = self._host.call("lease_figures", name)
-        return agent_resources(self._agent(), self.session, self.disk_warn_bytes, lease)
-
-    def publish(self, event: Event) -> None:
-        self._host.buffer(event)
-
-    def record_rejected(self, rejection: InboxRejected) -> None:
-        self._host.buffer(rejection)
-
-    def standing(self, name: str) -> Standing:
-        result: Standing = self._host.call("standing", name)
-        return result
-
-    def park_reads(self, name: str) -> ParkReads:
-        result: ParkReads = self._host.call("park_reads", name)
-        return result
-
-    def generation(self) -> int:
-        return int(self._host.call("generation"))
-
-    def deliver(self, name: str, item: Surface, sender: str) -> None:
-        self._host.call("deliver", name, item, sender)
-
-    def cancel_subtree(self, name: str, cause: str) -> None:
-        self._host.call("cancel_subtree", name, cause)
-
-    def cancel_descendant(self, name: str, target: str) -> bool:
-        return bool(self._host.call("cancel_descendant", name, target))
-
-    def cancel_all(self, cause: str) -> None:
-        self._host.call("cancel_all", cause)
-
-    def clear_subtree(self, name: str) -> int:
-        return int(self._host.call("clear_subtree", name))
-
-    def message(self, sender: str, target: str, text: str) -> None:
-        self._host.call("message", sender, target, text)
-
-    def spawn(self, request: SpawnRequest) -> dict[str, Any]:
-        result: dict[str, Any] = self._host.call("spawn", request)
-        return result
-
-    def branch(self, request: BranchRequest) -> str:
-        return str(self._host.call("branch", request))
-
-
 # -- control side -----------------------------------------------------------------------------
 
-_SITE_CALLS: dict[str, Callable[..., Any]] = {
+SITE_CALLS: dict[str, Callable[..., Any]] = {
     "standing": lambda site, name: site.standing(name),
     "park_reads": lambda site, name: site.park_reads(name),
     "generation": lambda site: site.generation(),
@@ -507,8 +147,8 @@ class HostProcess(Protocol):
 
 class HostBackend(Protocol):
     """Something that starts agent hosts somewhere else than this machine's fork server
-    (``actors/ray_backend.py``): it runs :class:`AgentProcess` there on a connection back to
-    here, so the channel protocol is the same frames over a socket instead of a pipe."""
+    (``actors/ray_backend.py``): it runs ``AgentProcess`` there on a connection back to here,
+    so the channel protocol is the same frames over a socket instead of a pipe."""
 
     def launch(self, boot: HostBoot) -> tuple[Connection, HostProcess]: ...
 
@@ -558,6 +198,8 @@ class ProcessAgent:
         self._on_exit = on_exit
         self._intensity = intensity or RestartIntensity()
         self._lock = threading.Lock()
+        self._supervise = threading.Lock()
+        self._finished = False
         self._closing = False
         self._launched = False
         self._host: _Host = self._start(boot)
@@ -576,7 +218,7 @@ class ProcessAgent:
         self.call("launch")
 
     def call(self, method: str, *args: Any) -> Any:
-        return _call(self._host.channel, method, *args)
+        return request_call(self._host.channel, method, *args)
 
     def probe(self) -> dict[str, Any]:
         try:
@@ -660,6 +302,11 @@ class ProcessAgent:
         self._finish(report.outcome)
 
     def _finish(self, outcome: AgentOutcome) -> None:
+        """The agent's one end (an orderly end, or down): the spawn site settles it once."""
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
         self.outcome = outcome
         try:
             self._on_exit(self, outcome)
@@ -667,21 +314,27 @@ class ProcessAgent:
             self.done.set()
 
     def _crashed(self, host: _Host, cause: str) -> None:
-        """End of file without ``Ended``: restart from the durable files, or settle down."""
+        """End of file without ``Ended``: restart from the durable files, or settle down.
+
+        One crash at a time (``_supervise``): the end of file of a process started by a
+        restart still in progress waits here until that restart has made it the current one,
+        so a kill that lands during a restart is answered, once, like any other crash."""
         host.reap()
-        with self._lock:
-            if self._closing or host is not self._host:
-                return
-        decision = self._intensity.crashed(time.monotonic(), cause)
-        if decision.action is Action.RESTART:
-            try:
-                self._restart(cause, decision.detail)
-                return
-            except Exception as e:  # a host that cannot come back is down
-                decision = self._intensity.crashed(time.monotonic(), f"restart failed: {e}")
-                cause = f"restart failed: {e}"
-        self._end_cause = f"down: {cause}"
-        self.site.publish(Notice(self.name, notice="Down", text=decision.detail))
+        with self._supervise:
+            with self._lock:
+                if self._closing or self._finished or host is not self._host:
+                    return
+            while True:
+                decision = self._intensity.crashed(time.monotonic(), cause)
+                if decision.action is not Action.RESTART:
+                    break
+                try:
+                    self._restart(cause, decision.detail)
+                    return
+                except Exception as e:  # it died before it was born, or its files refused
+                    cause = f"restart failed: {e}"
+            self._end_cause = f"down: {cause}"
+            self.site.publish(Notice(self.name, notice="Down", text=decision.detail))
         self._finish(AgentOutcome.FAILED)
 
     def _restart(self, cause: str, detail: str) -> None:
@@ -691,11 +344,13 @@ class ProcessAgent:
         boot = replace(boot, restarted=cause)
         host = self._start(boot)
         with self._lock:
-            if self._closing:
-                host.shutdown("close")
-                return
-            self._host = host
-            self.restarts += 1
+            closing = self._closing
+            if not closing:
+                self._host = host
+                self.restarts += 1
+        if closing:
+            host.shutdown("close")
+            return
         self.site.publish(
             Notice(
                 self.name,
@@ -708,7 +363,10 @@ class ProcessAgent:
         if standing.cancel_cause is not None:  # cancelled while it was down
             self.send_cancel(standing.cancel_cause)
         if self._launched:
-            self.call("launch")
+            try:
+                self.call("launch")
+            except (PeerGone, ChannelClosed):  # killed again at once: its end of file is
+                pass  # the next crash, handled once this restart returns
 
 
 class _Host:
@@ -770,12 +428,12 @@ class _Host:
         msg, rid = env.message, env.id
         assert rid is not None
         site = self._agent.site
-        if not isinstance(msg, Call) or msg.method not in _SITE_CALLS:
+        if not isinstance(msg, Call) or msg.method not in SITE_CALLS:
             self.channel.reply(rid, Return(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
             return
-        args = _loads(msg.payload) or ()
-        fn = _SITE_CALLS[msg.method]
-        self._agent._pool.submit(_answer, self.channel, rid, lambda: fn(site, *args))
+        args = unpickle(msg.payload) or ()
+        fn = SITE_CALLS[msg.method]
+        self._agent._pool.submit(answer_call, self.channel, rid, lambda: fn(site, *args))
 
     def _notify(self, msg: Message) -> None:
         if isinstance(msg, Born):
@@ -784,14 +442,14 @@ class _Host:
             self._born.set()
         elif isinstance(msg, Publish):
             site = self._agent.site
-            for event in _loads(msg.payload) or ():
+            for event in unpickle(msg.payload) or ():
                 if isinstance(event, InboxRejected):
                     site.record_rejected(event)
                 else:
                     site.publish(event)
         elif isinstance(msg, Ended):
             self.ended = True
-            self._agent._pool.submit(self._agent._ended, self, _loads(msg.payload))
+            self._agent._pool.submit(self._agent._ended, self, unpickle(msg.payload))
 
     def _eof(self, detail: str) -> None:
         self._gone.set()

@@ -48,6 +48,7 @@ PRELOAD = [
     "actors.worker",
     "actors.agent_host",
     "actors.agent_process",
+    "actors.agent_process_host",
     "runtime.providers.scripted",
     "runtime.ral.session",
     "runtime.ral.codec",

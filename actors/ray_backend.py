@@ -1,7 +1,7 @@
 """The Ray backend: each agent host a Ray actor on a cluster, the control plane in this process.
 
 ``--backend ray`` (``FleetConfig.backend``). The agent host is the very same
-:class:`actors.agent_process.AgentProcess` as the local process backend; only who starts it
+:class:`actors.agent_process_host.AgentProcess` as the local process backend; only who starts it
 differs. :meth:`RayBackend.launch` opens a one-shot TCP listener on the driver's node address,
 creates a Ray actor (placement: ``spread`` by default, ``pack`` is Ray's ``DEFAULT``) and
 asks it to :meth:`_RayHost.serve` the agent: the actor connects back, both ends prove they hold
@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
 from typing import Any, Literal
 
-from actors.agent_process import BORN_TIMEOUT, AgentProcess, HostBoot
+from actors.agent_process import BORN_TIMEOUT
+from actors.agent_process_host import AgentProcess, HostBoot
 from runtime.errors import ExarchError
 
 Placement = Literal["spread", "pack"]

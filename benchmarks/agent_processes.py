@@ -159,7 +159,8 @@ def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
             t = time.perf_counter()
             for name in names:
                 fleet.registry.cancel(name, "benchmark")
-            _wait(lambda: not fleet.registry.live_descendants("trunk"), 300, "cascade")
+            # every one ended and settled by its spawn site (``done`` is set after the settle)
+            _wait(lambda: all(fleet.hosted[x].done.is_set() for x in names), 300, "cascade")
             cascade = time.perf_counter() - t
         finally:
             fleet.close()

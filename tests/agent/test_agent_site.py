@@ -22,6 +22,8 @@ AGENT_SIDE = (
     "actors.desk",
     "actors.slash_commands",
     "actors.agent_executor",
+    "actors.agent_shell",
+    "actors.agent_process_host",  # an agent process runs the agent without the fleet
 )
 
 

@@ -64,7 +64,12 @@ class Cluster:
         self, args: list[str], *, timeout: float = START_TIMEOUT, cwd: Path = ROOT
     ) -> subprocess.CompletedProcess[str]:
         """``args`` inside the namespace."""
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "HOME": self.temp_dir,  # Ray keeps state in ~/.ray (an auth token): not the user's
+        }
         cmd = ["nsenter", "-t", str(self.holder.pid), "-n", "--", *args]
         return subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
