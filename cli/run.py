@@ -86,8 +86,8 @@ def run_command(
     """
     if (agents == "process" or backend == "ray") and record:
         raise click.UsageError(
-            "--record keeps every agent's provider in this process: "
-            "it cannot be combined with --agents process"
+            "--record keeps every agent's provider in this process: it cannot be combined "
+            f"with {'--backend ray' if backend == 'ray' else '--agents process'}"
         )
     spec = spec_for(
         target,

@@ -60,20 +60,33 @@ class Cluster:
     def address(self) -> str:
         return f"127.0.0.1:{PORT}"
 
-    def run(
-        self, args: list[str], *, timeout: float = START_TIMEOUT, cwd: Path = ROOT
-    ) -> subprocess.CompletedProcess[str]:
-        """``args`` inside the namespace."""
-        env = {
+    def _env(self) -> dict[str, str]:
+        return {
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "RAY_USAGE_STATS_ENABLED": "0",
             "HOME": self.temp_dir,  # Ray keeps state in ~/.ray (an auth token): not the user's
         }
-        cmd = ["nsenter", "-t", str(self.holder.pid), "-n", "--", *args]
+
+    def _cmd(self, args: list[str]) -> list[str]:
+        return ["nsenter", "-t", str(self.holder.pid), "-n", "--", *args]
+
+    def run(
+        self, args: list[str], *, timeout: float = START_TIMEOUT, cwd: Path = ROOT
+    ) -> subprocess.CompletedProcess[str]:
+        """``args`` inside the namespace."""
         return subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
-        )
+            self._cmd(args), capture_output=True, text=True, timeout=timeout, cwd=cwd,
+            env=self._env(),
+        )  # fmt: skip
+
+    def start_exarch(self, *args: str) -> subprocess.Popen[str]:
+        """``exarch-actors ARGS`` inside the namespace, running (the caller waits for it)."""
+        return subprocess.Popen(
+            self._cmd([sys.executable, "-c", "from cli.main import main; main()", *args]),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+            env=self._env(),
+        )  # fmt: skip
 
     def exarch(
         self, *args: str, timeout: float = START_TIMEOUT

@@ -58,3 +58,18 @@ def test_backend_local_is_the_default_and_runs_the_example_on_this_machine(
         if '"kind": "Born"' in line
     ]
     assert len(borns) == 3 and all('"node": "local"' in line for line in borns)
+
+
+def test_backend_ray_with_record_is_refused_with_exit_2_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    session = tmp_path / "session"
+    for command in ("run", "fleet"):
+        p = exarch(
+            [command, str(ROOT / "examples" / "fanout.toml"), "--backend", "ray",
+             "--record", str(tmp_path / "rec.toml"), "--session-dir", str(session)],
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert p.returncode == 2, p.stderr
+        assert "--record" in p.stderr and "--backend ray" in p.stderr
+        assert not session.exists()
