@@ -356,7 +356,12 @@ class ProcessAgent:
                 self.name,
                 notice="Restarted",
                 text=detail,
-                data={"pid": host.pid, "shell_pid": host.shell_pid, "cause": cause},
+                data={
+                    "pid": host.pid,
+                    "shell_pid": host.shell_pid,
+                    "node": host.node,
+                    "cause": cause,
+                },
             )
         )
         standing = self.site.standing(self.name)

@@ -19,7 +19,9 @@ live hosts (Ray's node affinity, hard). Measured on Ray 2.60 with a two-node clu
 examples/fanout.toml on one node in some runs; soft affinity sent 5 of 12 actors to the other
 node; hard affinity placed 12 of 12 where asked. A node that vanishes between the choice and
 the start fails that start at once (the actor's ``serve`` ends before it connects), which the
-supervisor counts like any failed restart.
+supervisor counts like any failed restart. A node where a host's actor died, or a start failed,
+is passed over for ``SUSPECT_SECS`` while another node is alive: a restart after a node is lost
+goes elsewhere even while Ray still lists the lost node as alive.
 
 Invariants:
 - The listener accepts exactly one connection and only within ``BORN_TIMEOUT``, and gives up
@@ -58,6 +60,10 @@ Placement = Literal["spread", "pack"]
 
 ACCEPT_POLL = 0.05
 """Seconds between looks at whether a host's actor ended before it connected back."""
+
+SUSPECT_SECS = 30.0
+"""Seconds a node is passed over after a host's actor died there (Ray declares a lost node
+dead only after its health checks fail, so ``ray.nodes()`` may list it as alive meanwhile)."""
 
 INSTALL_HINT = "--backend ray needs Ray: pip install -e '.[ray]' (ray>=2.40)"
 
@@ -154,6 +160,8 @@ class RayBackend:
         self._host = "127.0.0.1"
         self._placed: dict[str, int] = {}
         """Live hosts this backend placed, by node id."""
+        self._suspect: dict[str, float] = {}
+        """Nodes where a host's actor died or a start failed: when (monotonic seconds)."""
 
     def _connect(self) -> Any:
         with self._lock:
@@ -207,6 +215,7 @@ class RayBackend:
             ended, _ = self._ray.wait([handle.done], timeout=0)
             if ended or time.monotonic() > deadline:
                 cause = "ended" if ended else "stalled"
+                self._suspect[handle.node] = time.monotonic()
                 handle.kill()
                 raise RayHostFailed(f"agent {name}: its Ray actor {cause} before it connected")
 
@@ -219,12 +228,18 @@ class RayBackend:
         if not alive:
             return "", "SPREAD"
         with self._lock:
-            node = min(alive, key=lambda n: self._placed.get(n, 0))
+            now = time.monotonic()
+            trusted = [
+                n for n in alive if now - self._suspect.get(n, -SUSPECT_SECS) >= SUSPECT_SECS
+            ]
+            node = min(trusted or alive, key=lambda n: self._placed.get(n, 0))
             self._placed[node] = self._placed.get(node, 0) + 1
         return node, NodeAffinitySchedulingStrategy(node, soft=False)
 
     def _ended(self, handle: RayHostProcess) -> None:
         with self._lock:
+            if handle.exitcode == -9:  # its actor's process died: the node may be going
+                self._suspect[handle.node] = time.monotonic()
             if handle.node in self._placed:
                 self._placed[handle.node] -= 1
 

@@ -172,6 +172,7 @@ def test_a_ray_worker_killed_mid_run_is_restarted_and_the_fleet_finishes_settled
         r for r in map(json.loads, lines) if r.get("notice") == "Restarted" and r["agent"] == "w"
     ]
     assert len(restarted) == 1 and restarted[0]["data"]["pid"] != born["pid"]
+    assert restarted[0]["data"]["node"] in cluster.nodes()
     fy = _result(session)["fleetYield"]
     assert (fy["spawned"], fy["neverSettled"]) == (1, 0)
     _check(cluster, session)
