@@ -23,10 +23,8 @@ def backend_options(fn: F) -> F:
     fn = click.option(
         "--placement",
         type=click.Choice(["spread", "pack"]),
-        default="spread",
-        show_default=True,
-        help="--backend ray: spread agents over the nodes (Ray's SPREAD), or pack them "
-        "(Ray's DEFAULT: fill a node first).",
+        help="--backend ray: spread agents over the nodes (default: each new agent on the "
+        "node with the fewest), or pack them (Ray's DEFAULT: fill a node first).",
     )(fn)
     fn = click.option(
         "--ray-address",
@@ -45,9 +43,15 @@ def backend_options(fn: F) -> F:
     return fn
 
 
-def check_backend(backend: Backend) -> None:
-    """Exit 2 with the install line when ``--backend ray`` cannot import Ray."""
+def check_backend(
+    backend: Backend, address: str | None = None, placement: str | None = None
+) -> None:
+    """Exit 2 with the install line when ``--backend ray`` cannot import Ray, and when a Ray
+    option comes without ``--backend ray`` (it would be ignored in silence)."""
     if backend != "ray":
+        if address is not None or placement is not None:
+            flag = "--ray-address" if address is not None else "--placement"
+            raise click.UsageError(f"{flag} needs --backend ray")
         return
     from actors.ray_backend import RayNotInstalled, require_ray
 
@@ -57,11 +61,11 @@ def check_backend(backend: Backend) -> None:
         raise click.UsageError(str(e)) from None
 
 
-def make_backend(backend: Backend, address: str | None, placement: str) -> Any:
+def make_backend(backend: Backend, address: str | None, placement: str | None) -> Any:
     """The fleet's ``HostBackend``: None for ``local``."""
     if backend != "ray":
         return None
     from actors.ray_backend import RayBackend
 
-    check_backend(backend)
+    check_backend(backend, address, placement)
     return RayBackend(address, "pack" if placement == "pack" else "spread")

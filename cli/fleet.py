@@ -87,7 +87,7 @@ def fleet_command(
     no_live: bool,
     backend: Backend,
     ray_address: str | None,
-    placement: str,
+    placement: str | None,
     record: str | None,
     as_json: bool,
     quiet: bool,

@@ -50,7 +50,7 @@ def run_command(
     agents: Literal["thread", "process"],
     backend: Backend,
     ray_address: str | None,
-    placement: str,
+    placement: str | None,
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
     record: str | None,

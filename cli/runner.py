@@ -82,7 +82,8 @@ class RunSpec:
     backend: Literal["local", "ray"] = "local"
     """``--backend``: agent processes on this machine, or Ray actors (cli/backend_options.py)."""
     ray_address: str | None = None
-    placement: str = "spread"
+    placement: str | None = None
+    """``--placement``: None is ``spread``."""
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def run_headless(
     if not prompt:
         raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
     factory = provider_factory(spec)
-    check_backend(spec.backend)
+    check_backend(spec.backend, spec.ray_address, spec.placement)
     session = open_session(spec.session_dir)
     write_run_spec(session, spec, grants)
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)

@@ -60,6 +60,21 @@ def test_backend_local_is_the_default_and_runs_the_example_on_this_machine(
     assert len(borns) == 3 and all('"node": "local"' in line for line in borns)
 
 
+def test_ray_address_or_placement_without_backend_ray_exits_2_and_names_the_flag(
+    tmp_path: Path,
+) -> None:
+    session = tmp_path / "session"
+    for flag, value in (("--ray-address", "127.0.0.1:6379"), ("--placement", "pack")):
+        p = exarch(
+            ["run", str(ROOT / "examples" / "fanout.toml"), flag, value,
+             "--session-dir", str(session)],
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert p.returncode == 2, p.stderr
+        assert f"{flag} needs --backend ray" in p.stderr
+        assert not session.exists()
+
+
 def test_backend_ray_with_record_is_refused_with_exit_2_before_anything_starts(
     tmp_path: Path,
 ) -> None:
