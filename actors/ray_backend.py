@@ -3,7 +3,7 @@
 ``--backend ray`` (``FleetConfig.backend``). The agent host is the very same
 :class:`actors.agent_process_host.AgentProcess` as the local process backend; only who starts it
 differs. :meth:`RayBackend.launch` opens a one-shot TCP listener on the driver's node address,
-creates a Ray actor (placement: ``spread`` by default, ``pack`` is Ray's ``DEFAULT``) and
+creates a Ray actor on the node its placement chose (``spread`` or ``pack``) and
 asks it to :meth:`_RayHost.serve` the agent: the actor connects back, both ends prove they hold
 the launch's random key (``multiprocessing``'s HMAC challenge, both ways), and from then on the
 channel is the agent-channel protocol (``runtime/agent_channel.py``) over that socket instead of
@@ -14,14 +14,16 @@ are its children there: ``actors/process.py`` preloads the runtime once per acto
 the Ray node id in ``Born``. The registry, bus, journal and spawn site stay in the driver.
 
 Placement ``spread`` puts each new host on the alive node that holds the fewest of this run's
-live hosts (Ray's node affinity, hard). Measured on Ray 2.60 with a two-node cluster: Ray's own
-``SPREAD``, with hosts created one at a time as spawns arrive, put all three hosts of
-examples/fanout.toml on one node in some runs; soft affinity sent 5 of 12 actors to the other
-node; hard affinity placed 12 of 12 where asked. A node that vanishes between the choice and
-the start fails that start at once (the actor's ``serve`` ends before it connects), which the
-supervisor counts like any failed restart. A node where a host's actor died, or a start failed,
-is passed over for ``SUSPECT_SECS`` while another node is alive: a restart after a node is lost
-goes elsewhere even while Ray still lists the lost node as alive.
+live hosts, ``pack`` on the one that holds the most (ties: Ray's order of nodes), by Ray's node
+affinity, hard. Ray's ``DEFAULT`` strategy did not pack agent actors (they reserve no CPU):
+examples/chain.toml's four agents landed on both nodes in 3 runs of 3. Measured on Ray 2.60 with
+a two-node cluster: Ray's own ``SPREAD``, with hosts created one at a time as spawns arrive, put
+all three hosts of examples/fanout.toml on one node in some runs; soft affinity sent 5 of 12
+actors to the other node; hard affinity placed 12 of 12 where asked. A node that vanishes
+between the choice and the start fails that start at once (the actor's ``serve`` ends before it
+connects), which the supervisor counts like any failed restart. A node where a host's actor
+died, or a start failed, is passed over for ``SUSPECT_SECS`` while another node is alive: a
+restart after a node is lost goes elsewhere even while Ray still lists the lost node as alive.
 
 Invariants:
 - The listener accepts exactly one connection and only within ``BORN_TIMEOUT``, and gives up
@@ -220,8 +222,6 @@ class RayBackend:
                 raise RayHostFailed(f"agent {name}: its Ray actor {cause} before it connected")
 
     def _place(self) -> tuple[str, Any]:
-        if self.placement == "pack":
-            return "", "DEFAULT"
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         alive = [str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")]
@@ -232,7 +232,8 @@ class RayBackend:
             trusted = [
                 n for n in alive if now - self._suspect.get(n, -SUSPECT_SECS) >= SUSPECT_SECS
             ]
-            node = min(trusted or alive, key=lambda n: self._placed.get(n, 0))
+            choose = max if self.placement == "pack" else min
+            node = choose(trusted or alive, key=lambda n: self._placed.get(n, 0))
             self._placed[node] = self._placed.get(node, 0) + 1
         return node, NodeAffinitySchedulingStrategy(node, soft=False)
 

@@ -24,7 +24,7 @@ def backend_options(fn: F) -> F:
         "--placement",
         type=click.Choice(["spread", "pack"]),
         help="--backend ray: spread agents over the nodes (default: each new agent on the "
-        "node with the fewest), or pack them (Ray's DEFAULT: fill a node first).",
+        "node with the fewest of the run's), or pack them (on the node with the most).",
     )(fn)
     fn = click.option(
         "--ray-address",

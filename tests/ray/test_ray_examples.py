@@ -177,3 +177,20 @@ def test_a_ray_worker_killed_mid_run_is_restarted_and_the_fleet_finishes_settled
     assert (fy["spawned"], fy["neverSettled"]) == (1, 0)
     _check(cluster, session)
     assert cluster.agent_processes() == []
+
+
+def test_placement_pack_keeps_every_agent_of_the_chain_on_one_node(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    session = tmp_path / "packed"
+    p = cluster.exarch(
+        "run", str(ROOT / "examples" / "chain.toml"), "--backend", "ray",
+        "--ray-address", cluster.address, "--placement", "pack", "--session-dir", str(session),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    borns = _borns(session)
+    assert len(borns) == 4
+    assert len({b["node"] for b in borns}) == 1
+    assert borns[0]["node"] in cluster.nodes()
+    assert _result(session)["fleetYield"]["neverSettled"] == 0
+    assert cluster.agent_processes() == []
