@@ -56,6 +56,7 @@ from typing import Any, Literal
 
 from actors.agent_process import BORN_TIMEOUT
 from actors.agent_process_host import AgentProcess, HostBoot
+from actors.process import ensure_fork_server
 from runtime.errors import ExarchError
 
 Placement = Literal["spread", "pack"]
@@ -101,8 +102,6 @@ class _RayHost:
         return x
 
     def serve(self, address: tuple[str, int], key: bytes, boot: HostBoot) -> int:
-        from actors.process import ensure_fork_server
-
         conn = Client(address, authkey=key)
         ensure_fork_server()  # this node's: the shell host is forked here, warm
         AgentProcess(conn, boot, node=self.node()).serve()
@@ -120,7 +119,7 @@ class RayHostProcess:
     done: Any
     """The ``serve`` call's object ref: ready when the host has ended, however."""
     node: str = ""
-    """The node it was placed on (``""``: left to Ray)."""
+    """The node it was placed on (``""``: left to Ray, when Ray listed no node alive)."""
     pid: int | None = 0
     exitcode: int | None = None
     on_end: Any = None
