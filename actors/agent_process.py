@@ -36,7 +36,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import replace
-from typing import Any
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, Protocol
 
 import psutil
 
@@ -132,6 +134,26 @@ class RemoteInbox:
         return sum(self.depths().values())
 
 
+class HostProcess(Protocol):
+    """What the control side holds of a started host besides its channel: the part of
+    ``multiprocessing``'s process handle it uses (``pid`` may be 0 until ``Born``)."""
+
+    pid: int | None
+    exitcode: int | None
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+class HostBackend(Protocol):
+    """Something that starts agent hosts somewhere else than this machine's fork server
+    (``actors/ray_backend.py``): it runs ``AgentProcess`` there on a connection back to here,
+    so the channel protocol is the same frames over a socket instead of a pipe."""
+
+    def launch(self, boot: HostBoot) -> tuple[Connection, HostProcess]: ...
+
+
 class ProcessAgent:
     """The control side's stand-in for an agent that runs in its own process.
 
@@ -148,8 +170,11 @@ class ProcessAgent:
         pool: Executor,
         on_exit: Callable[[ProcessAgent, AgentOutcome], None],
         intensity: RestartIntensity | None = None,
+        backend: HostBackend | None = None,
     ) -> None:
         spec = boot.spec
+        self.backend = backend
+        """Who starts its hosts: None for this machine's fork server."""
         self.site = site
         self.spec = spec
         self.name = spec.name
@@ -209,6 +234,11 @@ class ProcessAgent:
     @property
     def pid(self) -> int:
         return self._host.pid
+
+    @property
+    def node(self) -> str:
+        """Where its host runs: ``"local"``, or the Ray node id."""
+        return self._host.node
 
     def shell_pid(self) -> int | None:
         return self._host.shell_pid
@@ -327,7 +357,12 @@ class ProcessAgent:
                 self.name,
                 notice="Restarted",
                 text=detail,
-                data={"pid": host.pid, "shell_pid": host.shell_pid, "cause": cause},
+                data={
+                    "pid": host.pid,
+                    "shell_pid": host.shell_pid,
+                    "node": host.node,
+                    "cause": cause,
+                },
             )
         )
         standing = self.site.standing(self.name)
@@ -350,7 +385,13 @@ class _Host:
         self.ended = False
         self.born: BornFrame | None = None
         self.shell_pid: int | None = None
-        here, there = process_context().Pipe(duplex=True)
+        self.node = "local"
+        self.proc: BaseProcess | HostProcess
+        if agent.backend is not None:
+            here, self.proc = agent.backend.launch(boot)
+        else:
+            here = self._fork(boot)
+        self.pid: int = self.proc.pid or 0
         self.channel = AgentChannel(
             here,
             peer=f"agent process {boot.spec.name}",
@@ -358,6 +399,10 @@ class _Host:
             on_notify=self._notify,
             on_eof=self._eof,
         )
+        self.channel.start()
+
+    def _fork(self, boot: HostBoot) -> Connection:
+        here, there = process_context().Pipe(duplex=True)
         try:
             self.proc = start_process(
                 agent_process_main,
@@ -369,8 +414,7 @@ class _Host:
             raise AgentProcessFailed(f"agent {boot.spec.name}: cannot start: {e}") from e
         finally:
             there.close()
-        self.pid: int = self.proc.pid or 0
-        self.channel.start()
+        return here
 
     def wait_born(self) -> BornFrame:
         deadline = time.monotonic() + BORN_TIMEOUT
@@ -382,6 +426,8 @@ class _Host:
                     f"agent {self._agent.name}: its process ended or stalled before it was born"
                 )
         assert self.born is not None
+        self.pid = self.pid or self.born.pid
+        self.node = self.born.node
         return self.born
 
     def _request(self, env: Envelope) -> None:
@@ -433,7 +479,7 @@ class _Host:
     def _reap_shell(self) -> None:
         """A shell whose host died sees end of file and exits; one that has not within the
         grace is killed (its workers see end of file in turn)."""
-        if not self.shell_pid:
+        if not self.shell_pid or self.node != "local":  # a remote shell is its backend's
             return
         with contextlib.suppress(psutil.Error, ValueError):
             shell = psutil.Process(self.shell_pid)
@@ -443,6 +489,9 @@ class _Host:
                 shell.kill()
 
     def kill(self) -> None:
+        if self._agent.backend is not None:
+            self.proc.kill()
+            return
         for pid in (self.shell_pid, self.pid):
             with contextlib.suppress(psutil.Error, ValueError):
                 if pid:

@@ -166,10 +166,12 @@ def agent_process_main(conn: Connection, fork_address: str, boot: HostBoot) -> N
 
 class AgentProcess:
     """The host's state: its channel, its agent, its event buffer. Threads: main (the drive
-    loop), the channel reader, the flusher, and the agent's shell actor."""
+    loop), the channel reader, the flusher, and the agent's shell actor. ``node`` names where
+    it runs (``"local"``, or the Ray node id of a host a ``HostBackend`` started)."""
 
-    def __init__(self, conn: Connection, boot: HostBoot) -> None:
+    def __init__(self, conn: Connection, boot: HostBoot, node: str = "local") -> None:
         self.boot = boot
+        self.node = node
         self.name = boot.spec.name
         self.token = CancelScope()
         self.inbox = Inbox(recipient=self.name)
@@ -201,7 +203,8 @@ class AgentProcess:
                 self._trip(self._cancel)
             if self.boot.restarted is not None:
                 self._after_restart(agent)
-            self.channel.send(BornFrame(self.name, os.getpid(), agent.shell_pid(), spec.generation))
+            born = BornFrame(self.name, os.getpid(), agent.shell_pid(), spec.generation, self.node)
+            self.channel.send(born)
             while not (self._launched.wait(0.05) or self._stop.is_set()):
                 pass
             if self._launched.is_set():

@@ -31,7 +31,7 @@ import pykka
 
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
-from actors.agent_process import HostBoot, ProcessAgent
+from actors.agent_process import HostBackend, HostBoot, ProcessAgent
 from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
 from actors.agent_site import (
     BranchRequest,
@@ -117,6 +117,9 @@ class FleetConfig:
     """Dollars per million tokens by model (``runtime/providers/prices.py``)."""
     budget: Decimal | None = None
     """``--budget USD``: the fleet is cancelled when its known spend reaches this."""
+    backend: HostBackend | None = None
+    """Who starts the agent processes: None for this machine's fork server; a Ray backend
+    (``actors/ray_backend.py``) starts each as a Ray actor on the cluster."""
 
 
 class _AgentActor(QuotaActor):
@@ -288,7 +291,14 @@ class Fleet:
             self.config.durability,
             self.spend.prices,
         )
-        return ProcessAgent(self, boot, entry.token, pool=self._pool, on_exit=self._agent_exited)
+        return ProcessAgent(
+            self,
+            boot,
+            entry.token,
+            pool=self._pool,
+            on_exit=self._agent_exited,
+            backend=self.config.backend,
+        )
 
     def _launch(self, agent: Hosted) -> None:
         born = Born(
@@ -298,6 +308,7 @@ class Fleet:
             interactive=agent.interactive,
             fuel=agent.fuel,
             pid=agent.pid if isinstance(agent, ProcessAgent) else os.getpid(),
+            node=agent.node if isinstance(agent, ProcessAgent) else "local",
         )
         if isinstance(agent, ProcessAgent):
             with self._lock:

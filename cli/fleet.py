@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from cli.backend_options import Backend, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.limits import limit_options
@@ -84,6 +85,7 @@ def yield_table(fy: dict[str, Any]) -> Table:
 @provider_options("Model provider (default: scripted for a SCENARIO.toml, else openai).")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the run.")
 @click.option("--no-live", is_flag=True, help="Skip the live view even on a terminal.")
+@backend_options
 @record_option
 @output_options
 @limit_options
@@ -94,6 +96,9 @@ def fleet_command(
     connection: ProviderChoice,
     session_dir: str | None,
     no_live: bool,
+    backend: Backend,
+    ray_address: str | None,
+    placement: str | None,
     record: str | None,
     as_json: bool,
     quiet: bool,
@@ -112,11 +117,17 @@ def fleet_command(
       0    the trunk replied or quiesced
       1    the run failed (the `error:` line says why), was capped, or reached --budget
            (outcome `budget`: the tree is cancelled, every child settled)
-      2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
+      2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service,
+           --backend ray without Ray installed (the message gives the install line)
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
       143  cancelled by SIGTERM, likewise
     """
+    if backend == "ray" and record:
+        raise click.UsageError(
+            "--record keeps every agent's provider in this process: "
+            "it cannot be combined with --backend ray"
+        )
     spec = spec_for(
         target,
         connection,
@@ -126,6 +137,9 @@ def fleet_command(
         durability=durability,
         prices=cost.prices,
         budget=cost.budget,
+        backend=backend,
+        ray_address=ray_address,
+        placement=placement,
     )
     report = RunReporter(
         as_json=as_json, quiet=quiet, live=not no_live, view=render_tree, keep_view=True

@@ -7,6 +7,7 @@ from typing import Literal
 
 import click
 
+from cli.backend_options import Backend, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.grants import grant_options
@@ -37,6 +38,7 @@ from runtime.state.durability import Durability
     help="Run each agent on a thread of this process, or in an OS process of its own "
     "(supervised: a crashed agent is restarted from its files).",
 )
+@backend_options
 @record_option
 @grant_options
 @output_options
@@ -51,6 +53,9 @@ def run_command(
     disk_warn_bytes: int | None,
     window_tokens: int | None,
     agents: Literal["thread", "process"],
+    backend: Backend,
+    ray_address: str | None,
+    placement: str | None,
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
     record: str | None,
@@ -81,15 +86,16 @@ def run_command(
       0    the trunk replied, or quiesced (a ral error it could not get past ends it here too)
       1    the run failed (a provider error: the `error:` line says which), was capped, or
            reached --budget (outcome `budget`: the tree is cancelled, every child settled)
-      2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
+      2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service,
+           --backend ray without Ray installed (the message gives the install line)
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
       143  cancelled by SIGTERM, likewise
     """
-    if agents == "process" and record:
+    if (agents == "process" or backend == "ray") and record:
         raise click.UsageError(
-            "--record keeps every agent's provider in this process: "
-            "it cannot be combined with --agents process"
+            "--record keeps every agent's provider in this process: it cannot be combined "
+            f"with {'--backend ray' if backend == 'ray' else '--agents process'}"
         )
     spec = spec_for(
         target,
@@ -106,6 +112,9 @@ def run_command(
         prices=cost.prices,
         budget=cost.budget,
         agents=agents,
+        backend=backend,
+        ray_address=ray_address,
+        placement=placement,
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

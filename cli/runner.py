@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import click
 
+from cli.backend_options import check_backend, make_backend
 from cli.recording import open_recording
 from runtime.errors import ScenarioError
 from runtime.providers import make_provider
@@ -106,6 +107,11 @@ class RunSpec:
         return self.model
     agents: Literal["thread", "process"] = "thread"
     """``--agents``: each agent on a thread of this process, or in an OS process of its own."""
+    backend: Literal["local", "ray"] = "local"
+    """``--backend``: agent processes on this machine, or Ray actors (cli/backend_options.py)."""
+    ray_address: str | None = None
+    placement: str | None = None
+    """``--placement``: None is ``spread``."""
 
 
 @dataclass(frozen=True)
@@ -265,11 +271,13 @@ def run_headless(
             f"--prices FILE (dollars per million tokens; docs/cost.md)"
         )
     factory = provider_factory(spec)
+    check_backend(spec.backend, spec.ray_address, spec.placement)
     session = open_session(spec.session_dir)
     write_run_spec(session, spec, grants)
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)
     if recording is not None:
         factory = recording.factory
+    backend = make_backend(spec.backend, spec.ray_address, spec.placement)
     fleet = Fleet(
         session,
         factory,
@@ -281,7 +289,8 @@ def run_headless(
             durability=spec.durability,
             prices=spec.prices,
             budget=spec.budget,
-            agents=spec.agents,
+            agents="process" if backend is not None else spec.agents,
+            backend=backend,
         ),
     )
     outcome = "failed"
@@ -312,6 +321,8 @@ def run_headless(
         try:
             fleet.close()
         finally:
+            if backend is not None:
+                backend.close()
             if recording is not None:
                 recording.close()
             if observer is not None:

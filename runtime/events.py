@@ -58,6 +58,8 @@ class Born(Event):
     fuel: int = 0
     pid: int | None = None
     """The OS process the agent runs in (the control process's own for a thread agent)."""
+    node: str = "local"
+    """The machine it runs on: ``"local"``, or the Ray node id (``--backend ray``)."""
     at: str = field(default_factory=now_iso)
     kind: ClassVar[str] = "Born"
 

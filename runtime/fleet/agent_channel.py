@@ -105,13 +105,16 @@ class Spawn(ChannelMessage):
 @dataclass(frozen=True)
 class BornFrame(ChannelMessage):
     """Host -> control: the agent and its shell are ready. ``pid`` proves it runs in its own
-    process; ``shell_pid`` lets the supervisor kill a shell its dead host left behind."""
+    process (on ``node``); ``shell_pid`` lets the supervisor kill a shell its dead host left
+    behind."""
 
     KIND: ClassVar[str] = "born"
     agent: str
     pid: int
     shell_pid: int | None
     generation: int = 0
+    node: str = "local"
+    """Where the host runs: ``"local"``, or the Ray node id (``actors/ray_backend.py``)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,252 @@
+"""The Ray backend: each agent host a Ray actor on a cluster, the control plane in this process.
+
+``--backend ray`` (``FleetConfig.backend``). The agent host is the very same
+:class:`actors.agent_process_host.AgentProcess` as the local process backend; only who starts it
+differs. :meth:`RayBackend.launch` opens a one-shot TCP listener on the driver's node address,
+creates a Ray actor on the node its placement chose (``spread`` or ``pack``) and
+asks it to :meth:`_RayHost.serve` the agent: the actor connects back, both ends prove they hold
+the launch's random key (``multiprocessing``'s HMAC challenge, both ways), and from then on the
+channel is the agent-channel protocol (``runtime/fleet/agent_channel.py``) over that socket instead
+of
+a pipe -- control frames, verdicts, ``Publish`` batches and site calls unchanged.
+
+On its node the actor starts a fork server of its own (its shell host and the shell's workers
+are its children there: ``actors/process.py`` preloads the runtime once per actor) and reports
+the Ray node id in ``Born``. The registry, bus, journal and spawn site stay in the driver.
+
+Placement ``spread`` puts each new host on the alive node that holds the fewest of this run's
+live hosts, ``pack`` on the one that holds the most (ties: Ray's order of nodes), by Ray's node
+affinity, hard. Ray's ``DEFAULT`` strategy did not pack agent actors (they reserve no CPU):
+examples/chain.toml's four agents landed on both nodes in 3 runs of 3. Measured on Ray 2.60 with
+a two-node cluster: Ray's own ``SPREAD``, with hosts created one at a time as spawns arrive, put
+all three hosts of examples/fanout.toml on one node in some runs; soft affinity sent 5 of 12
+actors to the other node; hard affinity placed 12 of 12 where asked. A node that vanishes
+between the choice and the start fails that start at once (the actor's ``serve`` ends before it
+connects), which the supervisor counts like any failed restart. A node where a host's actor
+died, or a start failed, is passed over for ``SUSPECT_SECS`` while another node is alive: a
+restart after a node is lost goes elsewhere even while Ray still lists the lost node as alive.
+
+Invariants:
+- The listener accepts exactly one connection and only within ``BORN_TIMEOUT``, and gives up
+  as soon as the actor has ended without connecting; a peer that fails the key challenge is
+  refused (:class:`RayHostFailed`), never served.
+- A host's end is the actor's end: :meth:`RayHostProcess.kill` is ``ray.kill`` (its shell sees
+  end of file, its fork server sees its alive pipe close, and both exit with it), and a host
+  whose ``serve`` returned is killed too, so no Ray worker outlives its agent.
+- Ray is optional (``pip install -e '.[ray]'``): it is imported only when a backend is made,
+  and its absence is :class:`RayNotInstalled`, never an ``ImportError``.
+
+Not yet: the session directory must be one path every node sees (a shared file system, or one
+machine); a node's disappearance is a crash like any other (restart, else ``down``), but the
+release sweep's ``release-unconfirmed`` records for it and resuming after the driver dies are
+not built. See docs/scale-out.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
+from typing import Any, Literal
+
+from actors.agent_process import BORN_TIMEOUT
+from actors.agent_process_host import AgentProcess, HostBoot
+from actors.process import ensure_fork_server
+from runtime.errors import ExarchError
+
+Placement = Literal["spread", "pack"]
+
+ACCEPT_POLL = 0.05
+"""Seconds between looks at whether a host's actor ended before it connected back."""
+
+SUSPECT_SECS = 30.0
+"""Seconds a node is passed over after a host's actor died there (Ray declares a lost node
+dead only after its health checks fail, so ``ray.nodes()`` may list it as alive meanwhile)."""
+
+INSTALL_HINT = "--backend ray needs Ray: pip install -e '.[ray]' (ray>=2.40)"
+
+
+class RayNotInstalled(ExarchError):
+    """``--backend ray`` was asked for, but Ray cannot be imported here."""
+
+
+class RayHostFailed(ExarchError):
+    """A Ray-hosted agent never connected back, or failed the launch key's challenge."""
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or :class:`RayNotInstalled` saying how to install it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise RayNotInstalled(INSTALL_HINT) from e
+    return ray
+
+
+# -- host side (runs in the Ray actor's process) ----------------------------------------------
+
+
+class _RayHost:
+    """The Ray actor: one agent host. ``serve`` blocks for the agent's whole life, so the
+    actor is threaded (``ping`` and ``node`` answer meanwhile)."""
+
+    def node(self) -> str:
+        return str(require_ray().get_runtime_context().get_node_id())
+
+    def ping(self, x: Any) -> Any:
+        return x
+
+    def serve(self, address: tuple[str, int], key: bytes, boot: HostBoot) -> int:
+        conn = Client(address, authkey=key)
+        ensure_fork_server()  # this node's: the shell host is forked here, warm
+        AgentProcess(conn, boot, node=self.node()).serve()
+        return os.getpid()
+
+
+# -- control side -----------------------------------------------------------------------------
+
+
+@dataclass
+class RayHostProcess:
+    """The control side's handle on one Ray-hosted agent host (a ``HostProcess``)."""
+
+    actor: Any
+    done: Any
+    """The ``serve`` call's object ref: ready when the host has ended, however."""
+    node: str = ""
+    """The node it was placed on (``""``: left to Ray, when Ray listed no node alive)."""
+    pid: int | None = 0
+    exitcode: int | None = None
+    on_end: Any = None
+
+    def join(self, timeout: float | None = None) -> None:
+        ray = require_ray()
+        ready, _ = ray.wait([self.done], timeout=timeout)
+        if not ready:
+            return
+        try:
+            ray.get(self.done)
+            self.exitcode = 0
+        except ray.exceptions.RayActorError:
+            self.exitcode = -9  # the actor's process died under it: a crash
+        except Exception:
+            self.exitcode = 1  # the host raised: it ended without reporting
+        self.kill()
+
+    def kill(self) -> None:
+        ray = require_ray()
+        with contextlib.suppress(Exception):
+            ray.kill(self.actor, no_restart=True)
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end(self)
+
+
+class RayBackend:
+    """Starts agent hosts as Ray actors (a ``HostBackend``). Connects to Ray on first use:
+    ``address`` ``HOST:PORT`` or ``auto``, or None for a local Ray instance of its own, which
+    :meth:`close` stops."""
+
+    def __init__(self, address: str | None = None, placement: Placement = "spread") -> None:
+        self.address = address
+        self.placement = placement
+        self._ray = require_ray()
+        self._lock = threading.Lock()
+        self._actor_class: Any = None
+        self._host = "127.0.0.1"
+        self._placed: dict[str, int] = {}
+        """Live hosts this backend placed, by node id."""
+        self._suspect: dict[str, float] = {}
+        """Nodes where a host's actor died or a start failed: when (monotonic seconds)."""
+
+    def _connect(self) -> Any:
+        with self._lock:
+            if self._actor_class is None:
+                ray = self._ray
+                if not ray.is_initialized():
+                    ray.init(
+                        address=self.address,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        logging_level=logging.WARNING,
+                    )
+                self._host = ray.util.get_node_ip_address()
+                self._actor_class = ray.remote(_RayHost)
+            return self._actor_class
+
+    def launch(self, boot: HostBoot) -> tuple[Connection, RayHostProcess]:
+        actor_class = self._connect()
+        node, strategy = self._place()
+        key = secrets.token_bytes(32)
+        with socket.create_server((self._host, 0)) as server:
+            server.settimeout(ACCEPT_POLL)
+            actor = actor_class.options(
+                num_cpus=0,
+                max_concurrency=4,
+                scheduling_strategy=strategy,
+                name=None,
+            ).remote()
+            done = actor.serve.remote(server.getsockname()[:2], key, boot)
+            handle = RayHostProcess(actor, done, node, on_end=self._ended)
+            sock = self._accept(server, handle, boot.spec.name)
+        sock.settimeout(None)
+        conn = Connection(sock.detach())
+        try:
+            deliver_challenge(conn, key)
+            answer_challenge(conn, key)
+        except Exception as e:
+            conn.close()
+            handle.kill()
+            raise RayHostFailed(f"agent {boot.spec.name}: refused a peer ({e})") from e
+        return conn, handle
+
+    def _accept(self, server: socket.socket, handle: RayHostProcess, name: str) -> socket.socket:
+        deadline = time.monotonic() + BORN_TIMEOUT
+        while True:
+            try:
+                sock, _ = server.accept()
+                return sock
+            except TimeoutError:
+                pass
+            ended, _ = self._ray.wait([handle.done], timeout=0)
+            if ended or time.monotonic() > deadline:
+                cause = "ended" if ended else "stalled"
+                self._suspect[handle.node] = time.monotonic()
+                handle.kill()
+                raise RayHostFailed(f"agent {name}: its Ray actor {cause} before it connected")
+
+    def _place(self) -> tuple[str, Any]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        alive = [str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")]
+        if not alive:
+            return "", "SPREAD"
+        with self._lock:
+            now = time.monotonic()
+            trusted = [
+                n for n in alive if now - self._suspect.get(n, -SUSPECT_SECS) >= SUSPECT_SECS
+            ]
+            choose = max if self.placement == "pack" else min
+            node = choose(trusted or alive, key=lambda n: self._placed.get(n, 0))
+            self._placed[node] = self._placed.get(node, 0) + 1
+        return node, NodeAffinitySchedulingStrategy(node, soft=False)
+
+    def _ended(self, handle: RayHostProcess) -> None:
+        with self._lock:
+            if handle.exitcode == -9:  # its actor's process died: the node may be going
+                self._suspect[handle.node] = time.monotonic()
+            if handle.node in self._placed:
+                self._placed[handle.node] -= 1
+
+    def close(self) -> None:
+        """Disconnect from Ray (stopping the local instance this backend started, if any)."""
+        with self._lock:
+            if self._actor_class is not None and self._ray.is_initialized():
+                self._ray.shutdown()
+            self._actor_class = None

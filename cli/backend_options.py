@@ -1,0 +1,71 @@
+"""``--backend local|ray``, ``--ray-address`` and ``--placement``: where agent processes run.
+
+``local`` (the default) keeps every agent on this machine (``--agents`` says thread or process);
+``ray`` runs each agent as a Ray actor on a cluster (``actors/ray_backend.py``, implies
+``--agents process``). Ray is an optional extra: without it ``--backend ray`` is refused with
+the install line (exit 2), before any session directory is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+Backend = Literal["local", "ray"]
+
+
+def backend_options(fn: F) -> F:
+    """The three options, in ``--help`` order."""
+    fn = click.option(
+        "--placement",
+        type=click.Choice(["spread", "pack"]),
+        help="--backend ray: spread agents over the nodes (default: each new agent on the "
+        "node with the fewest of the run's), or pack them (on the node with the most).",
+    )(fn)
+    fn = click.option(
+        "--ray-address",
+        metavar="HOST:PORT|auto",
+        help="--backend ray: the cluster's head (`auto`: Ray's own discovery); "
+        "none: start a local Ray instance for this run.",
+    )(fn)
+    fn = click.option(
+        "--backend",
+        type=click.Choice(["local", "ray"]),
+        default="local",
+        show_default=True,
+        help="Where agent processes run: this machine, or a Ray cluster (each agent a Ray "
+        "actor; implies --agents process; needs pip install -e '.[ray]').",
+    )(fn)
+    return fn
+
+
+def check_backend(
+    backend: Backend, address: str | None = None, placement: str | None = None
+) -> None:
+    """Exit 2 with the install line when ``--backend ray`` cannot import Ray, and when a Ray
+    option comes without ``--backend ray`` (it would be ignored in silence)."""
+    if backend != "ray":
+        if address is not None or placement is not None:
+            flag = "--ray-address" if address is not None else "--placement"
+            raise click.UsageError(f"{flag} needs --backend ray")
+        return
+    from actors.ray_backend import RayNotInstalled, require_ray
+
+    try:
+        require_ray()
+    except RayNotInstalled as e:
+        raise click.UsageError(str(e)) from None
+
+
+def make_backend(backend: Backend, address: str | None, placement: str | None) -> Any:
+    """The fleet's ``HostBackend``: None for ``local``."""
+    if backend != "ray":
+        return None
+    from actors.ray_backend import RayBackend
+
+    check_backend(backend, address, placement)
+    return RayBackend(address, "pack" if placement == "pack" else "spread")

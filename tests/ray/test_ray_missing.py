@@ -1,0 +1,90 @@
+"""``--backend ray`` where Ray cannot be imported: exit 2 with the install line, nothing made.
+
+Runs everywhere (no ``ray`` marker): a ``ray`` module that raises ``ImportError`` comes first
+on ``PYTHONPATH``, as if the extra were not installed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.agent.conftest import exarch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_backend_ray_without_ray_installed_exits_2_with_the_install_line_and_no_session(
+    tmp_path: Path,
+) -> None:
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "ray.py").write_text("raise ImportError('No module named ray')\n")
+    session = tmp_path / "session"
+    p = exarch(
+        [
+            "run",
+            str(ROOT / "examples" / "fanout.toml"),
+            "--backend",
+            "ray",
+            "--session-dir",
+            str(session),
+        ],
+        cwd=tmp_path,
+        env={"PYTHONPATH": f"{shadow}:{ROOT}"},
+    )
+    assert p.returncode == 2, p.stderr
+    assert "pip install -e '.[ray]'" in p.stderr
+    assert not session.exists()
+
+
+def test_backend_local_is_the_default_and_runs_the_example_on_this_machine(
+    tmp_path: Path,
+) -> None:
+    session = tmp_path / "session"
+    p = exarch(
+        [
+            "run",
+            str(ROOT / "examples" / "fanout.toml"),
+            "--agents",
+            "process",
+            "--session-dir",
+            str(session),
+        ],
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    borns = [
+        line
+        for line in (session / "transcript.jsonl").read_text().splitlines()
+        if '"kind": "Born"' in line
+    ]
+    assert len(borns) == 3 and all('"node": "local"' in line for line in borns)
+
+
+def test_ray_address_or_placement_without_backend_ray_exits_2_and_names_the_flag(
+    tmp_path: Path,
+) -> None:
+    session = tmp_path / "session"
+    for flag, value in (("--ray-address", "127.0.0.1:6379"), ("--placement", "pack")):
+        p = exarch(
+            ["run", str(ROOT / "examples" / "fanout.toml"), flag, value,
+             "--session-dir", str(session)],
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert p.returncode == 2, p.stderr
+        assert f"{flag} needs --backend ray" in p.stderr
+        assert not session.exists()
+
+
+def test_backend_ray_with_record_is_refused_with_exit_2_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    session = tmp_path / "session"
+    for command in ("run", "fleet"):
+        p = exarch(
+            [command, str(ROOT / "examples" / "fanout.toml"), "--backend", "ray",
+             "--record", str(tmp_path / "rec.toml"), "--session-dir", str(session)],
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert p.returncode == 2, p.stderr
+        assert "--record" in p.stderr and "--backend ray" in p.stderr
+        assert not session.exists()
