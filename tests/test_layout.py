@@ -196,7 +196,7 @@ def test_the_import_scan_counts_type_checking_function_local_and_relative_import
         "runtime.state.journal",
         "runtime.ral.values",
         "runtime.fleet.park",
-        "runtime.state.session_dir",
+        "runtime.session_dir",
         "cli.main",
     } <= found
 
