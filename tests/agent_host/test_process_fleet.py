@@ -250,6 +250,7 @@ def test_run_with_agents_process_prints_the_fanout_reply_from_three_agent_proces
     assert p.stdout.strip() == "499500"
     born = [r for r in read_jsonl(session / "transcript.jsonl").records if r["kind"] == "Born"]
     assert sorted(r["agent"] for r in born) == ["hi", "lo", "trunk"]
+    assert all(r["node"] == "local" for r in born)  # the local backend is the default
     assert len({r["pid"] for r in born}) == 3
 
 

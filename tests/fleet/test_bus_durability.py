@@ -3,7 +3,9 @@ waited for outside the bus lock, and subscribers see an event only once it is du
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +84,10 @@ class _Hold:
         self.gate = gate
 
 
-def test_under_process_a_producer_writes_its_event_itself_while_the_bus_thread_is_busy(
-    tmp_path: Path,
-) -> None:
+@contextlib.contextmanager
+def _holding_bus() -> Iterator[threading.Event]:
+    """While inside, a ``_Hold`` message parks the bus thread until its gate opens; the Event
+    yielded is set once the thread is parked."""
     from actors.bus import Bus
 
     held = threading.Event()
@@ -99,6 +102,15 @@ def test_under_process_a_producer_writes_its_event_itself_while_the_bus_thread_i
 
     Bus.on_receive = on_receive  # type: ignore[method-assign]
     try:
+        yield held
+    finally:
+        Bus.on_receive = inner  # type: ignore[method-assign]
+
+
+def test_under_process_a_producer_writes_its_event_itself_while_the_bus_thread_is_busy(
+    tmp_path: Path,
+) -> None:
+    with _holding_bus() as held:
         bus, files, gate = _stalled_bus(tmp_path, Durability.PROCESS)
         sub = bus.subscribe()
         try:
@@ -112,27 +124,12 @@ def test_under_process_a_producer_writes_its_event_itself_while_the_bus_thread_i
             gate.set()
             bus.stop()
             durability.unbind(files)
-    finally:
-        Bus.on_receive = inner  # type: ignore[method-assign]
 
 
 def test_under_machine_the_bus_thread_writes_and_the_producer_does_not_wait(
     tmp_path: Path,
 ) -> None:
-    from actors.bus import Bus
-
-    held = threading.Event()
-    inner = Bus.on_receive
-
-    def on_receive(self: Any, message: Any) -> Any:
-        if isinstance(message, _Hold):
-            held.set()
-            message.gate.wait(HANG_GUARD)
-            return None
-        return inner(self, message)
-
-    Bus.on_receive = on_receive  # type: ignore[method-assign]
-    try:
+    with _holding_bus() as held:
         bus, files, gate = _stalled_bus(tmp_path, Durability.MACHINE)
         try:
             assert held.wait(HANG_GUARD)
@@ -144,5 +141,3 @@ def test_under_machine_the_bus_thread_writes_and_the_producer_does_not_wait(
             gate.set()
             bus.stop()
             durability.unbind(files)
-    finally:
-        Bus.on_receive = inner  # type: ignore[method-assign]

@@ -36,30 +36,6 @@ def test_backend_ray_without_ray_installed_exits_2_with_the_install_line_and_no_
     assert not session.exists()
 
 
-def test_backend_local_is_the_default_and_runs_the_example_on_this_machine(
-    tmp_path: Path,
-) -> None:
-    session = tmp_path / "session"
-    p = exarch(
-        [
-            "run",
-            str(ROOT / "examples" / "fanout.toml"),
-            "--agents",
-            "process",
-            "--session-dir",
-            str(session),
-        ],
-        cwd=tmp_path,
-    )
-    assert p.returncode == 0, p.stderr
-    borns = [
-        line
-        for line in (session / "transcript.jsonl").read_text().splitlines()
-        if '"kind": "Born"' in line
-    ]
-    assert len(borns) == 3 and all('"node": "local"' in line for line in borns)
-
-
 def test_ray_address_or_placement_without_backend_ray_exits_2_and_names_the_flag(
     tmp_path: Path,
 ) -> None:
