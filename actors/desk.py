@@ -1,4 +1,5 @@
-"""The agent's desk: where the agent verbs (docs/ral.md) are answered, outside the shell process.
+"""The agent's desk: where the agent verbs (docs/language.md) are answered, outside the shell
+process.
 
 The shell host asks the desk through an enquiry frame while a run is in flight; the shell actor
 calls :meth:`AgentDesk.call` on its own thread. The desk never blocks on the calling agent's own

@@ -16,7 +16,7 @@ kills the programs it started) and arms a hard kill of the worker's process grou
 Limits (documented, deliberate): a worker has no desk (agent verbs are unbound inside a
 worker) and its own nested ``spawn`` uses the in-process default backend of the ral Session; a
 worker's stdout/stderr are kept on its outcome but are not shown to the model (``await`` yields
-the value only, as docs/ral.md, Workers, says).
+the value only, as docs/language.md, Workers, says).
 """
 
 from __future__ import annotations

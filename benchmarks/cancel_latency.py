@@ -1,6 +1,7 @@
 """Cancellation latency: from ``cancel()`` to the cancelled call returning, per kind of wait.
 
-docs/ral.md bounds a ral cancellation at 100 ms; the provider tests once bounded a cancelled model
+docs/language.md bounds a ral cancellation at 100 ms; the provider tests once bounded a cancelled
+model
 call at 200 ms. Those are latency figures, so they live here and not in the test suite (which
 asserts that the call comes back ``cancelled`` and its programs die, whatever the load). Each
 case is timed ``--repeat`` times in one process:
@@ -54,7 +55,7 @@ from runtime.state.session_dir import SessionDir
 from tests.support.protocol_servers import Exchange, ProtocolServer, openai_chunks, sse
 
 RAL_BOUND = 0.100
-"""docs/ral.md: a cancelled run stops within 100 ms."""
+"""docs/language.md: a cancelled run stops within 100 ms."""
 
 PROVIDER_BOUND = 0.200
 """The bound the provider tests held a cancelled model call to before it moved here."""

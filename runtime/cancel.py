@@ -19,7 +19,8 @@ from collections.abc import Callable
 POLL_INTERVAL = 0.01
 """Seconds between cancellation checks while waiting on a program or a worker.
 
-10 ms keeps docs/ral.md's 100 ms cancellation bound with a 10x margin; measured cost of the poll
+10 ms keeps docs/language.md's 100 ms cancellation bound with a 10x margin; measured cost of the
+poll
 loop is below 1% of one core.
 """
 

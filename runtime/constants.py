@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 BINDING_IDLE_CALLS = 256
-"""A session binding unused for this many ral calls is pruned (docs/ral.md, Binding leases)."""
+"""A session binding unused for this many ral calls is pruned (docs/language.md, Binding leases)."""
 
 LARGE_BINDING_BYTES = 1 << 20
 """Writing a session binding whose encoding exceeds this emits one LargeBinding notice."""

@@ -31,7 +31,7 @@ AGENT_VERBS: tuple[str, ...] = (
     "pin",
     "unpin",
 )
-"""Every agent verb (docs/ral.md, Agent verbs), in the order the prompt lists them."""
+"""Every agent verb (docs/language.md, Agent verbs), in the order the prompt lists them."""
 
 
 class VerbMismatch(ExarchError):

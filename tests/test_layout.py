@@ -26,7 +26,7 @@ OUTSIDE_CITATIONS = re.compile(
     )
 )
 """A citation of a document a reader of this repository cannot open. A drill's or Hypothesis's
-random seed ("seed 90413", ``--seed``) is not one; neither is ``docs/ral.md``."""
+random seed ("seed 90413", ``--seed``) is not one; neither is ``docs/language.md``."""
 
 
 def _scanned_files() -> list[Path]:
@@ -59,8 +59,8 @@ def test_no_file_cites_a_document_outside_the_repository() -> None:
         if OUTSIDE_CITATIONS.search(line)
     ]
     assert not hits, (
-        "cite docs/ral.md, docs/scenarios.md, docs/architecture.md or docs/drills.md, or state "
-        "the rule in place:\n" + "\n".join(hits)
+        "cite docs/language.md, docs/scenarios.md, docs/architecture.md or docs/drills.md, or "
+        "state the rule in place:\n" + "\n".join(hits)
     )
 
 

@@ -1,4 +1,4 @@
-"""The fault switch: whether a new ral shell binds the ``fault`` native (docs/ral.md).
+"""The fault switch: whether a new ral shell binds the ``fault`` native (docs/language.md).
 
 ``fault crash|panic|hang|spin`` breaks the shell on purpose; drills and tests need it, a real run
 must never have it. A shell is built with an explicit ``faults=`` when its builder knows; when

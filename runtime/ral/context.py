@@ -70,6 +70,6 @@ class WorkerBackend(Protocol):
 AGENT_VERBS = frozenset(
     {"agent", "message", "agent-cancel", "reply", "schedule", "unschedule", "pin", "unpin"}
 )
-"""The agent verbs, answered by the desk (docs/ral.md, Agent verbs)."""
+"""The agent verbs, answered by the desk (docs/language.md, Agent verbs)."""
 
 __all__ = ["AGENT_VERBS", "Desk", "DeskRefusal", "DynamicContext", "Grants", "WorkerBackend"]

@@ -41,7 +41,7 @@ MAX_RANGE = 10_000_000
 RANGE_CHUNK = 1 << 16
 """Items ``range`` builds between two cancellation polls. Building all 10,000,000 at once is
 one uninterruptible call of ~0.3 s idle and over 1 s on a loaded 2-core machine (measured: a
-cancel landing in ``for i in (range 10000000)`` took 370-680 ms, against docs/ral.md's 100 ms);
+cancel landing in ``for i in (range 10000000)`` took 370-680 ms, against docs/language.md's 100 ms);
 65,536 items take ~2 ms idle."""
 
 Fn = Callable[[Interp, list[Any]], Any]

@@ -237,7 +237,7 @@ in the shells' default 2 GiB either; only shared structure reaches it."""
 WALK_POLL_EVERY = 1 << 14
 """Steps of a rendering or lowering walk between two cancellation checks: 16 Ki steps of a
 rendering take ~10 ms (measured: 2**16 shared leaves, ~200 Ki steps, render in 130 ms on a loaded
-2-core machine), a tenth of docs/ral.md's 100 ms cancellation bound, for one call per 16 Ki."""
+2-core machine), a tenth of docs/language.md's 100 ms cancellation bound, for one call per 16 Ki."""
 
 _walk_check: ContextVar[Callable[[], None] | None] = ContextVar("ral_walk_check", default=None)
 

@@ -1,5 +1,5 @@
 """The binding-lease ledger: an agent shell's top-level scratch names expire when the model stops
-using them; nothing else about binding does (docs/ral.md, Binding leases).
+using them; nothing else about binding does (docs/language.md, Binding leases).
 
 Rules, each enforced here and each with its own test in ``tests/shell_rules/``:
 

@@ -1,6 +1,7 @@
 """Cancellation: a cancelled run stops, kills its programs and reports `cancelled`.
 
-The 100 ms bound of docs/ral.md is a latency figure: ``benchmarks/cancel_latency.py`` measures it
+The 100 ms bound of docs/language.md is a latency figure: ``benchmarks/cancel_latency.py`` measures
+it
 (docs/benchmarks.md); these tests assert the behaviour, with ``HANG_GUARD`` only against hangs.
 """
 

@@ -1,4 +1,5 @@
-"""One test (or more) per rule of the ral core (docs/ral.md), and the examples that must hold."""
+"""One test (or more) per rule of the ral core (docs/language.md), and the examples that must
+hold."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every ```ral example in docs/ral.md runs and produces what its annotations say."""
+"""Every ```ral example in docs/language.md runs and produces what its annotations say."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from runtime.ral.session import Session
 from runtime.ral.values import render
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "ral.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "language.md"
 _BLOCK = re.compile(r"^```ral\n(.*?)^```", re.S | re.M)
 
 

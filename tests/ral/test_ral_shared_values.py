@@ -1,7 +1,7 @@
 """Values that share structure: ``[$a, $a]`` holds ``$a`` twice, so a value can be exponentially
 larger written out than in memory. Rendering, encoding and comparing such a value stay bounded:
 an oversized one renders as a placeholder and is refused by the codec (``ValueTooLarge``), and a
-cancel reaches a long rendering (docs/ral.md, Values)."""
+cancel reaches a long rendering (docs/language.md, Values)."""
 
 from __future__ import annotations
 

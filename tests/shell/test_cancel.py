@@ -1,6 +1,7 @@
 """Cancelling a busy shell or worker through the eval root, bypassing mailboxes.
 
-How fast (docs/ral.md's 100 ms bound) is measured by ``benchmarks/cancel_latency.py``; these tests
+How fast (docs/language.md's 100 ms bound) is measured by ``benchmarks/cancel_latency.py``; these
+tests
 assert that the run comes back ``cancelled`` and its programs die, ``HANG_GUARD`` against hangs.
 """
 
