@@ -336,19 +336,24 @@ class ShellActor(QuotaActor):
         self._run_id += 1
         run_id = self._run_id
         self._workers.sync_settled()
-        try:
-            host.data.send(
-                "run",
-                id=run_id,
-                source=script,
-                epoch=epoch,
-                sink=self._sink is not None,
-                running=self._workers.running_ids(),
-            )
-        except ChannelClosed:
-            return self._rollback(self._death_reason(host), epoch)
+        # Attached before the frame leaves: an interrupt that lands between the send and the
+        # attach would find no run in flight and be dropped while the host runs the script (a
+        # lost Esc; under load it left a `/bin/sleep 10` running to its end). A cancel that
+        # overtakes the run frame is kept by the host's listener until that run begins.
         self.eval_root._attach(host, run_id, wake=self._workers.wake)
         try:
+            try:
+                host.data.send(
+                    "run",
+                    id=run_id,
+                    source=script,
+                    epoch=epoch,
+                    sink=self._sink is not None,
+                    running=self._workers.running_ids(),
+                )
+            except ChannelClosed:
+                self.eval_root._detach()
+                return self._rollback(self._death_reason(host), epoch)
             got = self._pump(host)
         finally:
             self.eval_root._detach()

@@ -82,3 +82,28 @@ def _is_sleep(p: psutil.Process) -> bool:
         return p.name() == "sleep"
     except psutil.Error:
         return False
+
+
+def test_an_interrupt_landing_just_after_the_run_frame_leaves_stops_that_run(
+    start_shell, monkeypatch
+) -> None:
+    """The interleaving a loaded machine produces: the caller is descheduled right after the
+    ``run`` frame is written, and an Esc arrives before it resumes. The interrupt must reach
+    the run the host is about to start, not be dropped as "no run in flight"."""
+    from actors.frames import Channel
+
+    shell = start_shell().proxy()
+    root = shell.eval_root.get()
+    shell.run("let a = 1").get()
+    send = Channel.send
+
+    def send_then_interrupt(self: Channel, kind: str, **fields: Any) -> None:
+        send(self, kind, **fields)
+        if kind == "run" and "sleep" in fields.get("source", ""):
+            root.interrupt("esc")
+
+    monkeypatch.setattr(Channel, "send", send_then_interrupt)
+    r = shell.run("/bin/sleep 30").get(timeout=HANG_GUARD)
+    assert r.error_kind == "cancelled"
+    monkeypatch.undo()
+    assert shell.run("echo $a").get().stdout == "1\n"
