@@ -115,12 +115,12 @@ def test_a_boundary_with_ten_thousand_leases_walks_none_of_them_and_drops_only_t
         ledger.note_define("hot", epoch, 8)  # one binding changed per call
     _CountingReads.walks = 0
     examined: list[str] = []
-    out = ledger.prune(
-        1 + IDLE - 1,
-        sink_installed=True,
-        mid_frame=False,
-        pins_running_work=lambda n: examined.append(n) is not None,
-    )
+
+    def pins(name: str) -> bool:
+        examined.append(name)
+        return False
+
+    out = ledger.prune(1 + IDLE - 1, sink_installed=True, mid_frame=False, pins_running_work=pins)
     assert out.fell == () and examined == [] and _CountingReads.walks == 0
     out = ledger.prune(
         1 + IDLE, sink_installed=True, mid_frame=False, pins_running_work=lambda n: False
