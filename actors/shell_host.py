@@ -42,6 +42,7 @@ from actors.process import (
     report_programs,
 )
 from runtime.cancel import POLL_INTERVAL, Cancelled
+from runtime.ral.values import render
 from runtime.shell.limits import DEFAULT_MAX_BINDING_BYTES
 
 FORK_VERBS = frozenset({"agent"})
@@ -191,7 +192,7 @@ class HostCore:
         self._harvests = 0
         self.listener.begin(run_id)
         try:
-            rr = self.session.run(str(f["source"]))
+            rr = self.session.run(str(f["source"]), show=render)
         except Cancelled as c:  # the contract reports cancellation in RunResult; be safe
             self.listener.end()
             self._finish_run(None, cancelled=c.reason, sink=bool(f.get("sink")))
@@ -203,8 +204,6 @@ class HostCore:
         """One ``result`` frame carries the boundary's snapshot delta too: one write and one
         wake-up of the control side per call (a separate ``snapshot`` frame cost a third of the
         round trip's process switches)."""
-        from runtime.ral.values import render
-
         if rr is not None and rr.referenced:
             self.ledger.renew(rr.referenced, self.epoch)
         removed = self._boundary(sink)
@@ -225,7 +224,7 @@ class HostCore:
             return
         self.data.send(
             "result",
-            value=render(rr.value),
+            value=rr.shown,  # rendered inside the run's cancel scope
             stdout=rr.stdout,
             stderr=rr.stderr,
             error=error_fields(rr.error),
