@@ -209,31 +209,27 @@ class HostCore:
         removed = self._boundary(sink)
         snapshot = self._snapshot_fields(removed)
         if rr is None:
-            self.data.send(
-                "result",
-                value="",
-                stdout="",
-                stderr="",
-                error=[cancelled or "cancelled", 0, 0, "cancelled"],
-                referenced=[],
-                defined=[],
-                compiled=True,
-                notices=self._take_notices(),
-                snapshot=snapshot,
-            )
-            return
-        self.data.send(
-            "result",
-            value=rr.shown,  # rendered inside the run's cancel scope
-            stdout=rr.stdout,
-            stderr=rr.stderr,
-            error=error_fields(rr.error),
-            referenced=sorted(rr.referenced),
-            defined=list(rr.defined),
-            compiled=bool(rr.compiled),
-            notices=self._take_notices(),
-            snapshot=snapshot,
-        )
+            fields: dict[str, Any] = {"error": [cancelled or "cancelled", 0, 0, "cancelled"]}
+        else:
+            # Only what is not empty travels (the control side reads an absent field as empty,
+            # ``compiled`` as true): a trivial call's frame is its value and its clock.
+            fields = {"value": rr.shown}  # rendered inside the run's cancel scope
+            if rr.stdout:
+                fields["stdout"] = rr.stdout
+            if rr.stderr:
+                fields["stderr"] = rr.stderr
+            if rr.error is not None:
+                fields["error"] = error_fields(rr.error)
+            if rr.referenced:
+                fields["referenced"] = sorted(rr.referenced)
+            if rr.defined:
+                fields["defined"] = list(rr.defined)
+            if not rr.compiled:
+                fields["compiled"] = False
+        if self.notices:
+            fields["notices"] = self._take_notices()
+        fields["snapshot"] = snapshot
+        self.data.send("result", **fields)
 
     # -- the chokepoint and the ready boundary -------------------------------------------------
 
@@ -265,7 +261,10 @@ class HostCore:
             self.data.send("harvest", names=sorted(names))
 
     def _boundary(self, sink: bool) -> list[str]:
-        """The ready boundary: prune idle leases when a surface sink is installed."""
+        """The ready boundary: prune idle leases when a surface sink is installed (with none,
+        the ledger waits: nothing to examine)."""
+        if not sink:
+            return []
         from runtime.shell.ledger import reaches_running_worker
 
         running = self.running
@@ -315,10 +314,20 @@ class HostCore:
             ledger: dict[str, Any] = {"ledger": self.ledger.to_state()}
         else:
             ledger = {"ledger_delta": self.ledger.take_delta()}
-        fields = {"epoch": self.epoch, "bindings": dict(self.dirty), "removed": removed, **ledger}
+        fields: dict[str, Any] = {"epoch": self.epoch, **ledger}  # absent: nothing changed
+        if self.dirty:
+            fields["bindings"] = dict(self.dirty)
+        if removed:
+            fields["removed"] = removed
         ctx = self.session.context
         sent = self._sent_context
-        if full or sent is None or (sent[0], sent[2], sent[1]) != (ctx.cwd, ctx.grants, ctx.env):
+        if (
+            full
+            or sent is None
+            or sent[0] != ctx.cwd
+            or sent[2] != ctx.grants
+            or sent[1] != ctx.env
+        ):
             # ~1.4 KB (the whole environment): packing and unpacking it every call cost ~7 µs
             self._sent_context = (ctx.cwd, dict(ctx.env), ctx.grants)
             fields["context"] = ctx.to_dict()

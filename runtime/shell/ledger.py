@@ -483,6 +483,8 @@ def apply_delta(state: dict[str, Any], delta: Mapping[str, Any]) -> None:
         state.update(terms, version=STATE_VERSION)
         state["last_use"], state["sizes"] = dict(terms["last_use"]), dict(terms["sizes"])
         return
+    if len(delta) == 2:  # only the clock and the pins moved (a call that renewed nothing)
+        return
     last_use, sizes = state["last_use"], state["sizes"]
     last_use.update(delta.get("last_use") or {})
     sizes.update(delta.get("sizes") or {})
