@@ -325,7 +325,7 @@ class HostCore:
             full
             or sent is None
             or sent[0] != ctx.cwd
-            or sent[2] != ctx.grants
+            or (sent[2] is not ctx.grants and sent[2] != ctx.grants)
             or sent[1] != ctx.env
         ):
             # ~1.4 KB (the whole environment): packing and unpacking it every call cost ~7 µs

@@ -160,7 +160,7 @@ class SnapshotKeeper:
         """Make the committed state durable: one frame of what changed, or a compaction."""
         self._checkpointed = True
         self.epoch = epoch
-        if workers != self.workers:
+        if workers is not self.workers and workers != self.workers:
             self.workers = workers
             self._workers_changed = True
         if self._compact_due or not self._log.is_open:

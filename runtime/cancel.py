@@ -60,10 +60,8 @@ class CancelScope:
 
     def _adopt(self, child: CancelScope) -> None:
         with self._lock:
-            children = self._children
-            if len(children) >= 8:  # retired children dropped in batches, not at every adopt
-                children = self._children = [c for c in children if not c._done]
-            children.append(child)
+            self._children = [c for c in self._children if not c._done]
+            self._children.append(child)
             already = self._done
             reason = self._reason
         if already:

@@ -86,6 +86,7 @@ class RunResult:
 
 
 _ABSENT = object()
+_NO_VERBS: frozenset[str] = frozenset()
 
 
 def _ensure_recursion_limit() -> None:
@@ -127,6 +128,8 @@ class Session:
         self._sigma_key: tuple[bool, frozenset[str]] | None = None
         self._sigma: dict[str, Native] = {}
         self._sigma_names: frozenset[str] = frozenset()
+        self._sigma_verbs: object = None
+        self._sigma_faults: object = None
 
     # -- running -------------------------------------------------------------------------
     def run(self, source: str, show: Callable[[Value], str] | None = None) -> RunResult:
@@ -148,7 +151,15 @@ class Session:
     def _current_sigma(self) -> dict[str, Native]:
         """Σ for this run, rebuilt only when its names change (which drops the compile cache)."""
         desk = self.desk
-        key = (self.faults, frozenset(desk.verbs()) if desk is not None else frozenset())
+        verbs = desk.verbs() if desk is not None else _NO_VERBS
+        if (
+            verbs is self._sigma_verbs
+            and self.faults is self._sigma_faults
+            and type(verbs) is frozenset
+        ):
+            return self._sigma  # the same immutable verbs: Σ's names cannot have changed
+        self._sigma_verbs, self._sigma_faults = verbs, self.faults
+        key = (self.faults, frozenset(verbs))
         if key != self._sigma_key:
             self._sigma = build_sigma(desk, self.faults)
             self._sigma_names = frozenset(self._sigma)
