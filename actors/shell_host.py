@@ -18,6 +18,8 @@ Protocol (host's view):
   it), renew leases from ``RunResult.referenced``, run the ready boundary (prune
   only when the control side says a surface sink is installed), reply ``result`` carrying the
   boundary's ``snapshot`` (changed binding encodings, removed names, context, ledger delta).
+  Both frames leave out what is empty (an absent field reads as empty, ``compiled`` as true):
+  a trivial call's ``result`` is its value and the ledger's clock.
 - An internal (non-ral) error escaping ``Session.run`` (``fault panic``) is a **panic**: the
   host sends ``panic`` and exits at once, since its state can no longer be trusted.
 - While a run is in flight, the Desk and the WorkerBackend send ``enquiry`` frames and block
