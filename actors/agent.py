@@ -75,7 +75,7 @@ from runtime.fleet.nudge import (
     decide,
 )
 from runtime.fleet.park import Construction, ParkMode, park_mode, returns_for
-from runtime.messages import AssistantMessage, ToolResult, admit_with_report
+from runtime.messages import AssistantMessage, ToolCall, ToolResult, admit_with_report
 from runtime.prompt import build_system_prompt
 from runtime.providers.base import (
     RAL_TOOL,
@@ -87,6 +87,7 @@ from runtime.providers.base import (
 from runtime.ral.values import render
 from runtime.settlement.cost import SpendMeter
 from runtime.shell.ledger import LargeBinding
+from runtime.state import durability
 from runtime.state.eventlog import AgentLog
 
 if TYPE_CHECKING:
@@ -588,36 +589,39 @@ class Agent:
         answered with an error and never run: the script the model sent is not one a shell can
         be given, and the repaired one is not what it sent."""
         for call in msg.tool_calls:
-            script = call.script
-            if self.token.cancelled:
-                result = self._refused(call.id, script, "cancelled: the turn was interrupted")
-            elif call.id in unencodable:
-                result = self._refused(
-                    call.id,
-                    script,
-                    f"the call was not run: its arguments hold {unencodable[call.id]}, a lone "
-                    "surrogate, which is not a character (no file, pipe or frame can carry "
-                    "it); send the script again without it",
-                )
-            elif call.name != RAL_TOOL.name:
-                result = self._refused(
-                    call.id, script, f"unknown tool {call.name!r}: the only tool is ral"
-                )
-            elif script is None:
-                result = self._refused(
-                    call.id,
-                    None,
-                    "the ral call is missing its script: the arguments must be a JSON object "
-                    'with a string "script", e.g. {"script": "echo hi"}',
-                )
-            else:
-                result = self.run_ral(call.id, script)
-            self.log.append_tool_result(result)
+            with durability.one_commit():  # the call's records: one fsync round (machine)
+                self.log.append_tool_result(self._answer(call, unencodable))
         due, self._residency_due = self._residency_due, []
         for nudge in due:
             self.log.append_nudge(nudge.kind, nudge.text)
         for steering in self.inbox.drain_steering():
             self.log.append_steering(steering.text)
+
+    def _answer(self, call: ToolCall, unencodable: dict[str, str]) -> ToolResult:
+        """One requested call's result: run, or refused with the reason."""
+        script = call.script
+        if self.token.cancelled:
+            return self._refused(call.id, script, "cancelled: the turn was interrupted")
+        if call.id in unencodable:
+            return self._refused(
+                call.id,
+                script,
+                f"the call was not run: its arguments hold {unencodable[call.id]}, a lone "
+                "surrogate, which is not a character (no file, pipe or frame can carry "
+                "it); send the script again without it",
+            )
+        if call.name != RAL_TOOL.name:
+            return self._refused(
+                call.id, script, f"unknown tool {call.name!r}: the only tool is ral"
+            )
+        if script is None:
+            return self._refused(
+                call.id,
+                None,
+                "the ral call is missing its script: the arguments must be a JSON object "
+                'with a string "script", e.g. {"script": "echo hi"}',
+            )
+        return self.run_ral(call.id, script)
 
     def _refused(self, call_id: str, script: str | None, text: str) -> ToolResult:
         """A call answered without running: the transcript records the same text."""

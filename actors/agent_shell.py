@@ -33,6 +33,7 @@ from runtime.fleet.diskwarn import disk_usage
 from runtime.fleet.inbox import Surface
 from runtime.fleet.probes import ResourceFigures, event_rows, resources
 from runtime.shell.limits import ShellLimits
+from runtime.state import durability
 from runtime.state.durable import append_jsonl
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_records import commit_record
@@ -83,7 +84,8 @@ def start_agent_shell(
 
 def run_agent_shell(agent: Agent, record: Path, script: str) -> ShellOutput:
     """One ral call in ``agent``'s shell, digested as the model sees it."""
-    result = agent.await_run(run_call(agent.shell, script, agent.token))
+    with durability.each_acknowledged():  # a spawn's journal record is acknowledged before
+        result = agent.await_run(run_call(agent.shell, script, agent.token))  # its child runs
     if result.error is None and not result.rolled_back:  # drills: what this call committed
         pid = result.host_pid if result.host_pid is not None else agent.shell_pid()
         append_jsonl(record, commit_record(agent.name, result, pid))

@@ -5,7 +5,9 @@ to a forkserver child, median): ``multiprocessing`` duplex ``Connection`` (a soc
 ``send_bytes`` writes a 4-byte big-endian length then the body) **15.8 us**; two one-way
 ``Connection`` pipes 41.1 us; hand-rolled 4-byte framing over two ``os.pipe`` 43.4 us. The duplex
 Connection is both the fastest and the one that travels to a forkserver child by fd passing, so
-every channel here is one.
+every channel here is one. :class:`Channel` keeps its wire format but reads and writes its socket
+itself: one ``write(2)`` a frame and, when the frame is all there, one ``read(2)`` (measured
+side by side, a ~40-byte echo: 15.6 us against 20.0 us through ``Connection.recv_bytes``).
 
 A frame is the msgpack array ``[kind, fields]`` where ``fields`` is a map of plain msgpack values
 (binding encodings travel as ``bytes``, already encoded by the ral codec). Kinds:
@@ -25,6 +27,8 @@ is written under a lock by any thread and read by the host's cancel thread only.
 
 from __future__ import annotations
 
+import os
+import struct
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -86,14 +90,19 @@ class Frame:
 
 
 def encode_frame(frame: Frame) -> bytes:
-    if frame.kind not in KINDS:
-        raise FrameError(f"unknown frame kind {frame.kind!r}")
+    return encode_fields(frame.kind, dict(frame.fields))
+
+
+def encode_fields(kind: str, fields: dict[str, Any]) -> bytes:
+    """The frame ``[kind, fields]`` as bytes (``fields`` is not copied: a caller's own dict)."""
+    if kind not in KINDS:
+        raise FrameError(f"unknown frame kind {kind!r}")
     try:
-        return msgpack.packb([frame.kind, dict(frame.fields)], use_bin_type=True)
+        return msgpack.packb([kind, fields], use_bin_type=True)
     except UnicodeEncodeError as e:
         bad = e.object[e.start] if isinstance(e.object, str) else "?"
         raise UnencodableFrame(
-            f"a {frame.kind!r} frame cannot be sent: its text holds U+{ord(bad):04X}, a lone "
+            f"a {kind!r} frame cannot be sent: its text holds U+{ord(bad):04X}, a lone "
             "surrogate, which is not a character"
         ) from None
 
@@ -111,26 +120,83 @@ def decode_frame(data: bytes) -> Frame:
     return Frame(kind, obj[1])
 
 
-class Channel:
-    """A frame channel over one duplex ``Connection``. ``send`` is safe from any thread."""
+_LENGTH = struct.Struct("!i")
+_LONG = struct.Struct("!Q")
+_JOIN_UPTO = 1 << 16
+"""A body up to this many bytes is written with its length in one ``write(2)``."""
+_READ = 1 << 16
+"""Bytes asked of one ``read(2)`` (more when the frame in hand needs more)."""
 
-    __slots__ = ("_closed", "_lock", "conn")
+
+def _frame_in(buf: bytearray) -> tuple[int, int] | None:
+    """(start, end) of the body of the whole frame at the front of ``buf``, or None."""
+    if len(buf) < 4:
+        return None
+    (n,) = _LENGTH.unpack_from(buf)
+    start = 4
+    if n == -1:
+        if len(buf) < 12:
+            return None
+        (n,) = _LONG.unpack_from(buf, 4)
+        start = 12
+    end = start + n
+    return (start, end) if len(buf) >= end else None
+
+
+def _needed(buf: bytearray) -> int:
+    """Bytes still missing from the frame at the front of ``buf`` (at least its header)."""
+    if len(buf) < 4:
+        return 4 - len(buf)
+    (n,) = _LENGTH.unpack_from(buf)
+    if n == -1:
+        if len(buf) < 12:
+            return 12 - len(buf)
+        return 12 + _LONG.unpack_from(buf, 4)[0] - len(buf)
+    return 4 + n - len(buf)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class Channel:
+    """A frame channel over one duplex ``Connection``. ``send`` is safe from any thread.
+
+    The wire is ``Connection``'s (a 4-byte big-endian length, or -1 and an 8-byte one, then the
+    body), read and written here with ``os.read``/``os.write`` on its socket: a frame is one
+    ``write(2)`` and, when it is all there, one ``read(2)`` -- ``Connection.recv_bytes`` reads
+    the length and the body apart, through a ``BytesIO`` each (~0.5 us and a system call of a
+    ~15 us round trip, on each side). What a read brought beyond the frame is kept for the
+    next: :meth:`has_frame` says a whole one is already here, so a reader polls the socket only
+    when it is not (:meth:`poll`, ``ChildProcess.wait_frame``)."""
+
+    __slots__ = ("_buf", "_closed", "_fd", "_lock", "conn")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self._fd = conn.fileno()
+        self._buf = bytearray()
         self._lock = threading.Lock()
         self._closed = False
 
     def send(self, kind: str, **fields: Any) -> None:
-        self.send_bytes(encode_frame(Frame(kind, fields)))
+        self.send_bytes(encode_fields(kind, fields))
 
     def send_bytes(self, data: bytes) -> None:
         """Send one already-encoded frame body (the agent-host channel's codec is its own)."""
+        n = len(data)
+        header = _LENGTH.pack(n) if n < 0x7FFFFFFF else _LENGTH.pack(-1) + _LONG.pack(n)
         with self._lock:
             if self._closed:
                 raise ChannelClosed("channel closed locally")
             try:
-                self.conn.send_bytes(data)
+                if n <= _JOIN_UPTO:
+                    _write_all(self._fd, header + data)
+                else:  # no copy of a large body
+                    _write_all(self._fd, header)
+                    _write_all(self._fd, data)
             except (OSError, ValueError) as e:
                 raise ChannelClosed(f"send failed: {e}") from None
 
@@ -147,12 +213,32 @@ class Channel:
 
     def recv_bytes(self) -> bytes:
         """One frame body, undecoded; :class:`ChannelClosed` at end of file."""
-        try:
-            return self.conn.recv_bytes()
-        except (EOFError, OSError, ValueError) as e:
-            raise ChannelClosed(f"receive failed: {e or 'end of file'}") from None
+        buf = self._buf
+        while True:
+            got = _frame_in(buf)
+            if got is not None:
+                start, end = got
+                body = bytes(buf[start:end])
+                del buf[:end]
+                return body
+            need = _needed(buf)
+            if self._closed:  # its fd number may name another file by now
+                raise ChannelClosed("channel closed locally")
+            try:
+                chunk = os.read(self._fd, max(_READ, need))
+            except (OSError, ValueError) as e:
+                raise ChannelClosed(f"receive failed: {e}") from None
+            if not chunk:
+                raise ChannelClosed("receive failed: end of file")
+            buf += chunk
+
+    def has_frame(self) -> bool:
+        """A whole frame is already read (the next :meth:`recv` takes no system call)."""
+        return _frame_in(self._buf) is not None
 
     def poll(self, timeout: float | None = 0.0) -> bool:
+        if _frame_in(self._buf) is not None:
+            return True
         try:
             return self.conn.poll(timeout)
         except (EOFError, OSError, ValueError):

@@ -212,6 +212,8 @@ class ChildProcess:
         One ``poll`` object per set of objects, kept for the life of the handle: the stdlib's
         ``multiprocessing.connection.wait`` builds and registers a selector on every call, a
         measurable share of a trivial call's round trip."""
+        if self.data.has_frame():  # read already, with the frame before it
+            return [self.data.conn]
         got = self._pollers.get(extra)
         if got is None:
             poller, by_fd = select.poll(), {}
@@ -489,7 +491,10 @@ class CancelListener:
     def _loop(self) -> None:
         while True:
             live = self._live()
-            ready = wait([self._ctl.conn, self._wake_r], POLL_INTERVAL if live else None)
+            if self._ctl.has_frame():  # a second cancel read with the first
+                ready: list[Any] = [self._ctl.conn]
+            else:
+                ready = wait([self._ctl.conn, self._wake_r], POLL_INTERVAL if live else None)
             if self._wake_r in ready:
                 with contextlib.suppress(OSError):
                     self._wake_r.recv(4096)

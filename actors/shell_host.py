@@ -18,6 +18,8 @@ Protocol (host's view):
   it), renew leases from ``RunResult.referenced``, run the ready boundary (prune
   only when the control side says a surface sink is installed), reply ``result`` carrying the
   boundary's ``snapshot`` (changed binding encodings, removed names, context, ledger delta).
+  Both frames leave out what is empty (an absent field reads as empty, ``compiled`` as true):
+  a trivial call's ``result`` is its value and the ledger's clock.
 - An internal (non-ral) error escaping ``Session.run`` (``fault panic``) is a **panic**: the
   host sends ``panic`` and exits at once, since its state can no longer be trusted.
 - While a run is in flight, the Desk and the WorkerBackend send ``enquiry`` frames and block
@@ -42,6 +44,7 @@ from actors.process import (
     report_programs,
 )
 from runtime.cancel import POLL_INTERVAL, Cancelled
+from runtime.ral.values import render
 from runtime.shell.limits import DEFAULT_MAX_BINDING_BYTES
 
 FORK_VERBS = frozenset({"agent"})
@@ -191,7 +194,7 @@ class HostCore:
         self._harvests = 0
         self.listener.begin(run_id)
         try:
-            rr = self.session.run(str(f["source"]))
+            rr = self.session.run(str(f["source"]), show=render)
         except Cancelled as c:  # the contract reports cancellation in RunResult; be safe
             self.listener.end()
             self._finish_run(None, cancelled=c.reason, sink=bool(f.get("sink")))
@@ -203,38 +206,32 @@ class HostCore:
         """One ``result`` frame carries the boundary's snapshot delta too: one write and one
         wake-up of the control side per call (a separate ``snapshot`` frame cost a third of the
         round trip's process switches)."""
-        from runtime.ral.values import render
-
         if rr is not None and rr.referenced:
             self.ledger.renew(rr.referenced, self.epoch)
         removed = self._boundary(sink)
         snapshot = self._snapshot_fields(removed)
         if rr is None:
-            self.data.send(
-                "result",
-                value="",
-                stdout="",
-                stderr="",
-                error=[cancelled or "cancelled", 0, 0, "cancelled"],
-                referenced=[],
-                defined=[],
-                compiled=True,
-                notices=self._take_notices(),
-                snapshot=snapshot,
-            )
-            return
-        self.data.send(
-            "result",
-            value=render(rr.value),
-            stdout=rr.stdout,
-            stderr=rr.stderr,
-            error=error_fields(rr.error),
-            referenced=sorted(rr.referenced),
-            defined=list(rr.defined),
-            compiled=bool(rr.compiled),
-            notices=self._take_notices(),
-            snapshot=snapshot,
-        )
+            fields: dict[str, Any] = {"error": [cancelled or "cancelled", 0, 0, "cancelled"]}
+        else:
+            # Only what is not empty travels (the control side reads an absent field as empty,
+            # ``compiled`` as true): a trivial call's frame is its value and its clock.
+            fields = {"value": rr.shown}  # rendered inside the run's cancel scope
+            if rr.stdout:
+                fields["stdout"] = rr.stdout
+            if rr.stderr:
+                fields["stderr"] = rr.stderr
+            if rr.error is not None:
+                fields["error"] = error_fields(rr.error)
+            if rr.referenced:
+                fields["referenced"] = sorted(rr.referenced)
+            if rr.defined:
+                fields["defined"] = list(rr.defined)
+            if not rr.compiled:
+                fields["compiled"] = False
+        if self.notices:
+            fields["notices"] = self._take_notices()
+        fields["snapshot"] = snapshot
+        self.data.send("result", **fields)
 
     # -- the chokepoint and the ready boundary -------------------------------------------------
 
@@ -266,7 +263,10 @@ class HostCore:
             self.data.send("harvest", names=sorted(names))
 
     def _boundary(self, sink: bool) -> list[str]:
-        """The ready boundary: prune idle leases when a surface sink is installed."""
+        """The ready boundary: prune idle leases when a surface sink is installed (with none,
+        the ledger waits: nothing to examine)."""
+        if not sink:
+            return []
         from runtime.shell.ledger import reaches_running_worker
 
         running = self.running
@@ -316,10 +316,20 @@ class HostCore:
             ledger: dict[str, Any] = {"ledger": self.ledger.to_state()}
         else:
             ledger = {"ledger_delta": self.ledger.take_delta()}
-        fields = {"epoch": self.epoch, "bindings": dict(self.dirty), "removed": removed, **ledger}
+        fields: dict[str, Any] = {"epoch": self.epoch, **ledger}  # absent: nothing changed
+        if self.dirty:
+            fields["bindings"] = dict(self.dirty)
+        if removed:
+            fields["removed"] = removed
         ctx = self.session.context
         sent = self._sent_context
-        if full or sent is None or (sent[0], sent[2], sent[1]) != (ctx.cwd, ctx.grants, ctx.env):
+        if (
+            full
+            or sent is None
+            or sent[0] != ctx.cwd
+            or (sent[2] is not ctx.grants and sent[2] != ctx.grants)
+            or sent[1] != ctx.env
+        ):
             # ~1.4 KB (the whole environment): packing and unpacking it every call cost ~7 µs
             self._sent_context = (ctx.cwd, dict(ctx.env), ctx.grants)
             fields["context"] = ctx.to_dict()

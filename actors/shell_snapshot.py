@@ -115,8 +115,9 @@ class SnapshotKeeper:
         self.context = dict(context)
         self._compact_due = True
 
-    def apply(self, f: Frame | None) -> None:
-        """Fold one ``snapshot`` frame (a clean boundary's changes) into the committed state."""
+    def apply(self, f: Frame | Mapping[str, Any] | None) -> None:
+        """Fold one ``snapshot`` frame or its fields (a clean boundary's changes) into the
+        committed state. Absent fields are empty (the host leaves them out)."""
         if f is None:
             return
         bindings = self.bindings
@@ -143,7 +144,9 @@ class SnapshotKeeper:
             self.ledger = _own(whole)
             self._ledger_whole = True
             return
-        delta = f["ledger_delta"]
+        delta = f.get("ledger_delta")
+        if delta is None:
+            return
         apply_delta(self.ledger, delta)
         if "terms" in delta:
             self._ledger_whole = True
@@ -157,7 +160,7 @@ class SnapshotKeeper:
         """Make the committed state durable: one frame of what changed, or a compaction."""
         self._checkpointed = True
         self.epoch = epoch
-        if workers != self.workers:
+        if workers is not self.workers and workers != self.workers:
             self.workers = workers
             self._workers_changed = True
         if self._compact_due or not self._log.is_open:

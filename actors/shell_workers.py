@@ -185,6 +185,7 @@ class WorkerPool:
         self._links: dict[str, WorkerLink] = {}
         self._refs: dict[str, Any] = {}
         self._spawned_this_run = 0
+        self._empty_state: tuple[WorkerRegistry, dict[str, Any]] | None = None
         self.wake_r, self._wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -322,6 +323,17 @@ class WorkerPool:
 
     # -- the registry --------------------------------------------------------------------------
 
+    def state(self) -> dict[str, Any]:
+        """The registry's state for the snapshot; with no entry, the same dict each call (the
+        keeper compares it with what it holds: a trivial call builds nothing)."""
+        registry = self.registry
+        if len(registry):
+            return registry.to_state()
+        empty = self._empty_state
+        if empty is None or empty[0] is not registry:
+            empty = self._empty_state = (registry, registry.to_state())
+        return empty[1]
+
     def sync_settled(self) -> None:
         for wid, link in self._links.items():
             if link.done.is_set() and self.registry.is_running(wid):
@@ -329,6 +341,8 @@ class WorkerPool:
 
     def sweep(self, epoch: int) -> list[Notice]:
         """The retention sweep right after each run: Reap notices and records."""
+        if not len(self.registry):
+            return []
         self.sync_settled()
         notices: list[Notice] = []
         for reap in self.registry.advance(epoch, time.time()):

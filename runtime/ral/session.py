@@ -81,9 +81,12 @@ class RunResult:
     referenced: frozenset[str]
     compiled: bool
     defined: tuple[str, ...]
+    shown: str = ""
+    """``show(value)`` when the run was given ``show``: made inside the run's cancel scope."""
 
 
 _ABSENT = object()
+_NO_VERBS: frozenset[str] = frozenset()
 
 
 def _ensure_recursion_limit() -> None:
@@ -125,15 +128,21 @@ class Session:
         self._sigma_key: tuple[bool, frozenset[str]] | None = None
         self._sigma: dict[str, Native] = {}
         self._sigma_names: frozenset[str] = frozenset()
+        self._sigma_verbs: object = None
+        self._sigma_faults: object = None
 
     # -- running -------------------------------------------------------------------------
-    def run(self, source: str) -> RunResult:
+    def run(self, source: str, show: Callable[[Value], str] | None = None) -> RunResult:
+        """``show``: how the result is displayed (``values.render``), applied to the value
+        *inside* the run's cancel scope, so a cancel reaches a long rendering at its next walk
+        check like any phrase -- rendered after the run, a value just under the size limit
+        could only be stopped by killing its host."""
         with self._lock:
             if self.running:
                 raise MidRunRefused("a run is already in flight on this session")
             self.running = True
         try:
-            return self._run(source)
+            return self._run(source, show)
         finally:
             with self._lock:
                 self.running = False
@@ -142,7 +151,15 @@ class Session:
     def _current_sigma(self) -> dict[str, Native]:
         """Σ for this run, rebuilt only when its names change (which drops the compile cache)."""
         desk = self.desk
-        key = (self.faults, frozenset(desk.verbs()) if desk is not None else frozenset())
+        verbs = desk.verbs() if desk is not None else _NO_VERBS
+        if (
+            verbs is self._sigma_verbs
+            and self.faults is self._sigma_faults
+            and type(verbs) is frozenset
+        ):
+            return self._sigma  # the same immutable verbs: Σ's names cannot have changed
+        self._sigma_verbs, self._sigma_faults = verbs, self.faults
+        key = (self.faults, frozenset(verbs))
         if key != self._sigma_key:
             self._sigma = build_sigma(desk, self.faults)
             self._sigma_names = frozenset(self._sigma)
@@ -168,7 +185,7 @@ class Session:
                 cache.popitem(last=False)
         return got
 
-    def _run(self, source: str) -> RunResult:
+    def _run(self, source: str, show: Callable[[Value], str] | None = None) -> RunResult:
         sigma = self._current_sigma()
         try:
             phrases, evs, referenced = self._compile(source)
@@ -199,15 +216,19 @@ class Session:
         value: Any = UNIT
         error: ErrorInfo | None = None
         line, col = 1, 1
+        shown: str | None = None
         try:
             with cancellable_walks(it.poll):
-                for ev, node in zip(evs, phrases):
-                    line, col = node.line, node.col
-                    if it.stop:
-                        it.poll()
-                    value = ev(act)
-        except ReturnSignal as r:
-            value = r.value
+                try:
+                    for ev, node in zip(evs, phrases):
+                        line, col = node.line, node.col
+                        if it.stop:
+                            it.poll()
+                        value = ev(act)
+                except ReturnSignal as r:
+                    value = r.value
+                if show is not None:
+                    shown = show(value)
         except RalError as e:
             value = UNIT
             error = ErrorInfo(e.message, e.line or line, e.col or col, "runtime")
@@ -221,14 +242,17 @@ class Session:
             # Retire the finished run's scope so the root prunes it (and the callback holding
             # this run's Interp) at its next adoption instead of keeping every run forever.
             scope.cancel("run finished")
+        if shown is None:  # an error's value (unit), or no show: nothing long to walk
+            shown = show(value) if show is not None else ""
         return RunResult(
             value,
             "".join(it.out),
             "".join(it.err),
             error,
-            referenced | frozenset(it.referenced),
+            referenced | frozenset(it.referenced) if it.referenced else referenced,
             True,
             tuple(it.defined),
+            shown,
         )
 
     def _define(self, it: Interp, name: str, value: Value) -> None:

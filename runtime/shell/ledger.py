@@ -35,6 +35,7 @@ Rules, each enforced here and each with its own test in ``tests/shell_rules/``:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +128,10 @@ class BindingLedger:
         self._last_use: dict[str, int] = {}
         self._sizes: dict[str, int] = {}
         self._pinned: set[str] = set()
+        # (last use, name) of every stamp since the lease was written, a min-heap: a boundary
+        # pops only the stamps old enough to fall, so pruning costs what aged out, not the
+        # number of leases. A stamp that a later use superseded is skipped when popped.
+        self._due: list[tuple[int, str]] = []
         # What changed since the last take_delta: a checkpoint ships and logs only these, so
         # its cost follows the call, not the number of leases (see take_delta).
         self._touched: set[str] = set()
@@ -173,6 +178,7 @@ class BindingLedger:
         self._last_use.clear()
         self._sizes.clear()
         self._pinned.clear()
+        self._due.clear()
         self._armed = True
         self._terms_changed = True
 
@@ -212,7 +218,9 @@ class BindingLedger:
             return None
         if name not in self._baseline:
             last = self._last_use.get(name)
-            self._last_use[name] = epoch if last is None else max(last, epoch)
+            if last is None or epoch > last:
+                self._last_use[name] = epoch
+                self._stamp(name, epoch)
             self._sizes[name] = size_bytes
             self._pinned.discard(name)
             self._touched.add(name)
@@ -232,8 +240,23 @@ class BindingLedger:
             last = last_use.get(name)
             if last is not None and epoch > last:
                 last_use[name] = epoch
+                self._stamp(name, epoch)
                 self._pinned.discard(name)
                 self._touched.add(name)
+
+    def _stamp(self, name: str, epoch: int) -> None:
+        """Note ``name``'s new last use in the due heap. Superseded stamps are dropped when
+        popped, or -- when a shell never prunes (no sink) or renews a few names every call --
+        by rebuilding the heap once it holds twice the leases: amortised O(1) a stamp."""
+        due = self._due
+        heapq.heappush(due, (epoch, name))
+        if len(due) > 2 * len(self._last_use) + 64:
+            self._rebuild_due()
+
+    def _rebuild_due(self) -> None:
+        pinned = self._pinned
+        self._due = [(last, n) for n, last in self._last_use.items() if n not in pinned]
+        heapq.heapify(self._due)
 
     def forget(self, name: str) -> None:
         """Drop ``name``'s lease (the name was unset by other means). Baseline seals are kept."""
@@ -253,6 +276,7 @@ class BindingLedger:
         pins_running_work: Callable[[str], bool],
     ) -> PruneOutcome:
         """Examine every lease idle past the bound; pin those reaching running work, drop the rest.
+        Costs the leases that aged out and the pinned ones, not every lease (the due heap).
 
         The caller unsets each fallen name (value and elaboration seed in one act), emits one
         Prune notice and record, and checkpoints, so no rollback can resurrect what fell.
@@ -265,10 +289,23 @@ class BindingLedger:
             return PruneOutcome()
         fell: list[str] = []
         pinned: list[str] = []
-        bound = self._idle_calls
-        for name, last in self._last_use.items():
-            if epoch - last >= bound:
-                (pinned if pins_running_work(name) else fell).append(name)
+        last_use, due = self._last_use, self._due
+        idle_upto = epoch - self._idle_calls  # a lease last used at or before this falls
+        idle: set[str] = set()
+        for name in self._pinned:  # pinned at the last boundary: examined again
+            last = last_use.get(name)
+            if last is None:
+                continue
+            if last <= idle_upto:
+                idle.add(name)
+            else:  # an earlier epoch than the last boundary's: not idle yet, due again later
+                heapq.heappush(due, (last, name))
+        while due and due[0][0] <= idle_upto:
+            last, name = heapq.heappop(due)
+            if last_use.get(name) == last:  # else superseded by a later use, or gone
+                idle.add(name)
+        for name in idle:
+            (pinned if pins_running_work(name) else fell).append(name)
         for name in fell:
             del self._last_use[name]
             del self._sizes[name]
@@ -400,6 +437,7 @@ class BindingLedger:
         ledger._baseline = frozenset(baseline)
         ledger._baseline_sorted = tuple(sorted(ledger._baseline))
         ledger._pinned = {n for n in pinned if n in ledger._last_use}
+        ledger._rebuild_due()
         ledger._terms_changed = False  # a delta after from_state is relative to ``state``
         return ledger
 
@@ -444,6 +482,8 @@ def apply_delta(state: dict[str, Any], delta: Mapping[str, Any]) -> None:
     if terms is not None:  # whole leases: replace, never merge
         state.update(terms, version=STATE_VERSION)
         state["last_use"], state["sizes"] = dict(terms["last_use"]), dict(terms["sizes"])
+        return
+    if len(delta) == 2:  # only the clock and the pins moved (a call that renewed nothing)
         return
     last_use, sizes = state["last_use"], state["sizes"]
     last_use.update(delta.get("last_use") or {})

@@ -24,6 +24,18 @@ lock is held across an fsync** — the leader fsyncs with only a ``syncing`` fla
 another appender's ``write(2)`` proceeds while an fsync is in progress (and a caller's lock,
 such as the bus's, need not be held across one: write under it, :meth:`AppendFile.wait` after).
 
+**One commit per call** (:func:`one_commit`): under ``machine``, the records a thread appends
+inside the block are written at once and their fsyncs awaited together when it ends -- one
+fsync per file, the files' fsyncs issued concurrently (measured on this box's ext4: one fsync
+~1.05 ms; four files one after another ~2.9 ms, concurrently ~1.4 ms). Nothing in the block is
+acknowledged before the block ends, so a caller that acknowledges its records only after it (the
+agent answers the model after its call's records) keeps the promise exactly. What the block
+must acknowledge on its own (a spawn's journal record, before the child runs) goes inside
+:func:`each_acknowledged`. The order of the block's records *between* files is then not kept
+across a power loss (all or any of them may be lost; none was acknowledged): a record that must
+reach the disk before another is written (a binding-log frame before its ``Commit``) is written
+outside the block.
+
 Routing: :func:`bind` registers a directory (a session root) with its policy; :func:`append`
 sends a path under a bound directory to that directory's open :class:`AppendFile`, and any other
 path to a one-shot open/append/close under :data:`DEFAULT`. A path whose file was renamed or
@@ -109,9 +121,11 @@ class AppendFile:
     # --- appending -------------------------------------------------------------------------
 
     def append(self, data: bytes) -> None:
-        """Append ``data`` (whole lines); return once it is acknowledged under the policy."""
+        """Append ``data`` (whole lines); return once it is acknowledged under the policy --
+        or, inside :func:`one_commit` under ``machine``, once written (the block's end waits)."""
         ticket = self.write(data)
-        self.wait(ticket)
+        if not defer(self, ticket):
+            self.wait(ticket)
 
     def write(self, data: bytes) -> int:
         """``write(2)`` ``data`` now, under the writer's lock only; return its ticket for
@@ -310,6 +324,94 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+# --- one commit per call ---------------------------------------------------------------------
+
+
+class _Group:
+    """The fsyncs one :func:`one_commit` block owes: each file's last ticket, and what to run
+    once they are on disk."""
+
+    def __init__(self) -> None:
+        self.tickets: dict[AppendFile, int] = {}
+        self.then: list[Callable[[], None]] = []
+
+    def settle(self) -> None:
+        """Wait for every file's fsync (concurrently when there are several), then run ``then``
+        in order. Every wait is joined before an error is raised: no thread is left behind."""
+        waits = list(self.tickets.items())
+        errors: list[BaseException] = []
+
+        def wait(f: AppendFile, ticket: int) -> None:
+            try:
+                f.wait(ticket)
+            except BaseException as e:  # re-raised below, on the block's own thread
+                errors.append(e)
+
+        threads = [
+            threading.Thread(target=wait, args=w, name="group-commit", daemon=True)
+            for w in waits[1:]
+        ]
+        for t in threads:
+            t.start()
+        if waits:
+            wait(*waits[0])
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        for fn in self.then:
+            fn()
+
+
+_local = threading.local()
+
+
+def _current() -> _Group | None:
+    group: _Group | None = getattr(_local, "group", None)
+    return group
+
+
+def defer(f: AppendFile, ticket: int, then: Callable[[], None] | None = None) -> bool:
+    """Inside a :func:`one_commit` block on this thread, under ``machine``: leave record
+    ``ticket`` of ``f`` (and ``then``, run once it is durable) to the block's end and return
+    True. Otherwise False: the caller waits as usual."""
+    group = _current()
+    if group is None or f.policy is not Durability.MACHINE or ticket == 0:
+        return False
+    group.tickets[f] = max(group.tickets.get(f, 0), ticket)
+    if then is not None:
+        group.then.append(then)
+    return True
+
+
+@contextlib.contextmanager
+def one_commit() -> Iterator[None]:
+    """Records this thread appends in the block share one group commit at its end (see the
+    module docstring). A block inside another joins it; the block's end waits even when its
+    body raised (what was written is made durable, then the error goes on)."""
+    if _current() is not None:
+        yield
+        return
+    group = _local.group = _Group()
+    try:
+        yield
+    finally:
+        _local.group = None
+        group.settle()
+
+
+@contextlib.contextmanager
+def each_acknowledged() -> Iterator[None]:
+    """Inside a :func:`one_commit` block: every append in this block is acknowledged on its
+    own before it returns, as outside any block (what the block holds stays owed to it)."""
+    group = _current()
+    _local.group = None
+    try:
+        yield
+    finally:
+        _local.group = group
 
 
 # --- bound directories -----------------------------------------------------------------------

@@ -114,3 +114,24 @@ def test_a_cancel_reaches_a_shell_rendering_a_large_shared_value_without_a_rollb
     r = future.get(timeout=HANG_GUARD)
     assert r.error_kind == "cancelled" and not r.rolled_back
     assert shell.run("$kept").get().value == "1"
+
+
+def test_a_cancel_reaches_the_rendering_of_a_calls_result_without_a_rollback(
+    start_shell: Callable, tmp_path: Path
+) -> None:
+    """The call's *result* is 2**25 shared leaves, under the size limit, so it is rendered in
+    full: many seconds. The host renders it inside the run's cancel scope; rendered after the
+    run, the cancel would go unheard and the host be killed at the grace and rolled back."""
+    shell: Any = start_shell().proxy()
+    root = shell.eval_root.get()
+    assert shell.run("let kept = 1").get().error is None
+    marker = tmp_path / "returning"
+    future = shell.run(
+        f"try {{ let x = fold {{ |a, x| [$a, $a] }} [1] (range 25); "
+        f'write-text "{marker}" go; $x }} catch e {{ fail $e[message] }}'
+    )
+    wait_for(marker.exists, HANG_GUARD, "the run to reach its result")
+    root.interrupt("esc")
+    r = future.get(timeout=HANG_GUARD)
+    assert r.error_kind == "cancelled" and not r.rolled_back
+    assert shell.run("$kept").get().value == "1"
