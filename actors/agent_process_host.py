@@ -16,6 +16,10 @@ Invariants:
 - A cancel frame trips the agent's token, its shell's eval root (not the trunk's: its session
   outlives a cancel, as in the thread backend) and its inbox, from the reader thread, while the
   main thread may be blocked in the very run it stops.
+- The agent's own standing is answered here, without a round trip: every terminate-class
+  cancel of it reaches the host as a cancel frame carrying the registry's recorded (first)
+  cause, set before the token trips, and the control side deregisters a live agent only after
+  cancelling it (``clear``, ``close``). A drive loop read it four or five times a turn.
 - An orderly end is reported (``Ended``) and the process then waits for ``Shutdown``, recording
   what its inbox still holds; anything else the control side sees is a crash.
 - Threads: main (the drive loop), the channel reader, the flusher, the shell actor's.
@@ -285,6 +289,11 @@ class AgentProcess:
 
     # -- the reader thread's callbacks ---------------------------------------------------------
 
+    @property
+    def cancel_cause(self) -> str | None:
+        """The terminate-class cause that stands against this agent (the registry's first)."""
+        return self._cancel
+
     def _trip(self, cause: str) -> None:
         """The registry's cascade reached this agent: its token, its shell's eval root (not
         the trunk's: its session outlives a cancel, as in the thread backend), its inbox."""
@@ -303,8 +312,10 @@ class AgentProcess:
             if self.agent is not None:
                 self.agent.interrupt(msg.reason)
         elif isinstance(msg, Shutdown):
-            if self.agent is not None and self.agent.outcome is None:
-                self._trip(msg.reason)
+            if self.agent is None or self.agent.outcome is None:  # still to end: it must
+                self._cancel = self._cancel or msg.reason
+                if self.agent is not None:
+                    self._trip(msg.reason)
             self._stop.set()
 
     def _request(self, env: Envelope) -> None:
@@ -317,7 +328,9 @@ class AgentProcess:
         answer_call(self.channel, rid, lambda: HOST_CALLS[msg.method](self, *args))
 
     def _eof(self, detail: str) -> None:
-        self._trip(f"control side gone ({detail})")
+        cause = f"control side gone ({detail})"
+        self._cancel = self._cancel or cause
+        self._trip(cause)
         self._stop.set()
         self._pending.set()  # the flusher sees the channel closed and ends
 
@@ -422,6 +435,8 @@ class HostSite:
         self._host.buffer(rejection)
 
     def standing(self, name: str) -> Standing:
+        if name == self._host.name:  # its own: the cancel frames keep it (module docstring)
+            return Standing(registered=True, cancel_cause=self._host.cancel_cause)
         result: Standing = self._host.call("standing", name)
         return result
 

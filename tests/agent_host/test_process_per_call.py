@@ -71,7 +71,8 @@ def fleet_of(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
         fleets.append(fleet)
         fleet.start_trunk(playback.scenario.prompt, interactive=True)
         wait_for(lambda: fleet.hosted.get(f"w{workers - 1}"), 60, "every worker spawned")
-        wait_for(lambda: not fleet.registry.live_descendants("trunk"), 120, "every worker ended")
+        agents = [fleet.hosted[f"w{i}"] for i in range(workers)]
+        wait_for(lambda: all(a.done.is_set() for a in agents), 120, "every worker settled")
         return fleet
 
     yield start
@@ -123,3 +124,57 @@ def test_a_process_agents_io_events_reach_the_transcript_in_the_order_it_made_it
         ios = [i for i, r in enumerate(records) if r["kind"] == "Io" and r["agent"] == name]
         died = [i for i, r in enumerate(records) if r["kind"] == "Died" and r["agent"] == name]
         assert died and max(ios) < died[0], "every call of an agent is on the bus before its end"
+
+
+def _sleepers(n: int) -> str:
+    spawns = "; ".join(f"agent s{i} 'sleep'" for i in range(n))
+    return f"""
+[fleet]
+prompt = "start"
+
+[[agents.trunk]]
+ral = ["{spawns}"]
+
+[[agents.trunk]]
+text = "started"
+stop = "end_turn"
+repeat = 20
+
+[[agents."s*"]]
+ral = ["sleep 60; reply 1"]
+"""
+
+
+def _busy(fleet: Fleet, name: str) -> bool:
+    path = fleet.session.events(name)
+    return path.exists() and b'"assistant"' in path.read_bytes()
+
+
+def test_a_process_agent_reads_its_own_standing_without_asking_and_ends_with_the_first_cause(
+    tmp_path: Path,
+) -> None:
+    playback = ScenarioPlayback(parse_scenario(_sleepers(2)))
+    fleet = Fleet(
+        SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
+    )
+    try:
+        fleet.start_trunk(playback.scenario.prompt, interactive=True)
+        wait_for(lambda: _busy(fleet, "s0") and _busy(fleet, "s1"), 60, "both busy sleeping")
+        fleet.registry.cancel("s0", "first")
+        fleet.cancel_all("second")  # reaches s0 again: the registry keeps its first cause
+        agents = [fleet.hosted["s0"], fleet.hosted["s1"]]
+        wait_for(lambda: all(a.done.is_set() for a in agents), 60, "both settled")
+        assert all(isinstance(a, ProcessAgent) for a in agents)
+        assert [a.outcome.value for a in agents if a.outcome] == ["cancelled", "cancelled"]
+        assert [a.terminated for a in agents] == ["first", "second"]
+        # the drive loops read their standing at every turn and park: never across the channel
+        assert [a.site_calls["standing"] for a in agents] == [0, 0]  # type: ignore[union-attr]
+        fleet.bus.flush()
+        died = {
+            r["agent"]: r["cause"]
+            for r in read_jsonl(fleet.session.transcript).records
+            if r["kind"] == "Died"
+        }
+        assert died["s0"] == "first" and died["s1"] == "second"
+    finally:
+        fleet.close()
