@@ -20,7 +20,8 @@ Invariants:
 - Control-side handlers never run on a channel's reader thread (they may wait on another
   host's reply): requests and ends are served by the fleet's pool of threads.
 - The agent process's events (``PublishFrame``) are put on the bus in the order they were sent,
-  before any request that followed them is answered.
+  before any request that followed them is answered; the charges in a batch (no ``--budget``)
+  are added to the fleet's spend in that same order.
 - No orphans: the host dies with the fork server (``PR_SET_PDEATHSIG``) and so with the control
   process; its shell sees end of file when its host dies; :meth:`ProcessAgent.shutdown` kills
   whatever of either is left.
@@ -33,6 +34,7 @@ import logging
 import pickle
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import replace
@@ -44,6 +46,7 @@ import psutil
 
 from actors.agent import AgentOutcome, AgentStats
 from actors.agent_process_host import (
+    Charge,
     EndReport,
     HostBoot,
     SiteRefused,
@@ -194,6 +197,9 @@ class ProcessAgent:
         self.late: list[InboxMsg] = []
         self.pids: list[int] = []
         """Every host pid this agent ran in, first start first (a restart adds one)."""
+        self.site_calls: Counter[str] = Counter()
+        """The site calls its hosts made, by method: each one a channel round trip (a probe
+        for tests and ``benchmarks/agent_processes.py``)."""
         self._boot = boot
         self._pool = pool
         self._on_exit = on_exit
@@ -277,8 +283,12 @@ class ProcessAgent:
         self.site.cancel_subtree(self.name, cause)
 
     def send_cancel(self, cause: str) -> None:
-        """The registry's cascade reached this agent (its ``on_cancel`` hook)."""
-        self._host.channel.try_send(CancelFrame(self.name, cause))
+        """The registry's cascade reached this agent (its ``on_cancel`` hook). The frame carries
+        the cause the registry recorded (the first; a later cascade's own cause can overtake it
+        on the way here), since the host answers its agent's standing from it."""
+        standing = self.site.standing(self.name)
+        recorded = standing.cancel_cause if standing.registered else None
+        self._host.channel.try_send(CancelFrame(self.name, recorded or cause))
 
     def interrupt(self, reason: str = "interrupt") -> None:
         self._host.channel.try_send(InterruptFrame(self.name, reason))
@@ -439,6 +449,7 @@ class _Host:
             return
         args = unpickle(msg.payload) or ()
         fn = SITE_CALLS[msg.method]
+        self._agent.site_calls[msg.method] += 1  # the reader thread is its only writer
         self._agent._pool.submit(answer_call, self.channel, rid, lambda: fn(site, *args))
 
     def _notify(self, msg: ChannelMessage) -> None:
@@ -449,7 +460,9 @@ class _Host:
         elif isinstance(msg, PublishFrame):
             site = self._agent.site
             for event in unpickle(msg.payload) or ():
-                if isinstance(event, InboxRejected):
+                if isinstance(event, Charge):
+                    site.charge(event.agent, event.cost)
+                elif isinstance(event, InboxRejected):
                     site.record_rejected(event)
                 else:
                     site.publish(event)

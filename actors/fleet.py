@@ -290,6 +290,7 @@ class Fleet:
             self.config.limits,
             self.config.durability,
             self.spend.prices,
+            budget=self.spend.budget is not None,
         )
         return ProcessAgent(
             self,

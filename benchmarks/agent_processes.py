@@ -8,7 +8,9 @@ every agent, shell and worker process inherits the pinning):
   a starting gate (every child up and waiting at its first request) to the last settlement,
   ral calls per second, pinned to 1 core and to 2;
 - control-process CPU per ral call (user + system of the control process alone; an agent
-  process's own CPU is not in it);
+  process's own CPU is not in it), and the site round trips an agent process asked per ral call;
+- with ``--split``, the CPU per ral call of the agent processes and of their shells, read from
+  ``/proc`` every 50 ms by a separate sampler process (so the control figure stays its own);
 - spawn latency: one ``Fleet.spawn`` of a busy agent (register, the agent process and its
   shell ready, the journal's admission), median and p90 over the held agents;
 - the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
@@ -17,6 +19,7 @@ every agent, shell and worker process inherits the pinning):
   read on the first 10.
 
     PYTHONPATH=. python benchmarks/agent_processes.py [--quick] [--agents 50] [--calls 50]
+        [--hold 100] [--modes thread,process] [--split]
 """
 
 from __future__ import annotations
@@ -126,7 +129,57 @@ def _pss(pid: int | None) -> int:
         return 0
 
 
-def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
+SAMPLER = """
+import json, os, select, sys
+pids = [int(p) for p in sys.argv[1:]]
+def cpu(pid):  # schedstat's first field: ns on a CPU, every thread (stat's ticks are 10 ms)
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+print("ready", flush=True)
+sys.stdin.readline()
+first = {p: cpu(p) for p in pids}
+last = dict(first)
+while True:
+    for p in pids:
+        v = cpu(p)
+        if v is not None:
+            last[p] = v
+    if select.select([sys.stdin], [], [], 0.05)[0]:
+        break
+print(json.dumps({p: (last[p] or 0) - (first[p] or 0) for p in pids}))
+"""
+"""The ``--split`` sampler, a separate process: the last CPU reading of each agent process and
+shell before it ends (sampling in the control process would charge its reads to the control
+figure)."""
+
+
+class _Split:
+    """The ``--split`` sampler: started with the pids, started at the gate, read at the end."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", SAMPLER, *map(str, pids)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.proc.stdout.readline()
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+
+    def read(self) -> dict[int, float]:
+        out, _ = self.proc.communicate("stop\n", timeout=60)
+        return {int(k): float(v) for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+
+
+def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[str, Any]:
     """One configuration in this interpreter (already pinned by the caller)."""
     ensure_fork_server()
     playback = ScenarioPlayback(parse_scenario(scenario(calls)))
@@ -141,6 +194,13 @@ def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
             parent = GateFile(playback.provider("trunk"), gate)
             for i in range(n):
                 fleet.spawn(SpawnRequest("trunk", f"worker-{i:03d}", "go", None, parent))
+            workers = [fleet.hosted[f"worker-{i:03d}"] for i in range(n)]
+            hosts = [a for a in workers if isinstance(a, ProcessAgent)]
+            agent_pids = [a.pid for a in hosts]
+            shell_pids = [p for a in hosts if (p := a.shell_pid())]
+            sampler = _Split(agent_pids + shell_pids) if split and hosts else None
+            if sampler is not None:
+                sampler.go()
             cpu0 = sum(me.cpu_times()[:2])
             t0 = time.perf_counter()
             Path(gate).touch()
@@ -148,6 +208,14 @@ def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
             wall = time.perf_counter() - t0
             cpu = sum(me.cpu_times()[:2]) - cpu0
             work = n * calls
+            split_ms: dict[str, float] = {}
+            if sampler is not None:
+                used = sampler.read()
+                split_ms = {
+                    "agent_ms": sum(used.get(p, 0.0) for p in agent_pids) / work * 1e3,
+                    "shell_ms": sum(used.get(p, 0.0) for p in shell_pids) / work * 1e3,
+                }
+            round_trips = sum(sum(a.site_calls.values()) for a in hosts)
             plain = playback.provider("trunk")  # what a spawn costs without the gate's import
             spawns: list[float] = []
             for i in range(hold):
@@ -176,6 +244,8 @@ def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
         "wall": wall,
         "cps": work / wall,
         "cpu_per_call_ms": cpu / work * 1e3,
+        "round_trips_per_call": round_trips / work,
+        **split_ms,
         "spawn_median_ms": statistics.median(spawns) * 1e3,
         "spawn_p90_ms": sorted(spawns)[int(len(spawns) * 0.9)] * 1e3,
         "cascade_ms": cascade * 1e3,
@@ -188,7 +258,7 @@ def _sleeping(fleet: Fleet, name: str) -> bool:
     return path.exists() and b'"assistant"' in path.read_bytes()
 
 
-def _run(mode: str, n: int, calls: int, hold: int, cores: str) -> dict[str, Any]:
+def _run(mode: str, n: int, calls: int, hold: int, cores: str, split: bool) -> dict[str, Any]:
     cmd = [
         sys.executable,
         __file__,
@@ -202,6 +272,7 @@ def _run(mode: str, n: int, calls: int, hold: int, cores: str) -> dict[str, Any]
         str(hold),
         "--cores",
         cores,
+        *(["--split"] if split else []),
     ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:
@@ -216,12 +287,16 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=50)
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--hold", type=int, default=100, help="agents held busy (cascade, PSS)")
+    ap.add_argument("--modes", default="thread,process", help="backends to run, in order")
+    ap.add_argument(
+        "--split", action="store_true", help="also the agent processes' and shells' CPU per call"
+    )
     ap.add_argument("--one", choices=["thread", "process"], help=argparse.SUPPRESS)
     ap.add_argument("--cores", default="0,1", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         os.sched_setaffinity(0, {int(c) for c in args.cores.split(",")})
-        print(json.dumps(one(args.one, args.agents, args.calls, args.hold)))
+        print(json.dumps(one(args.one, args.agents, args.calls, args.hold, args.split)))
         return
     n, calls, hold = (5, 5, 5) if args.quick else (args.agents, args.calls, args.hold)
     both = ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:2])
@@ -231,22 +306,29 @@ def main() -> None:
         f"{'spawn med ms':>12} {'p90':>7} {'cascade ms':>10} {'PSS/agent MiB':>13}"
     )
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for mode in ("thread", "process"):
+    modes = [m for m in args.modes.split(",") if m]
+    for mode in modes:
         for cores in ("0", both):
-            r = _run(mode, n, calls, hold, cores)
+            r = _run(mode, n, calls, hold, cores, args.split)
             rows[(mode, cores)] = r
+            extra = (
+                f" round trips/call {r['round_trips_per_call']:.3f}" if mode == "process" else ""
+            )
+            if "agent_ms" in r:
+                extra += f"; agent {r['agent_ms']:.3f} + shell {r['shell_ms']:.3f} ms/call"
             print(
                 f"{mode:<8} {cores:>5} {r['wall']:>7.2f} {r['cps']:>8.0f} "
                 f"{r['cpu_per_call_ms']:>11.3f} {r['spawn_median_ms']:>12.1f} "
                 f"{r['spawn_p90_ms']:>7.1f} {r['cascade_ms']:>10.0f} "
-                f"{r['pss_per_agent_mib']:>13.1f}",
+                f"{r['pss_per_agent_mib']:>13.1f}{extra}",
                 flush=True,
             )
-    for mode in ("thread", "process"):
+    for mode in modes:
         speedup = rows[(mode, "0")]["wall"] / rows[(mode, both)]["wall"]
         print(f"{mode}: 2 cores vs 1 core speed-up {speedup:.2f}x")
-    ratio = rows[("process", both)]["cps"] / rows[("thread", both)]["cps"]
-    print(f"process vs thread throughput on {both}: {ratio:.2f}x")
+    if {"thread", "process"} <= set(modes):
+        ratio = rows[("process", both)]["cps"] / rows[("thread", both)]["cps"]
+        print(f"process vs thread throughput on {both}: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

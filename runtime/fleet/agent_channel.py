@@ -468,10 +468,18 @@ class Correlator:
         return rid
 
     def close(self, rid: int) -> bool:
-        """A reply for ``rid`` arrived: True if it was still waited for."""
+        """A reply for ``rid`` arrived: True if it was still waited for.
+
+        Its deadline stays in the heap until :meth:`expire` passes it; once answered deadlines
+        outnumber the open requests (plus a slack of 64) the heap is rebuilt from the open
+        ones, so a channel that answers every request in time holds O(open) deadlines, not one
+        per request it ever made."""
         if self._open.pop(rid, None) is None:
             self.late += 1
             return False
+        if len(self._deadlines) > 2 * len(self._open) + 64:
+            self._deadlines = [(deadline, i) for i, (_, deadline) in self._open.items()]
+            heapq.heapify(self._deadlines)
         return True
 
     def expire(self, now: float) -> list[tuple[int, str]]:

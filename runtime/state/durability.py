@@ -17,7 +17,9 @@ append returned; for the bus, its ``publish`` returned and subscribers were hand
   concurrent appenders cost far fewer than N fsyncs (:attr:`AppendFile.fsyncs` counts them).
 
 Both policies: every append starts on a fresh line (:func:`start_on_a_fresh_line`: a torn tail
-left by a crash mid-append is completed or set aside to ``<file>.torn``, never silently lost),
+left by a crash mid-append is completed or set aside to ``<file>.torn``, never silently lost;
+the check and the append hold the file's ``flock``, so a line another process is still writing
+is never taken for a torn one),
 and a file is opened once and stays open while its directory is bound (:func:`bind`), instead
 of an ``open``/``close`` per record. The writer's own lock serialises ``write(2)`` calls; **no
 lock is held across an fsync** — the leader fsyncs with only a ``syncing`` flag set, so
@@ -47,10 +49,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -135,11 +139,12 @@ class AppendFile:
                 _one_shot(self.path, data, self._repair_sync)
                 return 0
             fd, size = self._current_fd()
-            if size < 0 or size != self._end:  # another writer, a repair, or a fresh open
-                start_on_a_fresh_line(self.path, fd, self._repair_sync)
-                size = os.fstat(fd).st_size
-            self._end = -1
-            write_all(fd, data)
+            with _file_lock(fd):
+                if size < 0 or size != self._end:  # another writer, a repair, or a fresh open
+                    start_on_a_fresh_line(self.path, fd, self._repair_sync)
+                    size = os.fstat(fd).st_size
+                self._end = -1
+                write_all(fd, data)
             if data.endswith(b"\n"):
                 self._end = size + len(data)
             self._written += 1
@@ -229,11 +234,52 @@ def _one_shot(path: Path, data: bytes, sync: FsyncFn) -> None:
     with _one_shot_lock(path):
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            start_on_a_fresh_line(path, fd, sync)
-            write_all(fd, data)
+            with _file_lock(fd):
+                start_on_a_fresh_line(path, fd, sync)
+                write_all(fd, data)
             sync(fd)
         finally:
             os.close(fd)
+
+
+FILE_LOCK_WAIT = 2.0
+"""Seconds an append waits for another process's append to the same file (microseconds,
+unless that process was preempted or stopped mid-write)."""
+
+
+@contextlib.contextmanager
+def _file_lock(fd: int) -> Iterator[None]:
+    """The file's lock across processes (``flock``) for one torn-tail check and its append.
+
+    Several processes append to one file (each agent process its commit records to the
+    session's ``record.jsonl``); ``O_APPEND`` keeps their lines whole, but a line still being
+    written -- its writer preempted between two pages, the size already grown -- looks torn to
+    another writer's check, which would cut it. Under the lock no line is in flight; a writer
+    that dies mid-append releases it, so its torn tail is still repaired. Threads of one
+    process share the open file (flock does not exclude them): the writer's own lock does.
+
+    The wait is bounded (:data:`FILE_LOCK_WAIT`): a holder stopped mid-append (SIGSTOP) must
+    not stall every other writer, so past the bound the append goes ahead as it did before
+    the lock."""
+    deadline = time.monotonic() + FILE_LOCK_WAIT
+    pause = 0.0001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "fd %d: appending without the file lock (held past %g s)", fd, FILE_LOCK_WAIT
+                )
+                yield
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _no_sync(_fd: int) -> None:

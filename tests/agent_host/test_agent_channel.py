@@ -176,6 +176,23 @@ def test_every_request_leaves_the_table_exactly_once(steps: list[tuple[float, st
     assert sorted(left) == sorted(opened)
 
 
+@given(st.lists(st.booleans(), min_size=1, max_size=400))
+def test_answered_requests_leave_no_deadlines_behind_and_the_open_ones_still_expire(
+    answered: list[bool],
+) -> None:
+    c = Correlator()
+    kept: list[int] = []
+    for i, answer in enumerate(answered):
+        rid = c.open("call", now=float(i), timeout=1000.0)
+        if answer:
+            assert c.close(rid) is True
+        else:
+            kept.append(rid)
+        assert len(c._deadlines) <= 2 * len(kept) + 65  # bounded by the open requests
+    assert c.next_deadline() == (None if not kept else 1000.0 + answered.index(False))
+    assert sorted(rid for rid, _ in c.expire(now=1e9)) == kept
+
+
 # -- the I/O side over a real pipe ------------------------------------------------------------
 
 

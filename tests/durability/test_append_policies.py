@@ -3,6 +3,7 @@ acknowledgement means, group commit under ``machine``, no lock across an fsync, 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -310,3 +311,38 @@ def test_a_second_journal_append_is_written_while_the_first_waits_on_its_fsync(
         fsync.release.set()
     assert [(r["id"], r["seq"]) for r in read_jsonl(journal.path).records] == [("a", 0), ("b", 1)]
     assert fsync.calls == 2
+
+
+
+def test_a_line_another_process_is_still_writing_is_not_taken_for_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    """Every agent process appends its commit records to the session's one ``record.jsonl``. A
+    write in flight (preempted between two pages: the size has grown, the newline is not in
+    yet) must not look like a crash's torn tail to another writer, which would cut it: the
+    check and the write happen under the file's lock, which a crashed writer no longer holds."""
+    path = tmp_path / "record.jsonl"
+    path.write_bytes(b'{"i": 0}\n')
+    other = os.open(path, os.O_WRONLY | os.O_APPEND)  # another writer: its own open file
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        os.write(other, b'{"i": 1, "pad": "')  # its write, half done
+        writer = AppendFile(path, Durability.PROCESS)
+        appended = threading.Event()
+
+        def append() -> None:
+            writer.append(b'{"i": 2}\n')
+            appended.set()
+
+        t = threading.Thread(target=append)
+        t.start()
+        assert not appended.wait(0.2), "the append waits for the write in flight"
+        os.write(other, b'xx"}\n')
+        fcntl.flock(other, fcntl.LOCK_UN)
+        assert appended.wait(HANG_GUARD)
+        t.join(HANG_GUARD)
+        writer.close()
+    finally:
+        os.close(other)
+    assert [r["i"] for r in read_jsonl(path).records] == [0, 1, 2]
+    assert not durability.torn_path(path).exists()
