@@ -46,6 +46,7 @@ from actors.agent import AgentOutcome, AgentStats
 from actors.agent_process_host import (
     EndReport,
     HostBoot,
+    LiveFigures,
     SiteRefused,
     agent_process_main,
     answer_call,
@@ -80,6 +81,10 @@ log = logging.getLogger(__name__)
 
 BORN_TIMEOUT = 60.0
 """Seconds a new agent host may take to report ``BornFrame`` (its shell restored and ready)."""
+
+
+LIVE_TIMEOUT = 2.0
+"""Seconds a live-figures read may wait (the host answers on its reader thread, at once)."""
 
 
 class AgentProcessFailed(ExarchError):
@@ -218,8 +223,10 @@ class ProcessAgent:
         self._launched = True
         self.call("launch")
 
-    def call(self, method: str, *args: Any) -> Any:
-        return request_call(self._host.channel, method, *args)
+    def call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        if timeout is None:
+            return request_call(self._host.channel, method, *args)
+        return request_call(self._host.channel, method, *args, timeout=timeout)
 
     def probe(self) -> dict[str, Any]:
         try:
@@ -227,6 +234,20 @@ class ProcessAgent:
         except ExarchError:
             return {}
         return figures
+
+    def live(self) -> LiveFigures | None:
+        """The agent's figures now, read in its process; None before it is built or once its
+        process is gone (then :attr:`stats` holds its figures at its end)."""
+        try:
+            figures: LiveFigures | None = self.call("live", timeout=LIVE_TIMEOUT)
+        except ExarchError:
+            return None
+        return figures
+
+    def recover(self, first: str | None, note: str) -> None:
+        """``resume``: settle the pending calls its files hold, then push ``first`` (an empty
+        log) or ``note`` (the model owes a response), in its process, before its launch."""
+        self.call("recover", first, note)
 
     def import_context(self, events: tuple[Any, ...], note: str | None = None) -> None:
         self.call("import_context", events, note)

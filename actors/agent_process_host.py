@@ -33,7 +33,13 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from actors.agent import Agent, AgentOutcome, AgentSpec, AgentStats
-from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
+from actors.agent_shell import (
+    WorkerCount,
+    agent_resources,
+    run_agent_shell,
+    start_agent_shell,
+    stop_agent_shell,
+)
 from actors.agent_site import (
     BranchRequest,
     ParkReads,
@@ -100,6 +106,22 @@ class HostBoot:
     prices: PriceTable
     restarted: str | None = None
     """The crash this start recovers from; None for a first start."""
+
+
+@dataclass(frozen=True)
+class LiveFigures:
+    """An agent's figures as its process reads them now (the chat's status line, Esc's "is
+    there a turn to stop"): read racily, like the thread backend's live views read them."""
+
+    state: str
+    model: str
+    used_tokens: int | None
+    window: int | None
+    running_workers: int | None
+    """The shell's running workers as of its last answered probe (one probe outstanding)."""
+    running_eval: bool
+    """Whether its shell is evaluating a ral call right now."""
+    stats: AgentStats
 
 
 @dataclass(frozen=True)
@@ -181,6 +203,7 @@ class AgentProcess:
         self._cancel: str | None = None
         self._buffer: list[Event] = []
         self._buffer_lock = threading.Lock()
+        self._workers = WorkerCount()
         self.channel = AgentChannel(
             conn,
             peer="control",
@@ -228,12 +251,20 @@ class AgentProcess:
 
     def _after_restart(self, agent: Agent) -> None:
         """The per-agent half of ``resume``: pending calls settled, then a nudge to go on."""
+        self._recover(self.boot.spec.prompt, RESTART_NOTE)
+
+    def _recover(self, first: str | None, note: str) -> None:
+        """An agent rebuilt from its files (a restart here, ``resume`` from the control side):
+        its pending calls settled as interrupted; then ``first`` if its log is empty, else
+        ``note`` if the model owes a response and nothing else waits in its inbox."""
+        agent = self.agent
+        assert agent is not None
         if agent.log.pending_tool_calls:
             agent.log.settle_pending()
-        if agent.log.event_count == 0 and self.boot.spec.prompt is not None:
-            self.inbox.push(UserSteering(self.boot.spec.prompt))
-        elif _owes_a_response(agent):
-            self.inbox.push(UserSteering(RESTART_NOTE))
+        if agent.log.event_count == 0 and first is not None:
+            self.inbox.push(UserSteering(first))
+        elif _owes_a_response(agent) and not self.inbox.items():
+            self.inbox.push(UserSteering(note))
 
     # -- bus events ----------------------------------------------------------------------------
 
@@ -305,13 +336,30 @@ class AgentProcess:
         self.agent.import_context(events, note)
 
     def _probe(self) -> dict[str, Any]:
+        """Never waits: it runs on the reader thread, which must stay free to read the replies
+        the drive loop waits for (a shell busy in a run answers its actor only afterwards)."""
         agent = self.agent
         return {
             "pid": os.getpid(),
-            "shell_pid": agent.shell_pid() if agent is not None else None,
+            "shell_pid": agent.last_shell_pid if agent is not None else None,
             "inbox": self.inbox.depths(),
             "stats": agent.stats if agent is not None else None,
         }
+
+    def _live(self) -> LiveFigures | None:
+        agent = self.agent
+        if agent is None:
+            return None
+        provider = agent.provider.current()
+        return LiveFigures(
+            state=agent.stats.state,
+            model=provider.describe(),
+            used_tokens=agent.log.used_tokens,
+            window=provider.window_tokens,
+            running_workers=self._workers.read(agent.shell),
+            running_eval=agent.eval_root.busy,
+            stats=agent.stats,
+        )
 
 
 HOST_CALLS: dict[str, Callable[..., Any]] = {
@@ -319,6 +367,8 @@ HOST_CALLS: dict[str, Callable[..., Any]] = {
     "launch": AgentProcess._launch,
     "import_context": AgentProcess._import_context,
     "probe": AgentProcess._probe,
+    "live": AgentProcess._live,
+    "recover": AgentProcess._recover,
 }
 """What the control side may call in a host, by name."""
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from cli.backend_options import Backend, backend_options
+from cli.backend_options import Agents, Backend, agents_option, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.limits import limit_options
@@ -85,6 +85,7 @@ def yield_table(fy: dict[str, Any]) -> Table:
 @provider_options("Model provider (default: scripted for a SCENARIO.toml, else openai).")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the run.")
 @click.option("--no-live", is_flag=True, help="Skip the live view even on a terminal.")
+@agents_option()
 @backend_options
 @record_option
 @output_options
@@ -96,6 +97,7 @@ def fleet_command(
     connection: ProviderChoice,
     session_dir: str | None,
     no_live: bool,
+    agents: Agents,
     backend: Backend,
     ray_address: str | None,
     placement: str | None,
@@ -137,6 +139,7 @@ def fleet_command(
         durability=durability,
         prices=cost.prices,
         budget=cost.budget,
+        agents=agents,
         backend=backend,
         ray_address=ray_address,
         placement=placement,
