@@ -75,6 +75,7 @@ from runtime.fleet.agent_channel import (
 from runtime.fleet.inbox import InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
+from runtime.replay.provider import RecordSink
 from runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,15 @@ SITE_CALLS: dict[str, Callable[..., Any]] = {
     "lease_figures": lambda site, name: site.lease_figures(name),
 }
 """What a host may ask of the fleet, by name: the fleet's half of :class:`AgentSite`."""
+
+RECORD_CALLS: dict[str, Callable[..., Any]] = {
+    "record_spawned": lambda sink, child, parent: sink.spawned(child, parent),
+    "record_reply": lambda sink, name, msg: sink.reply(name, msg),
+    "record_failure": lambda sink, name, kind, text, partial: sink.failure(
+        name, kind, text, partial
+    ),
+}
+"""What a recording host (``--record``) asks of its agent's recorder, by name."""
 
 
 class RemoteInbox:
@@ -176,8 +186,11 @@ class ProcessAgent:
         on_exit: Callable[[ProcessAgent, AgentOutcome], None],
         intensity: RestartIntensity | None = None,
         backend: HostBackend | None = None,
+        recorder: RecordSink | None = None,
     ) -> None:
         spec = boot.spec
+        self.recorder = recorder
+        """``--record``: the run's recorder, which writes what its host's provider returns."""
         self.backend = backend
         """Who starts its hosts: None for this machine's fork server."""
         self.site = site
@@ -454,12 +467,15 @@ class _Host:
     def _request(self, env: Envelope) -> None:
         msg, rid = env.message, env.id
         assert rid is not None
-        site = self._agent.site
-        if not isinstance(msg, Call) or msg.method not in SITE_CALLS:
+        site: Any = self._agent.site
+        table = SITE_CALLS
+        if isinstance(msg, Call) and msg.method in RECORD_CALLS and self._agent.recorder:
+            site, table = self._agent.recorder, RECORD_CALLS
+        if not isinstance(msg, Call) or msg.method not in table:
             self.channel.reply(rid, ReturnFrame(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
             return
         args = unpickle(msg.payload) or ()
-        fn = SITE_CALLS[msg.method]
+        fn = table[msg.method]
         self._agent._pool.submit(answer_call, self.channel, rid, lambda: fn(site, *args))
 
     def _notify(self, msg: ChannelMessage) -> None:

@@ -69,6 +69,7 @@ from runtime.fleet.inbox import Inbox, InboxMsg, PushEffect, Surface, UserSteeri
 from runtime.messages import AssistantMessage
 from runtime.providers.base import Provider
 from runtime.providers.prices import PriceTable
+from runtime.replay.provider import RecordingProvider, unrecorded
 from runtime.shell.limits import ShellLimits
 from runtime.state import durability
 from runtime.state.durability import Durability
@@ -106,6 +107,9 @@ class HostBoot:
     prices: PriceTable
     restarted: str | None = None
     """The crash this start recovers from; None for a first start."""
+    record: bool = False
+    """``--record``: every reply its provider returns goes to the control side's recorder
+    (:class:`ChannelRecorder`) before the agent admits it."""
 
 
 @dataclass(frozen=True)
@@ -220,7 +224,10 @@ class AgentProcess:
             spec = self.boot.spec
             if self.boot.restarted is not None:
                 spec = replace(spec, prompt=None, resume=True)
-            agent = Agent(HostSite(self), spec, self.boot.provider, self.token, self.inbox)
+            provider = self.boot.provider
+            if self.boot.record:
+                provider = RecordingProvider(provider, ChannelRecorder(self), self.name)
+            agent = Agent(HostSite(self), spec, provider, self.token, self.inbox)
             self.agent = agent
             if self._cancel is not None:  # a cancel that overtook the boot
                 self._trip(self._cancel)
@@ -469,8 +476,28 @@ class HostSite:
         self._host.call("message", sender, target, text)
 
     def spawn(self, request: SpawnRequest) -> dict[str, Any]:
-        result: dict[str, Any] = self._host.call("spawn", request)
+        portable = replace(request, provider=unrecorded(request.provider))
+        result: dict[str, Any] = self._host.call("spawn", portable)
         return result
 
     def branch(self, request: BranchRequest) -> str:
-        return str(self._host.call("branch", request))
+        portable = replace(request, provider=unrecorded(request.provider))
+        return str(self._host.call("branch", portable))
+
+
+class ChannelRecorder:
+    """``--record`` in an agent process: what its :class:`RecordingProvider` records is written
+    by the control side's recorder (one writer of the recording), synchronously, so a reply is
+    recorded before the agent admits it, as in the thread backend."""
+
+    def __init__(self, host: AgentProcess) -> None:
+        self._host = host
+
+    def spawned(self, child: str, parent: str) -> None:
+        self._host.call("record_spawned", child, parent)
+
+    def reply(self, agent: str, msg: AssistantMessage) -> None:
+        self._host.call("record_reply", agent, msg)
+
+    def failure(self, agent: str, kind: str, message: str, partial: AssistantMessage) -> None:
+        self._host.call("record_failure", agent, kind, message, partial)

@@ -85,10 +85,10 @@ def run_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
-    if (agents == "process" or backend == "ray") and record:
+    if backend == "ray" and record:
         raise click.UsageError(
-            "--record keeps every agent's provider in this process: it cannot be combined "
-            f"with {'--backend ray' if backend == 'ray' else '--agents process'}"
+            "--record keeps every agent's provider in this process: "
+            "it cannot be combined with --backend ray"
         )
     spec = spec_for(
         target,
