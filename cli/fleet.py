@@ -24,7 +24,7 @@ from cli.durability import durability_option
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.recording import record_option
-from cli.run_report import RunReporter, agent_line
+from cli.run_report import RunReporter, agent_line, live_agents
 from cli.runner import run_headless, session_path, spec_for
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
@@ -33,7 +33,7 @@ from runtime.state.durability import Durability
 def render_tree(report: RunReporter) -> Tree:
     """The spawn tree as rich renders it: each agent's status line and settlement record."""
     fleet = report.fleet
-    agents = dict(fleet.agents)
+    agents = live_agents(fleet)
     settled = {
         nid: " ".join(
             str(x) for x in (rec.get("kind"), rec.get("status"), rec.get("retainedExecution")) if x
