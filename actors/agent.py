@@ -696,6 +696,12 @@ class Agent:
             self._last_pid = pid
         return pid if pid is not None else self._last_pid
 
+    @property
+    def last_shell_pid(self) -> int | None:
+        """The shell host pid as :meth:`shell_pid` last read it; never waits (a busy shell
+        actor answers ``shell_pid`` only after its run)."""
+        return self._last_pid
+
     def shell_healthy(self) -> bool:
         """Whether the shell host can still be observed (alive, not killed for good)."""
         pid = self.shell_pid()

@@ -49,6 +49,7 @@ from actors.agent_process_host import (
     Charge,
     EndReport,
     HostBoot,
+    LiveFigures,
     SiteRefused,
     agent_process_main,
     answer_call,
@@ -77,12 +78,17 @@ from runtime.fleet.agent_channel import (
 from runtime.fleet.inbox import InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
+from runtime.replay.provider import RecordSink
 from runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 
 BORN_TIMEOUT = 60.0
 """Seconds a new agent host may take to report ``BornFrame`` (its shell restored and ready)."""
+
+
+LIVE_TIMEOUT = 2.0
+"""Seconds a live-figures read may wait (the host answers on its reader thread, at once)."""
 
 
 class AgentProcessFailed(ExarchError):
@@ -107,6 +113,15 @@ SITE_CALLS: dict[str, Callable[..., Any]] = {
     "lease_figures": lambda site, name: site.lease_figures(name),
 }
 """What a host may ask of the fleet, by name: the fleet's half of :class:`AgentSite`."""
+
+RECORD_CALLS: dict[str, Callable[..., Any]] = {
+    "record_spawned": lambda sink, child, parent: sink.spawned(child, parent),
+    "record_reply": lambda sink, name, msg: sink.reply(name, msg),
+    "record_failure": lambda sink, name, kind, text, partial: sink.failure(
+        name, kind, text, partial
+    ),
+}
+"""What a recording host (``--record``) asks of its agent's recorder, by name."""
 
 
 class RemoteInbox:
@@ -174,8 +189,11 @@ class ProcessAgent:
         on_exit: Callable[[ProcessAgent, AgentOutcome], None],
         intensity: RestartIntensity | None = None,
         backend: HostBackend | None = None,
+        recorder: RecordSink | None = None,
     ) -> None:
         spec = boot.spec
+        self.recorder = recorder
+        """``--record``: the run's recorder, which writes what its host's provider returns."""
         self.backend = backend
         """Who starts its hosts: None for this machine's fork server."""
         self.site = site
@@ -224,8 +242,10 @@ class ProcessAgent:
         self._launched = True
         self.call("launch")
 
-    def call(self, method: str, *args: Any) -> Any:
-        return request_call(self._host.channel, method, *args)
+    def call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        if timeout is None:
+            return request_call(self._host.channel, method, *args)
+        return request_call(self._host.channel, method, *args, timeout=timeout)
 
     def probe(self) -> dict[str, Any]:
         try:
@@ -233,6 +253,20 @@ class ProcessAgent:
         except ExarchError:
             return {}
         return figures
+
+    def live(self) -> LiveFigures | None:
+        """The agent's figures now, read in its process; None before it is built or once its
+        process is gone (then :attr:`stats` holds its figures at its end)."""
+        try:
+            figures: LiveFigures | None = self.call("live", timeout=LIVE_TIMEOUT)
+        except ExarchError:
+            return None
+        return figures
+
+    def recover(self, first: str | None, note: str) -> None:
+        """``resume``: settle the pending calls its files hold, then push ``first`` (an empty
+        log) or ``note`` (the model owes a response), in its process, before its launch."""
+        self.call("recover", first, note)
 
     def import_context(self, events: tuple[Any, ...], note: str | None = None) -> None:
         self.call("import_context", events, note)
@@ -443,12 +477,15 @@ class _Host:
     def _request(self, env: Envelope) -> None:
         msg, rid = env.message, env.id
         assert rid is not None
-        site = self._agent.site
-        if not isinstance(msg, Call) or msg.method not in SITE_CALLS:
+        site: Any = self._agent.site
+        table = SITE_CALLS
+        if isinstance(msg, Call) and msg.method in RECORD_CALLS and self._agent.recorder:
+            site, table = self._agent.recorder, RECORD_CALLS
+        if not isinstance(msg, Call) or msg.method not in table:
             self.channel.reply(rid, ReturnFrame(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
             return
         args = unpickle(msg.payload) or ()
-        fn = SITE_CALLS[msg.method]
+        fn = table[msg.method]
         self._agent.site_calls[msg.method] += 1  # the reader thread is its only writer
         self._agent._pool.submit(answer_call, self.channel, rid, lambda: fn(site, *args))
 

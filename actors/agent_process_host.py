@@ -38,7 +38,13 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from actors.agent import Agent, AgentOutcome, AgentSpec, AgentStats
-from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
+from actors.agent_shell import (
+    WorkerCount,
+    agent_resources,
+    run_agent_shell,
+    start_agent_shell,
+    stop_agent_shell,
+)
 from actors.agent_site import (
     BranchRequest,
     ParkReads,
@@ -68,6 +74,7 @@ from runtime.fleet.inbox import Inbox, InboxMsg, PushEffect, Surface, UserSteeri
 from runtime.messages import AssistantMessage
 from runtime.providers.base import Provider
 from runtime.providers.prices import PriceTable
+from runtime.replay.provider import RecordingProvider, unrecorded
 from runtime.shell.limits import ShellLimits
 from runtime.state import durability
 from runtime.state.durability import Durability
@@ -111,6 +118,9 @@ class HostBoot:
     """A ``--budget`` is set: each round trip's charge waits for the fleet's answer, so the one
     that reaches the budget has cancelled the tree before the agent's next step. Without one a
     charge only adds to the fleet's spend: it rides the next event batch (:class:`Charge`)."""
+    record: bool = False
+    """``--record``: every reply its provider returns goes to the control side's recorder
+    (:class:`ChannelRecorder`) before the agent admits it."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,22 @@ class Charge:
 
     agent: str
     cost: Decimal | None
+
+
+@dataclass(frozen=True)
+class LiveFigures:
+    """An agent's figures as its process reads them now (the chat's status line, Esc's "is
+    there a turn to stop"): read racily, like the thread backend's live views read them."""
+
+    state: str
+    model: str
+    used_tokens: int | None
+    window: int | None
+    running_workers: int | None
+    """The shell's running workers as of its last answered probe (one probe outstanding)."""
+    running_eval: bool
+    """Whether its shell is evaluating a ral call right now."""
+    stats: AgentStats
 
 
 @dataclass(frozen=True)
@@ -203,6 +229,7 @@ class AgentProcess:
         self._buffer_lock = threading.Lock()
         self._pending = threading.Event()
         """Set while the buffer holds something: the flusher sleeps on it."""
+        self._workers = WorkerCount()
         self.channel = AgentChannel(
             conn,
             peer="control",
@@ -219,7 +246,10 @@ class AgentProcess:
             spec = self.boot.spec
             if self.boot.restarted is not None:
                 spec = replace(spec, prompt=None, resume=True)
-            agent = Agent(HostSite(self), spec, self.boot.provider, self.token, self.inbox)
+            provider = self.boot.provider
+            if self.boot.record:
+                provider = RecordingProvider(provider, ChannelRecorder(self), self.name)
+            agent = Agent(HostSite(self), spec, provider, self.token, self.inbox)
             self.agent = agent
             if self._cancel is not None:  # a cancel that overtook the boot
                 self._trip(self._cancel)
@@ -251,12 +281,20 @@ class AgentProcess:
 
     def _after_restart(self, agent: Agent) -> None:
         """The per-agent half of ``resume``: pending calls settled, then a nudge to go on."""
+        self._recover(self.boot.spec.prompt, RESTART_NOTE)
+
+    def _recover(self, first: str | None, note: str) -> None:
+        """An agent rebuilt from its files (a restart here, ``resume`` from the control side):
+        its pending calls settled as interrupted; then ``first`` if its log is empty, else
+        ``note`` if the model owes a response and nothing else waits in its inbox."""
+        agent = self.agent
+        assert agent is not None
         if agent.log.pending_tool_calls:
             agent.log.settle_pending()
-        if agent.log.event_count == 0 and self.boot.spec.prompt is not None:
-            self.inbox.push(UserSteering(self.boot.spec.prompt))
-        elif _owes_a_response(agent):
-            self.inbox.push(UserSteering(RESTART_NOTE))
+        if agent.log.event_count == 0 and first is not None:
+            self.inbox.push(UserSteering(first))
+        elif _owes_a_response(agent) and not self.inbox.items():
+            self.inbox.push(UserSteering(note))
 
     # -- bus events ----------------------------------------------------------------------------
 
@@ -347,13 +385,30 @@ class AgentProcess:
         self.agent.import_context(events, note)
 
     def _probe(self) -> dict[str, Any]:
+        """Never waits: it runs on the reader thread, which must stay free to read the replies
+        the drive loop waits for (a shell busy in a run answers its actor only afterwards)."""
         agent = self.agent
         return {
             "pid": os.getpid(),
-            "shell_pid": agent.shell_pid() if agent is not None else None,
+            "shell_pid": agent.last_shell_pid if agent is not None else None,
             "inbox": self.inbox.depths(),
             "stats": agent.stats if agent is not None else None,
         }
+
+    def _live(self) -> LiveFigures | None:
+        agent = self.agent
+        if agent is None:
+            return None
+        provider = agent.provider.current()
+        return LiveFigures(
+            state=agent.stats.state,
+            model=provider.describe(),
+            used_tokens=agent.log.used_tokens,
+            window=provider.window_tokens,
+            running_workers=self._workers.read(agent.shell),
+            running_eval=agent.eval_root.busy,
+            stats=agent.stats,
+        )
 
 
 HOST_CALLS: dict[str, Callable[..., Any]] = {
@@ -361,6 +416,8 @@ HOST_CALLS: dict[str, Callable[..., Any]] = {
     "launch": AgentProcess._launch,
     "import_context": AgentProcess._import_context,
     "probe": AgentProcess._probe,
+    "live": AgentProcess._live,
+    "recover": AgentProcess._recover,
 }
 """What the control side may call in a host, by name."""
 
@@ -466,8 +523,28 @@ class HostSite:
         self._host.call("message", sender, target, text)
 
     def spawn(self, request: SpawnRequest) -> dict[str, Any]:
-        result: dict[str, Any] = self._host.call("spawn", request)
+        portable = replace(request, provider=unrecorded(request.provider))
+        result: dict[str, Any] = self._host.call("spawn", portable)
         return result
 
     def branch(self, request: BranchRequest) -> str:
-        return str(self._host.call("branch", request))
+        portable = replace(request, provider=unrecorded(request.provider))
+        return str(self._host.call("branch", portable))
+
+
+class ChannelRecorder:
+    """``--record`` in an agent process: what its :class:`RecordingProvider` records is written
+    by the control side's recorder (one writer of the recording), synchronously, so a reply is
+    recorded before the agent admits it, as in the thread backend."""
+
+    def __init__(self, host: AgentProcess) -> None:
+        self._host = host
+
+    def spawned(self, child: str, parent: str) -> None:
+        self._host.call("record_spawned", child, parent)
+
+    def reply(self, agent: str, msg: AssistantMessage) -> None:
+        self._host.call("record_reply", agent, msg)
+
+    def failure(self, agent: str, kind: str, message: str, partial: AssistantMessage) -> None:
+        self._host.call("record_failure", agent, kind, message, partial)

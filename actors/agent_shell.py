@@ -159,3 +159,34 @@ def agent_resources(
     )
     rows, card = resources(figures, title=f"resources of {agent.name}")
     return Resources(agent.name, rows=event_rows(rows), card=card)
+
+
+class WorkerCount:
+    """A shell's running-worker count as of its last answered probe, for live views.
+
+    The shell actor answers between ral calls, so the figure can lag a long call; at most one
+    probe is outstanding, so a busy shell's mailbox never fills with them, and :meth:`read`
+    never waits. Display only: a shell that is gone keeps its last figure."""
+
+    def __init__(self) -> None:
+        self._future: Any = None
+        self._last: int | None = None
+
+    def read(self, shell: Any) -> int | None:
+        future = self._future
+        if future is None:
+            try:
+                self._future = shell.probe()
+            except Exception:  # the shell is gone
+                pass
+            return self._last
+        try:
+            probe = future.get(timeout=0)
+        except pykka.Timeout:  # not answered yet: keep the last figure
+            return self._last
+        except Exception:  # the shell is gone
+            probe = None
+        self._future = None
+        if probe is not None:
+            self._last = int(probe.running_workers)
+        return self._last

@@ -56,6 +56,7 @@ from runtime.ral.context import DynamicContext
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.grants import GrantPolicy, Grants
 from runtime.ral.values import render
+from runtime.replay.provider import RecordingProvider, unrecorded
 from runtime.settlement.cost import FleetSpend, dollars
 from runtime.settlement.executor import ExecutionSpec
 from runtime.settlement.fleet_yield import (
@@ -282,15 +283,17 @@ class Fleet:
     def _build_process(self, spec: AgentSpec, provider: Provider, entry: Entry) -> ProcessAgent:
         """An agent in an OS process of its own, started from the one fork server."""
         assert self._pool is not None
+        recorder = provider.recorder if isinstance(provider, RecordingProvider) else None
         boot = HostBoot(
             spec,
-            provider,
+            unrecorded(provider),
             self.session,
             self.config.disk_warn_bytes,
             self.config.limits,
             self.config.durability,
             self.spend.prices,
             budget=self.spend.budget is not None,
+            record=recorder is not None,
         )
         return ProcessAgent(
             self,
@@ -299,7 +302,16 @@ class Fleet:
             pool=self._pool,
             on_exit=self._agent_exited,
             backend=self.config.backend,
+            recorder=recorder,
         )
+
+    def _as_recorded(self, parent: str, provider: Provider) -> Provider:
+        """A provider from an agent process's request crosses without its recorder
+        (``--record``): wrapped again here in the parent's, so the child is recorded too."""
+        host = self.hosted.get(parent)
+        if isinstance(host, ProcessAgent) and host.recorder is not None:
+            return RecordingProvider(unrecorded(provider), host.recorder, parent)
+        return provider
 
     def _launch(self, agent: Hosted) -> None:
         born = Born(
@@ -570,7 +582,7 @@ class Fleet:
                 snapshot=snapshot,
                 generation=entry.generation,
             )
-            provider = request.provider.for_agent(name)
+            provider = self._as_recorded(request.parent, request.provider).for_agent(name)
         except BaseException:
             self.registry.deregister(name)
             raise
@@ -651,7 +663,7 @@ class Fleet:
                 snapshot=request.snapshot,
                 generation=entry.generation,
             )
-            provider = request.provider.for_agent(name)
+            provider = self._as_recorded(request.parent, request.provider).for_agent(name)
         except BaseException:
             self.registry.deregister(name)
             raise

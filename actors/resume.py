@@ -40,9 +40,10 @@ import signal
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from actors.agent import Agent, AgentSpec
+from actors.agent_process import ProcessAgent
 from runtime.constants import TRUNK_NAME
 from runtime.errors import ExarchError
 from runtime.events import Died, InboxRejected, SystemNote
@@ -298,6 +299,7 @@ def resume_run(
     poll: Callable[[], bool] | None = None,
     connection: dict[str, Any] | None = None,
     durability: Durability | None = None,
+    agents: Literal["thread", "process"] | None = None,
 ) -> ResumeOutcome:
     """Resume the run in ``session`` to its end (see the module docstring).
 
@@ -306,7 +308,10 @@ def resume_run(
     ``base_url``, ``api_key``, constructor options such as ``read_timeout``); the key is never in
     ``run.json``, so without ``api_key`` it comes from the provider's variable. A provider that
     cannot be built (no key for the hosted service) refuses the resume. ``durability``
-    overrides ``run.json``'s policy (absent there: ``process``), and is then written to it."""
+    overrides ``run.json``'s policy (absent there: ``process``), and is then written to it;
+    ``agents`` likewise overrides where the agents run (absent there: ``thread``). An agent
+    rebuilt in a process of its own settles its pending calls and takes its nudge there
+    (:meth:`actors.agent_process.ProcessAgent.recover`)."""
     from actors.fleet import Fleet, FleetConfig
 
     plan = plan_resume(session)
@@ -343,8 +348,16 @@ def resume_run(
             return base.for_agent(name)
 
     policy = durability or parse_durability(run.get("durability"))
+    hosts: Literal["thread", "process"] = agents or (
+        "process" if run.get("agents") == "process" else "thread"
+    )
+    changed = {}
     if durability is not None and policy.value != run.get("durability"):
-        kept = json.dumps({**run, "durability": policy.value}, indent=2).encode()
+        changed["durability"] = policy.value
+    if agents is not None and agents != run.get("agents"):
+        changed["agents"] = agents
+    if changed:
+        kept = json.dumps({**run, **changed}, indent=2).encode()
         with bound_to(session.root, policy):  # what the run now keeps, for resume and check
             atomic_write_bytes(session.run_spec, kept)
     extra: dict[str, Any] = {}
@@ -362,6 +375,7 @@ def resume_run(
             grants=GrantPolicy.from_dict(run.get("grants")),  # as resolved when the run began
             limits=ShellLimits.from_json(run.get("shellLimits")),
             durability=policy,
+            agents=hosts,
         ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), plan.trunk_reply
@@ -369,7 +383,7 @@ def resume_run(
         _heal(fleet.journal, plan)
         for name in plan.alive_at_crash:
             fleet.publish(Died(name, outcome="failed", cause=CONTROL_DIED))
-        agents = []
+        adopted: list[Agent | ProcessAgent] = []
         order = ([TRUNK_NAME] if plan.rebuild_trunk else []) + plan.rebuild
         for name in order:
             node = fleet.journal.state.nodes.get(name)
@@ -383,10 +397,9 @@ def resume_run(
                 resume=True,
             )
             agent = fleet.adopt_agent(spec, provider_for(name))
-            assert isinstance(agent, Agent), "resume drives its agents in this process"
-            if agent.log.pending_tool_calls:
+            if isinstance(agent, Agent) and agent.log.pending_tool_calls:
                 agent.log.settle_pending()
-            agents.append(agent)
+            adopted.append(agent)
         generation = fleet.registry.generation
         for child, parent in plan.redeliver:
             msg = _result_of(fleet.journal.state.nodes[child])
@@ -404,13 +417,16 @@ def resume_run(
                     sender=child,
                 )
             )
-        for agent in agents:
-            if agent.log.event_count == 0 and agent.parent is None and prompt:
-                agent.inbox.push(UserSteering(str(prompt)))
+        for agent in adopted:
+            first = str(prompt) if agent.parent is None and prompt else None
+            if isinstance(agent, ProcessAgent):
+                agent.recover(first, RESUME_NOTE)
+            elif agent.log.event_count == 0 and first is not None:
+                agent.inbox.push(UserSteering(first))
             elif _owes_a_response(agent) and not agent.inbox.items():
                 agent.inbox.push(UserSteering(RESUME_NOTE))
             fleet.publish(SystemNote(agent.name, text="resumed from the session directory"))
-        for agent in agents:
+        for agent in adopted:
             fleet.launch_adopted(agent)
         if on_start is not None:
             on_start(fleet)

@@ -17,6 +17,32 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 Backend = Literal["local", "ray"]
 
+Agents = Literal["thread", "process"]
+
+DEFAULT_AGENTS: Agents = "thread"
+"""Where agents run unless ``--agents`` says otherwise."""
+
+AGENTS_HELP = (
+    "Run each agent on a thread of this process, or in an OS process of its own "
+    "(supervised: a crashed agent is restarted from its files)."
+)
+
+
+def agents_option(*, inherit: bool = False) -> Callable[[F], F]:
+    """``--agents thread|process`` (``run``, ``fleet``, ``chat``, ``resume``); ``inherit``: no
+    default (``resume`` keeps what ``run.json`` says unless told otherwise)."""
+
+    def add(fn: F) -> F:
+        return click.option(
+            "--agents",
+            type=click.Choice(["thread", "process"]),
+            default=None if inherit else DEFAULT_AGENTS,
+            show_default=not inherit,
+            help=AGENTS_HELP + (" Default: the run's own, from run.json." if inherit else ""),
+        )(fn)
+
+    return add
+
 
 def backend_options(fn: F) -> F:
     """The three options, in ``--help`` order."""

@@ -14,6 +14,7 @@ from importlib import resources
 
 import click
 
+from cli.backend_options import Agents, agents_option
 from cli.durability import durability_option
 from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options
@@ -38,6 +39,7 @@ from runtime.state.durability import Durability
 @limit_options
 @record_option
 @durability_option()
+@agents_option()
 def chat_command(
     scenario: str | None,
     connection: ProviderChoice,
@@ -50,12 +52,14 @@ def chat_command(
     limits: ShellLimits,
     record: str | None,
     durability: Durability,
+    agents: Agents,
 ) -> None:
     """Talk to an interactive trunk in a terminal UI: one tab per agent. With no SCENARIO and
     no --model (and so a bare `exarch-actors`) it plays a packaged scripted demo: no network,
     no key. Enter sends; a line starting with `/` is a command (/branch, /clear, /compact,
     /model NAME, /resources, /close, /quit); Esc interrupts the focused agent; Ctrl-C twice
-    quits. See docs/chat.md.
+    quits. --agents process runs every agent (the trunk too) in an OS process of its own.
+    See docs/chat.md.
 
     \b
     Exit codes:
@@ -113,7 +117,11 @@ def chat_command(
         session,
         factory,
         FleetConfig(
-            disk_warn_bytes=disk_warn_bytes, grants=grants, limits=limits, durability=durability
+            disk_warn_bytes=disk_warn_bytes,
+            grants=grants,
+            limits=limits,
+            durability=durability,
+            agents=agents,
         ),
     )
     app = ChatApp(

@@ -18,13 +18,13 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from cli.backend_options import Backend, backend_options
+from cli.backend_options import Agents, Backend, agents_option, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.recording import record_option
-from cli.run_report import RunReporter, agent_line
+from cli.run_report import RunReporter, agent_line, live_agents
 from cli.runner import run_headless, session_path, spec_for
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
@@ -33,7 +33,7 @@ from runtime.state.durability import Durability
 def render_tree(report: RunReporter) -> Tree:
     """The spawn tree as rich renders it: each agent's status line and settlement record."""
     fleet = report.fleet
-    agents = dict(fleet.agents)
+    agents = live_agents(fleet)
     settled = {
         nid: " ".join(
             str(x) for x in (rec.get("kind"), rec.get("status"), rec.get("retainedExecution")) if x
@@ -85,6 +85,7 @@ def yield_table(fy: dict[str, Any]) -> Table:
 @provider_options("Model provider (default: scripted for a SCENARIO.toml, else openai).")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the run.")
 @click.option("--no-live", is_flag=True, help="Skip the live view even on a terminal.")
+@agents_option()
 @backend_options
 @record_option
 @output_options
@@ -96,6 +97,7 @@ def fleet_command(
     connection: ProviderChoice,
     session_dir: str | None,
     no_live: bool,
+    agents: Agents,
     backend: Backend,
     ray_address: str | None,
     placement: str | None,
@@ -137,6 +139,7 @@ def fleet_command(
         durability=durability,
         prices=cost.prices,
         budget=cost.budget,
+        agents=agents,
         backend=backend,
         ray_address=ray_address,
         placement=placement,

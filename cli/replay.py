@@ -3,9 +3,9 @@ call, what each agent's ral calls returned now with what they returned then.
 
 The scenario is the session's ``recording.toml`` (written by ``--record``), played by the
 scripted provider into a new session directory (never the recorded one) with the recorded run's
-working directory, grants and ``--chat`` (its ``run.json``). The comparison and the volatile-part
-rules are ``runtime/replay/divergence.py`` and ``runtime/replay/volatile.py``; this command runs,
-prints and exits.
+working directory, grants, ``--chat`` and ``--agents`` (its ``run.json``). The comparison and
+the volatile-part rules are ``runtime/replay/divergence.py`` and ``runtime/replay/volatile.py``;
+this command runs, prints and exits.
 """
 
 from __future__ import annotations
@@ -176,6 +176,7 @@ def _replay_spec(old: SessionDir, out_dir: str | None) -> RunSpec:
         grants=GrantPolicy.from_dict(run["grants"]) if run.get("grants") else None,
         limits=ShellLimits.from_json(run.get("shellLimits")),  # the recorded run's limits
         durability=_durability(run.get("durability")),  # and its durability
+        agents="process" if run.get("agents") == "process" else "thread",  # and where agents ran
     )
 
 

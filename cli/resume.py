@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from actors.resume import resume_run
+from cli.backend_options import Agents, agents_option
 from cli.durability import durability_option
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
@@ -36,18 +37,21 @@ class Refused(click.ClickException):
 @provider_options(None)
 @output_options
 @durability_option(inherit=True)
+@agents_option(inherit=True)
 def resume_command(
     session_dir: str,
     connection: ProviderChoice,
     as_json: bool,
     quiet: bool,
     durability: Durability | None,
+    agents: Agents | None,
 ) -> None:
     """Resume a run from its SESSION_DIR after the control process died, and finish it.
 
     The provider and model are those of the run (its run.json); the options override the model,
-    endpoint and key of a network run. Prints what `run` prints, plus one `resumed:` line (what
-    was rebuilt and healed).
+    endpoint and key of a network run. Agents are rebuilt where the run ran them (threads, or
+    processes of their own with --agents process), unless --agents says otherwise. Prints what
+    `run` prints, plus one `resumed:` line (what was rebuilt and healed).
 
     \b
     Exit codes:
@@ -77,6 +81,7 @@ def resume_command(
                 poll=poll,
                 connection=overrides,
                 durability=durability,
+                agents=agents,
             )
         except ResumeRefused as e:
             raise Refused(str(e)) from None

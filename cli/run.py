@@ -7,7 +7,7 @@ from typing import Literal
 
 import click
 
-from cli.backend_options import Backend, backend_options
+from cli.backend_options import Backend, agents_option, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.grants import grant_options
@@ -30,14 +30,7 @@ from runtime.state.durability import Durability
 @click.option("--chat", is_flag=True, help="No system prompt and no tool: a bare conversation.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
-@click.option(
-    "--agents",
-    type=click.Choice(["thread", "process"]),
-    default="thread",
-    show_default=True,
-    help="Run each agent on a thread of this process, or in an OS process of its own "
-    "(supervised: a crashed agent is restarted from its files).",
-)
+@agents_option()
 @backend_options
 @record_option
 @grant_options
@@ -92,10 +85,10 @@ def run_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
-    if (agents == "process" or backend == "ray") and record:
+    if backend == "ray" and record:
         raise click.UsageError(
-            "--record keeps every agent's provider in this process: it cannot be combined "
-            f"with {'--backend ray' if backend == 'ray' else '--agents process'}"
+            "--record keeps every agent's provider in this process: "
+            "it cannot be combined with --backend ray"
         )
     spec = spec_for(
         target,

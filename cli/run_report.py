@@ -252,6 +252,30 @@ def trunk_last_text(fleet: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class AgentView:
+    """What a live line shows of one agent, wherever it runs."""
+
+    name: str
+    parent: str | None
+    stats: Any
+    """Its :class:`actors.agent.AgentStats`: live for a thread; for an agent process, as its
+    process reads them now (one round trip on its channel), or as of its end."""
+
+
+def live_agents(fleet: Any) -> dict[str, AgentView]:
+    """Every live agent of ``fleet`` in spawn order, threads and agent processes alike."""
+    out: dict[str, AgentView] = {}
+    for name, agent in list(dict(fleet.hosted).items()):
+        stats = agent.stats
+        live = getattr(agent, "live", None)  # an agent process: ask it
+        if live is not None and not agent.done.is_set():
+            figures = live()
+            stats = figures.stats if figures is not None else stats
+        out[name] = AgentView(name, agent.parent, stats)
+    return out
+
+
 def agent_line(report: RunReporter, agent: Any) -> Text:
     """``name state · turn N · N calls · N tok · last: SCRIPT`` for one agent."""
     s = agent.stats
@@ -283,7 +307,7 @@ def agent_line(report: RunReporter, agent: Any) -> Text:
 
 def agent_lines(report: RunReporter) -> RenderableType:
     """The live status of ``run``: one line per agent, in spawn order."""
-    agents = list(dict(report.fleet.agents).values())
+    agents = list(live_agents(report.fleet).values())
     rows: list[RenderableType] = [agent_line(report, a) for a in agents[:MAX_LINES]]
     if len(agents) > MAX_LINES:
         rows.append(Text(f"… and {len(agents) - MAX_LINES} more agents", style="dim"))

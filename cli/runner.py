@@ -105,6 +105,7 @@ class RunSpec:
         if self.provider == "scripted":
             return Path(self.scenario.source).stem if self.scenario is not None else None
         return self.model
+
     agents: Literal["thread", "process"] = "thread"
     """``--agents``: each agent on a thread of this process, or in an OS process of its own."""
     backend: Literal["local", "ray"] = "local"
@@ -360,6 +361,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "cwd": spec.cwd or str(Path.cwd()),
         "grants": (grants or GrantPolicy()).to_dict(),
         "durability": spec.durability.value,
+        "agents": "process" if spec.backend == "ray" else spec.agents,
     }
     with durability.bound_to(session.root, spec.durability):
         atomic_write_bytes(session.run_spec, json.dumps(data, indent=2).encode())

@@ -5,6 +5,8 @@
   :class:`FleetUpdate` per pass. It reads only what is safe to read from any thread (the
   subscription, the log files, inbox depths under their own lock, plain stats fields), and asks a
   shell for its worker figures with at most one probe outstanding per agent, never waiting on it.
+  An agent in its own process (``--agents process``) is asked for the same figures over its
+  channel (:meth:`actors.agent_process.ProcessAgent.live`), which its process answers at once.
 - :class:`Control` (UI → fleet): one FIFO thread that runs every call that could wait —
   ``steer``, a slash ``Command`` push, ``interrupt``, starting the trunk, the quit sequence — so
   the UI thread never blocks on a registry or actor call. Results come back as
@@ -28,9 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-import pykka
 from textual.message import Message
 
+from actors.agent import Agent
+from actors.agent_process import ProcessAgent
+from actors.agent_process_host import LiveFigures
+from actors.agent_shell import WorkerCount
 from actors.slash_commands import REFUSED
 from cli.tui.model import Change, LogTail, Transcript
 from runtime.errors import ExarchError, InboxFull
@@ -138,8 +143,7 @@ class Bridge:
         self._views: dict[str, Transcript] = {}
         self._roles: dict[str, Role] = {}
         self._tails: dict[str, LogTail] = {}
-        self._probes: dict[str, Any] = {}
-        self._workers: dict[str, int | None] = {}
+        self._workers: dict[str, WorkerCount] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chat-bridge", daemon=True)
 
@@ -216,7 +220,7 @@ class Bridge:
             tail = self._tails.pop(ev.agent, None)
             if tail is not None:
                 tail.close()
-            self._probes.pop(ev.agent, None)
+            self._workers.pop(ev.agent, None)
             batch.died.append((ev.agent, ev.outcome))
 
     def _catch_up(self, name: str, batch: _Batch) -> None:
@@ -232,53 +236,60 @@ class Bridge:
     def _sample(self) -> dict[str, AgentStatus]:
         out: dict[str, AgentStatus] = {}
         registry = self.fleet.registry
-        for name, agent in list(self.fleet.agents.items()):
+        for name, agent in list(self.fleet.hosted.items()):
             if name not in self._tails:
                 continue  # ended (or not yet born on this view)
-            provider = agent.provider.current()
             try:
+                figures = live_figures(agent, self._workers.setdefault(name, WorkerCount()))
                 inbox = sum(agent.inbox.depths().values())
                 below = registry.live_descendants(name)
             except ExarchError:
                 continue
+            if figures is None:
+                continue
             branches = sum(1 for n in below if self._roles.get(n) == "branch")
             out[name] = AgentStatus(
                 name=name,
-                state=agent.stats.state,
-                model=provider.describe(),
-                used_tokens=agent.log.used_tokens,
-                window=provider.window_tokens,
+                state=figures.state,
+                model=figures.model,
+                used_tokens=figures.used_tokens,
+                window=figures.window,
                 inbox=inbox,
-                running_workers=self._running_workers(name, agent),
+                running_workers=figures.running_workers,
                 sub_agents=len(below) - branches,
                 branches=branches,
-                turns=agent.stats.turns,
-                ral_calls=agent.stats.ral_calls,
+                turns=figures.stats.turns,
+                ral_calls=figures.stats.ral_calls,
             )
         return out
 
-    def _running_workers(self, name: str, agent: Any) -> int | None:
-        """The shell's running-worker count as of its last answered probe.
 
-        The shell actor answers between ral calls, so the figure can lag a long call; one probe
-        at most is outstanding per agent, so a busy shell's mailbox never fills with them."""
-        future = self._probes.get(name)
-        if future is not None:
-            try:
-                probe = future.get(timeout=0)
-            except pykka.Timeout:  # not answered yet: keep the last figure
-                return self._workers.get(name)
-            except Exception:  # the shell is gone
-                probe = None
-            self._probes.pop(name, None)
-            if probe is not None:
-                self._workers[name] = int(probe.running_workers)
-        else:
-            try:
-                self._probes[name] = agent.shell.probe()
-            except Exception:  # the shell is gone: the card keeps its last probe (display only)
-                pass
-        return self._workers.get(name)
+def live_figures(agent: Agent | ProcessAgent, workers: WorkerCount) -> LiveFigures | None:
+    """An agent's live figures wherever it runs: read here from a thread-backend agent,
+    asked of its process for an agent process (which counts its shell's workers itself); None
+    once that process is gone."""
+    if isinstance(agent, ProcessAgent):
+        return agent.live()
+    provider = agent.provider.current()
+    return LiveFigures(
+        state=agent.stats.state,
+        model=provider.describe(),
+        used_tokens=agent.log.used_tokens,
+        window=provider.window_tokens,
+        running_workers=workers.read(agent.shell),
+        running_eval=agent.eval_root.busy,
+        stats=agent.stats,
+    )
+
+
+def _state(fleet: Fleet, name: str) -> str | None:
+    """``name``'s drive state now (``working``, ``idle``, ...), wherever it runs; None when it
+    is not (or no longer) an agent of this fleet."""
+    agent = fleet.hosted.get(name)
+    if isinstance(agent, ProcessAgent):
+        figures = agent.live()
+        return figures.state if figures is not None else None
+    return agent.stats.state if agent is not None else None
 
 
 class Control:
@@ -342,8 +353,7 @@ class Control:
         except ExarchError as e:
             self._error(f"not sent to {name}: {e}")
             return
-        agent = self.fleet.agents.get(name)
-        if agent is not None and agent.stats.state == "working":
+        if _state(self.fleet, name) == "working":
             when = "at its next turn boundary" if text.startswith("/") else "after its tool calls"
             self._info(f"queued for {name}: it reads this {when}")
 
@@ -352,12 +362,12 @@ class Control:
         self.submit(lambda: self._interrupt(name, hint))
 
     def _interrupt(self, name: str, hint: str) -> None:
-        agent = self.fleet.agents.get(name)
-        if agent is not None and agent.stats.state != "working":
+        state = _state(self.fleet, name)
+        if state is not None and state != "working":
             # No turn to stop: an idle agent's sticky token, tripped now, would only sit until
             # the next turn boundary reset it. Read racily, like the status line: a turn that
             # starts just after this read is not one the human saw running.
-            self._info(f"{name} is {agent.stats.state}: no turn to interrupt{hint}")
+            self._info(f"{name} is {state}: no turn to interrupt{hint}")
             return
         try:
             self.fleet.registry.interrupt(name)

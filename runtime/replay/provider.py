@@ -20,12 +20,30 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ProviderError, ToolSpec, Truncated
 from runtime.replay.recording import Recorder
+
+
+class RecordSink(Protocol):
+    """Where a :class:`RecordingProvider` hands what it records: the run's :class:`Recorder`,
+    or, in an agent process, a stand-in that forwards to the control side's recorder."""
+
+    def spawned(self, child: str, parent: str) -> None: ...
+
+    def reply(self, agent: str, msg: AssistantMessage) -> None: ...
+
+    def failure(self, agent: str, kind: str, message: str, partial: AssistantMessage) -> None: ...
+
+
+def unrecorded(provider: Provider) -> Provider:
+    """``provider`` without its recording wrapper (what crosses to another process: a
+    recorder is a writer of this process's files)."""
+    return provider.inner if isinstance(provider, RecordingProvider) else provider
 
 
 class ModelSwitchUnsupported(ExarchError):
@@ -35,7 +53,7 @@ class ModelSwitchUnsupported(ExarchError):
 class RecordingProvider(Provider):
     """``inner`` as the agent ``agent_name`` uses it, recording each reply into ``recorder``."""
 
-    def __init__(self, inner: Provider, recorder: Recorder, agent_name: str) -> None:
+    def __init__(self, inner: Provider, recorder: RecordSink, agent_name: str) -> None:
         self.inner = inner
         self.recorder = recorder
         self.agent_name = agent_name

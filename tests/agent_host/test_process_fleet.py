@@ -254,15 +254,22 @@ def test_run_with_agents_process_prints_the_fanout_reply_from_three_agent_proces
     assert len({r["pid"] for r in born}) == 3
 
 
-def test_run_refuses_record_with_agents_process_with_exit_2(tmp_path: Path) -> None:
+def test_run_records_with_agents_process_and_the_recording_plays_back_to_the_same_reply(
+    tmp_path: Path,
+) -> None:
+    recording = tmp_path / "r.toml"
     p = _exarch(
         "run",
         str(ROOT / "examples" / "fanout.toml"),
         "--agents",
         "process",
         "--record",
-        str(tmp_path / "r.toml"),
+        str(recording),
         cwd=tmp_path,
     )
-    assert p.returncode == 2 and "--agents process" in p.stderr
-    assert not (tmp_path / "r.toml").exists()
+    assert p.returncode == 0, p.stderr
+    text = recording.read_text()
+    assert "lo, reply 1 (spawned by trunk)" in text and "hi, reply 1 (spawned by trunk)" in text
+    again = _exarch("run", str(recording), "--agents", "process", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == p.stdout.strip() == "499500"

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
+
+import pytest
 
 from cli.runner import RunSpec, provider_factory
 from runtime.providers.base import Provider
@@ -28,8 +31,9 @@ text = "Three items."
 """
 
 
+@pytest.mark.parametrize("agents", ["thread", "process"])
 def test_a_chat_recording_answers_the_same_messages_with_the_same_replies(
-    tmp_path: Path,
+    tmp_path: Path, agents: Literal["thread", "process"]
 ) -> None:
     path = tmp_path / "talk.toml"
     header = RecordingHeader("scripted", "demo", "2026-05-01T10:00:00.000Z", interactive=True)
@@ -39,7 +43,7 @@ def test_a_chat_recording_answers_the_same_messages_with_the_same_replies(
         return recorded(provider_factory(RunSpec("scripted", None, scenario)), recorder)
 
     async def talk(directory: Path, toml: str, wrap: object = None) -> None:
-        async with chat(directory, toml, provider_for=wrap) as c:  # type: ignore[arg-type]
+        async with chat(directory, toml, provider_for=wrap, agents=agents) as c:  # type: ignore[arg-type]
             await c.say("hello")
             await c.until(lambda: "What shall we count?" in c.text(), what="the greeting")
             await c.say("count")

@@ -251,3 +251,40 @@ def _answered(session: Path, agent: str, call_id: str) -> bool:
         r["kind"] == "tool_result" and r["message"]["tool_call_id"] == call_id
         for r in read_jsonl(session / "agents" / agent / "events.jsonl").records
     )
+
+
+def test_a_fleet_recorded_with_agents_as_processes_replays_offline_with_no_divergence(
+    routed_server: AgentRoutedServer, tmp_path: Path
+) -> None:
+    # Each agent's provider runs in its own agent process; the recording is written by the
+    # control side from the replies those processes forward to it.
+    work = _workdir(tmp_path)
+    _script_workflow(routed_server)
+    session, recording = tmp_path / "recorded", tmp_path / "inventory.toml"
+    args = _record_args(routed_server, session, recording)
+    code, out, err = exarch_json([*args[:1], "--agents", "process", *args[1:]], work)
+    assert code == 0, err
+    assert out["reply"] == "inventory: 12"
+    born = [r for r in read_jsonl(session / "transcript.jsonl").records if r["kind"] == "Born"]
+    assert {r["agent"] for r in born} == {"trunk", "kid"}
+    assert len({r["pid"] for r in born}) == 2, "each agent in a process of its own"
+    scenario = load_scenario(recording)
+    assert scenario.warnings == ()
+    assert [m.ral for m in scenario.agents["kid"]] == [(SUM, "pwd"), ("reply $total",)]
+    assert scenario.agents["trunk"][0].ral == ("read-text title.txt", f"agent kid '{TASK}'")
+    assert "kid, reply 1 (spawned by trunk)" in recording.read_text(), "its parent named"
+
+    served = len(routed_server.requests)
+    code, report, err = exarch_json(
+        ["replay", str(session), "--session-dir", str(tmp_path / "again")],
+        work,
+        env=_offline_env(),
+    )
+    assert code == 0, err
+    assert report["divergences"] == [] and report["diverged"] is False
+    assert report["agents"] == 2 and report["calls"] == 7
+    assert len(routed_server.requests) == served, "the replay made no request"
+    replayed = read_jsonl(tmp_path / "again" / "transcript.jsonl").records
+    assert len({r["pid"] for r in replayed if r["kind"] == "Born"}) == 2, "replayed as processes"
+    for agent in ("trunk", "kid"):
+        assert _tool_results(tmp_path / "again", agent) == _tool_results(session, agent)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from textual.pilot import Pilot
 
@@ -73,13 +73,16 @@ async def chat(
     provider_for: Callable[[Scenario], Callable[[str], Provider]] | None = None,
     quit_window: float = 2.0,
     size: tuple[int, int] = (120, 36),
+    agents: Literal["thread", "process"] = "thread",
 ) -> AsyncIterator[Chat]:
     path = tmp_path / "chat.toml"
     path.write_text(textwrap.dedent(toml))
     scenario = read_scenario(str(path))
     spec = RunSpec(provider="scripted", prompt=None, scenario=scenario)
     factory = provider_for(scenario) if provider_for is not None else provider_factory(spec)
-    fleet = Fleet(SessionDir.at(tmp_path / "session"), factory, FleetConfig(cwd=str(tmp_path)))
+    fleet = Fleet(
+        SessionDir.at(tmp_path / "session"), factory, FleetConfig(cwd=str(tmp_path), agents=agents)
+    )
     app = ChatApp(
         fleet, start=lambda f: f.start_trunk(None, interactive=True), quit_window=quit_window
     )
