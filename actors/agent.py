@@ -692,6 +692,10 @@ class Agent:
             self._last_pid = pid
         return pid if pid is not None else self._last_pid
 
+    shell_stopped = False
+    """The thread backend's shell is stopped by its spawn site's teardown, never before the
+    agent's end is settled (an agent process stops its own: ``actors/agent_process.py``)."""
+
     def shell_healthy(self) -> bool:
         """Whether the shell host can still be observed (alive, not killed for good)."""
         pid = self.shell_pid()

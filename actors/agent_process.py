@@ -24,6 +24,11 @@ Invariants:
 - No orphans: the host dies with the fork server (``PR_SET_PDEATHSIG``) and so with the control
   process; its shell sees end of file when its host dies; :meth:`ProcessAgent.shutdown` kills
   whatever of either is left.
+- Settle first, reap after: a host that ended in order stopped its shell before ``Ended``, so
+  its slot settles without waiting for the process; :meth:`ProcessAgent.release` then tells it
+  to exit and a :class:`HostReaper` collects it off the settlement path (the 32 pool threads
+  also answer every other agent's site calls: a thread blocked on one process's exit held up
+  the others' ends, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -203,6 +208,7 @@ class ProcessAgent:
         self._finished = False
         self._closing = False
         self._launched = False
+        self._shell_stopped = False
         self._host: _Host = self._start(boot)
 
     # -- the host's lifetime -------------------------------------------------------------------
@@ -243,7 +249,16 @@ class ProcessAgent:
     def shell_pid(self) -> int | None:
         return self._host.shell_pid
 
+    @property
+    def shell_stopped(self) -> bool:
+        """Its host closed and reaped its shell in order before reporting its end."""
+        return self._shell_stopped
+
     def shell_healthy(self) -> bool:
+        """Whether its shell can be observed: alive, or stopped in order by its own host (its
+        end is known, so the settlement can tear the environment down at once)."""
+        if self._shell_stopped:
+            return True
         pid = self._host.shell_pid
         if pid is None:
             return False
@@ -259,6 +274,21 @@ class ProcessAgent:
             self._closing = True
             host = self._host
         host.shutdown(reason)
+
+    def stop_shell(self) -> None:
+        """The environment's half of a teardown: nothing to wait for when the host stopped its
+        shell in order at its end; otherwise the host is shut down with its shell."""
+        if not self._shell_stopped:
+            self.shutdown()
+
+    def release(self, reaper: HostReaper) -> None:
+        """After its slot is settled: tell the host to exit now and let ``reaper`` wait for it
+        and collect it, off the settlement path."""
+        with self._lock:
+            self._closing = True
+            host = self._host
+        host.ask_to_exit("shutdown")
+        reaper.reap(host)
 
     # -- control ------------------------------------------------------------------------------
 
@@ -297,6 +327,7 @@ class ProcessAgent:
 
     def _ended(self, host: _Host, report: EndReport) -> None:
         self.stats = report.stats
+        self._shell_stopped = report.shell_stopped
         self.reply_value = report.reply_value
         self._replied = report.replied
         self._end_cause = report.cause
@@ -470,8 +501,15 @@ class _Host:
                 cause = f"the agent process ended without reporting (exit code {code})"
             self._agent._pool.submit(self._agent._crashed, self, cause)
 
-    def shutdown(self, reason: str) -> None:
+    def ask_to_exit(self, reason: str) -> None:
         self.channel.try_send(Shutdown(reason))
+
+    def shutdown(self, reason: str) -> None:
+        self.ask_to_exit(reason)
+        self.collect()
+
+    def collect(self) -> None:
+        """Wait for a host told to exit; kill it past the grace; reap it and its shell."""
         if not self._gone.wait(10.0):
             self.kill()
         self.reap()
@@ -512,3 +550,31 @@ class _Host:
             self.kill()
             with contextlib.suppress(Exception):
                 self.proc.join(5.0)
+
+
+class HostReaper:
+    """Collects the hosts of settled agents off the settlement path: one thread, in order.
+
+    Each host was told to exit when it was handed over (:meth:`ProcessAgent.release`), so they
+    exit in parallel; this thread only waits for each and reaps it and its shell.
+    :meth:`close` returns once every host handed over is collected, so nothing outlives the
+    fleet that started it."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="reaper")
+
+    def reap(self, host: _Host) -> None:
+        try:
+            self._pool.submit(_collect, host)
+        except RuntimeError:  # closed: the caller collects it itself
+            _collect(host)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _collect(host: _Host) -> None:
+    try:
+        host.collect()
+    except Exception:  # one host's failure must not stop the others' collection
+        log.exception("collecting an agent process failed")

@@ -15,9 +15,11 @@ Invariants:
 - A cancel frame trips the agent's token, its shell's eval root (not the trunk's: its session
   outlives a cancel, as in the thread backend) and its inbox, from the reader thread, while the
   main thread may be blocked in the very run it stops.
-- An orderly end is reported (``Ended``) and the process then waits for ``Shutdown``, recording
-  what its inbox still holds; anything else the control side sees is a crash.
-- Threads: main (the drive loop), the channel reader, the flusher, the shell actor's.
+- An orderly end stops the shell first, then is reported (``Ended``); the process then waits for
+  ``Shutdown`` (sent once its slot is settled), recording what its inbox still holds; anything
+  else the control side sees is a crash.
+- Threads: main (the drive loop), the channel reader, the flusher, the shell actor's (and, at
+  the start, the one that starts the shell host while the agent is built).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from actors.agent_site import (
 )
 from actors.channel import AgentChannel
 from actors.process import become_group_leader, die_with_parent, use_fork_server
+from actors.shell import HostStart
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 from runtime.events import Event, InboxRejected, Resources
@@ -73,7 +76,10 @@ CALL_TIMEOUT = 120.0
 """Seconds a site call may wait for its answer (a spawn waits for its child's ``BornFrame``)."""
 
 FLUSH_EVERY = 0.005
-"""Seconds between bus-event flushes of a host."""
+"""Seconds a buffered bus event may wait for the flush that sends it with any that follow."""
+
+IDLE_CHECK = 1.0
+"""Seconds between the idle flusher's looks at whether its channel closed."""
 
 RESTART_NOTE = (
     "[system note] Your process was restarted after a crash. Any tool call that was in flight "
@@ -111,6 +117,9 @@ class EndReport:
     replied: bool
     reply_value: Any
     stats: AgentStats
+    shell_stopped: bool = False
+    """Its shell was closed and reaped here before ``Ended`` was sent: the spawn site's
+    teardown finds it stopped and need not wait for this process to exit."""
 
 
 def unpickle(data: bytes) -> Any:
@@ -157,10 +166,13 @@ def agent_process_main(conn: Connection, fork_address: str, boot: HostBoot) -> N
     # multiprocessing process may not start children, and this one starts its shell host
     multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]
     use_fork_server(fork_address)
+    # the shell starts now, in parallel with everything below (its agent, its files)
+    shell = HostStart(boot.spec.name, boot.limits.memory_bytes)
     files = durability.bind(boot.session.root, boot.durability)
     try:
-        AgentProcess(conn, boot).serve()
+        AgentProcess(conn, boot, shell_start=shell).serve()
     finally:
+        shell.discard()  # never taken (the agent failed before its shell booted)
         durability.unbind(files)
 
 
@@ -169,8 +181,16 @@ class AgentProcess:
     loop), the channel reader, the flusher, and the agent's shell actor. ``node`` names where
     it runs (``"local"``, or the Ray node id of a host a ``HostBackend`` started)."""
 
-    def __init__(self, conn: Connection, boot: HostBoot, node: str = "local") -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        boot: HostBoot,
+        node: str = "local",
+        shell_start: HostStart | None = None,
+    ) -> None:
         self.boot = boot
+        self.shell_start = shell_start
+        """Its shell host, started ahead (``agent_process_main``); None: the shell starts one."""
         self.node = node
         self.name = boot.spec.name
         self.token = CancelScope()
@@ -181,6 +201,8 @@ class AgentProcess:
         self._cancel: str | None = None
         self._buffer: list[Event] = []
         self._buffer_lock = threading.Lock()
+        self._buffered = threading.Event()
+        """Set while the buffer holds an event: the flusher sleeps until then."""
         self.channel = AgentChannel(
             conn,
             peer="control",
@@ -209,12 +231,17 @@ class AgentProcess:
                 pass
             if self._launched.is_set():
                 agent.drive()
+                # the shell goes first, here and in parallel with every other ending agent:
+                # the settlement then finds the environment stopped (the 100-agent cascade
+                # waited on each process's exit before, docs/benchmarks.md)
+                stop_agent_shell(self.name, agent.shell)
                 report = EndReport(
                     agent.outcome or AgentOutcome.FAILED,
                     agent.terminated,
                     agent.replied,
                     agent.reply_value,
                     agent.stats,
+                    shell_stopped=True,
                 )
                 self.flush()
                 self.channel.try_send(Ended(self.name, pickle.dumps(report)))
@@ -240,16 +267,26 @@ class AgentProcess:
     def buffer(self, event: Event) -> None:
         with self._buffer_lock:
             self._buffer.append(event)
+            if not self._buffered.is_set():
+                self._buffered.set()
 
     def flush(self) -> None:
         with self._buffer_lock:
             batch, self._buffer = self._buffer, []
+            if self._buffered.is_set():
+                self._buffered.clear()
             if batch:  # sent under the lock: batches keep their order
                 self.channel.try_send(PublishFrame(self.name, pickle.dumps(batch)))
 
     def _flush_loop(self) -> None:
-        while not self.channel.closed.wait(FLUSH_EVERY):
-            self.flush()
+        """Flush within :data:`FLUSH_EVERY` of the first buffered event; asleep while there is
+        none. (A 5 ms tick whether or not anything was buffered cost each idle agent process
+        about 5 ms of CPU a second: 100 idle agents, half a core of this 2-core box.)"""
+        closed = self.channel.closed
+        while not closed.is_set():
+            if self._buffered.wait(IDLE_CHECK):
+                closed.wait(FLUSH_EVERY)
+                self.flush()
 
     def call(self, method: str, *args: Any) -> Any:
         self.flush()
@@ -368,6 +405,7 @@ class HostSite:
             publish=self.publish,
             deliver=self.deliver,
             sync_log=self._host.boot.durability is Durability.MACHINE,
+            host_start=self._host.shell_start,
         )
 
     def run_shell(self, name: str, script: str) -> ShellOutput:

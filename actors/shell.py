@@ -108,6 +108,55 @@ BOOT_TIMEOUT = 30.0
 """Seconds a fresh host may take to restore a snapshot before the boot is declared failed."""
 
 
+class HostStart:
+    """A shell host started ahead of its :class:`ShellActor`, on a thread of its own, so the
+    fork-server round trip and the host's own start overlap whatever its owner does meanwhile.
+
+    An agent process starts its shell this way first thing and builds its agent in parallel
+    (measured, docs/benchmarks.md: the shell's start was a third of a process agent's spawn).
+    The actor's first boot restores into it (:meth:`take`); a host that failed to start is
+    replaced by a fresh one there, and one never taken is killed by :meth:`discard`, so none is
+    left behind. The host restores nothing until the actor sends ``restore``."""
+
+    def __init__(self, name: str, memory_bytes: int | None) -> None:
+        self._name = name
+        self._memory_bytes = memory_bytes
+        self._host: ChildProcess | None = None
+        self._taken = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        threading.Thread(target=self._start, name="shell-start", daemon=True).start()
+
+    def _start(self) -> None:
+        try:
+            self._host = ChildProcess(
+                host_main, name=f"ral-shell-{self._name}", memory_bytes=self._memory_bytes
+            )
+        except Exception:  # the first boot starts one itself and reports its failure
+            log.exception("starting %s's shell host ahead failed", self._name)
+        finally:
+            self._done.set()
+
+    def take(self, memory_bytes: int | None) -> ChildProcess | None:
+        """The started host, once (None if it failed, was taken, or has another memory
+        limit than the one wanted)."""
+        self._done.wait(BOOT_TIMEOUT)
+        with self._lock:
+            if self._taken or self._host is None or memory_bytes != self._memory_bytes:
+                return None
+            self._taken = True
+            return self._host
+
+    def discard(self) -> None:
+        """Kill and reap the host if no actor took it. Idempotent."""
+        self._done.wait(BOOT_TIMEOUT)
+        with self._lock:
+            host, self._taken = (None if self._taken else self._host), True
+        if host is not None:
+            host.kill()
+            host.reap(grace=0.0)
+
+
 @dataclass
 class _Run:
     """What the pump collected for one run."""
@@ -170,9 +219,11 @@ class ShellActor(QuotaActor):
         worker_backstop_secs: float | None = WORKER_BACKSTOP_SECS,
         limits: ShellLimits | None = None,
         sync_log: bool = False,
+        host_start: HostStart | None = None,
     ) -> None:
         """``sync_log``: fsync each binding-log frame (a policy that must survive a machine
-        crash; a process crash needs none, see :mod:`actors.shell_snapshot`)."""
+        crash; a process crash needs none, see :mod:`actors.shell_snapshot`). ``host_start``:
+        a host already started for this shell, which the first boot restores into."""
         self.name = name  # before super().__init__: the mailbox names its recipient
         super().__init__()
         self._dir = session
@@ -202,6 +253,7 @@ class ShellActor(QuotaActor):
             name, self.snapshot_path, notify=self._deliver, fsync=sync_log
         )
         self._host: ChildProcess | None = None
+        self._host_start = host_start
         self._epoch = 0
         self._run_id = 0
         self._closed = False
@@ -493,9 +545,12 @@ class ShellActor(QuotaActor):
         """Start a fresh host and restore ``bindings``/``context``/``ledger`` into it.
         ``same_state``: they are the keeper's committed state (a rollback), so the files
         already hold them and need no new base."""
+        start, self._host_start = self._host_start, None
         try:
-            host = ChildProcess(
-                host_main, name=f"ral-shell-{self.name}", memory_bytes=self.limits.memory_bytes
+            host = (start.take(self.limits.memory_bytes) if start is not None else None) or (
+                ChildProcess(
+                    host_main, name=f"ral-shell-{self.name}", memory_bytes=self.limits.memory_bytes
+                )
             )
         except Exception as e:
             raise ShellBootFailed(f"shell {self.name}: cannot start a host process: {e}") from e
