@@ -59,6 +59,7 @@ from actors.agent_process_host import (
 )
 from actors.channel import AgentChannel
 from actors.frames import ChannelClosed
+from actors.host_pool import HostPool
 from actors.process import fork_server_address, process_context, start_process
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
@@ -176,10 +177,14 @@ class ProcessAgent:
         on_exit: Callable[[ProcessAgent, AgentOutcome], None],
         intensity: RestartIntensity | None = None,
         backend: HostBackend | None = None,
+        host_pool: HostPool | None = None,
     ) -> None:
         spec = boot.spec
         self.backend = backend
         """Who starts its hosts: None for this machine's fork server."""
+        self.host_pool = host_pool
+        """Warm agent processes of this machine's fork server (``actors/host_pool.py``), taken
+        before a cold start."""
         self.site = site
         self.spec = spec
         self.name = spec.name
@@ -214,8 +219,10 @@ class ProcessAgent:
     # -- the host's lifetime -------------------------------------------------------------------
 
     def _start(self, boot: HostBoot) -> _Host:
-        host = _Host(self, boot)
-        born = host.wait_born()
+        pool = self.host_pool
+        with pool.spawning() if pool is not None else contextlib.nullcontext():
+            host = _Host(self, boot)
+            born = host.wait_born()
         self.pids.append(born.pid)
         return host
 
@@ -433,6 +440,16 @@ class _Host:
         self.channel.start()
 
     def _fork(self, boot: HostBoot) -> Connection:
+        pool = self._agent.host_pool
+        if pool is not None:
+            try:
+                payload = pool.pickled(boot)
+            except Exception as e:
+                raise AgentProcessFailed(f"agent {boot.spec.name}: cannot start: {e}") from e
+            taken = pool.boot(payload)
+            if taken is not None:
+                here, self.proc = taken
+                return here
         here, there = process_context().Pipe(duplex=True)
         try:
             self.proc = start_process(

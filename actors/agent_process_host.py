@@ -158,8 +158,15 @@ def request_call(
 # -- host side --------------------------------------------------------------------------------
 
 
-def agent_process_main(conn: Connection, fork_address: str, boot: HostBoot) -> None:
-    """Process entry point of an agent host (runs in the fork-server child)."""
+def agent_process_main(
+    conn: Connection,
+    fork_address: str,
+    boot: HostBoot | None,
+    memory_bytes: int | None = None,
+) -> None:
+    """Process entry point of an agent host (runs in the fork-server child). ``boot`` None: a
+    pooled process (``actors/host_pool.py``), whose boot arrives pickled on ``conn`` once a
+    spawn takes it; its shell host, with ``memory_bytes``, starts while it waits."""
     become_group_leader()
     die_with_parent()
     # started as a daemon (so the control process's exit terminates it), but a daemonic
@@ -167,7 +174,16 @@ def agent_process_main(conn: Connection, fork_address: str, boot: HostBoot) -> N
     multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]
     use_fork_server(fork_address)
     # the shell starts now, in parallel with everything below (its agent, its files)
-    shell = HostStart(boot.spec.name, boot.limits.memory_bytes)
+    if boot is None:
+        shell = HostStart("pooled", memory_bytes)
+        try:
+            boot = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):  # the pool closed before a spawn took this process
+            shell.discard()
+            return
+        assert isinstance(boot, HostBoot)
+    else:
+        shell = HostStart(boot.spec.name, boot.limits.memory_bytes)
     files = durability.bind(boot.session.root, boot.durability)
     try:
         AgentProcess(conn, boot, shell_start=shell).serve()

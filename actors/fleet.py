@@ -42,6 +42,7 @@ from actors.agent_site import (
     Standing,
 )
 from actors.bus import start_bus
+from actors.host_pool import HostPool
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import start_registry
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
@@ -187,9 +188,13 @@ class Fleet:
         """Every agent's known spend, against the budget (``runtime/settlement/cost.py``)."""
         self._pool: ThreadPoolExecutor | None = None
         self._reaper: HostReaper | None = None
+        self.host_pool: HostPool | None = None
+        """Warm agent processes for spawns to take (the process backend on this machine)."""
         if self.config.agents == "process":
             self._pool = ThreadPoolExecutor(HOST_CALL_THREADS, thread_name_prefix="site")
             self._reaper = HostReaper()
+            if self.config.backend is None:  # warm agent processes for spawns to take
+                self.host_pool = HostPool(self.config.limits.memory_bytes)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -300,6 +305,7 @@ class Fleet:
             pool=self._pool,
             on_exit=self._agent_exited,
             backend=self.config.backend,
+            host_pool=self.host_pool,
         )
 
     def _launch(self, agent: Hosted) -> None:
@@ -383,6 +389,8 @@ class Fleet:
             self._pool.shutdown(wait=True)
         if self._reaper is not None:  # after the pool: a settlement on it may hand one over
             self._reaper.close()
+        if self.host_pool is not None:
+            self.host_pool.close()
         try:
             self._registry.stop()
             self.bus.stop()

@@ -6,6 +6,9 @@ server); the settlement is read from the spawn journal on disk.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,8 @@ from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -137,3 +142,59 @@ def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its
     wait_for(lambda: not _alive(agent.pid), 30, "s0's process reaped")
     fy = fleet.close()
     assert fy.never_settled == 0
+
+
+POOL_SCRIPT = """
+import sys, time
+from actors.fleet import Fleet, FleetConfig
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.state.session_dir import SessionDir
+
+toml = '[fleet]\\nprompt = "hi"\\n[[agents.trunk]]\\ntext = "hello"\\nrepeat = 5\\n'
+playback = ScenarioPlayback(parse_scenario(toml))
+fleet = Fleet(SessionDir.at(sys.argv[1]), playback.provider, FleetConfig(agents="process"))
+fleet.start_trunk(playback.scenario.prompt, interactive=True)
+while len(fleet.host_pool.idle_pids()) < 2:
+    time.sleep(0.01)
+print(" ".join(str(p) for p in fleet.host_pool.idle_pids()), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_warm_pool_of_agent_processes_dies_with_a_sigkilled_control_process(
+    tmp_path: Path,
+) -> None:
+    control = subprocess.Popen(
+        [sys.executable, "-c", POOL_SCRIPT, str(tmp_path / "session")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert control.stdout is not None
+        pooled = [int(p) for p in control.stdout.readline().split()]
+        assert len(pooled) == 2 and all(_alive(p) for p in pooled)
+        tree = psutil.Process(control.pid).children(recursive=True)
+        assert {p.pid for p in tree} >= set(pooled)
+    finally:
+        control.kill()
+        control.wait(30)
+    wait_for(
+        lambda: not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE],
+        30,
+        "every process the control process started (its warm pool too) gone",
+    )
+
+
+def test_a_closed_fleet_leaves_no_pooled_agent_process_behind(
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    fleet = process_fleet(_children(1, "reply 1"))
+    pool = fleet.host_pool
+    assert pool is not None
+    pooled = wait_for(lambda: pool.idle_pids() if len(pool.idle_pids()) == 2 else None, 60, "pool")
+    fleet.close()
+    assert not [p for p in pooled if _alive(p)]
+    assert pool.idle_pids() == []
