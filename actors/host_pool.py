@@ -8,11 +8,12 @@ that finds one sends the boot over the pipe and is left with building the agent 
 its shell (docs/benchmarks.md has the figures). An empty pool is no error: the spawn forks its
 own process as before.
 
-The pool refills only while no spawn is under way (:meth:`HostPool.spawning`): a refill is a
-whole agent process and shell starting up, and on a busy 2-core machine starting one beside a
-spawn slowed that spawn down more than the pool saved (measured: back-to-back spawns 30-50 %
-slower with a refill running beside each). So spawns spaced out in time -- a model deciding to
-delegate -- find a warm process, and a burst takes the warm ones and then starts its own.
+The pool refills only once no spawn has started or ended for :data:`REFILL_QUIET` (:meth:`HostPool.
+spawning`): a refill is a whole agent process and shell starting up, and on the loaded 2-core
+box one started beside each of a run of back-to-back spawns made them slower than no pool at
+all (median 105-190 ms against 76-80 ms, load average 120-160). So spawns spaced out in time
+-- a model deciding to delegate -- find a warm process, and a burst takes the warm ones and
+then starts its own, as without a pool.
 
 Invariants:
 - A pooled process is an ordinary agent process before its boot: forked by the one fork server,
@@ -44,6 +45,9 @@ POOL_SIZE = 2
 refill takes about as long as a cold start), and each costs an agent process and a shell
 (~14 MiB PSS together) while it waits."""
 
+REFILL_QUIET = 0.05
+"""Seconds without a spawn starting or ending before the pool starts a process to refill."""
+
 EXIT_GRACE = 5.0
 """Seconds an idle process told to exit (its pipe closed) gets before it is killed."""
 
@@ -61,6 +65,8 @@ class HostPool:
         self._wake = threading.Event()
         self._closed = False
         self._spawning = 0
+        self._spawned = threading.Event()
+        """Set when a spawn starts or ends: the refill waits for a quiet spell after it."""
         self._address = fork_server_address()
         self._thread = threading.Thread(target=self._fill, name="host-pool", daemon=True)
         self._thread.start()
@@ -75,11 +81,13 @@ class HostPool:
         """Around a spawn (until its agent is born): the pool does not refill meanwhile."""
         with self._lock:
             self._spawning += 1
+        self._spawned.set()
         try:
             yield
         finally:
             with self._lock:
                 self._spawning -= 1
+            self._spawned.set()  # quiet counts from a spawn's end too
             self._wake.set()
 
     def take(self) -> tuple[Connection, BaseProcess] | None:
@@ -117,6 +125,9 @@ class HostPool:
             if not short:
                 self._wake.wait()
                 self._wake.clear()
+                continue
+            if self._spawned.wait(REFILL_QUIET):  # not quiet yet
+                self._spawned.clear()
                 continue
             try:
                 item = self._start()

@@ -10,13 +10,16 @@ every agent, shell and worker process inherits the pinning):
 - control-process CPU per ral call (user + system of the control process alone; an agent
   process's own CPU is not in it);
 - spawn latency: one ``Fleet.spawn`` of a busy agent (register, the agent process and its
-  shell ready, the journal's admission), median and p90 over the held agents;
+  shell ready, the journal's admission), median and p90 over the held agents (spawned back to
+  back), and the median of 20 more spawned 100 ms apart (``spaced``: what a model delegating
+  now and then sees; the process backend's warm pool refills between spawns);
 - the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
   settled;
 - PSS per agent (agent process + its shell, psutil's full memory info) with N agents live,
   read on the first 10.
 
     PYTHONPATH=. python benchmarks/agent_processes.py [--quick] [--agents 50] [--calls 50]
+        [--lifecycle]     # spawn and cascade only, on 2 cores (no throughput runs)
 """
 
 from __future__ import annotations
@@ -126,6 +129,11 @@ def _pss(pid: int | None) -> int:
         return 0
 
 
+SPACED = 20
+SPACE = 0.1
+"""Spawns measured one at a time, seconds apart (``spaced``)."""
+
+
 def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
     """One configuration in this interpreter (already pinned by the caller)."""
     ensure_fork_server()
@@ -147,8 +155,14 @@ def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
             _wait(lambda: not fleet.registry.live_descendants("trunk"), 900, "throughput")
             wall = time.perf_counter() - t0
             cpu = sum(me.cpu_times()[:2]) - cpu0
-            work = n * calls
+            work = max(n * calls, 1)
             plain = playback.provider("trunk")  # what a spawn costs without the gate's import
+            spaced: list[float] = []
+            for i in range(SPACED):
+                time.sleep(SPACE)
+                t = time.perf_counter()
+                fleet.spawn(SpawnRequest("trunk", f"sleeper-s{i:02d}", "go", None, plain))
+                spaced.append(time.perf_counter() - t)
             spawns: list[float] = []
             for i in range(hold):
                 t = time.perf_counter()
@@ -178,6 +192,7 @@ def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
         "cpu_per_call_ms": cpu / work * 1e3,
         "spawn_median_ms": statistics.median(spawns) * 1e3,
         "spawn_p90_ms": sorted(spawns)[int(len(spawns) * 0.9)] * 1e3,
+        "spawn_spaced_ms": statistics.median(spaced) * 1e3,
         "cascade_ms": cascade * 1e3,
         "pss_per_agent_mib": pss / max(len(sampled), 1) / 2**20,
     }
@@ -216,6 +231,9 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=50)
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--hold", type=int, default=100, help="agents held busy (cascade, PSS)")
+    ap.add_argument(
+        "--lifecycle", action="store_true", help="spawn and cascade only (2 cores, 1 agent)"
+    )
     ap.add_argument("--one", choices=["thread", "process"], help=argparse.SUPPRESS)
     ap.add_argument("--cores", default="0,1", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -225,10 +243,21 @@ def main() -> None:
         return
     n, calls, hold = (5, 5, 5) if args.quick else (args.agents, args.calls, args.hold)
     both = ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:2])
+    if args.lifecycle:
+        print(f"load average {os.getloadavg()[0]:.1f}; {hold} agents held busy")
+        print(f"{'mode':<8} {'spawn med ms':>12} {'p90':>7} {'spaced ms':>9} {'cascade ms':>10}")
+        for mode in ("thread", "process"):
+            r = _run(mode, 1, 1, hold, both)
+            print(
+                f"{mode:<8} {r['spawn_median_ms']:>12.1f} {r['spawn_p90_ms']:>7.1f} "
+                f"{r['spawn_spaced_ms']:>9.1f} {r['cascade_ms']:>10.0f}",
+                flush=True,
+            )
+        return
     print(f"{n} agents x {calls} ral calls; {hold} agents held busy for the cascade and PSS")
     print(
         f"{'mode':<8} {'cores':>5} {'wall s':>7} {'calls/s':>8} {'ctl ms/call':>11} "
-        f"{'spawn med ms':>12} {'p90':>7} {'cascade ms':>10} {'PSS/agent MiB':>13}"
+        f"{'spawn med ms':>12} {'p90':>7} {'spaced':>7} {'cascade ms':>10} {'PSS/agent MiB':>13}"
     )
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for mode in ("thread", "process"):
@@ -238,7 +267,7 @@ def main() -> None:
             print(
                 f"{mode:<8} {cores:>5} {r['wall']:>7.2f} {r['cps']:>8.0f} "
                 f"{r['cpu_per_call_ms']:>11.3f} {r['spawn_median_ms']:>12.1f} "
-                f"{r['spawn_p90_ms']:>7.1f} {r['cascade_ms']:>10.0f} "
+                f"{r['spawn_p90_ms']:>7.1f} {r['spawn_spaced_ms']:>7.1f} {r['cascade_ms']:>10.0f} "
                 f"{r['pss_per_agent_mib']:>13.1f}",
                 flush=True,
             )
