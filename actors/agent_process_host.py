@@ -45,8 +45,8 @@ from actors.agent_site import (
     Standing,
 )
 from actors.channel import AgentChannel
+from actors.host_start import HostStart
 from actors.process import become_group_leader, die_with_parent, use_fork_server
-from actors.shell import HostStart
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 from runtime.events import Event, InboxRejected, Resources

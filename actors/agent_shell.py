@@ -25,7 +25,8 @@ import pykka
 
 from actors.agent_site import ShellOutput, ShellParts
 from actors.eval_root import EvalRoot
-from actors.shell import HostStart, ShellActor, run_call
+from actors.host_start import HostStart
+from actors.shell import ShellActor, run_call
 from actors.shell_workers import WorkerSurfaces
 from runtime.events import Event, Resources
 from runtime.fleet.digest import digest_tool_result

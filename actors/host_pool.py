@@ -3,7 +3,7 @@
 A process agent's spawn used to wait for two fork-server round trips in series -- its agent
 process, then (from there) its shell -- and for both processes to start up. A pooled agent
 process is forked from the one fork server before anyone asks for it, starts its shell host at
-once (``actors/shell.py``'s :class:`HostStart`) and then waits for its ``HostBoot``: a spawn
+once (``actors/host_start.py``) and then waits for its ``HostBoot``: a spawn
 that finds one sends the boot over the pipe and is left with building the agent and restoring
 its shell (docs/benchmarks.md has the figures). An empty pool is no error: the spawn forks its
 own process as before.
