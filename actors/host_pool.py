@@ -12,8 +12,8 @@ The pool refills only once no spawn has started or ended for :data:`REFILL_QUIET
 spawning`): a refill is a whole agent process and shell starting up, and on the loaded 2-core
 box one started beside each of a run of back-to-back spawns made them slower than no pool at
 all (median 105-190 ms against 76-80 ms, load average 120-160). So spawns spaced out in time
--- a model deciding to delegate -- find a warm process, and a burst takes the warm ones and
-then starts its own, as without a pool.
+-- a model deciding to delegate, turns apart -- find a warm process, and a burst takes the
+warm ones and then starts its own, as without a pool.
 
 Invariants:
 - A pooled process is an ordinary agent process before its boot: forked by the one fork server,
@@ -45,8 +45,11 @@ POOL_SIZE = 2
 refill takes about as long as a cold start), and each costs an agent process and a shell
 (~14 MiB PSS together) while it waits."""
 
-REFILL_QUIET = 0.05
-"""Seconds without a spawn starting or ending before the pool starts a process to refill."""
+REFILL_QUIET = 0.25
+"""Seconds without a spawn starting or ending before the pool starts a process to refill. A
+model that delegates takes longer than this between two turns; a burst of spawns (one ral call
+starting several agents) leaves gaps of a few milliseconds -- but under a load average of ~90
+the control process itself may stall 50 ms between two, which let refills in at 0.05 s."""
 
 EXIT_GRACE = 5.0
 """Seconds an idle process told to exit (its pipe closed) gets before it is killed."""

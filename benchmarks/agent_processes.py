@@ -11,7 +11,7 @@ every agent, shell and worker process inherits the pinning):
   process's own CPU is not in it);
 - spawn latency: one ``Fleet.spawn`` of a busy agent (register, the agent process and its
   shell ready, the journal's admission), median and p90 over the held agents (spawned back to
-  back), and the median of 20 more spawned 100 ms apart (``spaced``: what a model delegating
+  back), and the median of 20 more spawned 0.5 s apart (``spaced``: what a model delegating
   now and then sees; the process backend's warm pool refills between spawns);
 - the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
   settled;
@@ -130,8 +130,8 @@ def _pss(pid: int | None) -> int:
 
 
 SPACED = 20
-SPACE = 0.1
-"""Spawns measured one at a time, seconds apart (``spaced``)."""
+SPACE = 0.5
+"""Spawns measured one at a time, this many seconds apart (``spaced``: about a model's turn)."""
 
 
 def one(mode: str, n: int, calls: int, hold: int) -> dict[str, Any]:
