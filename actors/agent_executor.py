@@ -54,6 +54,12 @@ class ExecutedAgent(Protocol):
     outcome: AgentOutcome | None
     stats: AgentStats
 
+    @property
+    def shell_stopped(self) -> bool:
+        """Its own host closed its shell in order as the agent ended (never died outside a
+        teardown)."""
+        ...
+
     def shell_pid(self) -> int | None: ...
 
     def shell_healthy(self) -> bool: ...
@@ -112,7 +118,7 @@ class AgentExecutor:
 
     def teardown(self, grace: float | Literal["brutal-kill", "infinity"]) -> Receipt:
         with self._lock:
-            if not self._closed and not self._process_alive():
+            if not self._closed and not self._process_alive() and not self._agent.shell_stopped:
                 self._gone = True  # died outside teardown: every later receipt says so too
             gone_before = self._gone
             if not self._closed:

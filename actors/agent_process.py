@@ -25,6 +25,11 @@ Invariants:
 - No orphans: the host dies with the fork server (``PR_SET_PDEATHSIG``) and so with the control
   process; its shell sees end of file when its host dies; :meth:`ProcessAgent.shutdown` kills
   whatever of either is left.
+- Settle first, reap after: a host that ended in order stopped its shell before ``Ended``, so
+  its slot settles without waiting for the process; :meth:`ProcessAgent.release` then tells it
+  to exit and a :class:`HostReaper` collects it off the settlement path (the 32 pool threads
+  also answer every other agent's site calls: a thread blocked on one process's exit held up
+  the others' ends, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -58,6 +63,7 @@ from actors.agent_process_host import (
 )
 from actors.channel import AgentChannel
 from actors.frames import ChannelClosed
+from actors.host_pool import HostPool
 from actors.process import fork_server_address, process_context, start_process
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
@@ -190,12 +196,16 @@ class ProcessAgent:
         intensity: RestartIntensity | None = None,
         backend: HostBackend | None = None,
         recorder: RecordSink | None = None,
+        host_pool: HostPool | None = None,
     ) -> None:
         spec = boot.spec
         self.recorder = recorder
         """``--record``: the run's recorder, which writes what its host's provider returns."""
         self.backend = backend
         """Who starts its hosts: None for this machine's fork server."""
+        self.host_pool = host_pool
+        """Warm agent processes of this machine's fork server (``actors/host_pool.py``), taken
+        before a cold start."""
         self.site = site
         self.spec = spec
         self.name = spec.name
@@ -227,13 +237,16 @@ class ProcessAgent:
         self._finished = False
         self._closing = False
         self._launched = False
+        self._shell_stopped = False
         self._host: _Host = self._start(boot)
 
     # -- the host's lifetime -------------------------------------------------------------------
 
     def _start(self, boot: HostBoot) -> _Host:
-        host = _Host(self, boot)
-        born = host.wait_born()
+        pool = self.host_pool
+        with pool.spawning() if pool is not None else contextlib.nullcontext():
+            host = _Host(self, boot)
+            born = host.wait_born()
         self.pids.append(born.pid)
         return host
 
@@ -283,7 +296,16 @@ class ProcessAgent:
     def shell_pid(self) -> int | None:
         return self._host.shell_pid
 
+    @property
+    def shell_stopped(self) -> bool:
+        """Its host closed and reaped its shell in order before reporting its end."""
+        return self._shell_stopped
+
     def shell_healthy(self) -> bool:
+        """Whether its shell can be observed: alive, or stopped in order by its own host (its
+        end is known, so the settlement can tear the environment down at once)."""
+        if self._shell_stopped:
+            return True
         pid = self._host.shell_pid
         if pid is None:
             return False
@@ -299,6 +321,21 @@ class ProcessAgent:
             self._closing = True
             host = self._host
         host.shutdown(reason)
+
+    def stop_shell(self) -> None:
+        """The environment's half of a teardown: nothing to wait for when the host stopped its
+        shell in order at its end; otherwise the host is shut down with its shell."""
+        if not self._shell_stopped:
+            self.shutdown()
+
+    def release(self, reaper: HostReaper) -> None:
+        """After its slot is settled: tell the host to exit now and let ``reaper`` wait for it
+        and collect it, off the settlement path."""
+        with self._lock:
+            self._closing = True
+            host = self._host
+        host.ask_to_exit("shutdown")
+        reaper.reap(host)
 
     # -- control ------------------------------------------------------------------------------
 
@@ -341,6 +378,7 @@ class ProcessAgent:
 
     def _ended(self, host: _Host, report: EndReport) -> None:
         self.stats = report.stats
+        self._shell_stopped = report.shell_stopped
         self.reply_value = report.reply_value
         self._replied = report.replied
         self._end_cause = report.cause
@@ -446,6 +484,16 @@ class _Host:
         self.channel.start()
 
     def _fork(self, boot: HostBoot) -> Connection:
+        pool = self._agent.host_pool
+        if pool is not None:
+            try:
+                payload = pool.pickled(boot)
+            except Exception as e:
+                raise AgentProcessFailed(f"agent {boot.spec.name}: cannot start: {e}") from e
+            taken = pool.boot(payload)
+            if taken is not None:
+                here, self.proc = taken
+                return here
         here, there = process_context().Pipe(duplex=True)
         try:
             self.proc = start_process(
@@ -520,8 +568,15 @@ class _Host:
                 cause = f"the agent process ended without reporting (exit code {code})"
             self._agent._pool.submit(self._agent._crashed, self, cause)
 
-    def shutdown(self, reason: str) -> None:
+    def ask_to_exit(self, reason: str) -> None:
         self.channel.try_send(Shutdown(reason))
+
+    def shutdown(self, reason: str) -> None:
+        self.ask_to_exit(reason)
+        self.collect()
+
+    def collect(self) -> None:
+        """Wait for a host told to exit; kill it past the grace; reap it and its shell."""
         if not self._gone.wait(10.0):
             self.kill()
         self.reap()
@@ -562,3 +617,31 @@ class _Host:
             self.kill()
             with contextlib.suppress(Exception):
                 self.proc.join(5.0)
+
+
+class HostReaper:
+    """Collects the hosts of settled agents off the settlement path: one thread, in order.
+
+    Each host was told to exit when it was handed over (:meth:`ProcessAgent.release`), so they
+    exit in parallel; this thread only waits for each and reaps it and its shell.
+    :meth:`close` returns once every host handed over is collected, so nothing outlives the
+    fleet that started it."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="reaper")
+
+    def reap(self, host: _Host) -> None:
+        try:
+            self._pool.submit(_collect, host)
+        except RuntimeError:  # closed: the caller collects it itself
+            _collect(host)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _collect(host: _Host) -> None:
+    try:
+        host.collect()
+    except Exception:  # one host's failure must not stop the others' collection
+        log.exception("collecting an agent process failed")

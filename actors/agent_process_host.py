@@ -20,9 +20,11 @@ Invariants:
   cancel of it reaches the host as a cancel frame carrying the registry's recorded (first)
   cause, set before the token trips, and the control side deregisters a live agent only after
   cancelling it (``clear``, ``close``). A drive loop read it four or five times a turn.
-- An orderly end is reported (``Ended``) and the process then waits for ``Shutdown``, recording
-  what its inbox still holds; anything else the control side sees is a crash.
-- Threads: main (the drive loop), the channel reader, the flusher, the shell actor's.
+- An orderly end stops the shell first, then is reported (``Ended``); the process then waits for
+  ``Shutdown`` (sent once its slot is settled), recording what its inbox still holds; anything
+  else the control side sees is a crash.
+- Threads: main (the drive loop), the channel reader, the flusher, the shell actor's (and, at
+  the start, the one that starts the shell host while the agent is built).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from actors.agent_site import (
     Standing,
 )
 from actors.channel import AgentChannel
+from actors.host_start import HostStart
 from actors.process import become_group_leader, die_with_parent, use_fork_server
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
@@ -157,6 +160,9 @@ class EndReport:
     replied: bool
     reply_value: Any
     stats: AgentStats
+    shell_stopped: bool = False
+    """Its shell was closed and reaped here before ``Ended`` was sent: the spawn site's
+    teardown finds it stopped and need not wait for this process to exit."""
 
 
 def unpickle(data: bytes) -> Any:
@@ -195,18 +201,37 @@ def request_call(
 # -- host side --------------------------------------------------------------------------------
 
 
-def agent_process_main(conn: Connection, fork_address: str, boot: HostBoot) -> None:
-    """Process entry point of an agent host (runs in the fork-server child)."""
+def agent_process_main(
+    conn: Connection,
+    fork_address: str,
+    boot: HostBoot | None,
+    memory_bytes: int | None = None,
+) -> None:
+    """Process entry point of an agent host (runs in the fork-server child). ``boot`` None: a
+    pooled process (``actors/host_pool.py``), whose boot arrives pickled on ``conn`` once a
+    spawn takes it; its shell host, with ``memory_bytes``, starts while it waits."""
     become_group_leader()
     die_with_parent()
     # started as a daemon (so the control process's exit terminates it), but a daemonic
     # multiprocessing process may not start children, and this one starts its shell host
     multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]
     use_fork_server(fork_address)
+    # the shell starts now, in parallel with everything below (its agent, its files)
+    if boot is None:
+        shell = HostStart("pooled", memory_bytes)
+        try:
+            boot = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):  # the pool closed before a spawn took this process
+            shell.discard()
+            return
+        assert isinstance(boot, HostBoot)
+    else:
+        shell = HostStart(boot.spec.name, boot.limits.memory_bytes)
     files = durability.bind(boot.session.root, boot.durability)
     try:
-        AgentProcess(conn, boot).serve()
+        AgentProcess(conn, boot, shell_start=shell).serve()
     finally:
+        shell.discard()  # never taken (the agent failed before its shell booted)
         durability.unbind(files)
 
 
@@ -215,8 +240,16 @@ class AgentProcess:
     loop), the channel reader, the flusher, and the agent's shell actor. ``node`` names where
     it runs (``"local"``, or the Ray node id of a host a ``HostBackend`` started)."""
 
-    def __init__(self, conn: Connection, boot: HostBoot, node: str = "local") -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        boot: HostBoot,
+        node: str = "local",
+        shell_start: HostStart | None = None,
+    ) -> None:
         self.boot = boot
+        self.shell_start = shell_start
+        """Its shell host, started ahead (``agent_process_main``); None: the shell starts one."""
         self.node = node
         self.name = boot.spec.name
         self.token = CancelScope()
@@ -261,12 +294,17 @@ class AgentProcess:
                 pass
             if self._launched.is_set():
                 agent.drive()
+                # the shell goes first, here and in parallel with every other ending agent:
+                # the settlement then finds the environment stopped (the 100-agent cascade
+                # waited on each process's exit before, docs/benchmarks.md)
+                stop_agent_shell(self.name, agent.shell)
                 report = EndReport(
                     agent.outcome or AgentOutcome.FAILED,
                     agent.terminated,
                     agent.replied,
                     agent.reply_value,
                     agent.stats,
+                    shell_stopped=True,
                 )
                 self.flush()
                 self.channel.try_send(Ended(self.name, pickle.dumps(report)))
@@ -467,6 +505,7 @@ class HostSite:
             publish=self.publish,
             deliver=self.deliver,
             sync_log=self._host.boot.durability is Durability.MACHINE,
+            host_start=self._host.shell_start,
         )
 
     def run_shell(self, name: str, script: str) -> ShellOutput:

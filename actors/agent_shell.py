@@ -25,6 +25,7 @@ import pykka
 
 from actors.agent_site import ShellOutput, ShellParts
 from actors.eval_root import EvalRoot
+from actors.host_start import HostStart
 from actors.shell import ShellActor, run_call
 from actors.shell_workers import WorkerSurfaces
 from runtime.events import Event, Resources
@@ -57,10 +58,11 @@ def start_agent_shell(
     publish: Callable[[Event], None],
     deliver: Callable[[str, Surface, str], None],
     sync_log: bool = False,
+    host_start: HostStart | None = None,
 ) -> ShellParts:
     """The agent's shell actor, its eval root and its worker surfaces (held here so no
     mailbox is in the way). ``sync_log``: fsync each binding-log frame (``--durability
-    machine``)."""
+    machine``); ``host_start``: its host, already started (an agent process's)."""
     root = EvalRoot()
 
     def surface(worker: str, item: Surface) -> None:
@@ -78,6 +80,7 @@ def start_agent_shell(
         limits=limits,
         surfaces=surfaces,
         sync_log=sync_log,
+        host_start=host_start,
     )
     return ShellParts(root, ref.proxy(), surfaces)
 

@@ -31,7 +31,7 @@ import pykka
 
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
-from actors.agent_process import HostBackend, HostBoot, ProcessAgent
+from actors.agent_process import HostBackend, HostBoot, HostReaper, ProcessAgent
 from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
 from actors.agent_site import (
     BranchRequest,
@@ -42,6 +42,7 @@ from actors.agent_site import (
     Standing,
 )
 from actors.bus import start_bus
+from actors.host_pool import HostPool
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import start_registry
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
@@ -187,8 +188,14 @@ class Fleet:
         self.spend = FleetSpend(self.config.prices, self.config.budget)
         """Every agent's known spend, against the budget (``runtime/settlement/cost.py``)."""
         self._pool: ThreadPoolExecutor | None = None
+        self._reaper: HostReaper | None = None
+        self.host_pool: HostPool | None = None
+        """Warm agent processes for spawns to take (the process backend on this machine)."""
         if self.config.agents == "process":
             self._pool = ThreadPoolExecutor(HOST_CALL_THREADS, thread_name_prefix="site")
+            self._reaper = HostReaper()
+            if self.config.backend is None:  # warm agent processes for spawns to take
+                self.host_pool = HostPool(self.config.limits.memory_bytes)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -303,6 +310,7 @@ class Fleet:
             on_exit=self._agent_exited,
             backend=self.config.backend,
             recorder=recorder,
+            host_pool=self.host_pool,
         )
 
     def _as_recorded(self, parent: str, provider: Provider) -> Provider:
@@ -392,6 +400,10 @@ class Fleet:
                 pass
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        if self._reaper is not None:  # after the pool: a settlement on it may hand one over
+            self._reaper.close()
+        if self.host_pool is not None:
+            self.host_pool.close()
         try:
             self._registry.stop()
             self.bus.stop()
@@ -506,10 +518,10 @@ class Fleet:
         return run_agent_shell(self._local(name), self.session.record, script)
 
     def stop_shell(self, agent: Hosted) -> None:
-        """Idempotent: a shell already stopped is the state wanted. An agent process is shut
-        down with its shell."""
+        """Idempotent: a shell already stopped is the state wanted. An agent process that
+        ended in order has stopped its own shell; any other is shut down with its shell."""
         if isinstance(agent, ProcessAgent):
-            agent.shutdown()
+            agent.stop_shell()
         else:
             stop_agent_shell(agent.name, agent.shell)
 
@@ -689,6 +701,8 @@ class Fleet:
             with self._lock:
                 self._actors.pop(agent.name, None)
                 empty = not self._actors
+            if isinstance(agent, ProcessAgent) and self._reaper is not None:
+                agent.release(self._reaper)  # settled: now its process may go
             if empty:
                 self._empty.set()
 

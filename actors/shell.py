@@ -65,6 +65,7 @@ import pykka
 from actors.call_result import CallResult, ShellBootFailed, ShellClosed, ShellProbe
 from actors.eval_root import EvalRoot
 from actors.frames import ChannelClosed, Frame, encode_fields
+from actors.host_start import HostStart
 from actors.mailbox import QuotaActor, QuotaMailbox
 from actors.process import ChildProcess
 from actors.shell_host import FORK_VERBS, frame_error_text, host_main
@@ -171,9 +172,11 @@ class ShellActor(QuotaActor):
         worker_backstop_secs: float | None = WORKER_BACKSTOP_SECS,
         limits: ShellLimits | None = None,
         sync_log: bool = False,
+        host_start: HostStart | None = None,
     ) -> None:
         """``sync_log``: fsync each binding-log frame (a policy that must survive a machine
-        crash; a process crash needs none, see :mod:`actors.shell_snapshot`)."""
+        crash; a process crash needs none, see :mod:`actors.shell_snapshot`). ``host_start``:
+        a host already started for this shell, which the first boot restores into."""
         self.name = name  # before super().__init__: the mailbox names its recipient
         super().__init__()
         self._dir = session
@@ -203,6 +206,7 @@ class ShellActor(QuotaActor):
             name, self.snapshot_path, notify=self._deliver, fsync=sync_log
         )
         self._host: ChildProcess | None = None
+        self._host_start = host_start
         self._epoch = 0
         self._run_id = 0
         self._closed = False
@@ -497,9 +501,12 @@ class ShellActor(QuotaActor):
         """Start a fresh host and restore ``bindings``/``context``/``ledger`` into it.
         ``same_state``: they are the keeper's committed state (a rollback), so the files
         already hold them and need no new base."""
+        start, self._host_start = self._host_start, None
         try:
-            host = ChildProcess(
-                host_main, name=f"ral-shell-{self.name}", memory_bytes=self.limits.memory_bytes
+            host = (start.take(self.limits.memory_bytes) if start is not None else None) or (
+                ChildProcess(
+                    host_main, name=f"ral-shell-{self.name}", memory_bytes=self.limits.memory_bytes
+                )
             )
         except Exception as e:
             raise ShellBootFailed(f"shell {self.name}: cannot start a host process: {e}") from e

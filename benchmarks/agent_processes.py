@@ -12,7 +12,9 @@ every agent, shell and worker process inherits the pinning):
 - with ``--split``, the CPU per ral call of the agent processes and of their shells, read from
   ``/proc`` every 50 ms by a separate sampler process (so the control figure stays its own);
 - spawn latency: one ``Fleet.spawn`` of a busy agent (register, the agent process and its
-  shell ready, the journal's admission), median and p90 over the held agents;
+  shell ready, the journal's admission), median and p90 over the held agents (spawned back to
+  back), and the median of 20 more spawned 0.5 s apart (``spaced``: what a model delegating
+  now and then sees; the process backend's warm pool refills between spawns);
 - the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
   settled;
 - PSS per agent (agent process + its shell, psutil's full memory info) with N agents live,
@@ -20,6 +22,7 @@ every agent, shell and worker process inherits the pinning):
 
     PYTHONPATH=. python benchmarks/agent_processes.py [--quick] [--agents 50] [--calls 50]
         [--hold 100] [--modes thread,process] [--split]
+        [--lifecycle]     # spawn and cascade only, on 2 cores (no throughput runs)
 """
 
 from __future__ import annotations
@@ -129,6 +132,11 @@ def _pss(pid: int | None) -> int:
         return 0
 
 
+SPACED = 20
+SPACE = 0.5
+"""Spawns measured one at a time, this many seconds apart (``spaced``: about a model's turn)."""
+
+
 SAMPLER = """
 import json, os, select, sys
 pids = [int(p) for p in sys.argv[1:]]
@@ -207,7 +215,7 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
             _wait(lambda: not fleet.registry.live_descendants("trunk"), 900, "throughput")
             wall = time.perf_counter() - t0
             cpu = sum(me.cpu_times()[:2]) - cpu0
-            work = n * calls
+            work = max(n * calls, 1)
             split_ms: dict[str, float] = {}
             if sampler is not None:
                 used = sampler.read()
@@ -217,6 +225,12 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
                 }
             round_trips = sum(sum(a.site_calls.values()) for a in hosts)
             plain = playback.provider("trunk")  # what a spawn costs without the gate's import
+            spaced: list[float] = []
+            for i in range(SPACED):
+                time.sleep(SPACE)
+                t = time.perf_counter()
+                fleet.spawn(SpawnRequest("trunk", f"sleeper-s{i:02d}", "go", None, plain))
+                spaced.append(time.perf_counter() - t)
             spawns: list[float] = []
             for i in range(hold):
                 t = time.perf_counter()
@@ -248,6 +262,7 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
         **split_ms,
         "spawn_median_ms": statistics.median(spawns) * 1e3,
         "spawn_p90_ms": sorted(spawns)[int(len(spawns) * 0.9)] * 1e3,
+        "spawn_spaced_ms": statistics.median(spaced) * 1e3,
         "cascade_ms": cascade * 1e3,
         "pss_per_agent_mib": pss / max(len(sampled), 1) / 2**20,
     }
@@ -291,6 +306,9 @@ def main() -> None:
     ap.add_argument(
         "--split", action="store_true", help="also the agent processes' and shells' CPU per call"
     )
+    ap.add_argument(
+        "--lifecycle", action="store_true", help="spawn and cascade only (2 cores, 1 agent)"
+    )
     ap.add_argument("--one", choices=["thread", "process"], help=argparse.SUPPRESS)
     ap.add_argument("--cores", default="0,1", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -300,10 +318,21 @@ def main() -> None:
         return
     n, calls, hold = (5, 5, 5) if args.quick else (args.agents, args.calls, args.hold)
     both = ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:2])
+    if args.lifecycle:
+        print(f"load average {os.getloadavg()[0]:.1f}; {hold} agents held busy")
+        print(f"{'mode':<8} {'spawn med ms':>12} {'p90':>7} {'spaced ms':>9} {'cascade ms':>10}")
+        for mode in ("thread", "process"):
+            r = _run(mode, 1, 1, hold, both, False)
+            print(
+                f"{mode:<8} {r['spawn_median_ms']:>12.1f} {r['spawn_p90_ms']:>7.1f} "
+                f"{r['spawn_spaced_ms']:>9.1f} {r['cascade_ms']:>10.0f}",
+                flush=True,
+            )
+        return
     print(f"{n} agents x {calls} ral calls; {hold} agents held busy for the cascade and PSS")
     print(
         f"{'mode':<8} {'cores':>5} {'wall s':>7} {'calls/s':>8} {'ctl ms/call':>11} "
-        f"{'spawn med ms':>12} {'p90':>7} {'cascade ms':>10} {'PSS/agent MiB':>13}"
+        f"{'spawn med ms':>12} {'p90':>7} {'spaced':>7} {'cascade ms':>10} {'PSS/agent MiB':>13}"
     )
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     modes = [m for m in args.modes.split(",") if m]
@@ -319,7 +348,7 @@ def main() -> None:
             print(
                 f"{mode:<8} {cores:>5} {r['wall']:>7.2f} {r['cps']:>8.0f} "
                 f"{r['cpu_per_call_ms']:>11.3f} {r['spawn_median_ms']:>12.1f} "
-                f"{r['spawn_p90_ms']:>7.1f} {r['cascade_ms']:>10.0f} "
+                f"{r['spawn_p90_ms']:>7.1f} {r['spawn_spaced_ms']:>7.1f} {r['cascade_ms']:>10.0f} "
                 f"{r['pss_per_agent_mib']:>13.1f}{extra}",
                 flush=True,
             )

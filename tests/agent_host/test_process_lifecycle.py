@@ -1,0 +1,200 @@
+"""The process backend's spawn and teardown: what is ready at ``Born``, what is settled when.
+
+Real processes throughout (agent processes and shells from the control process's one fork
+server); the settlement is read from the spawn journal on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from actors.agent_process import ProcessAgent
+from actors.fleet import Fleet, FleetConfig
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
+from tests.support.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def process_fleet(tmp_path: Path) -> Iterator[Callable[[str], Fleet]]:
+    fleets: list[Fleet] = []
+
+    def start(toml: str) -> Fleet:
+        playback = ScenarioPlayback(parse_scenario(toml, source=str(tmp_path / "s.toml")))
+        fleet = Fleet(
+            SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
+        )
+        fleets.append(fleet)
+        fleet.start_trunk(playback.scenario.prompt, interactive=True)
+        return fleet
+
+    yield start
+    for fleet in fleets:
+        fleet.close()
+
+
+def _children(n: int, script: str) -> str:
+    spawns = "; ".join(f"agent s{i} 'go'" for i in range(n))
+    return "\n".join(
+        [
+            "[fleet]",
+            'prompt = "start"',
+            "[[agents.trunk]]",
+            f'ral = ["{spawns}"]',
+            "[[agents.trunk]]",
+            'text = "started"',
+            'stop = "end_turn"',
+            "repeat = 20",
+            '[[agents."s*"]]',
+            f'ral = ["{script}"]',
+        ]
+    )
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _busy(fleet: Fleet, name: str) -> bool:
+    path = fleet.session.events(name)
+    return path.exists() and b'"assistant"' in path.read_bytes()
+
+
+def _journal(fleet: Fleet, name: str) -> list[dict[str, Any]]:
+    return [r for r in read_jsonl(fleet.session.journal).records if r["id"] == name]
+
+
+def test_a_spawned_agent_process_is_born_with_its_shell_restored_from_the_one_fork_server(
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    fleet = process_fleet(_children(3, "sleep 30; reply 1"))
+    names = ["s0", "s1", "s2"]
+    agents = wait_for(lambda: all(n in fleet.hosted for n in names), 60, "three children born")
+    assert agents
+    for name in names:
+        agent = fleet.hosted[name]
+        assert isinstance(agent, ProcessAgent)
+        shell = agent.shell_pid()
+        assert _alive(agent.pid) and _alive(shell), "both processes up at Born"
+        # restored: the shell's first checkpoint is on disk before Born
+        assert fleet.session.snapshot(name).exists()
+        # one fork server: the shell is its child, like the agent process, never the agent's
+        assert psutil.Process(shell).ppid() == psutil.Process(agent.pid).ppid()
+
+
+def test_after_a_cascade_every_slot_is_settled_cancelled_behind_a_destroyed_receipt_and_every_process_is_reaped(  # noqa: E501
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    n = 8
+    fleet = process_fleet(_children(n, "sleep 60; reply 1"))
+    names = [f"s{i}" for i in range(n)]
+    wait_for(lambda: all(_busy(fleet, x) for x in names), 90, "every child busy in its sleep")
+    agents = [a for a in (fleet.hosted[x] for x in names) if isinstance(a, ProcessAgent)]
+    assert len(agents) == n
+    pids = [p for a in agents for p in (a.pid, a.shell_pid())]
+    assert all(_alive(p) for p in pids)
+    fleet.cancel_all("test")
+    wait_for(lambda: all(a.done.is_set() for a in agents), 60, "every child settled")
+    for name in names:
+        records = _journal(fleet, name)
+        assert records[-1]["kind"] == "cancelled", records[-1]
+        receipts = [r for r in records if r["kind"] == "environment-teardown"]
+        assert [r["destroyed"] for r in receipts] == [True], receipts
+        assert not [r for r in records if r["kind"] == "teardown-unconfirmed"]
+    fy = fleet.close()
+    assert fy.cancelled == n and fy.never_settled == 0
+    assert not [p for p in pids if _alive(p)], "every agent process and shell reaped"
+
+
+def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its_process_reaped_after(  # noqa: E501
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    fleet = process_fleet(_children(1, "reply 7"))
+    agent = wait_for(lambda: fleet.hosted.get("s0"), 60, "s0 born")
+    assert isinstance(agent, ProcessAgent)
+    shell = agent.shell_pid()
+    assert agent.wait(60), "s0 settled"
+    # the settlement ran after the agent process had stopped its own shell
+    assert agent.shell_stopped
+    assert not _alive(shell)
+    records = _journal(fleet, "s0")
+    assert records[-1]["kind"] == "settled" and records[-1]["status"] == "done"
+    receipts = [r for r in records if r["kind"] == "environment-teardown"]
+    assert [r["destroyed"] for r in receipts] == [True]
+    # reaped off the settlement path, without waiting for the fleet to close
+    wait_for(lambda: not _alive(agent.pid), 30, "s0's process reaped")
+    fy = fleet.close()
+    assert fy.never_settled == 0
+
+
+POOL_SCRIPT = """
+import sys, time
+from actors.fleet import Fleet, FleetConfig
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.state.session_dir import SessionDir
+
+toml = '[fleet]\\nprompt = "hi"\\n[[agents.trunk]]\\ntext = "hello"\\nrepeat = 5\\n'
+playback = ScenarioPlayback(parse_scenario(toml))
+fleet = Fleet(SessionDir.at(sys.argv[1]), playback.provider, FleetConfig(agents="process"))
+fleet.start_trunk(playback.scenario.prompt, interactive=True)
+while len(fleet.host_pool.idle_pids()) < 2:
+    time.sleep(0.01)
+print(" ".join(str(p) for p in fleet.host_pool.idle_pids()), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_warm_pool_of_agent_processes_dies_with_a_sigkilled_control_process(
+    tmp_path: Path,
+) -> None:
+    control = subprocess.Popen(
+        [sys.executable, "-c", POOL_SCRIPT, str(tmp_path / "session")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert control.stdout is not None
+        pooled = [int(p) for p in control.stdout.readline().split()]
+        assert len(pooled) == 2 and all(_alive(p) for p in pooled)
+        tree = psutil.Process(control.pid).children(recursive=True)
+        assert {p.pid for p in tree} >= set(pooled)
+    finally:
+        control.kill()
+        control.wait(30)
+    wait_for(
+        lambda: not [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE],
+        30,
+        "every process the control process started (its warm pool too) gone",
+    )
+
+
+def test_a_closed_fleet_leaves_no_pooled_agent_process_behind(
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    fleet = process_fleet(_children(1, "reply 1"))
+    pool = fleet.host_pool
+    assert pool is not None
+    pooled = wait_for(lambda: pool.idle_pids() if len(pool.idle_pids()) == 2 else None, 60, "pool")
+    fleet.close()
+    assert not [p for p in pooled if _alive(p)]
+    assert pool.idle_pids() == []
