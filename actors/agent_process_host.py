@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Client, Connection
 from typing import Any
 
 from actors.agent import Agent, AgentOutcome, AgentSpec, AgentStats
@@ -151,15 +151,35 @@ def request_call(
 
 def agent_process_main(conn: Connection, fork_address: str, boot: HostBoot) -> None:
     """Process entry point of an agent host (runs in the fork-server child)."""
+    _prepare_host(fork_address)
+    _serve_host(conn, boot, "local")
+
+
+def agent_host_connect_main(
+    address: tuple[str, int], key: bytes, fork_address: str, boot: HostBoot, node: str
+) -> None:
+    """Process entry point of an agent host a node's launcher forked
+    (``actors/ray_launcher.py``): it connects back to the driver at ``address``, both ends
+    proving they hold the launch's ``key`` (``multiprocessing``'s HMAC challenge), and serves
+    its agent over that socket; ``node`` is what its ``Born`` names."""
+    _prepare_host(fork_address)
+    conn = Client(address, authkey=key)
+    _serve_host(conn, boot, node)
+
+
+def _prepare_host(fork_address: str) -> None:
     become_group_leader()
     die_with_parent()
     # started as a daemon (so the control process's exit terminates it), but a daemonic
     # multiprocessing process may not start children, and this one starts its shell host
     multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]
     use_fork_server(fork_address)
+
+
+def _serve_host(conn: Connection, boot: HostBoot, node: str) -> None:
     files = durability.bind(boot.session.root, boot.durability)
     try:
-        AgentProcess(conn, boot).serve()
+        AgentProcess(conn, boot, node=node).serve()
     finally:
         durability.unbind(files)
 

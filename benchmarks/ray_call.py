@@ -32,7 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actors.fleet import Fleet, FleetConfig
-from actors.ray_backend import RayBackend, _RayHost
+from actors.ray_backend import RayBackend
+from actors.ray_launcher import NodeLauncher
 from runtime.providers import make_provider
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
@@ -138,7 +139,7 @@ def per_call(backend: Any, calls: int, extra: int, rounds: int) -> tuple[float, 
 def bare_call(n: int) -> float:
     import ray
 
-    host_class: Any = ray.remote(_RayHost)
+    host_class: Any = ray.remote(NodeLauncher)
     actor: Any = host_class.options(num_cpus=0).remote()
     try:
         ray.get(actor.ping.remote(0))

@@ -114,6 +114,20 @@ class Cluster:
                 found.append(proc)
         return found
 
+    def ours(self) -> list[str]:
+        """Every process of this project on any node: agent hosts, shells, workers, the fork
+        servers and their resource trackers, and the launchers (``ray::NodeLauncher``)."""
+        marks = ("forkserver", "resource_tracker", "NodeLauncher")
+        left = []
+        for proc in self.processes():
+            try:
+                line = " ".join(proc.cmdline())
+                if any(m in line for m in marks) and proc.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{proc.pid} {line[:80]}")
+            except psutil.Error:
+                continue
+        return left
+
     def agent_processes(self) -> list[str]:
         """Processes an agent host leaves on a node if it leaks: its fork server, shell host
         and workers (forked from the fork server, they keep its command line)."""

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.ray.conftest import ROOT, START_TIMEOUT, Cluster
@@ -148,6 +150,14 @@ ral = ["reply 7"]
 """
 
 
+def _launcher_of(host_pid: int) -> psutil.Process:
+    """The launcher (a Ray worker) whose fork server forked the host ``host_pid``."""
+    server = psutil.Process(host_pid).parent()
+    launcher = server.parent() if server is not None else None
+    assert launcher is not None and "NodeLauncher" in " ".join(launcher.cmdline())
+    return launcher
+
+
 def test_a_ray_worker_killed_mid_run_is_restarted_and_the_fleet_finishes_settled(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -160,7 +170,8 @@ def test_a_ray_worker_killed_mid_run_is_restarted_and_the_fleet_finishes_settled
     )  # fmt: skip
     try:
         born = wait_for(lambda: _born_of(session, "w"), START_TIMEOUT, "w's Born")
-        os.kill(born["pid"], signal.SIGKILL)  # the Ray worker process its actor runs in
+        launcher = _launcher_of(born["pid"])
+        os.kill(launcher.pid, signal.SIGKILL)  # the Ray worker w's host was forked from
         _, err = run.communicate(timeout=START_TIMEOUT)
     finally:
         if run.poll() is None:
@@ -194,3 +205,94 @@ def test_placement_pack_keeps_every_agent_of_the_chain_on_one_node(
     assert borns[0]["node"] in cluster.nodes()
     assert _result(session)["fleetYield"]["neverSettled"] == 0
     assert cluster.agent_processes() == []
+
+
+RELAUNCH = """
+import json, os, signal, sys, tempfile, time
+from pathlib import Path
+import psutil
+from actors.fleet import Fleet, FleetConfig
+from actors.ray_backend import RayBackend
+from runtime.providers import make_provider
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.state.session_dir import SessionDir
+
+SCENARIO = '[fleet]\\nprompt = \"go\"\\n[[agents.trunk]]\\nral = [\"reply 1\"]\\n'
+
+
+def run(backend):
+    playback = ScenarioPlayback(parse_scenario(SCENARIO))
+    session = Path(tempfile.mkdtemp(prefix="relaunch-"))
+    fleet = Fleet(
+        SessionDir(session),
+        lambda name: make_provider("scripted", scenario=playback, agent_name=name),
+        FleetConfig(agents="process", backend=backend),
+    )
+    try:
+        trunk = fleet.start_trunk("go")
+        while not fleet.wait_empty(0.05):
+            pass
+    finally:
+        fleet.close()
+    born = [
+        r for r in map(json.loads, (session / "transcript.jsonl").read_text().splitlines())
+        if r.get("kind") == "Born"
+    ][0]
+    return trunk.replied, born["node"], born["pid"]
+
+
+backend = RayBackend(sys.argv[1])
+try:
+    replied1, node1, host1 = run(backend)
+    launcher1 = backend.launchers()[node1]
+    import ray
+    launcher_pid = ray.get(launcher1.pid.remote())
+    os.kill(launcher_pid, signal.SIGKILL)
+    psutil.wait_procs([psutil.Process(launcher_pid)], timeout=60)
+    replied2, node2, host2 = run(backend)
+    launcher2 = ray.get(backend.launchers()[node2].pid.remote())
+finally:
+    backend.close()
+print(json.dumps({"replied": [replied1, replied2], "nodes": [node1, node2],
+                  "launchers": [launcher_pid, launcher2]}))
+"""
+
+
+def test_a_killed_idle_launcher_is_replaced_on_its_node_at_the_next_start(
+    cluster: Cluster,
+) -> None:
+    p = cluster.run([sys.executable, "-c", RELAUNCH, cluster.address])
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["replied"] == [True, True]
+    assert out["nodes"][0] == out["nodes"][1]  # the same node, spread's first choice twice
+    assert out["launchers"][0] != out["launchers"][1]
+    assert not psutil.pid_exists(out["launchers"][0])
+    wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "nothing of ours left")
+
+
+def test_sigkilling_the_driver_leaves_nothing_of_the_run_on_any_node(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "killed.toml"
+    scenario.write_text(KILLED_CHILD)
+    session = tmp_path / "orphans"
+    run = cluster.start_exarch(
+        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
+        "--session-dir", str(session),
+    )  # fmt: skip
+    try:
+        born = wait_for(lambda: _born_of(session, "w"), START_TIMEOUT, "w's Born")
+        trunk = _born_of(session, "trunk")
+        assert trunk is not None and trunk["node"] != born["node"]  # a launcher on each node
+        assert len(cluster.ours()) >= 6  # 2 launchers, 2 fork servers, 2 hosts, shells...
+        driver = psutil.Process(run.pid)
+        assert "cli.main" in " ".join(driver.cmdline())  # nsenter exec'd the driver itself
+        driver.kill()
+        run.communicate(timeout=START_TIMEOUT)
+        wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "nothing of ours left")
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
