@@ -25,11 +25,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from multiprocessing.connection import Client, Connection
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any
 
 from actors.agent import Agent, AgentOutcome, AgentSpec, AgentStats
@@ -163,7 +164,11 @@ def agent_host_connect_main(
     proving they hold the launch's ``key`` (``multiprocessing``'s HMAC challenge), and serves
     its agent over that socket; ``node`` is what its ``Born`` names."""
     _prepare_host(fork_address)
-    conn = Client(address, authkey=key)
+    sock = socket.create_connection(address)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as the driver's end
+    conn = Connection(sock.detach())
+    answer_challenge(conn, key)
+    deliver_challenge(conn, key)
     _serve_host(conn, boot, node)
 
 

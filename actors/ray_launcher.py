@@ -41,6 +41,7 @@ import psutil
 
 from actors.agent_process_host import HostBoot, agent_host_connect_main
 from actors.process import ensure_fork_server, fork_server_address, start_process
+from runtime.state.run_processes import RunProcess, still_running
 
 SHELL_GRACE = 5.0
 """Seconds a shell whose host ended may take to exit before it is killed."""
@@ -61,12 +62,20 @@ class NodeLauncher:
         import ray
 
         self._node = str(ray.get_runtime_context().get_node_id())
-        ensure_fork_server()
-        self._fork_address = fork_server_address()
-        server: Any = forkserver._forkserver
-        self._server_pid: int = server._forkserver_pid
+        self._fork_address = ""
+        self._server_pid = 0
         self._hosts: dict[str, BaseProcess] = {}
         self._shells: dict[str, int] = {}
+
+    def _fork_server(self) -> str:
+        """This node's fork server, started on the first host (a launcher that only answers
+        :meth:`running` never starts one)."""
+        if not self._fork_address:
+            ensure_fork_server()
+            self._fork_address = fork_server_address()
+            server: Any = forkserver._forkserver
+            self._server_pid = int(server._forkserver_pid)
+        return self._fork_address
 
     def node(self) -> str:
         """The Ray node id this launcher runs on (what each of its hosts' ``Born`` names)."""
@@ -83,7 +92,7 @@ class NodeLauncher:
         exit code once it has ended (negative: the signal that killed it)."""
         proc = start_process(
             agent_host_connect_main,
-            (address, key, self._fork_address, boot, self._node),
+            (address, key, self._fork_server(), boot, self._node),
             name=f"agent-{boot.spec.name}",
         )
         self._hosts[host_id] = proc
@@ -131,24 +140,23 @@ class NodeLauncher:
 
     def _is_ours(self, pid: int) -> bool:
         """Whether ``pid`` is a live child of this launcher's fork server."""
+        if not self._server_pid:
+            return False
         try:
             return psutil.Process(pid).ppid() == self._server_pid
         except psutil.Error:
             return False
 
-    def processes(self) -> list[dict[str, Any]]:
-        """What runs on this node from this launcher: every process under its fork server."""
-        out = []
-        with contextlib.suppress(psutil.Error):
-            for p in psutil.Process(self._server_pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    if p.status() != psutil.STATUS_ZOMBIE:
-                        out.append({"pid": p.pid, "startedAt": p.create_time()})
-        return out
+    def running(self, procs: list[RunProcess]) -> list[int]:
+        """The indexes of those of ``procs`` (a session's processes) that still run on this
+        node: ``check``'s leftover-process rule, asked of every node."""
+        return [i for i, p in enumerate(procs) if still_running(p)]
 
     def close(self) -> None:
         """Kill every host, shell and worker forked here, then stop the fork server (the
         launcher itself is ``ray.kill``-ed by the driver)."""
+        if not self._server_pid:
+            return
         with contextlib.suppress(psutil.Error):
             children = psutil.Process(self._server_pid).children(recursive=True)
             for p in children:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
+from runtime.state.durable import append_jsonl
+from runtime.state.session_records import commit_record
 from tests.ray.conftest import ROOT, START_TIMEOUT, Cluster
 from tests.support.waiting import wait_for
 
@@ -205,6 +208,40 @@ def test_placement_pack_keeps_every_agent_of_the_chain_on_one_node(
     assert borns[0]["node"] in cluster.nodes()
     assert _result(session)["fleetYield"]["neverSettled"] == 0
     assert cluster.agent_processes() == []
+
+
+class _Clean:
+    """A clean call's result, as ``commit_record`` reads it."""
+
+    epoch = 1
+    defined = ()
+
+
+def _leftover_rule(cluster: Cluster, session: Path) -> tuple[int, dict[str, Any]]:
+    p = cluster.exarch("check", "--json", "--ray-address", cluster.address, str(session))
+    report = json.loads(p.stdout)
+    rule = next(r for r in report["invariants"] if r["name"] == "no-leftover-processes")
+    return p.returncode, dict(rule)
+
+
+def test_check_with_a_ray_address_asks_every_node_for_the_runs_leftover_processes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    session = tmp_path / "checked"
+    _run(cluster, "fanout.toml", session)
+    code, rule = _leftover_rule(cluster, session)
+    assert (code, rule["status"]) == (0, "held")
+    assert "looked for on 2 Ray node(s)" in rule["notes"]
+    stray = subprocess.Popen(["sleep", "300"])  # a shell the session names, still running
+    try:
+        append_jsonl(session / "record.jsonl", commit_record("w0", _Clean(), stray.pid))
+        code, rule = _leftover_rule(cluster, session)
+    finally:
+        stray.kill()
+        stray.wait()
+    assert (code, rule["status"]) == (1, "violated")
+    assert rule["details"] == [f"w0 (shell): pid {stray.pid} still running"]
+    wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "the check's launchers gone")
 
 
 RELAUNCH = """
