@@ -77,6 +77,8 @@ def check_command(
         )
     except NotASession as e:
         raise click.UsageError(str(e)) from None
+    except ConnectionError as e:  # Ray's own: no cluster at that address
+        raise click.UsageError(f"--ray-address {ray_address}: {e}") from None
     finally:
         if table is not None:
             table.close()

@@ -75,7 +75,7 @@ class ProcessTable(Protocol):
 
     @property
     def where(self) -> str:
-        """What was looked at, for the report (``"this machine"``, ``"2 Ray nodes"``)."""
+        """What was looked at, for the report (``"this machine"``, ``"2 Ray node(s)"``)."""
         ...
 
     def running(self, procs: Sequence[RunProcess]) -> list[RunProcess]:
