@@ -169,6 +169,10 @@ class HostProcess(Protocol):
 
     def kill(self) -> None: ...
 
+    def born(self, pid: int, shell_pid: int | None) -> None:
+        """The host reported ``Born`` (its pid, its shell's): a remote shell is its
+        backend's to reap with its host."""
+
 
 class HostBackend(Protocol):
     """Something that starts agent hosts somewhere else than this machine's fork server
@@ -469,8 +473,10 @@ class _Host:
         self.shell_pid: int | None = None
         self.node = "local"
         self.proc: BaseProcess | HostProcess
+        self._remote: HostProcess | None = None
         if agent.backend is not None:
-            here, self.proc = agent.backend.launch(boot)
+            here, self._remote = agent.backend.launch(boot)
+            self.proc = self._remote
         else:
             here = self._fork(boot)
         self.pid: int = self.proc.pid or 0
@@ -541,6 +547,8 @@ class _Host:
         if isinstance(msg, BornFrame):
             self.born = msg
             self.shell_pid = msg.shell_pid
+            if self._remote is not None:
+                self._remote.born(msg.pid, msg.shell_pid)
             self._born.set()
         elif isinstance(msg, PublishFrame):
             site = self._agent.site

@@ -32,11 +32,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any
 
 from actors.agent import Agent, AgentOutcome, AgentSpec, AgentStats
@@ -210,12 +211,7 @@ def agent_process_main(
     """Process entry point of an agent host (runs in the fork-server child). ``boot`` None: a
     pooled process (``actors/host_pool.py``), whose boot arrives pickled on ``conn`` once a
     spawn takes it; its shell host, with ``memory_bytes``, starts while it waits."""
-    become_group_leader()
-    die_with_parent()
-    # started as a daemon (so the control process's exit terminates it), but a daemonic
-    # multiprocessing process may not start children, and this one starts its shell host
-    multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]
-    use_fork_server(fork_address)
+    _prepare_host(fork_address)
     # the shell starts now, in parallel with everything below (its agent, its files)
     if boot is None:
         shell = HostStart("pooled", memory_bytes)
@@ -227,9 +223,44 @@ def agent_process_main(
         assert isinstance(boot, HostBoot)
     else:
         shell = HostStart(boot.spec.name, boot.limits.memory_bytes)
+    _serve_host(conn, boot, "local", shell)
+
+
+def agent_host_connect_main(
+    address: tuple[str, int], key: bytes, fork_address: str, boot: HostBoot, node: str
+) -> None:
+    """Process entry point of an agent host a node's launcher forked
+    (``actors/ray_launcher.py``): it connects back to the driver at ``address``, both ends
+    proving they hold the launch's ``key`` (``multiprocessing``'s HMAC challenge), and serves
+    its agent over that socket; ``node`` is what its ``Born`` names. Its shell starts while it
+    connects."""
+    _prepare_host(fork_address)
+    shell = HostStart(boot.spec.name, boot.limits.memory_bytes)
+    try:
+        sock = socket.create_connection(address)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as the driver's end
+        conn = Connection(sock.detach())
+        answer_challenge(conn, key)
+        deliver_challenge(conn, key)
+    except BaseException:
+        shell.discard()
+        raise
+    _serve_host(conn, boot, node, shell)
+
+
+def _prepare_host(fork_address: str) -> None:
+    become_group_leader()
+    die_with_parent()
+    # started as a daemon (so the control process's exit terminates it), but a daemonic
+    # multiprocessing process may not start children, and this one starts its shell host
+    multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]
+    use_fork_server(fork_address)
+
+
+def _serve_host(conn: Connection, boot: HostBoot, node: str, shell: HostStart) -> None:
     files = durability.bind(boot.session.root, boot.durability)
     try:
-        AgentProcess(conn, boot, shell_start=shell).serve()
+        AgentProcess(conn, boot, node=node, shell_start=shell).serve()
     finally:
         shell.discard()  # never taken (the agent failed before its shell booted)
         durability.unbind(files)

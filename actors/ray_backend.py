@@ -1,18 +1,17 @@
-"""The Ray backend: each agent host a Ray actor on a cluster, the control plane in this process.
+"""The Ray backend: agent hosts forked on cluster nodes, the control plane in this process.
 
 ``--backend ray`` (``FleetConfig.backend``). The agent host is the very same
 :class:`actors.agent_process_host.AgentProcess` as the local process backend; only who starts it
-differs. :meth:`RayBackend.launch` opens a one-shot TCP listener on the driver's node address,
-creates a Ray actor on the node its placement chose (``spread`` or ``pack``) and
-asks it to :meth:`_RayHost.serve` the agent: the actor connects back, both ends prove they hold
-the launch's random key (``multiprocessing``'s HMAC challenge, both ways), and from then on the
-channel is the agent-channel protocol (``runtime/fleet/agent_channel.py``) over that socket instead
-of
-a pipe -- control frames, verdicts, ``Publish`` batches and site calls unchanged.
-
-On its node the actor starts a fork server of its own (its shell host and the shell's workers
-are its children there: ``actors/process.py`` preloads the runtime once per actor) and reports
-the Ray node id in ``Born``. The registry, bus, journal and spawn site stay in the driver.
+differs. On each node it uses, the backend keeps one launcher (``actors/ray_launcher.py``: a
+long-lived Ray actor placed by hard node affinity, made on first use, with a preloaded fork
+server). :meth:`RayBackend.launch` opens a one-shot TCP listener on the driver's node address and
+asks the launcher of the node its placement chose (``spread`` or ``pack``) to fork a host there:
+the host connects back, both ends prove they hold the launch's random key
+(``multiprocessing``'s HMAC challenge, both ways), and from then on the channel is the
+agent-channel protocol (``runtime/fleet/agent_channel.py``) over that socket instead of a pipe
+-- control frames, verdicts, ``Publish`` batches and site calls unchanged. The host's shell is
+forked from the same fork server; ``Born`` names the Ray node id. The registry, bus, journal and
+spawn site stay in the driver.
 
 Placement ``spread`` puts each new host on the alive node that holds the fewest of this run's
 live hosts, ``pack`` on the one that holds the most (ties: Ray's order of nodes), by Ray's node
@@ -21,18 +20,20 @@ examples/chain.toml's four agents landed on both nodes in 3 runs of 3. Measured 
 a two-node cluster: Ray's own ``SPREAD``, with hosts created one at a time as spawns arrive, put
 all three hosts of examples/fanout.toml on one node in some runs; soft affinity sent 5 of 12
 actors to the other node; hard affinity placed 12 of 12 where asked. A node that vanishes
-between the choice and the start fails that start at once (the actor's ``serve`` ends before it
-connects), which the supervisor counts like any failed restart. A node where a host's actor
-died, or a start failed, is passed over for ``SUSPECT_SECS`` while another node is alive: a
-restart after a node is lost goes elsewhere even while Ray still lists the lost node as alive.
+between the choice and the start fails that start (its launcher dies, or cannot be made),
+which the supervisor counts like any failed restart. A node where a host died of a signal, or a
+start failed, is passed over for ``SUSPECT_SECS`` while another node is alive: a restart after
+a node is lost goes elsewhere even while Ray still lists the lost node as alive.
 
 Invariants:
 - The listener accepts exactly one connection and only within ``BORN_TIMEOUT``, and gives up
-  as soon as the actor has ended without connecting; a peer that fails the key challenge is
+  as soon as the host has ended without connecting; a peer that fails the key challenge is
   refused (:class:`RayHostFailed`), never served.
-- A host's end is the actor's end: :meth:`RayHostProcess.kill` is ``ray.kill`` (its shell sees
-  end of file, its fork server sees its alive pipe close, and both exit with it), and a host
-  whose ``serve`` returned is killed too, so no Ray worker outlives its agent.
+- A launcher found dead (its Ray worker killed) is replaced by a new one on the same node, once
+  per launch; the hosts it had forked died with it (their channels' end of file is a crash).
+- No orphans: launchers are ordinary actors of the driver's Ray job (Ray kills them when the job
+  ends or the driver dies, and their hosts die with their fork servers); :meth:`close` stops
+  each launcher's hosts and fork server, then kills it.
 - Ray is optional (``pip install -e '.[ray]'``): it is imported only when a backend is made,
   and its absence is :class:`RayNotInstalled`, never an ``ImportError``.
 
@@ -45,28 +46,30 @@ not built. See docs/scale-out.md.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
-import os
 import secrets
 import socket
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any, Literal
 
 from actors.agent_process import BORN_TIMEOUT
-from actors.agent_process_host import AgentProcess, HostBoot
-from actors.process import ensure_fork_server
+from actors.agent_process_host import HostBoot
+from actors.ray_launcher import SHELL_GRACE, NodeLauncher
 from runtime.errors import ExarchError
+from runtime.state.run_processes import RunProcess
 
 Placement = Literal["spread", "pack"]
 
 ACCEPT_POLL = 0.05
-"""Seconds between looks at whether a host's actor ended before it connected back."""
+"""Seconds between looks at whether a host ended before it connected back."""
 
 SUSPECT_SECS = 30.0
-"""Seconds a node is passed over after a host's actor died there (Ray declares a lost node
+"""Seconds a node is passed over after a host died there of a signal (Ray declares a lost node
 dead only after its health checks fail, so ``ray.nodes()`` may list it as alive meanwhile)."""
 
 INSTALL_HINT = "--backend ray needs Ray: pip install -e '.[ray]' (ray>=2.40)"
@@ -80,6 +83,10 @@ class RayHostFailed(ExarchError):
     """A Ray-hosted agent never connected back, or failed the launch key's challenge."""
 
 
+class _LauncherGone(ExarchError):
+    """The launcher asked to fork a host was dead (or could not be made) before it connected."""
+
+
 def require_ray() -> Any:
     """The ``ray`` module, or :class:`RayNotInstalled` saying how to install it."""
     try:
@@ -89,41 +96,33 @@ def require_ray() -> Any:
     return ray
 
 
-# -- host side (runs in the Ray actor's process) ----------------------------------------------
-
-
-class _RayHost:
-    """The Ray actor: one agent host. ``serve`` blocks for the agent's whole life, so the
-    actor is threaded (``ping`` and ``node`` answer meanwhile)."""
-
-    def node(self) -> str:
-        return str(require_ray().get_runtime_context().get_node_id())
-
-    def ping(self, x: Any) -> Any:
-        return x
-
-    def serve(self, address: tuple[str, int], key: bytes, boot: HostBoot) -> int:
-        conn = Client(address, authkey=key)
-        ensure_fork_server()  # this node's: the shell host is forked here, warm
-        AgentProcess(conn, boot, node=self.node()).serve()
-        return os.getpid()
-
-
 # -- control side -----------------------------------------------------------------------------
 
 
 @dataclass
 class RayHostProcess:
-    """The control side's handle on one Ray-hosted agent host (a ``HostProcess``)."""
+    """The control side's handle on one agent host a node's launcher forked (a
+    ``HostProcess``)."""
 
-    actor: Any
+    launcher: Any
+    host_id: str
     done: Any
-    """The ``serve`` call's object ref: ready when the host has ended, however."""
+    """The launcher's ``run`` call's object ref: ready when the host has ended, however."""
     node: str = ""
     """The node it was placed on (``""``: left to Ray, when Ray listed no node alive)."""
     pid: int | None = 0
     exitcode: int | None = None
     on_end: Any = None
+    shell_pid: int | None = None
+    """Its shell, once ``Born``: the launcher reaps it with the host."""
+
+    def born(self, pid: int, shell_pid: int | None) -> None:
+        """The host reported ``Born``: its launcher is told which shell is the host's."""
+        self.pid = pid
+        self.shell_pid = shell_pid
+        if shell_pid:
+            with contextlib.suppress(Exception):
+                self.launcher.adopt_shell.remote(self.host_id, shell_pid)
 
     def join(self, timeout: float | None = None) -> None:
         ray = require_ray()
@@ -131,43 +130,45 @@ class RayHostProcess:
         if not ready:
             return
         try:
-            ray.get(self.done)
-            self.exitcode = 0
+            self.exitcode = int(ray.get(self.done))
         except ray.exceptions.RayActorError:
-            self.exitcode = -9  # the actor's process died under it: a crash
+            self.exitcode = -9  # its launcher died, and the host with the launcher's fork server
         except Exception:
-            self.exitcode = 1  # the host raised: it ended without reporting
+            self.exitcode = 1  # the launcher could not start it
         self.kill()
 
     def kill(self) -> None:
-        ray = require_ray()
         with contextlib.suppress(Exception):
-            ray.kill(self.actor, no_restart=True)
+            self.launcher.kill.remote(self.host_id, self.shell_pid)
         on_end, self.on_end = self.on_end, None
         if on_end is not None:
             on_end(self)
 
 
 class RayBackend:
-    """Starts agent hosts as Ray actors (a ``HostBackend``). Connects to Ray on first use:
-    ``address`` ``HOST:PORT`` or ``auto``, or None for a local Ray instance of its own, which
-    :meth:`close` stops."""
+    """Starts agent hosts on Ray nodes through each node's launcher (a ``HostBackend``).
+    Connects to Ray on first use: ``address`` ``HOST:PORT`` or ``auto``, or None for a local
+    Ray instance of its own, which :meth:`close` stops."""
 
     def __init__(self, address: str | None = None, placement: Placement = "spread") -> None:
         self.address = address
         self.placement = placement
         self._ray = require_ray()
         self._lock = threading.Lock()
-        self._actor_class: Any = None
+        self._launcher_class: Any = None
         self._host = "127.0.0.1"
+        self._launchers: dict[str, Any] = {}
+        """This run's launcher on each node it used, by node id."""
+        self._ids = itertools.count(1)
+        self._asked = 0
         self._placed: dict[str, int] = {}
         """Live hosts this backend placed, by node id."""
         self._suspect: dict[str, float] = {}
-        """Nodes where a host's actor died or a start failed: when (monotonic seconds)."""
+        """Nodes where a host died of a signal or a start failed: when (monotonic seconds)."""
 
     def _connect(self) -> Any:
         with self._lock:
-            if self._actor_class is None:
+            if self._launcher_class is None:
                 ray = self._ray
                 if not ray.is_initialized():
                     ray.init(
@@ -177,25 +178,82 @@ class RayBackend:
                         logging_level=logging.WARNING,
                     )
                 self._host = ray.util.get_node_ip_address()
-                self._actor_class = ray.remote(_RayHost)
-            return self._actor_class
+                self._launcher_class = ray.remote(NodeLauncher)
+            return self._launcher_class
+
+    def launcher(self, node: str) -> Any:
+        """This run's launcher on ``node`` (made, placed there by hard affinity, if need be)."""
+        launcher_class = self._connect()
+        with self._lock:
+            launcher = self._launchers.get(node)
+            if launcher is None:
+                strategy: Any = "SPREAD"
+                if node:
+                    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                    strategy = NodeAffinitySchedulingStrategy(node, soft=False)
+                launcher = launcher_class.options(num_cpus=0, scheduling_strategy=strategy).remote()
+                self._launchers[node] = launcher
+            return launcher
+
+    def launchers(self) -> dict[str, Any]:
+        """The live launchers by node id (what ``check`` may ask for leftovers)."""
+        with self._lock:
+            return dict(self._launchers)
+
+    @property
+    def where(self) -> str:
+        """What :meth:`running` looked at last (a ``ProcessTable``'s report line)."""
+        return f"{self._asked} Ray node(s)"
+
+    def running(self, procs: Sequence[RunProcess]) -> list[RunProcess]:
+        """Those of ``procs`` (a session's processes) that still run on any alive node of the
+        cluster, each node's launcher looking on its own (a ``ProcessTable``, for ``check``)."""
+        self._connect()
+        nodes = [str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")]
+        asked = [self.launcher(node).running.remote(list(procs)) for node in nodes]
+        found: set[int] = set()
+        for indexes in self._ray.get(asked, timeout=BORN_TIMEOUT):
+            found.update(indexes)
+        self._asked = len(nodes)
+        return [p for i, p in enumerate(procs) if i in found]
+
+    def _forget(self, node: str, launcher: Any) -> None:
+        with self._lock:
+            if self._launchers.get(node) is launcher:
+                del self._launchers[node]
+        with contextlib.suppress(Exception):
+            self._ray.kill(launcher, no_restart=True)
 
     def launch(self, boot: HostBoot) -> tuple[Connection, RayHostProcess]:
-        actor_class = self._connect()
-        node, strategy = self._place()
+        self._connect()
+        node = self._place()
+        try:
+            try:
+                return self._launch_on(node, boot)
+            except _LauncherGone:  # its Ray worker was killed: a new launcher, once
+                return self._launch_on(node, boot)
+        except BaseException as e:
+            self._unplace(node)
+            if isinstance(e, _LauncherGone):
+                self._suspect[node] = time.monotonic()
+                raise RayHostFailed(f"agent {boot.spec.name}: {e}") from e
+            raise
+
+    def _launch_on(self, node: str, boot: HostBoot) -> tuple[Connection, RayHostProcess]:
+        launcher = self.launcher(node)
         key = secrets.token_bytes(32)
+        host_id = f"{boot.spec.name}#{next(self._ids)}"
         with socket.create_server((self._host, 0)) as server:
             server.settimeout(ACCEPT_POLL)
-            actor = actor_class.options(
-                num_cpus=0,
-                max_concurrency=4,
-                scheduling_strategy=strategy,
-                name=None,
-            ).remote()
-            done = actor.serve.remote(server.getsockname()[:2], key, boot)
-            handle = RayHostProcess(actor, done, node, on_end=self._ended)
+            done = launcher.run.remote(host_id, server.getsockname()[:2], key, boot)
+            handle = RayHostProcess(launcher, host_id, done, node)
             sock = self._accept(server, handle, boot.spec.name)
+        handle.on_end = self._ended
         sock.settimeout(None)
+        # Without it a frame written right after another (a Publish batch, then a Call) waits
+        # for the peer's delayed ACK: 45 ms a ral call against 0.9 ms locally (Nagle's rule).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Connection(sock.detach())
         try:
             deliver_challenge(conn, key)
@@ -215,18 +273,24 @@ class RayBackend:
             except TimeoutError:
                 pass
             ended, _ = self._ray.wait([handle.done], timeout=0)
+            if ended:
+                try:
+                    self._ray.get(handle.done)
+                except self._ray.exceptions.RayActorError as e:
+                    self._forget(handle.node, handle.launcher)
+                    raise _LauncherGone(f"the launcher on node {handle.node} is gone") from e
+                except Exception:
+                    pass
             if ended or time.monotonic() > deadline:
                 cause = "ended" if ended else "stalled"
                 self._suspect[handle.node] = time.monotonic()
                 handle.kill()
-                raise RayHostFailed(f"agent {name}: its Ray actor {cause} before it connected")
+                raise RayHostFailed(f"agent {name}: its host {cause} before it connected")
 
-    def _place(self) -> tuple[str, Any]:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
+    def _place(self) -> str:
         alive = [str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")]
         if not alive:
-            return "", "SPREAD"
+            return ""
         with self._lock:
             now = time.monotonic()
             trusted = [
@@ -235,18 +299,32 @@ class RayBackend:
             choose = max if self.placement == "pack" else min
             node = choose(trusted or alive, key=lambda n: self._placed.get(n, 0))
             self._placed[node] = self._placed.get(node, 0) + 1
-        return node, NodeAffinitySchedulingStrategy(node, soft=False)
+        return node
+
+    def _unplace(self, node: str) -> None:
+        with self._lock:
+            if self._placed.get(node):
+                self._placed[node] -= 1
 
     def _ended(self, handle: RayHostProcess) -> None:
-        with self._lock:
-            if handle.exitcode == -9:  # its actor's process died: the node may be going
-                self._suspect[handle.node] = time.monotonic()
-            if handle.node in self._placed:
-                self._placed[handle.node] -= 1
+        if handle.exitcode == -9:  # killed, or its launcher died: the node may be going
+            self._suspect[handle.node] = time.monotonic()
+        self._unplace(handle.node)
 
     def close(self) -> None:
-        """Disconnect from Ray (stopping the local instance this backend started, if any)."""
+        """Stop every launcher (its hosts, its fork server), then disconnect from Ray
+        (stopping the local instance this backend started, if any)."""
         with self._lock:
-            if self._actor_class is not None and self._ray.is_initialized():
-                self._ray.shutdown()
-            self._actor_class = None
+            launchers, self._launchers = list(self._launchers.values()), {}
+        ray = self._ray
+        if launchers:
+            closing = [launcher.close.remote() for launcher in launchers]
+            with contextlib.suppress(Exception):
+                ray.wait(closing, num_returns=len(closing), timeout=2 * SHELL_GRACE)
+            for launcher in launchers:
+                with contextlib.suppress(Exception):
+                    ray.kill(launcher, no_restart=True)
+        with self._lock:
+            if self._launcher_class is not None and ray.is_initialized():
+                ray.shutdown()
+            self._launcher_class = None

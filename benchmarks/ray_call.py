@@ -14,7 +14,13 @@ The issue's goal reads: (ray per call - local per call) <= 1.2 x the bare Ray ca
   calls per second from the trunk's start to the fleet's end (spawns included), local process
   backend and Ray backend (on a two-node cluster, ``--placement spread``, with an address).
 
-    PYTHONPATH=. python benchmarks/ray_call.py [--quick] [--ray-address HOST:PORT]
+- host start per agent: a trunk starts N children that reply at once; (T(N) - T(0)) / N, each
+  child's host started, its one call and reply, its host stopped (the trunk spawns one after the
+  other). Local process backend, Ray backend, and with ``--base DIR`` (a ``git archive`` copy of
+  an earlier tree) the Ray backend of that tree too, run by this script in a subprocess against
+  the same cluster, rounds interleaved.
+
+    PYTHONPATH=. python benchmarks/ray_call.py [--quick] [--ray-address HOST:PORT] [--base DIR]
     (no address: a local Ray instance; run it in `unshare -n` with lo up to keep it on loopback)
 """
 
@@ -22,17 +28,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# the tree measured: this one, or (``--base``'s subprocess) an earlier one
+sys.path.insert(0, os.environ.get("RAY_CALL_CODE") or str(Path(__file__).resolve().parents[1]))
 
 from actors.fleet import Fleet, FleetConfig
-from actors.ray_backend import RayBackend, _RayHost
+from actors.ray_backend import RayBackend
 from runtime.providers import make_provider
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
@@ -123,6 +133,78 @@ def throughput(backend: Any, agents: int, calls: int) -> float:
     return agents * (calls + 2) / seconds  # + the trunk's spawn call and each reply
 
 
+def spawn_scenario(agents: int) -> str:
+    spawns = ", ".join(f"\"agent w{i} 'go'\"" for i in range(agents))
+    trunk = (
+        f"""
+[[agents.trunk]]
+ral = [{spawns}]
+
+[[agents.trunk]]
+text = "waiting"
+stop = "end_turn"
+repeat = {agents}
+"""
+        if agents
+        else ""
+    )
+    return f"""
+[fleet]
+prompt = "benchmark"
+{trunk}
+[[agents.trunk]]
+ral = ["reply 0"]
+
+[[agents."w*"]]
+ral = ["reply 1"]
+"""
+
+
+def spawn_run(backend: Any, agents: int) -> float:
+    """Seconds from the trunk's start to the fleet closed, the trunk starting ``agents``
+    children that reply at once."""
+    playback = ScenarioPlayback(parse_scenario(spawn_scenario(agents)))
+    with tempfile.TemporaryDirectory() as d:
+        fleet = Fleet(
+            SessionDir(Path(d)),
+            lambda name: make_provider("scripted", scenario=playback, agent_name=name),
+            FleetConfig(agents="process", backend=backend),
+        )
+        try:
+            t = time.perf_counter()
+            fleet.start_trunk("benchmark")
+            while not fleet.wait_empty(0.01):
+                pass
+            fy = fleet.close()
+            seconds = time.perf_counter() - t
+        except BaseException:
+            fleet.close()
+            raise
+    assert fy.done == agents, fy
+    return seconds
+
+
+def host_start(backend: Any, agents: int) -> float:
+    """Seconds per child: (T(agents) - T(0)) / agents, one round."""
+    return (spawn_run(backend, agents) - spawn_run(backend, 0)) / agents
+
+
+def base_host_start(base: str, address: str, agents: int) -> float:
+    """:func:`host_start` of the Ray backend of the tree at ``base`` (this script in a
+    subprocess with that tree first on its path and as its working directory, which Ray puts on
+    its workers' path), on the cluster at ``address``."""
+    env = {**os.environ, "RAY_CALL_CODE": base, "PYTHONPATH": base}
+    p = subprocess.run(
+        [sys.executable, __file__, "--host-start-only", str(agents), "--ray-address", address],
+        capture_output=True, text=True, env=env, check=False, cwd=base,
+    )  # fmt: skip
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-2000:])
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["code"].startswith(base), out
+    return float(out["host_start_s"])
+
+
 def per_call(backend: Any, calls: int, extra: int, rounds: int) -> tuple[float, float]:
     """Medians over ``rounds`` of (T(calls + extra) - T(calls)) / extra, and of the rest of
     T(calls) (the trunk's host start, its end and shutdown), in seconds."""
@@ -138,7 +220,9 @@ def per_call(backend: Any, calls: int, extra: int, rounds: int) -> tuple[float, 
 def bare_call(n: int) -> float:
     import ray
 
-    host_class: Any = ray.remote(_RayHost)
+    from actors.ray_launcher import NodeLauncher
+
+    host_class: Any = ray.remote(NodeLauncher)
     actor: Any = host_class.options(num_cpus=0).remote()
     try:
         ray.get(actor.ping.remote(0))
@@ -156,19 +240,55 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--ray-address")
+    parser.add_argument("--base", help="an earlier tree: its Ray backend's host start too")
+    parser.add_argument("--host-start-only", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.host_start_only:  # --base's subprocess
+        code = os.environ.get("RAY_CALL_CODE")
+        if code:  # this job's Ray workers import that tree too (not the installed one)
+            import ray
+
+            ray.init(
+                address=args.ray_address,
+                runtime_env={"env_vars": {"PYTHONPATH": code}},
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
+        backend = RayBackend(args.ray_address)
+        try:
+            spawn_run(backend, 1)  # warm: Ray's connection, this tree's first actors
+            start = host_start(backend, args.host_start_only)
+        finally:
+            backend.close()
+        import actors
+
+        print(json.dumps({"code": actors.__file__, "host_start_s": start}))
+        return
     calls, extra, rounds, pings = (5, 20, 1, 200) if args.quick else (10, 100, 3, 2000)
     agents, agent_calls = (4, 10) if args.quick else (20, 50)
+    spawns = 4 if args.quick else 10
     backend = RayBackend(args.ray_address)
     backend._connect()
+    starts: dict[str, list[float]] = {"local": [], "ray": [], "base": []}
     try:
+        address = args.ray_address or require_address()
         bare = bare_call(pings)
+        spawn_run(None, 1)
+        spawn_run(backend, 1)  # warm: a launcher on the node(s) the children use
+        for _ in range(rounds):
+            starts["local"].append(host_start(None, spawns))
+            starts["ray"].append(host_start(backend, spawns))
+            if args.base:
+                starts["base"].append(base_host_start(args.base, address, spawns))
         local, local_start = per_call(None, calls, extra, rounds)
         remote, remote_start = per_call(backend, calls, extra, rounds)
         local_rate = throughput(None, agents, agent_calls)
         ray_rate = throughput(backend, agents, agent_calls)
     finally:
         backend.close()
+    start_local = statistics.median(starts["local"])
+    start_ray = statistics.median(starts["ray"])
+    start_base = statistics.median(starts["base"]) if starts["base"] else None
     overhead = remote - local
     row = {
         "bare_ray_call_ms": round(bare * 1e3, 3),
@@ -182,6 +302,11 @@ def main() -> None:
         "calls_per_agent": agent_calls,
         "throughput_local_calls_s": round(local_rate),
         "throughput_ray_calls_s": round(ray_rate),
+        "host_start_per_agent_local_s": round(start_local, 4),
+        "host_start_per_agent_ray_s": round(start_ray, 4),
+        "host_start_per_agent_ray_base_s": None if start_base is None else round(start_base, 4),
+        "host_start_ray_over_local": round(start_ray / start_local, 2),
+        "loadavg": Path("/proc/loadavg").read_text().split()[:3],
     }
     print(json.dumps(row))
     print(
@@ -197,6 +322,19 @@ def main() -> None:
         f"throughput, {agents} agents x {agent_calls} calls: local {round(local_rate)} calls/s, "
         f"Ray {round(ray_rate)} calls/s"
     )
+    base = "" if start_base is None else f", the base tree's Ray backend {start_base:.3f} s"
+    print(
+        f"host start per agent (median of {rounds} x {spawns} children): local "
+        f"{start_local:.3f} s, Ray {start_ray:.3f} s "
+        f"({row['host_start_ray_over_local']}x local){base}"
+    )
+
+
+def require_address() -> str:
+    """The address of the Ray instance this process is connected to (for ``--base``)."""
+    import ray
+
+    return str(ray.get_runtime_context().gcs_address)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cli.backend_options import check_backend
 from cli.durability import describe_durability
 from runtime.drills.invariant_check import InvariantReport, NotASession, check_session
 from runtime.state.session_dir import SessionDir
@@ -45,7 +46,15 @@ def report_table(report: InvariantReport, title: str | None = None) -> Table:
 @click.option(
     "--no-processes", is_flag=True, help="Skip the leftover-process invariant (another machine)."
 )
-def check_command(session_dir: str, as_json: bool, no_processes: bool) -> None:
+@click.option(
+    "--ray-address",
+    metavar="HOST:PORT|auto",
+    help="A run of --backend ray: look for its leftover processes on every node of this Ray "
+    "cluster (each node looks on its own) instead of this machine.",
+)
+def check_command(
+    session_dir: str, as_json: bool, no_processes: bool, ray_address: str | None
+) -> None:
     """Check the invariants of a SESSION_DIR (what `run`, `fleet`, `chat`, `resume` or a drill
     round left): every child settled once, no process left behind, append-only files intact.
     It names the run's durability (run.json) and what it promised an acknowledged record.
@@ -56,10 +65,23 @@ def check_command(session_dir: str, as_json: bool, no_processes: bool) -> None:
       1    an invariant is violated (the table says which, and where)
       2    the path is not a session directory
     """
+    table = None
+    if ray_address is not None and not no_processes:
+        check_backend("ray")
+        from actors.ray_backend import RayBackend
+
+        table = RayBackend(ray_address)
     try:
-        report = check_session(SessionDir(Path(session_dir)), processes=not no_processes)
+        report = check_session(
+            SessionDir(Path(session_dir)), processes=not no_processes, table=table
+        )
     except NotASession as e:
         raise click.UsageError(str(e)) from None
+    except ConnectionError as e:  # Ray's own: no cluster at that address
+        raise click.UsageError(f"--ray-address {ray_address}: {e}") from None
+    finally:
+        if table is not None:
+            table.close()
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))
     else:

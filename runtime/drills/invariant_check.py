@@ -22,7 +22,8 @@ violation:
 - ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation).
 - ``no-leftover-processes`` — no pid the run named (journal environment records, ``Commit``
   records) still runs: matched with ``psutil`` *and* its create time, so a reused pid is not
-  blamed.
+  blamed. Looked for on this machine, or on every node of a Ray cluster (``check
+  --ray-address``: each node's launcher looks on its own, ``actors/ray_launcher.py``).
 - ``files-parse`` — every JSON-lines file reads; a torn last line is reported, not a violation
   (the expected shape of a crash mid-append), and so is a ``.torn`` side file (a torn tail the
   next append set aside); a corrupt inner line, a record without the shape its readers rely
@@ -58,7 +59,7 @@ from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import PROMISES, Durability, parse_durability
 from runtime.state.durable import read_jsonl
 from runtime.state.journal import replay
-from runtime.state.run_processes import run_processes, still_running
+from runtime.state.run_processes import LocalProcesses, ProcessTable, run_processes
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_read import ResumeRefused, read_run
 from runtime.state.session_records import CONTROL_DIED, born_children
@@ -347,11 +348,13 @@ def _check_registry_empty(s: SessionLogs) -> InvariantResult:
     return _result("registry-empty", sum(born.values()), bad)
 
 
-def _check_processes(s: SessionLogs) -> InvariantResult:
+def _check_processes(s: SessionLogs, table: ProcessTable) -> InvariantResult:
     procs = run_processes(s.session)
-    bad = [f"{p.owner}: pid {p.pid} still running" for p in procs if still_running(p)]
+    bad = [f"{p.owner}: pid {p.pid} still running" for p in table.running(procs)]
     unverifiable = sum(1 for p in procs if p.started_at is None)
     notes = [f"{unverifiable} pids without a recorded start time"] if unverifiable else []
+    if table.where != LocalProcesses.where:
+        notes.append(f"looked for on {table.where}")
     return _result("no-leftover-processes", len(procs), bad, notes)
 
 
@@ -388,12 +391,17 @@ def _check_files(s: SessionLogs) -> InvariantResult:
 
 
 def check_session(
-    session: SessionDir, *, processes: bool = True, live: bool = False
+    session: SessionDir,
+    *,
+    processes: bool = True,
+    live: bool = False,
+    table: ProcessTable | None = None,
 ) -> InvariantReport:
     """Check every invariant of a finished session directory (see the module docstring).
 
     ``live``: the run is still going, so only what must hold at every instant is checked
-    (committed bindings, files); the end-of-run invariants are skipped."""
+    (committed bindings, files); the end-of-run invariants are skipped. ``table``: where the
+    run's processes are looked for (default: this machine)."""
     markers = (session.transcript, session.journal, session.agents, session.run_spec)
     if not session.root.is_dir() or not any(p.exists() for p in markers):
         raise NotASession(
@@ -409,7 +417,7 @@ def check_session(
         _check_committed(s),
         skip("rejections", "results may still be queued") if live else _check_rejections(s),
         skip("registry-empty", "run still live") if live else _check_registry_empty(s),
-        _check_processes(s)
+        _check_processes(s, table or LocalProcesses())
         if processes and not live
         else skip("no-leftover-processes", "run still live" if live else "turned off"),
     ]

@@ -10,7 +10,9 @@ create time, so a pid the kernel reused for some other process is never blamed (
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import psutil
 
@@ -65,3 +67,26 @@ def still_running(proc: RunProcess) -> bool:
 def leftover_processes(session: SessionDir) -> list[RunProcess]:
     """The processes ``session`` named that still run."""
     return [p for p in run_processes(session) if still_running(p)]
+
+
+class ProcessTable(Protocol):
+    """Where a run's processes are looked for: this machine (:class:`LocalProcesses`), or every
+    node of a Ray cluster (``actors/ray_backend.py``: each node's launcher looks on its own)."""
+
+    @property
+    def where(self) -> str:
+        """What was looked at, for the report (``"this machine"``, ``"2 Ray node(s)"``)."""
+        ...
+
+    def running(self, procs: Sequence[RunProcess]) -> list[RunProcess]:
+        """Those of ``procs`` that still run there."""
+        ...
+
+
+class LocalProcesses:
+    """This machine's process table."""
+
+    where = "this machine"
+
+    def running(self, procs: Sequence[RunProcess]) -> list[RunProcess]:
+        return [p for p in procs if still_running(p)]

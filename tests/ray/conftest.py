@@ -3,9 +3,11 @@
 One cluster per module (its start takes about 11 s on the 2-core dev box: head 6.5 s, second
 node 4.3 s): a holder process (``sleep``) keeps a fresh namespace made by ``unshare -n`` with
 ``lo`` up, and every command of a test -- ``ray start`` for both nodes, the ``exarch-actors``
-driver, ``ray stop`` -- enters it with ``nsenter``, so every Ray process binds 127.0.0.1 and
-nothing else. A process's namespace is also how the tests find what a run left behind: any
-process still in it after ``ray stop`` is a leak.
+driver -- enters it with ``nsenter``, so every Ray process binds 127.0.0.1 and nothing else. A
+process's namespace is also how the tests find what a run left behind, and how the cluster is
+stopped: every process in it is killed. Not ``ray stop``: it finds Ray's processes by name on
+the whole machine, so it would stop every other Ray cluster here too (another test run's, a
+benchmark's), whatever their namespace.
 
 Skips (with the reason) when Ray is not installed or the namespace cannot be made here.
 """
@@ -114,6 +116,20 @@ class Cluster:
                 found.append(proc)
         return found
 
+    def ours(self) -> list[str]:
+        """Every process of this project on any node: agent hosts, shells, workers, the fork
+        servers and their resource trackers, and the launchers (``ray::NodeLauncher``)."""
+        marks = ("forkserver", "resource_tracker", "NodeLauncher")
+        left = []
+        for proc in self.processes():
+            try:
+                line = " ".join(proc.cmdline())
+                if any(m in line for m in marks) and proc.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{proc.pid} {line[:80]}")
+            except psutil.Error:
+                continue
+        return left
+
     def agent_processes(self) -> list[str]:
         """Processes an agent host leaves on a node if it leaks: its fork server, shell host
         and workers (forked from the fork server, they keep its command line)."""
@@ -195,10 +211,11 @@ def cluster() -> Iterator[Cluster]:
         yield cluster
     finally:
         if cluster is not None:
-            cluster.run([_ray_bin(), "stop", "--force"])
-            for proc in cluster.processes():  # ray stop's stragglers: never left running
+            left = cluster.processes()
+            for proc in left:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
+            psutil.wait_procs(left, timeout=START_TIMEOUT)
         holder.send_signal(signal.SIGKILL)
         holder.wait()
         shutil.rmtree(temp_dir, ignore_errors=True)

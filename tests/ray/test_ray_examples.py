@@ -7,12 +7,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from runtime.state.durable import append_jsonl
+from runtime.state.session_records import commit_record
 from tests.ray.conftest import ROOT, START_TIMEOUT, Cluster
 from tests.support.waiting import wait_for
 
@@ -148,6 +153,14 @@ ral = ["reply 7"]
 """
 
 
+def _launcher_of(host_pid: int) -> psutil.Process:
+    """The launcher (a Ray worker) whose fork server forked the host ``host_pid``."""
+    server = psutil.Process(host_pid).parent()
+    launcher = server.parent() if server is not None else None
+    assert launcher is not None and "NodeLauncher" in " ".join(launcher.cmdline())
+    return launcher
+
+
 def test_a_ray_worker_killed_mid_run_is_restarted_and_the_fleet_finishes_settled(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -160,7 +173,8 @@ def test_a_ray_worker_killed_mid_run_is_restarted_and_the_fleet_finishes_settled
     )  # fmt: skip
     try:
         born = wait_for(lambda: _born_of(session, "w"), START_TIMEOUT, "w's Born")
-        os.kill(born["pid"], signal.SIGKILL)  # the Ray worker process its actor runs in
+        launcher = _launcher_of(born["pid"])
+        os.kill(launcher.pid, signal.SIGKILL)  # the Ray worker w's host was forked from
         _, err = run.communicate(timeout=START_TIMEOUT)
     finally:
         if run.poll() is None:
@@ -194,3 +208,128 @@ def test_placement_pack_keeps_every_agent_of_the_chain_on_one_node(
     assert borns[0]["node"] in cluster.nodes()
     assert _result(session)["fleetYield"]["neverSettled"] == 0
     assert cluster.agent_processes() == []
+
+
+class _Clean:
+    """A clean call's result, as ``commit_record`` reads it."""
+
+    epoch = 1
+    defined = ()
+
+
+def _leftover_rule(cluster: Cluster, session: Path) -> tuple[int, dict[str, Any]]:
+    p = cluster.exarch("check", "--json", "--ray-address", cluster.address, str(session))
+    report = json.loads(p.stdout)
+    rule = next(r for r in report["invariants"] if r["name"] == "no-leftover-processes")
+    return p.returncode, dict(rule)
+
+
+def test_check_with_a_ray_address_asks_every_node_for_the_runs_leftover_processes(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    session = tmp_path / "checked"
+    _run(cluster, "fanout.toml", session)
+    code, rule = _leftover_rule(cluster, session)
+    assert (code, rule["status"]) == (0, "held")
+    assert "looked for on 2 Ray node(s)" in rule["notes"]
+    stray = subprocess.Popen(["sleep", "300"])  # a shell the session names, still running
+    try:
+        append_jsonl(session / "record.jsonl", commit_record("w0", _Clean(), stray.pid))
+        code, rule = _leftover_rule(cluster, session)
+    finally:
+        stray.kill()
+        stray.wait()
+    assert (code, rule["status"]) == (1, "violated")
+    assert rule["details"] == [f"w0 (shell): pid {stray.pid} still running"]
+    wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "the check's launchers gone")
+
+
+RELAUNCH = """
+import json, os, signal, sys, tempfile, time
+from pathlib import Path
+import psutil
+from actors.fleet import Fleet, FleetConfig
+from actors.ray_backend import RayBackend
+from runtime.providers import make_provider
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.state.session_dir import SessionDir
+
+SCENARIO = '[fleet]\\nprompt = \"go\"\\n[[agents.trunk]]\\nral = [\"reply 1\"]\\n'
+
+
+def run(backend):
+    playback = ScenarioPlayback(parse_scenario(SCENARIO))
+    session = Path(tempfile.mkdtemp(prefix="relaunch-"))
+    fleet = Fleet(
+        SessionDir(session),
+        lambda name: make_provider("scripted", scenario=playback, agent_name=name),
+        FleetConfig(agents="process", backend=backend),
+    )
+    try:
+        trunk = fleet.start_trunk("go")
+        while not fleet.wait_empty(0.05):
+            pass
+    finally:
+        fleet.close()
+    born = [
+        r for r in map(json.loads, (session / "transcript.jsonl").read_text().splitlines())
+        if r.get("kind") == "Born"
+    ][0]
+    return trunk.replied, born["node"], born["pid"]
+
+
+backend = RayBackend(sys.argv[1])
+try:
+    replied1, node1, host1 = run(backend)
+    launcher1 = backend.launchers()[node1]
+    import ray
+    launcher_pid = ray.get(launcher1.pid.remote())
+    os.kill(launcher_pid, signal.SIGKILL)
+    psutil.wait_procs([psutil.Process(launcher_pid)], timeout=60)
+    replied2, node2, host2 = run(backend)
+    launcher2 = ray.get(backend.launchers()[node2].pid.remote())
+finally:
+    backend.close()
+print(json.dumps({"replied": [replied1, replied2], "nodes": [node1, node2],
+                  "launchers": [launcher_pid, launcher2]}))
+"""
+
+
+def test_a_killed_idle_launcher_is_replaced_on_its_node_at_the_next_start(
+    cluster: Cluster,
+) -> None:
+    p = cluster.run([sys.executable, "-c", RELAUNCH, cluster.address])
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["replied"] == [True, True]
+    assert out["nodes"][0] == out["nodes"][1]  # the same node, spread's first choice twice
+    assert out["launchers"][0] != out["launchers"][1]
+    assert not psutil.pid_exists(out["launchers"][0])
+    wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "nothing of ours left")
+
+
+def test_sigkilling_the_driver_leaves_nothing_of_the_run_on_any_node(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "killed.toml"
+    scenario.write_text(KILLED_CHILD)
+    session = tmp_path / "orphans"
+    run = cluster.start_exarch(
+        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
+        "--session-dir", str(session),
+    )  # fmt: skip
+    try:
+        born = wait_for(lambda: _born_of(session, "w"), START_TIMEOUT, "w's Born")
+        trunk = _born_of(session, "trunk")
+        assert trunk is not None and trunk["node"] != born["node"]  # a launcher on each node
+        assert len(cluster.ours()) >= 6  # 2 launchers, 2 fork servers, 2 hosts, shells...
+        driver = psutil.Process(run.pid)
+        assert "cli.main" in " ".join(driver.cmdline())  # nsenter exec'd the driver itself
+        driver.kill()
+        run.communicate(timeout=START_TIMEOUT)
+        wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "nothing of ours left")
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()

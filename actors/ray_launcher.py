@@ -1,0 +1,167 @@
+"""A node's launcher: one long-lived Ray actor per node that forks agent hosts on request.
+
+The Ray backend (``actors/ray_backend.py``) keeps one :class:`NodeLauncher` per node it uses,
+placed there by hard node affinity and made on first use. The launcher starts this machine's
+fork server once (``actors/process.py``: the runtime preloaded) and forks each agent host from it
+(:func:`actors.agent_process_host.agent_host_connect_main`), which connects back to the driver
+exactly as a host in an actor of its own did, and starts its shell from the same fork server.
+Measured on the 2-core dev box (Ray 2.60, two nodes): a new Ray actor per agent, with a fork
+server of its own, cost 0.76 s per agent started and stopped; a fork from the launcher's warm
+fork server is what a local agent process costs (``benchmarks/ray_call.py``,
+docs/benchmarks.md).
+
+The actor is an ``async`` one: :meth:`NodeLauncher.run` awaits its host's end for the host's
+whole life (one pending call per live host, up to Ray's 1,000 concurrent calls of an async
+actor), so the driver's handle on a host is that call's object ref, as it was the ``serve``
+call's of a host actor.
+
+Invariants:
+- No orphans. The launcher is an ordinary (not detached) actor of the driver's Ray job, so Ray
+  kills it when the job ends or the driver dies; its fork server exits at end of file of its
+  ``alive`` pipe, and every host, shell and worker forked there dies with the fork server
+  (``PR_SET_PDEATHSIG``). :meth:`NodeLauncher.close` does the same in order, waiting for each.
+- A host is named by the driver's id for it, never by a pid alone: a pid is signalled only while
+  the launcher holds the host's unreaped process (a host), or while ``psutil`` shows it a child
+  of this fork server (a shell), so a reused pid is never hit.
+- A shell whose host ended is given :data:`SHELL_GRACE` to see its end of file and exit, then
+  killed (as the local backend's ``_reap_shell`` does on the driver's machine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from multiprocessing import forkserver
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import psutil
+
+from actors.agent_process_host import HostBoot, agent_host_connect_main
+from actors.process import ensure_fork_server, fork_server_address, start_process
+from runtime.state.run_processes import RunProcess, still_running
+
+SHELL_GRACE = 5.0
+"""Seconds a shell whose host ended may take to exit before it is killed."""
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL ``pid``'s process group (a host or shell leads its own) and ``pid`` itself."""
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        with contextlib.suppress(OSError):
+            kill(target, signal.SIGKILL)
+
+
+class NodeLauncher:
+    """The Ray actor (``ray.remote(NodeLauncher)``): this node's fork server and the hosts
+    forked from it, by the driver's host id."""
+
+    def __init__(self) -> None:
+        import ray
+
+        self._node = str(ray.get_runtime_context().get_node_id())
+        self._fork_address = ""
+        self._server_pid = 0
+        self._hosts: dict[str, BaseProcess] = {}
+        self._shells: dict[str, int] = {}
+
+    def _fork_server(self) -> str:
+        """This node's fork server, started on the first host (a launcher that only answers
+        :meth:`running` never starts one)."""
+        if not self._fork_address:
+            ensure_fork_server()
+            self._fork_address = fork_server_address()
+            server: Any = forkserver._forkserver
+            self._server_pid = int(server._forkserver_pid)
+        return self._fork_address
+
+    def node(self) -> str:
+        """The Ray node id this launcher runs on (what each of its hosts' ``Born`` names)."""
+        return self._node
+
+    def ping(self, x: Any) -> Any:
+        return x
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def run(self, host_id: str, address: tuple[str, int], key: bytes, boot: HostBoot) -> int:
+        """Fork a host for ``boot`` that connects back to ``address`` with ``key``; return its
+        exit code once it has ended (negative: the signal that killed it)."""
+        proc = start_process(
+            agent_host_connect_main,
+            (address, key, self._fork_server(), boot, self._node),
+            name=f"agent-{boot.spec.name}",
+        )
+        self._hosts[host_id] = proc
+        ended = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_reader(proc.sentinel, ended.set)
+        try:
+            await ended.wait()
+        finally:
+            loop.remove_reader(proc.sentinel)
+            proc.join(1.0)
+            del self._hosts[host_id]
+        code = proc.exitcode
+        with contextlib.suppress(ValueError):
+            proc.close()
+        await self._reap_shell(host_id)
+        return -signal.SIGKILL if code is None else code
+
+    async def kill(self, host_id: str, shell_pid: int | None = None) -> None:
+        """SIGKILL the host (if it still runs) and its shell (``shell_pid``, from its
+        ``Born``); idempotent."""
+        if shell_pid:
+            self._shells[host_id] = shell_pid
+        proc = self._hosts.get(host_id)
+        if proc is not None and proc.pid is not None and proc.exitcode is None:
+            _kill_group(proc.pid)
+        else:
+            await self._reap_shell(host_id)
+
+    def adopt_shell(self, host_id: str, shell_pid: int) -> None:
+        """Remember the host's shell, so that it is reaped when the host ends."""
+        self._shells[host_id] = shell_pid
+
+    async def _reap_shell(self, host_id: str) -> None:
+        pid = self._shells.pop(host_id, None)
+        if pid is None or not self._is_ours(pid):
+            return
+        with contextlib.suppress(psutil.Error):
+            shell = psutil.Process(pid)
+            for _ in range(int(SHELL_GRACE / 0.05)):
+                if not shell.is_running() or shell.status() == psutil.STATUS_ZOMBIE:
+                    return
+                await asyncio.sleep(0.05)
+            _kill_group(pid)
+
+    def _is_ours(self, pid: int) -> bool:
+        """Whether ``pid`` is a live child of this launcher's fork server."""
+        if not self._server_pid:
+            return False
+        try:
+            return psutil.Process(pid).ppid() == self._server_pid
+        except psutil.Error:
+            return False
+
+    def running(self, procs: list[RunProcess]) -> list[int]:
+        """The indexes of those of ``procs`` (a session's processes) that still run on this
+        node: ``check``'s leftover-process rule, asked of every node."""
+        return [i for i, p in enumerate(procs) if still_running(p)]
+
+    def close(self) -> None:
+        """Kill every host, shell and worker forked here, then stop the fork server (the
+        launcher itself is ``ray.kill``-ed by the driver)."""
+        if not self._server_pid:
+            return
+        with contextlib.suppress(psutil.Error):
+            children = psutil.Process(self._server_pid).children(recursive=True)
+            for p in children:
+                _kill_group(p.pid)
+            psutil.wait_procs(children, timeout=SHELL_GRACE)
+        server: Any = forkserver._forkserver
+        with contextlib.suppress(OSError, ChildProcessError):
+            server._stop()
