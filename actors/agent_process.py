@@ -68,12 +68,15 @@ from runtime.fleet.agent_channel import (
     InterruptFrame,
     PeerGone,
     PublishFrame,
+    RecordFrame,
     ReturnFrame,
     Shutdown,
 )
 from runtime.fleet.inbox import InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
+from runtime.state.durability import ShippedRecord
+from runtime.state.record_mirror import RecordRefused, apply_shipped
 from runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
@@ -203,6 +206,9 @@ class ProcessAgent:
         self._finished = False
         self._closing = False
         self._launched = False
+        self.host_lost = False
+        """Its last host died (a crash) and no restart took its place: the agent ended down,
+        and whatever that host left on its node (shell, scratch) is out of reach."""
         self._host: _Host = self._start(boot)
 
     # -- the host's lifetime -------------------------------------------------------------------
@@ -244,6 +250,10 @@ class ProcessAgent:
         return self._host.shell_pid
 
     def shell_healthy(self) -> bool:
+        """Whether its shell runs. A host on another node (a backend's) answers for its
+        shell while its channel stands: a local pid says nothing about another machine."""
+        if self.backend is not None:
+            return not self.host_lost and self._host.channel.eof is None
         pid = self._host.shell_pid
         if pid is None:
             return False
@@ -335,6 +345,7 @@ class ProcessAgent:
                 except Exception as e:  # it died before it was born, or its files refused
                     cause = f"restart failed: {e}"
             self._end_cause = f"down: {cause}"
+            self.host_lost = True
             self.site.publish(Notice(self.name, notice="Down", text=decision.detail))
         self._finish(AgentOutcome.FAILED)
 
@@ -434,6 +445,9 @@ class _Host:
         msg, rid = env.message, env.id
         assert rid is not None
         site = self._agent.site
+        if isinstance(msg, RecordFrame):  # on the reader: before this host's next frame
+            answer_call(self.channel, rid, lambda: self._record(msg))
+            return
         if not isinstance(msg, Call) or msg.method not in SITE_CALLS:
             self.channel.reply(rid, ReturnFrame(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
             return
@@ -453,9 +467,22 @@ class _Host:
                     site.record_rejected(event)
                 else:
                     site.publish(event)
+        elif isinstance(msg, RecordFrame):
+            try:
+                self._record(msg)
+            except RecordRefused as e:  # nothing written; the run goes on without it
+                log.warning("%s", e)
         elif isinstance(msg, Ended):
             self.ended = True
             self._agent._pool.submit(self._agent._ended, self, unpickle(msg.payload))
+
+    def _record(self, msg: RecordFrame) -> None:
+        """A durable write the host made on its node, made in the session directory here: on
+        the reader thread, so it is written before anything the host sent after it is read.
+        The host may write only its own agent's files (by the name it was started as, not the
+        one the frame claims) and ``record.jsonl``."""
+        record = ShippedRecord(msg.op, msg.path, msg.data, msg.to)  # type: ignore[arg-type]
+        apply_shipped(self._agent.site.session, self._agent.name, record)
 
     def _eof(self, detail: str) -> None:
         self._gone.set()

@@ -55,7 +55,9 @@ from runtime.fleet.agent_channel import (
     Ended,
     Envelope,
     InterruptFrame,
+    PeerGone,
     PublishFrame,
+    RecordFrame,
     ReturnFrame,
     Shutdown,
 )
@@ -65,7 +67,7 @@ from runtime.providers.base import Provider
 from runtime.providers.prices import PriceTable
 from runtime.shell.limits import ShellLimits
 from runtime.state import durability
-from runtime.state.durability import Durability
+from runtime.state.durability import Durability, ShippedRecord
 from runtime.state.session_dir import SessionDir
 from runtime.state.snapshot import MobileSnapshot
 
@@ -254,6 +256,24 @@ class AgentProcess:
     def call(self, method: str, *args: Any) -> Any:
         self.flush()
         return request_call(self.channel, method, *args)
+
+    def ship(self, record: ShippedRecord) -> None:
+        """Send one durable write made in this node's copy of the session directory to the
+        control side, which makes it in the real one (``runtime/state/record_mirror.py``):
+        under ``machine`` wait for its acknowledgement (fsync'd there), under ``process`` the
+        control side writes it before it reads this host's next frame. A control side that is
+        gone takes nothing: this host is being stopped (its end of file trips the cancel), and
+        nothing it does from here on reaches the run."""
+        frame = RecordFrame(self.name, record.op, record.path, record.data, record.to)
+        if self.boot.durability is not Durability.MACHINE:
+            self.channel.try_send(frame)
+            return
+        try:
+            reply = self.channel.request(frame, CALL_TIMEOUT)
+        except PeerGone:
+            return
+        if isinstance(reply, ReturnFrame) and reply.error is not None:
+            raise unpickle(reply.error)
 
     # -- the reader thread's callbacks ---------------------------------------------------------
 

@@ -45,20 +45,27 @@ not built. See docs/scale-out.md.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import secrets
 import socket
+import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Client, Connection, answer_challenge, deliver_challenge
+from pathlib import Path
 from typing import Any, Literal
 
 from actors.agent_process import BORN_TIMEOUT
 from actors.agent_process_host import AgentProcess, HostBoot
 from actors.process import ensure_fork_server
+from runtime.constants import SCRATCH_ENV
 from runtime.errors import ExarchError
+from runtime.state import durability
+from runtime.state.record_mirror import agent_files, seed
+from runtime.state.session_dir import SessionDir
 
 Placement = Literal["spread", "pack"]
 
@@ -68,6 +75,9 @@ ACCEPT_POLL = 0.05
 SUSPECT_SECS = 30.0
 """Seconds a node is passed over after a host's actor died there (Ray declares a lost node
 dead only after its health checks fail, so ``ray.nodes()`` may list it as alive meanwhile)."""
+
+NODE_SESSIONS_ENV = "EXARCH_NODE_SESSIONS"
+"""Where a node keeps its hosts' copies of session directories (see :func:`node_session`)."""
 
 INSTALL_HINT = "--backend ray needs Ray: pip install -e '.[ray]' (ray>=2.40)"
 
@@ -102,11 +112,50 @@ class _RayHost:
     def ping(self, x: Any) -> Any:
         return x
 
-    def serve(self, address: tuple[str, int], key: bytes, boot: HostBoot) -> int:
+    def serve(
+        self, address: tuple[str, int], key: bytes, boot: HostBoot, files: dict[str, bytes]
+    ) -> int:
         conn = Client(address, authkey=key)
         ensure_fork_server()  # this node's: the shell host is forked here, warm
-        AgentProcess(conn, boot, node=self.node()).serve()
+        local = node_session(boot.session)
+        seed(local, boot.spec.name, files)
+        boot = on_node(boot, local)
+        host = AgentProcess(conn, boot, node=self.node())
+        bound = durability.bind(local.root, boot.durability, ship=host.ship)
+        try:
+            host.serve()
+        finally:
+            durability.unbind(bound)
         return os.getpid()
+
+
+def node_session(driver: SessionDir) -> SessionDir:
+    """This node's copy of the driver's session directory: under ``$EXARCH_NODE_SESSIONS``
+    (default ``<temp dir>/exarch-node``), named by the driver's directory and a digest of its
+    full path, so two runs never share one even when their directories share a name."""
+    base = Path(os.environ.get(NODE_SESSIONS_ENV) or Path(tempfile.gettempdir()) / "exarch-node")
+    digest = hashlib.sha256(str(driver.root.resolve()).encode()).hexdigest()[:10]
+    return SessionDir.at(base / f"{driver.root.name}-{digest}")
+
+
+def on_node(boot: HostBoot, local: SessionDir) -> HostBoot:
+    """``boot`` with this node's session copy, and ``$EXARCH_SCRATCH`` in the shell's context
+    (and in its snapshot's) pointing at this node's scratch directory, which it makes."""
+    name = boot.spec.name
+    scratch = local.scratch(name)
+    scratch.mkdir(parents=True, exist_ok=True)
+    where = str(scratch.resolve())
+    spec = boot.spec
+    if spec.context is not None and SCRATCH_ENV in spec.context.env:
+        spec = replace(
+            spec, context=replace(spec.context, env={**spec.context.env, SCRATCH_ENV: where})
+        )
+    snap = spec.snapshot
+    env = dict(snap.context.get("env") or {}) if snap is not None else {}
+    if snap is not None and SCRATCH_ENV in env:
+        context = {**snap.context, "env": {**env, SCRATCH_ENV: where}}
+        spec = replace(spec, snapshot=replace(snap, context=context))
+    return replace(boot, session=local, spec=spec)
 
 
 # -- control side -----------------------------------------------------------------------------
@@ -192,7 +241,8 @@ class RayBackend:
                 scheduling_strategy=strategy,
                 name=None,
             ).remote()
-            done = actor.serve.remote(server.getsockname()[:2], key, boot)
+            files = agent_files(boot.session, boot.spec.name)  # the driver's copy: a restart
+            done = actor.serve.remote(server.getsockname()[:2], key, boot, files)
             handle = RayHostProcess(actor, done, node, on_end=self._ended)
             sock = self._accept(server, handle, boot.spec.name)
         sock.settimeout(None)

@@ -298,6 +298,7 @@ def resume_run(
     poll: Callable[[], bool] | None = None,
     connection: dict[str, Any] | None = None,
     durability: Durability | None = None,
+    backend: Any = None,
 ) -> ResumeOutcome:
     """Resume the run in ``session`` to its end (see the module docstring).
 
@@ -306,7 +307,10 @@ def resume_run(
     ``base_url``, ``api_key``, constructor options such as ``read_timeout``); the key is never in
     ``run.json``, so without ``api_key`` it comes from the provider's variable. A provider that
     cannot be built (no key for the hosted service) refuses the resume. ``durability``
-    overrides ``run.json``'s policy (absent there: ``process``), and is then written to it."""
+    overrides ``run.json``'s policy (absent there: ``process``), and is then written to it.
+    ``backend`` (a ``HostBackend``: ``actors/ray_backend.py``) runs each rebuilt agent in a
+    host it starts, restarted from the session's files as after a crash (the host settles
+    pending calls and is told to go on); without one they are driven in this process."""
     from actors.fleet import Fleet, FleetConfig
 
     plan = plan_resume(session)
@@ -362,6 +366,8 @@ def resume_run(
             grants=GrantPolicy.from_dict(run.get("grants")),  # as resolved when the run began
             limits=ShellLimits.from_json(run.get("shellLimits")),
             durability=policy,
+            agents="process" if backend is not None else "thread",
+            backend=backend,
         ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), plan.trunk_reply
@@ -369,7 +375,8 @@ def resume_run(
         _heal(fleet.journal, plan)
         for name in plan.alive_at_crash:
             fleet.publish(Died(name, outcome="failed", cause=CONTROL_DIED))
-        agents = []
+        agents: list[Agent] = []
+        hosted_elsewhere: list[Any] = []
         order = ([TRUNK_NAME] if plan.rebuild_trunk else []) + plan.rebuild
         for name in order:
             node = fleet.journal.state.nodes.get(name)
@@ -381,12 +388,15 @@ def resume_run(
                 system=system if parent is None else None,
                 snapshot=plan.snapshots.get(name),
                 resume=True,
+                prompt=str(prompt) if backend is not None and parent is None and prompt else None,
             )
-            agent = fleet.adopt_agent(spec, provider_for(name))
-            assert isinstance(agent, Agent), "resume drives its agents in this process"
-            if agent.log.pending_tool_calls:
-                agent.log.settle_pending()
-            agents.append(agent)
+            hosted = fleet.adopt_agent(spec, provider_for(name), restarted=CONTROL_DIED)
+            if isinstance(hosted, Agent):
+                if hosted.log.pending_tool_calls:
+                    hosted.log.settle_pending()
+                agents.append(hosted)
+            else:  # its host settled its pending calls and queued what it owes (a restart)
+                hosted_elsewhere.append(hosted)
         generation = fleet.registry.generation
         for child, parent in plan.redeliver:
             msg = _result_of(fleet.journal.state.nodes[child])
@@ -410,8 +420,10 @@ def resume_run(
             elif _owes_a_response(agent) and not agent.inbox.items():
                 agent.inbox.push(UserSteering(RESUME_NOTE))
             fleet.publish(SystemNote(agent.name, text="resumed from the session directory"))
-        for agent in agents:
-            fleet.launch_adopted(agent)
+        for other in hosted_elsewhere:
+            fleet.publish(SystemNote(other.name, text="resumed from the session directory"))
+        for each in [*agents, *hosted_elsewhere]:
+            fleet.launch_adopted(each)
         if on_start is not None:
             on_start(fleet)
         trunk = fleet.trunk

@@ -325,4 +325,3 @@ class LiveNemesis:
         litter = [p.name for p in path.parent.glob(f".{path.name}.*.tmp")]
         a.detail.update(window_secs=WRITE_FAILURE_SECS, tmp_litter=litter)
         return True
-

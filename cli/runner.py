@@ -105,6 +105,7 @@ class RunSpec:
         if self.provider == "scripted":
             return Path(self.scenario.source).stem if self.scenario is not None else None
         return self.model
+
     agents: Literal["thread", "process"] = "thread"
     """``--agents``: each agent on a thread of this process, or in an OS process of its own."""
     backend: Literal["local", "ray"] = "local"

@@ -71,13 +71,24 @@ class Cluster:
     def _cmd(self, args: list[str]) -> list[str]:
         return ["nsenter", "-t", str(self.holder.pid), "-n", "--", *args]
 
+    def node_sessions(self, node: int) -> Path:
+        """Where node ``node`` (0: the head) keeps its hosts' copies of session directories
+        (``$EXARCH_NODE_SESSIONS``): a directory of its own per node, none of them the
+        driver's, so the driver's session directory is complete only if the hosts ship it."""
+        return Path(self.temp_dir) / f"node{node}-sessions"
+
     def run(
-        self, args: list[str], *, timeout: float = START_TIMEOUT, cwd: Path = ROOT
+        self,
+        args: list[str],
+        *,
+        timeout: float = START_TIMEOUT,
+        cwd: Path = ROOT,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``args`` inside the namespace."""
         return subprocess.run(
             self._cmd(args), capture_output=True, text=True, timeout=timeout, cwd=cwd,
-            env=self._env(),
+            env={**self._env(), **(env or {})},
         )  # fmt: skip
 
     def start_exarch(self, *args: str) -> subprocess.Popen[str]:
@@ -179,7 +190,8 @@ def cluster() -> Iterator[Cluster]:
                 "--include-dashboard=false",
                 "--disable-usage-stats",
                 f"--temp-dir={temp_dir}",
-            ]
+            ],
+            env={"EXARCH_NODE_SESSIONS": str(cluster.node_sessions(0))},
         )
         assert head.returncode == 0, head.stdout + head.stderr
         node = cluster.run(
@@ -189,7 +201,8 @@ def cluster() -> Iterator[Cluster]:
                 f"--address={cluster.address}",
                 "--node-ip-address=127.0.0.1",
                 "--num-cpus=1",
-            ]
+            ],
+            env={"EXARCH_NODE_SESSIONS": str(cluster.node_sessions(1))},
         )
         assert node.returncode == 0, node.stdout + node.stderr
         yield cluster

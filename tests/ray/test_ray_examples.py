@@ -1,6 +1,9 @@
 """The examples, unchanged, with ``--backend ray`` on a real two-node cluster (``conftest.py``):
 agents land on both nodes (``Born``'s node), the fleet finishes, ``check`` holds every
-invariant, and no agent host's process is left on any node."""
+invariant, and no agent host's process is left on any node. Each node keeps its hosts' files
+in a directory of its own (``$EXARCH_NODE_SESSIONS``), never the driver's session directory:
+that is complete only through what the hosts ship, and ``resume`` after the driver is
+SIGKILLed finishes the run from it."""
 
 from __future__ import annotations
 
@@ -193,4 +196,86 @@ def test_placement_pack_keeps_every_agent_of_the_chain_on_one_node(
     assert len({b["node"] for b in borns}) == 1
     assert borns[0]["node"] in cluster.nodes()
     assert _result(session)["fleetYield"]["neverSettled"] == 0
+    assert cluster.agent_processes() == []
+
+
+def _files_under(root: Path, agent: str) -> dict[str, bytes]:
+    """``agent``'s files in every node session copy under ``root``, by file name."""
+    found: dict[str, bytes] = {}
+    for p in root.glob(f"*/agents/{agent}/*"):
+        if p.is_file():
+            found[p.name] = p.read_bytes()
+    return found
+
+
+def test_hosts_write_on_their_node_and_ship_every_durable_file_to_the_drivers_session(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    session = tmp_path / "shipped"
+    result = _run(cluster, "fanout.toml", session)
+    assert result["outcome"] == "replied" and result["reply"] == "499500"
+    agents = sorted(b["agent"] for b in _borns(session))
+    assert len(agents) == 3
+    wrote: dict[int, set[str]] = {0: set(), 1: set()}
+    for agent in agents:
+        driver = {p.name: p.read_bytes() for p in (session / "agents" / agent).iterdir()}
+        assert {"events.jsonl", "snapshot.msgpack"} <= set(driver), driver.keys()
+        copies = {i: _files_under(cluster.node_sessions(i), agent) for i in (0, 1)}
+        node = next(i for i, files in copies.items() if files)
+        wrote[node].add(agent)
+        assert copies[node] == driver  # every durable file, byte for byte, on the driver too
+    assert wrote[0] and wrote[1]  # both nodes wrote copies of their own, not the driver's
+    commits = [r for r in _records(session, "record.jsonl") if r["kind"] == "Commit"]
+    assert {r["agent"] for r in commits} == set(agents)
+    _check(cluster, session)
+
+
+def _records(session: Path, name: str) -> list[dict[str, Any]]:
+    try:
+        lines = (session / name).read_text().splitlines(keepends=True)
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.endswith("\n")]
+
+
+def _logged(session: Path, agent: str, text: str) -> bool:
+    try:
+        return text in (session / "agents" / agent / "events.jsonl").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def test_resume_with_ray_finishes_a_run_whose_driver_was_sigkilled_from_the_drivers_files(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "killed.toml"
+    scenario.write_text(KILLED_CHILD)
+    session = tmp_path / "driverless"
+    run = cluster.start_exarch(
+        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
+        "--session-dir", str(session),
+    )  # fmt: skip
+    try:  # w's call is running on its node, and its event log already says so here
+        wait_for(lambda: _logged(session, "w", "sleep 4"), START_TIMEOUT, "w's call shipped")
+        run.kill()
+        run.communicate()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert not (session / "result.json").exists()
+    # the dead driver's actors die with its job: no agent host is left on any node
+    wait_for(lambda: cluster.agent_processes() == [], START_TIMEOUT, "the dead run's hosts gone")
+    p = cluster.exarch(
+        "resume", str(session), "--json", "--backend", "ray", "--ray-address", cluster.address
+    )
+    assert p.returncode == 0, p.stderr
+    result = _result(session)
+    assert result["outcome"] == "replied" and result["resumed"] is True
+    assert result["reply"] == "w finished"
+    fy = result["fleetYield"]
+    assert (fy["spawned"], fy["neverSettled"]) == (1, 0)
+    resumed_borns = [b for b in _borns(session) if b["agent"] == "w"]
+    assert len(resumed_borns) == 2 and all(b["node"] in cluster.nodes() for b in resumed_borns)
+    _check(cluster, session)
     assert cluster.agent_processes() == []
