@@ -106,6 +106,20 @@ class Cluster:
             [sys.executable, "-c", "from cli.main import main; main()", *args], timeout=timeout
         )
 
+    def add_node(self, index: int) -> None:
+        """Start another worker node (``index`` names its session copies' directory)."""
+        node = self.run(
+            [
+                _ray_bin(),
+                "start",
+                f"--address={self.address}",
+                "--node-ip-address=127.0.0.1",
+                "--num-cpus=1",
+            ],
+            env={"EXARCH_NODE_SESSIONS": str(self.node_sessions(index))},
+        )
+        assert node.returncode == 0, node.stdout + node.stderr
+
     def nodes(self) -> list[str]:
         """The ids of the cluster's alive nodes (asked from inside the namespace)."""
         script = (
@@ -194,24 +208,16 @@ def cluster() -> Iterator[Cluster]:
             env={"EXARCH_NODE_SESSIONS": str(cluster.node_sessions(0))},
         )
         assert head.returncode == 0, head.stdout + head.stderr
-        node = cluster.run(
-            [
-                ray,
-                "start",
-                f"--address={cluster.address}",
-                "--node-ip-address=127.0.0.1",
-                "--num-cpus=1",
-            ],
-            env={"EXARCH_NODE_SESSIONS": str(cluster.node_sessions(1))},
-        )
-        assert node.returncode == 0, node.stdout + node.stderr
+        cluster.add_node(1)
         yield cluster
     finally:
         if cluster is not None:
-            cluster.run([_ray_bin(), "stop", "--force"])
-            for proc in cluster.processes():  # ray stop's stragglers: never left running
+            # Not `ray stop`: it stops every Ray process on the machine by name, the clusters
+            # of other test runs in other namespaces included. Only this namespace's go.
+            for proc in cluster.processes():
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
+            wait_for(lambda: not cluster.processes(), 30.0, "the cluster's processes gone")
         holder.send_signal(signal.SIGKILL)
         holder.wait()
         shutil.rmtree(temp_dir, ignore_errors=True)

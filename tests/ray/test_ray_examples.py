@@ -11,6 +11,7 @@ import json
 import os
 import signal
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def _check(cluster: Cluster, session: Path) -> dict[str, Any]:
     return report
 
 
-def test_fanout_example_lands_its_agents_on_both_nodes_and_replies(
+def test_fanout_example_lands_on_both_nodes_replies_and_ships_every_file_to_the_driver(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     nodes = cluster.nodes()
@@ -82,6 +83,19 @@ def test_fanout_example_lands_its_agents_on_both_nodes_and_replies(
     assert set(placed) == set(nodes), placed  # every agent on a cluster node, both used
     assert result["fleetYield"]["neverSettled"] == 0
     assert result["fleetYield"]["done"] == 2
+    # each host wrote its node's copy (never the driver's directory), and shipped every file
+    agents = sorted(b["agent"] for b in _borns(session))
+    wrote: dict[int, set[str]] = {0: set(), 1: set()}
+    for agent in agents:
+        driver = {p.name: p.read_bytes() for p in (session / "agents" / agent).iterdir()}
+        assert {"events.jsonl", "snapshot.msgpack"} <= set(driver), driver.keys()
+        copies = {i: _files_under(cluster.node_sessions(i), agent) for i in (0, 1)}
+        node = next(i for i, files in copies.items() if files)
+        wrote[node].add(agent)
+        assert copies[node] == driver  # byte for byte on the driver too
+    assert wrote[0] and wrote[1]
+    commits = [r for r in _records(session, "record.jsonl") if r["kind"] == "Commit"]
+    assert {r["agent"] for r in commits} == set(agents)
     _check(cluster, session)
     assert cluster.agent_processes() == []
 
@@ -208,28 +222,6 @@ def _files_under(root: Path, agent: str) -> dict[str, bytes]:
     return found
 
 
-def test_hosts_write_on_their_node_and_ship_every_durable_file_to_the_drivers_session(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    session = tmp_path / "shipped"
-    result = _run(cluster, "fanout.toml", session)
-    assert result["outcome"] == "replied" and result["reply"] == "499500"
-    agents = sorted(b["agent"] for b in _borns(session))
-    assert len(agents) == 3
-    wrote: dict[int, set[str]] = {0: set(), 1: set()}
-    for agent in agents:
-        driver = {p.name: p.read_bytes() for p in (session / "agents" / agent).iterdir()}
-        assert {"events.jsonl", "snapshot.msgpack"} <= set(driver), driver.keys()
-        copies = {i: _files_under(cluster.node_sessions(i), agent) for i in (0, 1)}
-        node = next(i for i, files in copies.items() if files)
-        wrote[node].add(agent)
-        assert copies[node] == driver  # every durable file, byte for byte, on the driver too
-    assert wrote[0] and wrote[1]  # both nodes wrote copies of their own, not the driver's
-    commits = [r for r in _records(session, "record.jsonl") if r["kind"] == "Commit"]
-    assert {r["agent"] for r in commits} == set(agents)
-    _check(cluster, session)
-
-
 def _records(session: Path, name: str) -> list[dict[str, Any]]:
     try:
         lines = (session / name).read_text().splitlines(keepends=True)
@@ -277,5 +269,54 @@ def test_resume_with_ray_finishes_a_run_whose_driver_was_sigkilled_from_the_driv
     assert (fy["spawned"], fy["neverSettled"]) == (1, 0)
     resumed_borns = [b for b in _borns(session) if b["agent"] == "w"]
     assert len(resumed_borns) == 2 and all(b["node"] in cluster.nodes() for b in resumed_borns)
+    _check(cluster, session)
+    assert cluster.agent_processes() == []
+
+
+def _notices(session: Path, agent: str) -> list[dict[str, Any]]:
+    return [
+        r for r in _records(session, "transcript.jsonl")
+        if r.get("notice") in ("Restarted", "Down") and r["agent"] == agent
+    ]  # fmt: skip
+
+
+def _after(session: Path, n: int) -> Callable[[], list[dict[str, Any]]]:
+    """The notices of w after its first ``n``: the supervisor's verdict on crash ``n + 1``."""
+    return lambda: _notices(session, "w")[n:]
+
+
+def test_an_agent_whose_host_is_lost_past_its_restarts_settles_release_unconfirmed(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "lost.toml"
+    scenario.write_text(KILLED_CHILD.replace("sleep 4", "sleep 30"))
+    session = tmp_path / "lost"
+    run = cluster.start_exarch(
+        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
+        "--session-dir", str(session),
+    )  # fmt: skip
+    try:
+        pid = wait_for(lambda: _born_of(session, "w"), START_TIMEOUT, "w's Born")["pid"]
+        for k in range(4):  # three restarts in 60 s are granted; the fourth crash is not
+            os.kill(pid, signal.SIGKILL)  # the Ray worker its actor runs in
+            last = wait_for(_after(session, k), START_TIMEOUT, "the supervisor's verdict")
+            if last[0]["notice"] == "Restarted":
+                pid = last[0]["data"]["pid"]
+        _, err = run.communicate(timeout=START_TIMEOUT)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 0, err
+    assert [n["notice"] for n in _notices(session, "w")] == ["Restarted"] * 3 + ["Down"]
+    journal = [r for r in _records(session, "spawn-journal.jsonl") if r.get("id") == "w"]
+    kinds = [r["kind"] for r in journal]
+    assert "teardown-unconfirmed" in kinds
+    settled = [r for r in journal if r["kind"] == "settled"]
+    assert settled[-1]["retainedExecution"] == "release-unconfirmed"
+    unconfirmed = next(r for r in journal if r["kind"] == "teardown-unconfirmed")
+    assert "is gone" in unconfirmed["detail"]  # its node's shell and scratch: out of reach
+    fy = _result(session)["fleetYield"]
+    assert (fy["spawned"], fy["down"], fy["neverSettled"]) == (1, 1, 0)
     _check(cluster, session)
     assert cluster.agent_processes() == []
