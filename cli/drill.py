@@ -222,6 +222,7 @@ class DrillResult:
             "calls": c.calls,
             "scenario": c.scenario,
             "durability": c.durability.value,
+            "backend": "local" if c.hosts is None else "ray",
             "ok": self.ok,
             "interrupted": None
             if self.interrupted is None
