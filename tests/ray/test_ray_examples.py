@@ -243,9 +243,9 @@ def test_resume_with_ray_finishes_a_run_whose_driver_was_sigkilled_from_the_driv
     scenario = tmp_path / "killed.toml"
     scenario.write_text(KILLED_CHILD)
     session = tmp_path / "driverless"
-    run = cluster.start_exarch(
+    run = cluster.start_exarch(  # machine: each shipped record is acknowledged once fsync'd
         "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
-        "--session-dir", str(session),
+        "--session-dir", str(session), "--durability", "machine",
     )  # fmt: skip
     try:  # w's call is running on its node, and its event log already says so here
         wait_for(lambda: _logged(session, "w", "sleep 4"), START_TIMEOUT, "w's call shipped")
@@ -269,6 +269,7 @@ def test_resume_with_ray_finishes_a_run_whose_driver_was_sigkilled_from_the_driv
     assert (fy["spawned"], fy["neverSettled"]) == (1, 0)
     resumed_borns = [b for b in _borns(session) if b["agent"] == "w"]
     assert len(resumed_borns) == 2 and all(b["node"] in cluster.nodes() for b in resumed_borns)
+    assert json.loads((session / "run.json").read_text())["durability"] == "machine"
     _check(cluster, session)
     assert cluster.agent_processes() == []
 
