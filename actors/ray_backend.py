@@ -126,6 +126,7 @@ class _RayHost:
         self, address: tuple[str, int], key: bytes, boot: HostBoot, files: dict[str, bytes]
     ) -> int:
         conn = Client(address, authkey=key)
+        no_delay(conn.fileno())
         ensure_fork_server()  # this node's: the shell host is forked here, warm
         local = node_session(boot.session)
         seed(local, boot.spec.name, files)
@@ -137,6 +138,16 @@ class _RayHost:
         finally:
             durability.unbind(bound)
         return os.getpid()
+
+
+def no_delay(fd: int) -> None:
+    """Turn Nagle's algorithm off on the channel's TCP socket. A host sends small frames
+    back to back without waiting for a reply (a ``RecordFrame``, then a ``Call``): with Nagle
+    the second waits for the first one's ACK, which the peer delays (40 ms on Linux). Measured on
+    the dev box (load 150): 60 ral calls of a Ray-hosted trunk, median gap between calls 45 ms
+    with Nagle on, 1.0 ms with it off."""
+    with socket.socket(fileno=os.dup(fd)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def node_session(driver: SessionDir) -> SessionDir:
@@ -278,6 +289,7 @@ class RayBackend:
             handle = RayHostProcess(actor, done, node, on_end=self._ended)
             sock = self._accept(server, handle, boot.spec.name)
         sock.settimeout(None)
+        no_delay(sock.fileno())
         conn = Connection(sock.detach())
         try:
             deliver_challenge(conn, key)
