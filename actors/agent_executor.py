@@ -138,10 +138,15 @@ class AgentExecutor:
                     "shell process still running after close",
                 )
             if gone_before:
+                node = self._node()
                 return self._receipt(
                     False,
                     EnvironmentState.GONE,
-                    "shell process died outside teardown; scratch kept as evidence",
+                    "shell process died outside teardown; scratch kept as evidence"
+                    if node is None
+                    else f"its host on node {node} is gone (the node lost, or its Ray worker "
+                    "killed) and was not restarted: the shell and scratch it had there cannot "
+                    "be confirmed destroyed",
                 )
             try:
                 shutil.rmtree(self.scratch, ignore_errors=False)
@@ -211,10 +216,22 @@ class AgentExecutor:
         self._ended = time.monotonic()
 
     def observable(self) -> bool:
-        """Whether the environment can be observed now; a shell killed for good cannot."""
+        """Whether the environment can be observed now; a shell killed for good cannot, nor
+        one on a node whose host is lost."""
         return self._agent.shell_healthy()
 
+    def unobservable_cause(self) -> str:
+        """Why :meth:`observable` says no: its host's node is out of reach, or its shell died."""
+        return "host-lost" if getattr(self._agent, "host_lost", False) else "unobservable"
+
+    def _node(self) -> str | None:
+        """The node its host ran on when that is not this machine (a backend's), else None."""
+        node = getattr(self._agent, "node", "local")
+        return None if node == "local" else str(node)
+
     def _process_alive(self) -> bool:
+        if self._node() is not None:  # its shell is on another node: the host answers for it
+            return self._agent.shell_healthy()
         if not self._closed:  # a rollback replaces the host: follow the current pid
             current = self._agent.shell_pid()
             if current is not None:

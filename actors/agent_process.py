@@ -78,6 +78,7 @@ from runtime.fleet.agent_channel import (
     InterruptFrame,
     PeerGone,
     PublishFrame,
+    RecordFrame,
     ReturnFrame,
     Shutdown,
 )
@@ -85,6 +86,8 @@ from runtime.fleet.inbox import InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
 from runtime.replay.provider import RecordSink
+from runtime.state.durability import ShippedRecord
+from runtime.state.record_mirror import RecordRefused, apply_shipped
 from runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
@@ -242,6 +245,9 @@ class ProcessAgent:
         self._closing = False
         self._launched = False
         self._shell_stopped = False
+        self.host_lost = False
+        """Its last host died (a crash) and no restart took its place: the agent ended down,
+        and whatever that host left on its node (shell, scratch) is out of reach."""
         self._host: _Host = self._start(boot)
 
     # -- the host's lifetime -------------------------------------------------------------------
@@ -307,9 +313,13 @@ class ProcessAgent:
 
     def shell_healthy(self) -> bool:
         """Whether its shell can be observed: alive, or stopped in order by its own host (its
-        end is known, so the settlement can tear the environment down at once)."""
+        end is known, so the settlement can tear the environment down at once). A host on
+        another node (a backend's) answers for its shell while its channel stands: a local pid
+        says nothing about another machine."""
         if self._shell_stopped:
             return True
+        if self.backend is not None:
+            return not self.host_lost and self._host.channel.eof is None
         pid = self._host.shell_pid
         if pid is None:
             return False
@@ -421,6 +431,7 @@ class ProcessAgent:
                 except Exception as e:  # it died before it was born, or its files refused
                     cause = f"restart failed: {e}"
             self._end_cause = f"down: {cause}"
+            self.host_lost = True
             self.site.publish(Notice(self.name, notice="Down", text=decision.detail))
         self._finish(AgentOutcome.FAILED)
 
@@ -532,6 +543,9 @@ class _Host:
         msg, rid = env.message, env.id
         assert rid is not None
         site: Any = self._agent.site
+        if isinstance(msg, RecordFrame):  # on the reader: before this host's next frame
+            answer_call(self.channel, rid, lambda: self._record(msg))
+            return
         table = SITE_CALLS
         if isinstance(msg, Call) and msg.method in RECORD_CALLS and self._agent.recorder:
             site, table = self._agent.recorder, RECORD_CALLS
@@ -559,9 +573,22 @@ class _Host:
                     site.record_rejected(event)
                 else:
                     site.publish(event)
+        elif isinstance(msg, RecordFrame):
+            try:
+                self._record(msg)
+            except RecordRefused as e:  # nothing written; the run goes on without it
+                log.warning("%s", e)
         elif isinstance(msg, Ended):
             self.ended = True
             self._agent._pool.submit(self._agent._ended, self, unpickle(msg.payload))
+
+    def _record(self, msg: RecordFrame) -> None:
+        """A durable write the host made on its node, made in the session directory here: on
+        the reader thread, so it is written before anything the host sent after it is read.
+        The host may write only its own agent's files (by the name it was started as, not the
+        one the frame claims) and ``record.jsonl``."""
+        record = ShippedRecord(msg.op, msg.path, msg.data, msg.to)  # type: ignore[arg-type]
+        apply_shipped(self._agent.site.session, self._agent.name, record)
 
     def _eof(self, detail: str) -> None:
         self._gone.set()

@@ -70,7 +70,9 @@ from runtime.fleet.agent_channel import (
     Ended,
     Envelope,
     InterruptFrame,
+    PeerGone,
     PublishFrame,
+    RecordFrame,
     ReturnFrame,
     Shutdown,
 )
@@ -81,7 +83,7 @@ from runtime.providers.prices import PriceTable
 from runtime.replay.provider import RecordingProvider, unrecorded
 from runtime.shell.limits import ShellLimits
 from runtime.state import durability
-from runtime.state.durability import Durability
+from runtime.state.durability import Durability, ShippedRecord
 from runtime.state.session_dir import SessionDir
 from runtime.state.snapshot import MobileSnapshot
 
@@ -227,13 +229,19 @@ def agent_process_main(
 
 
 def agent_host_connect_main(
-    address: tuple[str, int], key: bytes, fork_address: str, boot: HostBoot, node: str
+    address: tuple[str, int],
+    key: bytes,
+    fork_address: str,
+    boot: HostBoot,
+    node: str,
+    ship: bool = False,
 ) -> None:
     """Process entry point of an agent host a node's launcher forked
     (``actors/ray_launcher.py``): it connects back to the driver at ``address``, both ends
     proving they hold the launch's ``key`` (``multiprocessing``'s HMAC challenge), and serves
     its agent over that socket; ``node`` is what its ``Born`` names. Its shell starts while it
-    connects."""
+    connects. ``ship``: every durable write under its session directory (the node's copy) is
+    also sent to the driver (``runtime/state/record_mirror.py``)."""
     _prepare_host(fork_address)
     shell = HostStart(boot.spec.name, boot.limits.memory_bytes)
     try:
@@ -245,7 +253,7 @@ def agent_host_connect_main(
     except BaseException:
         shell.discard()
         raise
-    _serve_host(conn, boot, node, shell)
+    _serve_host(conn, boot, node, shell, ship)
 
 
 def _prepare_host(fork_address: str) -> None:
@@ -257,13 +265,20 @@ def _prepare_host(fork_address: str) -> None:
     use_fork_server(fork_address)
 
 
-def _serve_host(conn: Connection, boot: HostBoot, node: str, shell: HostStart) -> None:
-    files = durability.bind(boot.session.root, boot.durability)
+def _serve_host(
+    conn: Connection, boot: HostBoot, node: str, shell: HostStart, ship: bool = False
+) -> None:
     try:
-        AgentProcess(conn, boot, node=node, shell_start=shell).serve()
+        host = AgentProcess(conn, boot, node=node, shell_start=shell)
+        files = durability.bind(
+            boot.session.root, boot.durability, ship=host.ship if ship else None
+        )
+        try:
+            host.serve()
+        finally:
+            durability.unbind(files)
     finally:
         shell.discard()  # never taken (the agent failed before its shell booted)
-        durability.unbind(files)
 
 
 class AgentProcess:
@@ -393,6 +408,24 @@ class AgentProcess:
     def call(self, method: str, *args: Any) -> Any:
         self.flush()
         return request_call(self.channel, method, *args)
+
+    def ship(self, record: ShippedRecord) -> None:
+        """Send one durable write made in this node's copy of the session directory to the
+        control side, which makes it in the real one (``runtime/state/record_mirror.py``):
+        under ``machine`` wait for its acknowledgement (fsync'd there), under ``process`` the
+        control side writes it before it reads this host's next frame. A control side that is
+        gone takes nothing: this host is being stopped (its end of file trips the cancel), and
+        nothing it does from here on reaches the run."""
+        frame = RecordFrame(self.name, record.op, record.path, record.data, record.to)
+        if self.boot.durability is not Durability.MACHINE:
+            self.channel.try_send(frame)
+            return
+        try:
+            reply = self.channel.request(frame, CALL_TIMEOUT)
+        except PeerGone:
+            return
+        if isinstance(reply, ReturnFrame) and reply.error is not None:
+            raise unpickle(reply.error)
 
     # -- the reader thread's callbacks ---------------------------------------------------------
 

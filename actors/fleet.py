@@ -254,7 +254,9 @@ class Fleet:
         self._granted[spec.name] = grants
         return replace(spec, context=ctx, snapshot=snap)
 
-    def _build(self, spec: AgentSpec, provider: Provider, entry: Entry) -> Hosted:
+    def _build(
+        self, spec: AgentSpec, provider: Provider, entry: Entry, restarted: str | None = None
+    ) -> Hosted:
         """Construct the node and attach its handles; deregister if that fails.
 
         The trunk registers no eval root: its session outlives any cancel (a cascade reaching
@@ -265,7 +267,7 @@ class Fleet:
         try:
             spec = self._granted_spec(spec)
             if self._pool is not None:
-                agent = self._build_process(spec, provider, entry)
+                agent = self._build_process(spec, provider, entry, restarted)
             else:
                 agent = Agent(self, spec, provider, entry.token, entry.inbox)
         except BaseException:
@@ -287,8 +289,11 @@ class Fleet:
                 self.agents[spec.name] = agent
         return agent
 
-    def _build_process(self, spec: AgentSpec, provider: Provider, entry: Entry) -> ProcessAgent:
-        """An agent in an OS process of its own, started from the one fork server."""
+    def _build_process(
+        self, spec: AgentSpec, provider: Provider, entry: Entry, restarted: str | None = None
+    ) -> ProcessAgent:
+        """An agent in an OS process of its own, started from the one fork server (or by
+        the fleet's backend)."""
         assert self._pool is not None
         recorder = provider.recorder if isinstance(provider, RecordingProvider) else None
         boot = HostBoot(
@@ -301,6 +306,7 @@ class Fleet:
             self.spend.prices,
             budget=self.spend.budget is not None,
             record=recorder is not None,
+            restarted=restarted,
         )
         return ProcessAgent(
             self,
@@ -345,16 +351,20 @@ class Fleet:
         self.publish(born)
         ref.tell("drive")
 
-    def adopt_agent(self, spec: AgentSpec, provider: Provider) -> Hosted:
+    def adopt_agent(
+        self, spec: AgentSpec, provider: Provider, *, restarted: str | None = None
+    ) -> Hosted:
         """``resume``: register ``spec`` (``resume=True``: log and snapshot from the durable
         files) in tree order and build it, without journalling a new spawn -- a child keeps the
         slot it was admitted with (same environment id, a new shell pid, as after a rollback).
-        Launch with :meth:`launch_adopted` once the whole tree is registered."""
+        Launch with :meth:`launch_adopted` once the whole tree is registered. ``restarted``:
+        the cause an agent host is told it recovers from (the process backends; a host then
+        settles pending calls and queues what it owes, as after a crash)."""
         entry = self.registry.register(
             spec.name, spec.parent, returns=not spec.interactive, interactive=spec.interactive
         )
         spec = replace(spec, fuel=entry.fuel, generation=entry.generation)
-        agent = self._build(spec, provider, entry)
+        agent = self._build(spec, provider, entry, restarted=restarted)
         if spec.parent is None:
             self.trunk = agent
         else:
@@ -733,6 +743,7 @@ class Fleet:
                 status=status,
                 reason=outcome.value,
                 observable=observable,
+                cause=executor.unobservable_cause(),
             )
             if not observable:
                 with self._lock:

@@ -37,10 +37,12 @@ Invariants:
 - Ray is optional (``pip install -e '.[ray]'``): it is imported only when a backend is made,
   and its absence is :class:`RayNotInstalled`, never an ``ImportError``.
 
-Not yet: the session directory must be one path every node sees (a shared file system, or one
-machine); a node's disappearance is a crash like any other (restart, else ``down``), but the
-release sweep's ``release-unconfirmed`` records for it and resuming after the driver dies are
-not built. See docs/scale-out.md.
+The session directory is the driver's: each host writes a copy on its node
+(:func:`actors.ray_launcher.node_session`, seeded with the driver's copy of its agent's files)
+and ships every durable write to the driver (``runtime/state/record_mirror.py``), so no node
+needs to see the driver's path. A host that dies for good leaves its agent settled ``down``
+with ``release-unconfirmed`` (``actors/agent_executor.py``). :meth:`RayBackend.kill_worker`
+and :meth:`RayBackend.remove_node` are the drill's Ray faults. See docs/scale-out.md.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -61,6 +65,7 @@ from actors.agent_process import BORN_TIMEOUT
 from actors.agent_process_host import HostBoot
 from actors.ray_launcher import SHELL_GRACE, NodeLauncher
 from runtime.errors import ExarchError
+from runtime.state.record_mirror import agent_files
 from runtime.state.run_processes import RunProcess
 
 Placement = Literal["spread", "pack"]
@@ -72,11 +77,19 @@ SUSPECT_SECS = 30.0
 """Seconds a node is passed over after a host died there of a signal (Ray declares a lost node
 dead only after its health checks fail, so ``ray.nodes()`` may list it as alive meanwhile)."""
 
+
+FAULT_TIMEOUT = 30.0
+"""Seconds a drill's fault task may take to be placed on its node and run there."""
+
 INSTALL_HINT = "--backend ray needs Ray: pip install -e '.[ray]' (ray>=2.40)"
 
 
 class RayNotInstalled(ExarchError):
     """``--backend ray`` was asked for, but Ray cannot be imported here."""
+
+
+class RayFaultRefused(ExarchError):
+    """A drill's Ray fault could not be applied (no such process or node, the head node)."""
 
 
 class RayHostFailed(ExarchError):
@@ -94,6 +107,26 @@ def require_ray() -> Any:
     except ImportError as e:
         raise RayNotInstalled(INSTALL_HINT) from e
     return ray
+
+
+def _kill_pid(pid: int) -> str | None:
+    """Runs as a Ray task on the target's node: SIGKILL ``pid`` there."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError as e:
+        return f"cannot kill pid {pid}: {e}"
+    return None
+
+
+def _kill_raylet() -> str | None:
+    """Runs as a Ray task on the node to remove: SIGKILL its raylet (this worker's parent)."""
+    import psutil
+
+    raylet = psutil.Process(os.getppid())
+    if raylet.name() != "raylet":
+        return f"this worker's parent is {raylet.name()}, not the raylet"
+    raylet.kill()
+    return None
 
 
 # -- control side -----------------------------------------------------------------------------
@@ -165,6 +198,8 @@ class RayBackend:
         """Live hosts this backend placed, by node id."""
         self._suspect: dict[str, float] = {}
         """Nodes where a host died of a signal or a start failed: when (monotonic seconds)."""
+        self._removed: set[str] = set()
+        """Nodes :meth:`remove_node` took out: never placed on, never removed again."""
 
     def _connect(self) -> Any:
         with self._lock:
@@ -246,8 +281,9 @@ class RayBackend:
         host_id = f"{boot.spec.name}#{next(self._ids)}"
         with socket.create_server((self._host, 0)) as server:
             server.settimeout(ACCEPT_POLL)
-            done = launcher.run.remote(host_id, server.getsockname()[:2], key, boot)
-            handle = RayHostProcess(launcher, host_id, done, node)
+            files = agent_files(boot.session, boot.spec.name)  # the driver's copy: a restart
+            done = launcher.run.remote(host_id, server.getsockname()[:2], key, boot, files)
+            handle = RayHostProcess(launcher, host_id, done, node, on_end=self._ended)
             sock = self._accept(server, handle, boot.spec.name)
         handle.on_end = self._ended
         sock.settimeout(None)
@@ -288,7 +324,11 @@ class RayBackend:
                 raise RayHostFailed(f"agent {name}: its host {cause} before it connected")
 
     def _place(self) -> str:
-        alive = [str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")]
+        alive = [
+            str(n["NodeID"])
+            for n in self._ray.nodes()
+            if n.get("Alive") and str(n["NodeID"]) not in self._removed
+        ]
         if not alive:
             return ""
         with self._lock:
@@ -310,6 +350,66 @@ class RayBackend:
         if handle.exitcode == -9:  # killed, or its launcher died: the node may be going
             self._suspect[handle.node] = time.monotonic()
         self._unplace(handle.node)
+
+    # -- faults, for the drill (runtime/drills/nemesis.py: RAY) ---------------------------------
+
+    def worker_pid(self, node: str) -> int:
+        """The pid of the Ray worker process that hosts ``node``'s launcher, on that node (every
+        agent host there is forked from it and dies with it). :class:`RayFaultRefused` when
+        this run has no live launcher there."""
+        launcher = self.launchers().get(node)
+        if launcher is None:
+            raise RayFaultRefused(f"node {node}: this run has no launcher there")
+        try:
+            return int(self._ray.get(launcher.pid.remote(), timeout=FAULT_TIMEOUT))
+        except Exception as e:
+            raise RayFaultRefused(f"node {node}: its launcher: {type(e).__name__}: {e}") from e
+
+    def kill_worker(self, node: str, pid: int) -> None:
+        """SIGKILL process ``pid`` on ``node`` (a Ray worker: :meth:`worker_pid`), from a task
+        placed there: the kill lands on that node, whichever machine it is.
+        :class:`RayFaultRefused` when the task could not do it (no such process there)."""
+        self._on_node(node, _kill_pid, pid)
+
+    def remove_node(self, node: str) -> None:
+        """Take ``node`` out of the cluster mid-run: a task placed there SIGKILLs its raylet,
+        and every Ray worker on it dies with it. The head (the cluster's control store) is
+        refused (:class:`RayFaultRefused`), as is a node that is not alive."""
+        if not self.removable(node):
+            raise RayFaultRefused(f"node {node} is the head, not alive, or not in the cluster")
+        with self._lock:
+            self._removed.add(node)
+        self._on_node(node, _kill_raylet, wait=False)
+
+    def removable(self, node: str) -> bool:
+        """Whether :meth:`remove_node` may take ``node``: alive, and not the head."""
+        self._connect()
+        if node in self._removed:
+            return False
+        for n in self._ray.nodes():
+            if str(n["NodeID"]) == node:
+                head = any(k.startswith("node:__internal_head__") for k in n.get("Resources", {}))
+                return bool(n.get("Alive")) and not head
+        return False
+
+    def _on_node(self, node: str, fn: Any, *args: Any, wait: bool = True) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray = self._ray
+        self._connect()
+        task = ray.remote(num_cpus=0, max_retries=0)(fn).options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+        )
+        ref = task.remote(*args)
+        if not wait:
+            ray.wait([ref], timeout=FAULT_TIMEOUT)  # it ran, or its node went with it
+            return
+        try:
+            error = ray.get(ref, timeout=FAULT_TIMEOUT)
+        except Exception as e:
+            raise RayFaultRefused(f"node {node}: {type(e).__name__}: {e}") from e
+        if error:
+            raise RayFaultRefused(f"node {node}: {error}")
 
     def close(self) -> None:
         """Stop every launcher (its hosts, its fork server), then disconnect from Ray

@@ -31,20 +31,75 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import signal
+import tempfile
+from dataclasses import replace
 from multiprocessing import forkserver
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 import psutil
 
 from actors.agent_process_host import HostBoot, agent_host_connect_main
 from actors.process import ensure_fork_server, fork_server_address, start_process
+from runtime.constants import SCRATCH_ENV
+from runtime.state.record_mirror import seed
 from runtime.state.run_processes import RunProcess, still_running
+from runtime.state.session_dir import SessionDir
 
 SHELL_GRACE = 5.0
 """Seconds a shell whose host ended may take to exit before it is killed."""
+
+NODE_SESSIONS_ENV = "EXARCH_NODE_SESSIONS"
+"""Where a node keeps its hosts' copies of session directories (see :func:`node_session`)."""
+
+
+def node_session(driver: SessionDir) -> SessionDir:
+    """This node's copy of the driver's session directory: under ``$EXARCH_NODE_SESSIONS``
+    (default ``<temp dir>/exarch-node``), named by the driver's directory and a digest of its
+    full path, so two runs never share one even when their directories share a name."""
+    base = Path(os.environ.get(NODE_SESSIONS_ENV) or Path(tempfile.gettempdir()) / "exarch-node")
+    digest = hashlib.sha256(str(driver.root.resolve()).encode()).hexdigest()[:10]
+    return SessionDir.at(base / f"{driver.root.name}-{digest}")
+
+
+def on_node(boot: HostBoot, local: SessionDir) -> HostBoot:
+    """``boot`` with this node's session copy, and ``$EXARCH_SCRATCH`` in the shell's context
+    (and in its snapshot's) pointing at this node's scratch directory, which it makes."""
+    name = boot.spec.name
+    scratch = local.scratch(name)
+    scratch.mkdir(parents=True, exist_ok=True)
+    where = str(scratch.resolve())
+    spec = boot.spec
+    if spec.context is not None and SCRATCH_ENV in spec.context.env:
+        spec = replace(
+            spec, context=replace(spec.context, env={**spec.context.env, SCRATCH_ENV: where})
+        )
+    snap = spec.snapshot
+    env = dict(snap.context.get("env") or {}) if snap is not None else {}
+    if snap is not None and SCRATCH_ENV in env:
+        context = {**snap.context, "env": {**env, SCRATCH_ENV: where}}
+        spec = replace(spec, snapshot=replace(snap, context=context))
+    return replace(boot, session=local, spec=spec)
+
+
+def _host_on_node(
+    address: tuple[str, int],
+    key: bytes,
+    fork_address: str,
+    boot: HostBoot,
+    node: str,
+    files: dict[str, bytes],
+) -> None:
+    """Process entry point of a host the launcher forked: its node's copy of the session
+    directory seeded with the driver's copy of its agent's files (a restart or a resume on
+    another node), then served with every durable write shipped to the driver."""
+    local = node_session(boot.session)
+    seed(local, boot.spec.name, files)
+    agent_host_connect_main(address, key, fork_address, on_node(boot, local), node, ship=True)
 
 
 def _kill_group(pid: int) -> None:
@@ -87,12 +142,20 @@ class NodeLauncher:
     def pid(self) -> int:
         return os.getpid()
 
-    async def run(self, host_id: str, address: tuple[str, int], key: bytes, boot: HostBoot) -> int:
-        """Fork a host for ``boot`` that connects back to ``address`` with ``key``; return its
-        exit code once it has ended (negative: the signal that killed it)."""
+    async def run(
+        self,
+        host_id: str,
+        address: tuple[str, int],
+        key: bytes,
+        boot: HostBoot,
+        files: dict[str, bytes],
+    ) -> int:
+        """Fork a host for ``boot`` that connects back to ``address`` with ``key``, its node's
+        session copy seeded with ``files`` (the driver's copy of its agent's); return its exit
+        code once it has ended (negative: the signal that killed it)."""
         proc = start_process(
-            agent_host_connect_main,
-            (address, key, self._fork_server(), boot, self._node),
+            _host_on_node,
+            (address, key, self._fork_server(), boot, self._node, files),
             name=f"agent-{boot.spec.name}",
         )
         self._hosts[host_id] = proc

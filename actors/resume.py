@@ -300,6 +300,7 @@ def resume_run(
     connection: dict[str, Any] | None = None,
     durability: Durability | None = None,
     agents: Literal["thread", "process"] | None = None,
+    backend: Any = None,
 ) -> ResumeOutcome:
     """Resume the run in ``session`` to its end (see the module docstring).
 
@@ -311,7 +312,9 @@ def resume_run(
     overrides ``run.json``'s policy (absent there: ``process``), and is then written to it;
     ``agents`` likewise overrides where the agents run (absent there: ``thread``). An agent
     rebuilt in a process of its own settles its pending calls and takes its nudge there
-    (:meth:`actors.agent_process.ProcessAgent.recover`)."""
+    (:meth:`actors.agent_process.ProcessAgent.recover`). ``backend`` (a ``HostBackend``:
+    ``actors/ray_backend.py``) starts each rebuilt agent's process (implies ``process``); its
+    host begins from the driver's copy of the agent's files."""
     from actors.fleet import Fleet, FleetConfig
 
     plan = plan_resume(session)
@@ -348,8 +351,10 @@ def resume_run(
             return base.for_agent(name)
 
     policy = durability or parse_durability(run.get("durability"))
-    hosts: Literal["thread", "process"] = agents or (
-        "process" if run.get("agents") == "process" else "thread"
+    hosts: Literal["thread", "process"] = (
+        "process"
+        if backend is not None
+        else agents or ("process" if run.get("agents") == "process" else "thread")
     )
     changed = {}
     if durability is not None and policy.value != run.get("durability"):
@@ -376,6 +381,7 @@ def resume_run(
             limits=ShellLimits.from_json(run.get("shellLimits")),
             durability=policy,
             agents=hosts,
+            backend=backend,
         ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), plan.trunk_reply

@@ -41,6 +41,7 @@ ORDER = [
         "--agents process vs thread: 1 vs 2 cores, control CPU per call, spawn, cascade, PSS",
     ),
     ("ral_fuzz", "generated programs and hostile text: typed outcomes only, none over 2 s"),
+    ("record_shipping", "a Ray host's event-log append shipped to the driver vs written locally"),
 ]
 
 

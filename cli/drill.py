@@ -45,6 +45,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cli.backend_options import Backend, backend_options, check_backend, make_backend
 from cli.drill_faults import (
     Applied,
     measure_recovery,
@@ -64,6 +65,7 @@ from runtime.drills.nemesis import (
     KNOWN_KINDS,
     LIVE,
     PROCESS,
+    RAY,
     SCRIPTED,
     BadFaults,
     Fault,
@@ -109,6 +111,9 @@ class DrillConfig:
     root: Path = Path(".")
     durability: Durability = DEFAULT_DURABILITY
     """Every round's ``--durability`` (a control-killed round's resume keeps it: run.json)."""
+    hosts: Any = None
+    """``--backend ray``: the one Ray backend every round's agents run on (None: this
+    machine)."""
 
 
 @dataclass
@@ -217,6 +222,7 @@ class DrillResult:
             "calls": c.calls,
             "scenario": c.scenario,
             "durability": c.durability.value,
+            "backend": "local" if c.hosts is None else "ray",
             "ok": self.ok,
             "interrupted": None
             if self.interrupted is None
@@ -283,7 +289,7 @@ def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillRes
     control = [f for f in schedule if f.kind in CONTROL]
     applied: list[Applied] = []
     start = time.monotonic()
-    feed = LiveFeed([f for f in schedule if f.kind in LIVE + PROCESS], start, applied)
+    feed = LiveFeed([f for f in schedule if f.kind in LIVE + PROCESS + RAY], start, applied)
     backend: Literal["thread", "process"] = (
         "process" if any(k in PROCESS for k in cfg.faults) else "thread"
     )
@@ -325,7 +331,14 @@ def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillRes
                 control.append(kill)  # the round ended before the kill: a later round takes it
         else:
             info = run_in_process(
-                scenario_path, session, rnd, feed, stop, cfg.durability, agents=backend
+                scenario_path,
+                session,
+                rnd,
+                feed,
+                stop,
+                cfg.durability,
+                agents=backend,
+                hosts=cfg.hosts,
             )
         scripted += _played(placed, session, cfg.calls, rnd, applied)
         measure_recovery(applied[before:], session)
@@ -494,13 +507,15 @@ def invariant_table(result: DrillResult) -> Table:
     default="all",
     show_default=True,
     help="Comma-separated kinds: "
-    + ", ".join(SCRIPTED + LIVE + CONTROL + PROCESS)
-    + " (all: every kind but agent-kill, which runs each agent in its own process)",
+    + ", ".join(SCRIPTED + LIVE + CONTROL + PROCESS + RAY)
+    + " (all: every kind but agent-kill, which runs each agent in its own process, and "
+    "ray-worker-kill and node-loss, which need --backend ray)",
 )
 @click.option("--duration", type=float, default=10.0, show_default=True, help="Seconds.")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the drill.")
 @click.option("--json", "as_json", is_flag=True, help="Print drill-report.json instead of tables.")
 @durability_option()
+@backend_options
 def drill_command(
     scenario: str | None,
     agents: int,
@@ -513,6 +528,9 @@ def drill_command(
     session_dir: str | None,
     as_json: bool,
     durability: Durability,
+    backend: Backend,
+    ray_address: str | None,
+    placement: str | None,
 ) -> None:
     """Run fleets for --duration seconds while a seeded nemesis injects faults; check the
     invariants after each round. Each round plays SCENARIO if given (as written: only live
@@ -531,7 +549,9 @@ def drill_command(
     Exit codes:
       0    every invariant held and every requested kind was applied
       1    an invariant was violated, or a requested kind was never applied
-      2    bad input (an unknown or unplayable fault kind, a rate or duration <= 0)
+      2    bad input (an unknown or unplayable fault kind, a rate or duration <= 0, a Ray
+           kind without --backend ray, a scripted kind or control-kill with it, --backend ray
+           without Ray)
       130  interrupted by Ctrl-C (SIGINT); the report is written, marked interrupted
       143  interrupted by SIGTERM, likewise
     """
@@ -540,6 +560,16 @@ def drill_command(
         fault_schedule(seed, rate, kinds, duration)
     except BadFaults as e:
         raise click.UsageError(str(e)) from None
+    check_backend(backend, ray_address, placement)
+    ray_kinds = [k for k in kinds if k in RAY]
+    if ray_kinds and backend != "ray":
+        raise click.UsageError(f"{', '.join(ray_kinds)} needs --backend ray")
+    if backend == "ray" and any(k in CONTROL + SCRIPTED for k in kinds):
+        raise click.UsageError(
+            "with --backend ray a drill applies the live kinds only: control-kill runs its "
+            "round in a child process on this machine, and the scripted kinds need the fault "
+            "switch, which does not reach a Ray host's shell (name the kinds with --faults)"
+        )
     root = Path(session_dir) if session_dir else SessionDir.new().root
     cfg = DrillConfig(
         seed,
@@ -552,6 +582,7 @@ def drill_command(
         str(Path(scenario).resolve()) if scenario else None,
         root.resolve(),
         durability,
+        make_backend(backend, ray_address, placement),
     )
     console = Console(stderr=True)
     with Progress(
@@ -570,8 +601,12 @@ def drill_command(
                 description=f"round {rnd + 1}, {n} faults applied",
             )
 
-        with DrillStop().installed() as stop:
-            result = run_drill(cfg, on_progress=tick, stop=stop)
+        try:
+            with DrillStop().installed() as stop:
+                result = run_drill(cfg, on_progress=tick, stop=stop)
+        finally:
+            if cfg.hosts is not None:
+                cfg.hosts.close()
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2))
     else:

@@ -46,6 +46,8 @@ from runtime.state.session_dir import SessionDir
 
 FLOOD = 1000
 WRITE_FAILURE_SECS = 0.15
+NODE_LOSS_SECS = 60.0
+"""Seconds a ``node-loss`` waits for the lost agent's host to be seen gone (a hang guard)."""
 
 
 @dataclass
@@ -178,6 +180,8 @@ class LiveNemesis:
         self.appliers: dict[str, Callable[[Applied, str, random.Random], bool]] = {
             "shell-kill": self._shell_kill,
             "agent-kill": self._agent_kill,
+            "ray-worker-kill": self._ray_worker_kill,
+            "node-loss": self._node_loss,
             "inbox-flood": self._inbox_flood,
             "cancel-storm": self._cancel_storm,
             "clear-storm": self._clear_storm,
@@ -250,6 +254,62 @@ class LiveNemesis:
             psutil.Process(pid).kill()
         except psutil.NoSuchProcess:
             raise _NotYet from None  # restarting or ended meanwhile
+        return True
+
+    def _ray_host(self, a: Applied, name: str) -> tuple[Any, Any] | None:
+        """The agent's handle and the fleet's Ray backend, or None (recorded) without them."""
+        backend = self.fleet.config.backend
+        if not hasattr(backend, "remove_node"):
+            a.detail["error"] = "the agents are not hosted on a Ray cluster (--backend ray)"
+            return None
+        agent = self.fleet.hosted.get(name)
+        if agent is None:
+            raise _NotYet  # registered, its host still starting
+        return agent, backend
+
+    def _ray_worker_kill(self, a: Applied, name: str, _rng: random.Random) -> bool:
+        """SIGKILL of the Ray worker process on the agent's node that its host was forked from
+        (the node's launcher), by a task placed there: every agent host on that node dies with
+        it; the supervisor restarts each elsewhere or settles it down."""
+        got = self._ray_host(a, name)
+        if got is None:
+            return False
+        agent, backend = got
+        node = agent.node
+        if agent.done.is_set():
+            raise _NotYet
+        pid = backend.worker_pid(node)
+        a.detail.update(pid=pid, node=node, hostPid=agent.pid, restartsBefore=agent.restarts)
+        backend.kill_worker(node, pid)
+        return True
+
+    def _node_loss(self, a: Applied, name: str, _rng: random.Random) -> bool:
+        """Remove the node the agent runs on, or, when that is the head (never removed), the
+        node of another live agent: its raylet SIGKILLed there, every worker on it gone.
+        Applied once that agent's host is seen gone (a restart began, or it ended); with every
+        live agent on the head it waits."""
+        got = self._ray_host(a, name)
+        if got is None:
+            return False
+        agent, backend = got
+        others = [n for n in self._live(trunk=False) if n != name]
+        for candidate in [name, *others]:  # the drawn agent first, else one on another node
+            host = self.fleet.hosted.get(candidate)
+            if host is not None and not host.done.is_set() and backend.removable(host.node):
+                agent = host
+                break
+        else:
+            raise _NotYet  # every live agent is on the head: wait for one elsewhere
+        a.agent = agent.name
+        node, before = agent.node, len(agent.pids)
+        a.detail.update(node=node, pid=agent.pid, restartsBefore=agent.restarts)
+        backend.remove_node(node)
+        deadline = time.monotonic() + NODE_LOSS_SECS
+        while time.monotonic() < deadline and len(agent.pids) == before:
+            if agent.done.is_set():
+                break
+            time.sleep(0.05)
+        a.detail["hostGone"] = len(agent.pids) > before or agent.done.is_set()
         return True
 
     def _inbox_flood(self, a: Applied, name: str, _rng: random.Random) -> bool:

@@ -168,9 +168,11 @@ def run_in_process(
     durability: Durability = DEFAULT_DURABILITY,
     *,
     agents: Literal["thread", "process"] = "thread",
+    hosts: Any = None,
 ) -> dict[str, Any]:
     """One round in this process; ``agents`` is the fleet's backend (``process`` when the
-    drill asks for ``agent-kill``)."""
+    drill asks for ``agent-kill``); ``hosts`` the drill's Ray backend (``--backend ray``:
+    every agent a Ray actor), kept across rounds."""
     from cli.runner import RunSpec, run_headless
     from runtime.providers.scenario import load_scenario
 
@@ -180,10 +182,15 @@ def run_in_process(
         load_scenario(scenario),
         session_dir=str(session.root),
         durability=durability,
-        agents=agents,
+        agents="process" if hosts is not None else agents,
     )
     got = _drive(
-        lambda on_start: run_headless(spec, on_start=on_start), session, rnd, feed, stop, "round"
+        lambda on_start: run_headless(spec, on_start=on_start, hosts=hosts),
+        session,
+        rnd,
+        feed,
+        stop,
+        "round",
     )
     res = got.get("result")
     return {

@@ -16,7 +16,14 @@ from typing import Any
 import click
 
 from actors.resume import resume_run
-from cli.backend_options import Agents, agents_option
+from cli.backend_options import (
+    Agents,
+    Backend,
+    agents_option,
+    backend_options,
+    check_backend,
+    make_backend,
+)
 from cli.durability import durability_option
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
@@ -38,6 +45,7 @@ class Refused(click.ClickException):
 @output_options
 @durability_option(inherit=True)
 @agents_option(inherit=True)
+@backend_options
 def resume_command(
     session_dir: str,
     connection: ProviderChoice,
@@ -45,27 +53,34 @@ def resume_command(
     quiet: bool,
     durability: Durability | None,
     agents: Agents | None,
+    backend: Backend,
+    ray_address: str | None,
+    placement: str | None,
 ) -> None:
     """Resume a run from its SESSION_DIR after the control process died, and finish it.
 
     The provider and model are those of the run (its run.json); the options override the model,
     endpoint and key of a network run. Agents are rebuilt where the run ran them (threads, or
-    processes of their own with --agents process), unless --agents says otherwise. Prints what
-    `run` prints, plus one `resumed:` line (what was rebuilt and healed).
+    processes of their own with --agents process), unless --agents says otherwise; with
+    --backend ray each rebuilt agent's process is started on a Ray node, from the session
+    directory's files (which hold every agent's records on the driver's machine,
+    docs/scale-out.md). Prints what `run` prints, plus one `resumed:` line (what was rebuilt
+    and healed).
 
     \b
     Exit codes:
       0    the trunk replied or quiesced
       1    the run failed (the `error:` line says why) or was capped
       2    the directory cannot be resumed (not a session, no run.json, already finished, a
-           damaged session file named by file and line), a bad flag, or no API key for the
-           hosted service
+           damaged session file named by file and line), a bad flag, no API key for the
+           hosted service, or --backend ray without Ray installed
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
       143  cancelled by SIGTERM, likewise
     """
     session = SessionDir(Path(session_dir).resolve())
     overrides = _connection_overrides(session, connection)
+    check_backend(backend, ray_address, placement)
     report = RunReporter(as_json=as_json, quiet=quiet)
     hit = {"cancel": False}
     with signals_cancel(lambda: hit.__setitem__("cancel", True)) as interrupted:
@@ -74,6 +89,7 @@ def resume_command(
             report.tick()
             return interrupted.is_set()
 
+        hosts = make_backend(backend, ray_address, placement)
         try:
             result = resume_run(
                 session,
@@ -82,11 +98,14 @@ def resume_command(
                 connection=overrides,
                 durability=durability,
                 agents=agents,
+                backend=hosts,
             )
         except ResumeRefused as e:
             raise Refused(str(e)) from None
         finally:
             report.detach()
+            if hosts is not None:
+                hosts.close()
     outcome = "cancelled" if interrupted.is_set() else result.outcome
     plan = result.plan
     if not report.silent:

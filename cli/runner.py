@@ -249,8 +249,12 @@ def run_headless(
     *,
     on_start: Callable[[Any], None] | None = None,
     observer: RunObserver | None = None,
+    hosts: Any = None,
 ) -> RunOutcome:
     """Run a headless trunk to its end and write ``result.json``.
+
+    ``hosts``: a ``HostBackend`` the caller made and closes (a drill's one Ray connection for
+    all its rounds), used instead of one made from ``spec.backend`` for this run alone.
 
     What can be refused (a bad flag, a missing API key, no prompt) is refused before the
     session directory is created, so a refused run leaves nothing behind."""
@@ -278,7 +282,8 @@ def run_headless(
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)
     if recording is not None:
         factory = recording.factory
-    backend = make_backend(spec.backend, spec.ray_address, spec.placement)
+    owned = hosts is None
+    backend = make_backend(spec.backend, spec.ray_address, spec.placement) if owned else hosts
     fleet = Fleet(
         session,
         factory,
@@ -322,7 +327,7 @@ def run_headless(
         try:
             fleet.close()
         finally:
-            if backend is not None:
+            if backend is not None and owned:
                 backend.close()
             if recording is not None:
                 recording.close()

@@ -24,6 +24,11 @@ Catalog (``KNOWN_KINDS``; ``all`` is ``FAULT_KINDS``), by how each is delivered:
 - ``agent-kill`` (:data:`PROCESS`): SIGKILL of one agent's own process. Requested by name only
   (not part of ``all``): it runs the rounds with ``--agents process``, where the supervisor
   restarts the agent from its files or settles it ``down``.
+- ``ray-worker-kill`` and ``node-loss`` (:data:`RAY`): with ``--backend ray`` only, by name
+  only: SIGKILL of the Ray worker process an agent's actor runs in, on its node; removal of a
+  node (not the head) that holds a live agent, its raylet SIGKILLed there with every worker on
+  it. The supervisor restarts the agents elsewhere from the driver's files or settles them
+  ``down`` (``release-unconfirmed``: what they left on the node is out of reach).
 
 Landing rules, so that every requested kind is applied (the drill fails otherwise,
 :func:`owed_kinds`): a drill of :data:`COVERAGE_SECS` or more schedules every requested kind;
@@ -55,9 +60,11 @@ LIVE = ("shell-kill", "inbox-flood", "cancel-storm", "clear-storm", "write-failu
 CONTROL = ("control-kill",)
 PROCESS = ("agent-kill",)
 """Live kinds that need every agent in its own process (the rounds run ``--agents process``)."""
+RAY = ("ray-worker-kill", "node-loss")
+"""Live kinds that need the agents on a Ray cluster (``--backend ray``)."""
 FAULT_KINDS = SCRIPTED + LIVE + CONTROL
 """The kinds of ``all``."""
-KNOWN_KINDS = FAULT_KINDS + PROCESS
+KNOWN_KINDS = FAULT_KINDS + PROCESS + RAY
 """Every kind a drill may be asked for by name."""
 
 RECOVERING = frozenset(
@@ -71,6 +78,8 @@ RECOVERING = frozenset(
         "inbox-flood",
         "write-failure",
         "agent-kill",
+        "ray-worker-kill",
+        "node-loss",
     }
 )
 """Kinds after which the affected agent is expected to make another successful call (a
@@ -129,9 +138,9 @@ def parse_faults(text: str | Iterable[str], *, scripted: bool = True) -> tuple[s
     the live and control kinds, and a scripted kind is refused, since it could never land."""
     names = [t.strip() for t in (text.split(",") if isinstance(text, str) else text)]
     names = [n for n in names if n]
-    catalog = KNOWN_KINDS if scripted else LIVE + CONTROL + PROCESS
-    if names == ["all"]:  # agent-kill changes how the rounds run: by name only
-        return tuple(k for k in catalog if k not in PROCESS)
+    catalog = KNOWN_KINDS if scripted else LIVE + CONTROL + PROCESS + RAY
+    if names == ["all"]:  # agent-kill and the Ray kinds change how the rounds run: by name only
+        return tuple(k for k in catalog if k not in PROCESS + RAY)
     unknown = [n for n in names if n not in KNOWN_KINDS]
     if unknown or not names:
         raise BadFaults(
@@ -183,7 +192,9 @@ def live_order(
     due = [
         f
         for f in pending
-        if f.kind in LIVE + PROCESS and f.at <= now and (in_process or f.kind in LANDS_OUTSIDE)
+        if f.kind in LIVE + PROCESS + RAY
+        and f.at <= now
+        and (in_process or f.kind in LANDS_OUTSIDE)
     ]
     return sorted(
         due, key=lambda f: (applied.get(f.kind, 0) > 0, f.kind == "cancel-storm", f.at, f.seq)

@@ -342,6 +342,25 @@ class Ended(ChannelMessage):
     payload: bytes = b""
 
 
+@dataclass(frozen=True)
+class RecordFrame(ChannelMessage):
+    """Host -> control: one durable write the host made in its node's copy of the session
+    directory, for the control side to make in the real one (``runtime/state/record_mirror.py``):
+    a notification under durability ``process`` (the control side writes it before it reads
+    the host's next frame), a request under ``machine`` (the :class:`ReturnFrame` comes once it
+    is fsync'd)."""
+
+    KIND: ClassVar[str] = "record"
+    agent: str
+    op: str
+    """``lines`` | ``bytes`` | ``replace`` | ``rename``."""
+    path: str
+    """Relative to the session root, POSIX separators."""
+    data: bytes = b""
+    to: str | None = None
+    """A ``rename``'s new path."""
+
+
 MESSAGE_TYPES: tuple[type[ChannelMessage], ...] = (
     Spawn,
     BornFrame,
@@ -366,6 +385,7 @@ MESSAGE_TYPES: tuple[type[ChannelMessage], ...] = (
     ReturnFrame,
     PublishFrame,
     Ended,
+    RecordFrame,
 )
 BY_KIND: dict[str, type[ChannelMessage]] = {t.KIND: t for t in MESSAGE_TYPES}
 assert len(BY_KIND) == len(MESSAGE_TYPES), "two message types share a KIND"

@@ -45,6 +45,7 @@ from typing import Any
 import msgpack
 
 from runtime.errors import SnapshotRefused
+from runtime.state import durability
 
 FORMAT = "exarch-binding-log"
 VERSION = 1
@@ -203,6 +204,7 @@ class BindingLogWriter:
         self._fd = fd  # the renamed file: appends go on from the header
         os.lseek(fd, 0, os.SEEK_END)
         self.size = len(frame)
+        durability.shipped(self.path, "replace", frame)
 
     def append(self, record: dict[str, Any]) -> int:
         """Append one frame (one ``write(2)``; fsync'd only when the writer was opened with
@@ -223,6 +225,7 @@ class BindingLogWriter:
                 pass
             raise
         self.size += len(frame)
+        durability.shipped(self.path, "bytes", frame)
         return len(frame)
 
     def close(self) -> None:

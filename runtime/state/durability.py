@@ -43,6 +43,12 @@ sends a path under a bound directory to that directory's open :class:`AppendFile
 path to a one-shot open/append/close under :data:`DEFAULT`. A path whose file was renamed or
 deleted since it was opened (``/clear`` archives ``events.jsonl``) is reopened on the next
 append, after the old file's written records are made durable under the policy.
+
+Shipping: a directory bound with a ``ship`` sink (an agent host on a Ray node,
+``runtime/state/record_mirror.py``) hands every durable write under it to that sink as a
+:class:`ShippedRecord`, right after the local write and before the writer returns: its appends
+here, and through :func:`shipped` the whole-file writes, binding-log frames and renames of the
+modules that make them.
 """
 
 from __future__ import annotations
@@ -56,8 +62,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 from runtime.errors import ExarchError
 
@@ -87,6 +95,26 @@ TORN_SUFFIX = ".torn"
 """``<file>.torn``: JSON lines, one per torn tail set aside (offset, length, bytes in base64)."""
 
 _SCAN = 64 * 1024
+
+ShipOp = Literal["lines", "bytes", "replace", "rename"]
+"""``lines``: append whole JSON lines; ``bytes``: append raw bytes (binding-log frames);
+``replace``: the file's whole new content (written atomically); ``rename``: ``path`` to ``to``."""
+
+OPS: frozenset[str] = frozenset({"lines", "bytes", "replace", "rename"})
+
+
+@dataclass(frozen=True)
+class ShippedRecord:
+    """One durable write under a shipping root, by its path relative to that root (POSIX)."""
+
+    op: ShipOp
+    path: str
+    data: bytes = b""
+    to: str | None = None
+    """The new path of a ``rename``."""
+
+
+Sink = Callable[[ShippedRecord], None]
 
 
 def parse_durability(value: str | None) -> Durability:
@@ -121,6 +149,8 @@ class AppendFile:
         self._syncing = False
         self.fsyncs = 0
         self.records = 0
+        self.ship: Callable[[bytes], None] | None = None
+        """Set by a shipping :class:`DurableFiles`: hands each append's bytes to its sink."""
 
     # --- appending -------------------------------------------------------------------------
 
@@ -130,6 +160,8 @@ class AppendFile:
         ticket = self.write(data)
         if not defer(self, ticket):
             self.wait(ticket)
+        if self.ship is not None:
+            self.ship(data)
 
     def write(self, data: bytes) -> int:
         """``write(2)`` ``data`` now, under the writer's lock only; return its ticket for
@@ -467,11 +499,18 @@ class DurableFiles:
     """The open append files under one directory, all kept under one policy."""
 
     def __init__(
-        self, root: str | os.PathLike[str], policy: Durability, *, fsync: FsyncFn = os.fsync
+        self,
+        root: str | os.PathLike[str],
+        policy: Durability,
+        *,
+        fsync: FsyncFn = os.fsync,
+        ship: Sink | None = None,
     ) -> None:
         self.root = Path(os.path.abspath(root))
         self.policy = policy
         self.fsync = fsync
+        self.ship = ship
+        """Where every durable write under :attr:`root` is also sent (None: nowhere)."""
         self._files: dict[str, AppendFile] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -485,7 +524,21 @@ class DurableFiles:
                 f = self._files[key] = AppendFile(key, self.policy, fsync=self.fsync)
                 if self._closed:
                     f._closed = True
+                if self.ship is not None:
+                    sink, rel = self.ship, Path(key).relative_to(self.root).as_posix()
+                    f.ship = lambda data: sink(ShippedRecord("lines", rel, data))
             return f
+
+    def shipped(
+        self, path: str | os.PathLike[str], op: ShipOp, data: bytes, to: str | None
+    ) -> None:
+        """Hand one write under :attr:`root` to the sink (``to``: a rename's new path)."""
+        if self.ship is None:
+            return
+        root = self.root
+        rel_to = None if to is None else Path(os.path.abspath(to)).relative_to(root).as_posix()
+        rel = Path(os.path.abspath(path)).relative_to(root).as_posix()
+        self.ship(ShippedRecord(op, rel, data, rel_to))
 
     @property
     def fsyncs(self) -> int:
@@ -509,16 +562,25 @@ class DurableFiles:
 _registry_lock = threading.Lock()
 _bound: dict[Path, tuple[DurableFiles, int]] = {}
 _routes: dict[str, AppendFile] = {}
+_shipping = 0
+"""Bound directories with a sink: while none is, :func:`shipped` returns at once."""
 
 
 def bind(
-    root: str | os.PathLike[str], policy: Durability, *, fsync: FsyncFn = os.fsync
+    root: str | os.PathLike[str],
+    policy: Durability,
+    *,
+    fsync: FsyncFn = os.fsync,
+    ship: Sink | None = None,
 ) -> DurableFiles:
-    """Keep the files under ``root`` open, under ``policy``, until :func:`unbind`.
+    """Keep the files under ``root`` open, under ``policy``, until :func:`unbind`; with
+    ``ship``, hand every durable write under it to that sink too.
 
     Binding a bound root again with the same policy shares its files (counted: each bind needs
-    its unbind); with another policy it is refused (:class:`DurabilityConflict`)."""
-    files = DurableFiles(root, policy, fsync=fsync)
+    its unbind; the first bind's sink stays); with another policy it is refused
+    (:class:`DurabilityConflict`)."""
+    global _shipping
+    files = DurableFiles(root, policy, fsync=fsync, ship=ship)
     with _registry_lock:
         held = _bound.get(files.root)
         if held is not None:
@@ -527,6 +589,8 @@ def bind(
             _bound[files.root] = (held[0], held[1] + 1)
             return held[0]
         _bound[files.root] = (files, 1)
+        if ship is not None:
+            _shipping += 1
         return files
 
 
@@ -543,6 +607,7 @@ def bound_to(root: str | os.PathLike[str], policy: Durability) -> Iterator[Durab
 
 def unbind(files: DurableFiles) -> None:
     """Release one :func:`bind`; the last one closes the files (durable under the policy)."""
+    global _shipping
     with _registry_lock:
         held = _bound.get(files.root)
         if held is None or held[0] is not files:
@@ -551,6 +616,8 @@ def unbind(files: DurableFiles) -> None:
             _bound[files.root] = (files, held[1] - 1)
             return
         del _bound[files.root]
+        if files.ship is not None:
+            _shipping -= 1
         for key in [k for k, f in _routes.items() if f in files._files.values()]:
             del _routes[key]
     files.close()
@@ -596,6 +663,22 @@ def append(path: str | os.PathLike[str], data: bytes) -> None:
         _one_shot(Path(path), data, sync_for(path))
     else:
         f.append(data)
+
+
+def shipped(
+    path: str | os.PathLike[str],
+    op: ShipOp,
+    data: bytes = b"",
+    to: str | os.PathLike[str] | None = None,
+) -> None:
+    """Hand a write just made to ``path`` to its bound directory's sink, if it has one (a
+    whole-file write, a binding-log frame, a rename to ``to``). Appends made through
+    :func:`append` and :func:`write_jsonl`'s writer are shipped by their writer."""
+    if not _shipping:
+        return
+    files = bound(path)
+    if files is not None:
+        files.shipped(path, op, data, None if to is None else str(to))
 
 
 def sync_for(path: str | os.PathLike[str]) -> FsyncFn:

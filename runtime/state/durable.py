@@ -76,6 +76,8 @@ def write_jsonl(
         durability.append(path, line)
         return record, _acknowledged
     ticket = writer.write(line)
+    if writer.ship is not None:
+        writer.ship(line)
     return record, lambda: writer.wait(ticket)
 
 
@@ -259,3 +261,4 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
         sync(dfd)
     finally:
         os.close(dfd)
+    durability.shipped(p, "replace", data)

@@ -52,6 +52,7 @@ from runtime.messages import (
     UserMessage,
     message_from_dict,
 )
+from runtime.state import durability
 from runtime.state.durability import sync_for
 from runtime.state.durable import Damage, Shape, append_jsonl, read_jsonl
 
@@ -358,6 +359,7 @@ class AgentLog:
             archive = self.path.with_name(f"{stem}.{self._next_generation()}{suffix}")
             os.replace(self.path, archive)
             _fsync_dir(self.path.parent)
+            durability.shipped(self.path, "rename", to=archive)
         append_jsonl(self.path, {"kind": "cleared", "archived": archive.name if archive else None})
         self._events = []
         self._rerender()

@@ -25,6 +25,7 @@ from runtime.drills.nemesis import (
     LANDS_OUTSIDE,
     LIVE,
     PROCESS,
+    RAY,
     SCRIPTED,
     BadFaults,
     Fault,
@@ -191,6 +192,23 @@ def test_agent_kill_is_requested_by_name_only_since_it_runs_the_rounds_as_proces
         )
 
 
+def test_the_ray_kinds_are_requested_by_name_only_and_refused_without_backend_ray(
+    tmp_path: Path,
+) -> None:
+    for scripted in (True, False):
+        kinds = parse_faults("all", scripted=scripted)
+        assert "ray-worker-kill" not in kinds and "node-loss" not in kinds
+        assert parse_faults("node-loss,ray-worker-kill", scripted=scripted) == (
+            "ray-worker-kill",
+            "node-loss",
+        )
+    root = tmp_path / "drill"
+    args = ["drill", "--seed", "1", "--faults", "node-loss", "--session-dir", str(root)]
+    bad = CliRunner().invoke(main, args)
+    assert bad.exit_code == 2 and "node-loss needs --backend ray" in bad.output
+    assert not root.exists()  # refused before anything was written
+
+
 def test_the_drill_command_documents_its_exit_codes_and_refuses_bad_input_with_2(
     tmp_path: Path,
 ) -> None:
@@ -257,5 +275,7 @@ def test_a_control_kill_round_kills_within_the_calls_the_round_surely_makes() ->
 
 
 def test_every_live_fault_kind_has_exactly_one_applier(tmp_path: Path) -> None:
-    # agent-kill (PROCESS) is applied live too, in rounds whose agents run as processes
-    assert set(LiveNemesis(SessionDir(tmp_path), 0).appliers) == set(LIVE) | set(PROCESS)
+    # agent-kill (PROCESS) is applied live too, in rounds whose agents run as processes, and
+    # the RAY kinds in rounds whose agents run on a Ray cluster
+    appliers = set(LiveNemesis(SessionDir(tmp_path), 0).appliers)
+    assert appliers == set(LIVE) | set(PROCESS) | set(RAY)

@@ -73,13 +73,24 @@ class Cluster:
     def _cmd(self, args: list[str]) -> list[str]:
         return ["nsenter", "-t", str(self.holder.pid), "-n", "--", *args]
 
+    def node_sessions(self, node: int) -> Path:
+        """Where node ``node`` (0: the head) keeps its hosts' copies of session directories
+        (``$EXARCH_NODE_SESSIONS``): a directory of its own per node, none of them the
+        driver's, so the driver's session directory is complete only if the hosts ship it."""
+        return Path(self.temp_dir) / f"node{node}-sessions"
+
     def run(
-        self, args: list[str], *, timeout: float = START_TIMEOUT, cwd: Path = ROOT
+        self,
+        args: list[str],
+        *,
+        timeout: float = START_TIMEOUT,
+        cwd: Path = ROOT,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """``args`` inside the namespace."""
         return subprocess.run(
             self._cmd(args), capture_output=True, text=True, timeout=timeout, cwd=cwd,
-            env=self._env(),
+            env={**self._env(), **(env or {})},
         )  # fmt: skip
 
     def start_exarch(self, *args: str) -> subprocess.Popen[str]:
@@ -96,6 +107,20 @@ class Cluster:
         return self.run(
             [sys.executable, "-c", "from cli.main import main; main()", *args], timeout=timeout
         )
+
+    def add_node(self, index: int) -> None:
+        """Start another worker node (``index`` names its session copies' directory)."""
+        node = self.run(
+            [
+                _ray_bin(),
+                "start",
+                f"--address={self.address}",
+                "--node-ip-address=127.0.0.1",
+                "--num-cpus=1",
+            ],
+            env={"EXARCH_NODE_SESSIONS": str(self.node_sessions(index))},
+        )
+        assert node.returncode == 0, node.stdout + node.stderr
 
     def nodes(self) -> list[str]:
         """The ids of the cluster's alive nodes (asked from inside the namespace)."""
@@ -195,27 +220,20 @@ def cluster() -> Iterator[Cluster]:
                 "--include-dashboard=false",
                 "--disable-usage-stats",
                 f"--temp-dir={temp_dir}",
-            ]
+            ],
+            env={"EXARCH_NODE_SESSIONS": str(cluster.node_sessions(0))},
         )
         assert head.returncode == 0, head.stdout + head.stderr
-        node = cluster.run(
-            [
-                ray,
-                "start",
-                f"--address={cluster.address}",
-                "--node-ip-address=127.0.0.1",
-                "--num-cpus=1",
-            ]
-        )
-        assert node.returncode == 0, node.stdout + node.stderr
+        cluster.add_node(1)
         yield cluster
     finally:
         if cluster is not None:
-            left = cluster.processes()
-            for proc in left:
+            # Not `ray stop`: it stops every Ray process on the machine by name, the clusters
+            # of other test runs in other namespaces included. Only this namespace's go.
+            for proc in cluster.processes():
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
-            psutil.wait_procs(left, timeout=START_TIMEOUT)
+            wait_for(lambda: not cluster.processes(), 30.0, "the cluster's processes gone")
         holder.send_signal(signal.SIGKILL)
         holder.wait()
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -1,6 +1,9 @@
 """The examples, unchanged, with ``--backend ray`` on a real two-node cluster (``conftest.py``):
 agents land on both nodes (``Born``'s node), the fleet finishes, ``check`` holds every
-invariant, and no agent host's process is left on any node."""
+invariant, and no agent host's process is left on any node. Each node keeps its hosts' files
+in a directory of its own (``$EXARCH_NODE_SESSIONS``), never the driver's session directory:
+that is complete only through what the hosts ship, and ``resume`` after the driver is
+SIGKILLed finishes the run from it."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +76,7 @@ def _check(cluster: Cluster, session: Path) -> dict[str, Any]:
     return report
 
 
-def test_fanout_example_lands_its_agents_on_both_nodes_and_replies(
+def test_fanout_example_lands_on_both_nodes_replies_and_ships_every_file_to_the_driver(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     nodes = cluster.nodes()
@@ -84,6 +88,19 @@ def test_fanout_example_lands_its_agents_on_both_nodes_and_replies(
     assert set(placed) == set(nodes), placed  # every agent on a cluster node, both used
     assert result["fleetYield"]["neverSettled"] == 0
     assert result["fleetYield"]["done"] == 2
+    # each host wrote its node's copy (never the driver's directory), and shipped every file
+    agents = sorted(b["agent"] for b in _borns(session))
+    wrote: dict[int, set[str]] = {0: set(), 1: set()}
+    for agent in agents:
+        driver = {p.name: p.read_bytes() for p in (session / "agents" / agent).iterdir()}
+        assert {"events.jsonl", "snapshot.msgpack"} <= set(driver), driver.keys()
+        copies = {i: _files_under(cluster.node_sessions(i), agent) for i in (0, 1)}
+        node = next(i for i, files in copies.items() if files)
+        wrote[node].add(agent)
+        assert copies[node] == driver  # byte for byte on the driver too
+    assert wrote[0] and wrote[1]
+    commits = [r for r in _records(session, "record.jsonl") if r["kind"] == "Commit"]
+    assert {r["agent"] for r in commits} == set(agents)
     _check(cluster, session)
     assert cluster.agent_processes() == []
 
@@ -333,3 +350,112 @@ def test_sigkilling_the_driver_leaves_nothing_of_the_run_on_any_node(
         if run.poll() is None:
             run.kill()
             run.communicate()
+
+def _files_under(root: Path, agent: str) -> dict[str, bytes]:
+    """``agent``'s files in every node session copy under ``root``, by file name."""
+    found: dict[str, bytes] = {}
+    for p in root.glob(f"*/agents/{agent}/*"):
+        if p.is_file():
+            found[p.name] = p.read_bytes()
+    return found
+
+
+def _records(session: Path, name: str) -> list[dict[str, Any]]:
+    try:
+        lines = (session / name).read_text().splitlines(keepends=True)
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.endswith("\n")]
+
+
+def _logged(session: Path, agent: str, text: str) -> bool:
+    try:
+        return text in (session / "agents" / agent / "events.jsonl").read_text()
+    except FileNotFoundError:
+        return False
+
+
+def test_resume_with_ray_finishes_a_run_whose_driver_was_sigkilled_from_the_drivers_files(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "killed.toml"
+    scenario.write_text(KILLED_CHILD)
+    session = tmp_path / "driverless"
+    run = cluster.start_exarch(  # machine: each shipped record is acknowledged once fsync'd
+        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
+        "--session-dir", str(session), "--durability", "machine",
+    )  # fmt: skip
+    try:  # w's call is running on its node, and its event log already says so here
+        wait_for(lambda: _logged(session, "w", "sleep 4"), START_TIMEOUT, "w's call shipped")
+        run.kill()
+        run.communicate()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert not (session / "result.json").exists()
+    # the dead driver's actors die with its job: no agent host is left on any node
+    wait_for(lambda: cluster.agent_processes() == [], START_TIMEOUT, "the dead run's hosts gone")
+    p = cluster.exarch(
+        "resume", str(session), "--json", "--backend", "ray", "--ray-address", cluster.address
+    )
+    assert p.returncode == 0, p.stderr
+    result = _result(session)
+    assert result["outcome"] == "replied" and result["resumed"] is True
+    assert result["reply"] == "w finished"
+    fy = result["fleetYield"]
+    assert (fy["spawned"], fy["neverSettled"]) == (1, 0)
+    resumed_borns = [b for b in _borns(session) if b["agent"] == "w"]
+    assert len(resumed_borns) == 2 and all(b["node"] in cluster.nodes() for b in resumed_borns)
+    assert json.loads((session / "run.json").read_text())["durability"] == "machine"
+    _check(cluster, session)
+    assert cluster.agent_processes() == []
+
+
+def _notices(session: Path, agent: str) -> list[dict[str, Any]]:
+    return [
+        r for r in _records(session, "transcript.jsonl")
+        if r.get("notice") in ("Restarted", "Down") and r["agent"] == agent
+    ]  # fmt: skip
+
+
+def _after(session: Path, n: int) -> Callable[[], list[dict[str, Any]]]:
+    """The notices of w after its first ``n``: the supervisor's verdict on crash ``n + 1``."""
+    return lambda: _notices(session, "w")[n:]
+
+
+def test_an_agent_whose_host_is_lost_past_its_restarts_settles_release_unconfirmed(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "lost.toml"
+    scenario.write_text(KILLED_CHILD.replace("sleep 4", "sleep 30"))
+    session = tmp_path / "lost"
+    run = cluster.start_exarch(
+        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
+        "--session-dir", str(session),
+    )  # fmt: skip
+    try:
+        pid = wait_for(lambda: _born_of(session, "w"), START_TIMEOUT, "w's Born")["pid"]
+        for k in range(4):  # three restarts in 60 s are granted; the fourth crash is not
+            os.kill(pid, signal.SIGKILL)  # the Ray worker its actor runs in
+            last = wait_for(_after(session, k), START_TIMEOUT, "the supervisor's verdict")
+            if last[0]["notice"] == "Restarted":
+                pid = last[0]["data"]["pid"]
+        _, err = run.communicate(timeout=START_TIMEOUT)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 0, err
+    assert [n["notice"] for n in _notices(session, "w")] == ["Restarted"] * 3 + ["Down"]
+    journal = [r for r in _records(session, "spawn-journal.jsonl") if r.get("id") == "w"]
+    kinds = [r["kind"] for r in journal]
+    assert "teardown-unconfirmed" in kinds
+    settled = [r for r in journal if r["kind"] == "settled"]
+    assert settled[-1]["retainedExecution"] == "release-unconfirmed"
+    unconfirmed = next(r for r in journal if r["kind"] == "teardown-unconfirmed")
+    assert "is gone" in unconfirmed["detail"]  # its node's shell and scratch: out of reach
+    fy = _result(session)["fleetYield"]
+    assert (fy["spawned"], fy["down"], fy["neverSettled"]) == (1, 1, 0)
+    _check(cluster, session)
+    assert cluster.agent_processes() == []

@@ -1,6 +1,8 @@
 """A node lost mid-run (its raylet SIGKILLed, and with it every Ray worker on it): the agents
 that ran there are restarted on the other node or settled ``down``; the fleet finishes with
-every slot settled. A module of its own: the loss spoils the cluster for any later test."""
+every slot settled. Then a node is added again and ``exarch-actors drill --backend ray`` kills
+Ray workers and removes that node mid-run, every invariant holding. A module of its own: a
+loss spoils the cluster for any later test."""
 
 from __future__ import annotations
 
@@ -90,4 +92,31 @@ def test_a_node_lost_mid_run_moves_or_downs_its_agents_and_the_fleet_finishes_se
     assert fy["done"] + fy["down"] == 2
     check = cluster.exarch("check", "--json", str(session))
     assert check.returncode == 0 and json.loads(check.stdout)["ok"], check.stdout
+    assert cluster.agent_processes() == []
+
+
+def test_a_ray_drill_kills_workers_and_removes_a_node_and_every_invariant_holds(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.add_node(2)  # the drill removes a node that is not the head
+    wait_for(lambda: len(cluster.nodes()) >= 2, START_TIMEOUT, "two alive nodes")
+    drill = tmp_path / "drill"
+    # seed 41 at 0.3 faults/s over 10 s: a worker kill at 1.6 s, a node loss at 4.5 s
+    p = cluster.exarch(
+        "drill", "--backend", "ray", "--ray-address", cluster.address,
+        "--faults", "ray-worker-kill,node-loss", "--seed", "41", "--rate", "0.3",
+        "--duration", "10", "--agents", "2", "--calls", "8", "--call-ms", "500",
+        "--session-dir", str(drill),
+    )  # fmt: skip
+    report = json.loads((drill / "drill-report.json").read_text())
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert report["injectedByKind"] == {"ray-worker-kill": 1, "node-loss": 1}
+    assert report["invariants"]["violated"] == 0 and report["invariants"]["held"] > 0
+    lost = next(a for a in report["applied"] if a["kind"] == "node-loss")
+    assert lost["landed"] and lost["detail"]["hostGone"]
+    gone = lost["detail"]["node"]
+    wait_for(lambda: gone not in cluster.nodes(), START_TIMEOUT, "the node gone from the cluster")
+    for rnd in report["rounds"]:
+        result = json.loads((Path(rnd["dir"]) / "result.json").read_text())
+        assert result["fleetYield"]["neverSettled"] == 0
     assert cluster.agent_processes() == []
