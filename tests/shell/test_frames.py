@@ -5,7 +5,7 @@ from __future__ import annotations
 import multiprocessing
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.frames import (
@@ -80,5 +80,36 @@ def test_a_refused_frame_sends_nothing_and_the_channel_carries_the_next_one() ->
         here.send("run", id=1, source='echo "a\ud800"')
     here.send("run", id=2, source="echo hi")
     assert there.recv() == Frame("run", {"id": 2, "source": "echo hi"})
+    here.close()
+    there.close()
+
+
+def test_frames_read_together_are_each_delivered_in_order_and_the_second_needs_no_poll() -> None:
+    a, b = multiprocessing.Pipe(duplex=True)
+    here, there = Channel(a), Channel(b)
+    here.send("notice", program=7)
+    here.send("result", value="1")
+    assert there.recv() == Frame("notice", {"program": 7})  # one read(2) took both
+    assert there.has_frame() and there.poll(0)
+    assert there.recv() == Frame("result", {"value": "1"})
+    assert not there.has_frame() and not there.poll(0)
+    here.close()
+    there.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(0, 100_000), min_size=1, max_size=4))  # past the 64 KiB join
+def test_bodies_of_any_size_cross_a_channel_whole_and_read_as_connection_writes_them(
+    sizes: list[int],
+) -> None:
+    """The wire is ``Connection``'s: a peer that reads with ``recv_bytes`` gets each body."""
+    a, b = multiprocessing.Pipe(duplex=True)
+    here, there = Channel(a), Channel(b)
+    bodies = [bytes([n % 251]) * n for n in sizes]
+    for body in bodies:
+        here.send_bytes(body)
+        assert b.recv_bytes() == body  # a plain Connection reads the channel's frame
+        a.send_bytes(body)
+        assert there.recv_bytes() == body  # and the channel reads a Connection's
     here.close()
     there.close()
