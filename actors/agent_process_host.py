@@ -137,6 +137,9 @@ class EndReport:
     replied: bool
     reply_value: Any
     stats: AgentStats
+    shell_pid: int | None = None
+    """Its shell host's pid at its end: a rollback replaced the one ``Born`` named, and the
+    executor settles (and tears down) the current one."""
 
 
 def unpickle(data: bytes) -> Any:
@@ -245,6 +248,7 @@ class AgentProcess:
                     agent.replied,
                     agent.reply_value,
                     agent.stats,
+                    agent.shell_pid(),
                 )
                 self.flush()
                 self.channel.try_send(Ended(self.name, pickle.dumps(report)))
