@@ -393,6 +393,8 @@ class ProcessAgent:
     def _ended(self, host: _Host, report: EndReport) -> None:
         self.stats = report.stats
         self._shell_stopped = report.shell_stopped
+        if report.shell_pid is not None:  # after a rollback: not the shell Born named
+            host.shell_pid = report.shell_pid
         self.reply_value = report.reply_value
         self._replied = report.replied
         self._end_cause = report.cause

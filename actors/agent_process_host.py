@@ -166,6 +166,9 @@ class EndReport:
     shell_stopped: bool = False
     """Its shell was closed and reaped here before ``Ended`` was sent: the spawn site's
     teardown finds it stopped and need not wait for this process to exit."""
+    shell_pid: int | None = None
+    """Its shell host's pid at its end: a rollback replaced the one ``Born`` named, and the
+    executor settles (and tears down) the current one."""
 
 
 def unpickle(data: bytes) -> Any:
@@ -343,6 +346,7 @@ class AgentProcess:
                 # the shell goes first, here and in parallel with every other ending agent:
                 # the settlement then finds the environment stopped (the 100-agent cascade
                 # waited on each process's exit before, docs/benchmarks.md)
+                shell_pid = agent.shell_pid()  # read before the stop: a rollback's, not Born's
                 stop_agent_shell(self.name, agent.shell)
                 report = EndReport(
                     agent.outcome or AgentOutcome.FAILED,
@@ -351,6 +355,7 @@ class AgentProcess:
                     agent.reply_value,
                     agent.stats,
                     shell_stopped=True,
+                    shell_pid=shell_pid,
                 )
                 self.flush()
                 self.channel.try_send(Ended(self.name, pickle.dumps(report)))

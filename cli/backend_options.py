@@ -19,8 +19,9 @@ Backend = Literal["local", "ray"]
 
 Agents = Literal["thread", "process"]
 
-DEFAULT_AGENTS: Agents = "thread"
-"""Where agents run unless ``--agents`` says otherwise."""
+DEFAULT_AGENTS: Agents = "process"
+"""Where agents run unless ``--agents`` says otherwise: each in an OS process of its own, so a
+fleet uses every core and one agent's crash is contained (``thread`` stays selectable)."""
 
 AGENTS_HELP = (
     "Run each agent on a thread of this process, or in an OS process of its own "

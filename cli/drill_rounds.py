@@ -251,7 +251,14 @@ def run_killed_and_resumed(
     threshold = 1 + f.param % max(1, sure_calls)
     proc = subprocess.Popen(
         exarch(
-            "run", str(scenario), "--session-dir", str(session.root), "--durability", durability
+            "run",
+            str(scenario),
+            "--session-dir",
+            str(session.root),
+            "--durability",
+            durability,
+            "--agents",  # as the drill's own rounds run theirs (a control-kill is not agent-kill)
+            "thread",
         ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -20,7 +20,9 @@ from tests.drills.conftest import CRASH_SCENARIO, kill_mid_run, settled_ids
 def test_resume_after_sigkill_of_the_control_process_finishes_with_every_child_settled(
     tmp_path: Path,
 ) -> None:
-    session = kill_mid_run(tmp_path)
+    # agents as threads: their calls in flight die with the control process, so resume is the
+    # one to mark them (test_resume_process_agents.py covers --agents process)
+    session = kill_mid_run(tmp_path, "--agents", "thread")
     plan = plan_resume(SessionDir(session))
     assert plan.rebuild_trunk and plan.rebuild == ["slow"]
     out = resume_run(SessionDir(session))
