@@ -182,6 +182,9 @@ def agent_process_main(
         except (EOFError, OSError):  # the pool closed before a spawn took this process
             shell.discard()
             return
+        except BaseException:  # a boot that does not unpickle: nothing may stay behind
+            shell.discard()
+            raise
         assert isinstance(boot, HostBoot)
     else:
         shell = HostStart(boot.spec.name, boot.limits.memory_bytes)
