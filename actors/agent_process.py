@@ -503,26 +503,29 @@ class _Host:
         self.channel.start()
 
     def _fork(self, boot: HostBoot) -> Connection:
+        """A warm process from the pool, or a new one; either way the boot, pickled once,
+        follows on the pipe, and the process starts its shell before it reads it."""
+        name = boot.spec.name
+        try:
+            payload = HostPool.pickled(boot)
+        except Exception as e:
+            raise AgentProcessFailed(f"agent {name}: cannot start: {e}") from e
         pool = self._agent.host_pool
-        if pool is not None:
-            try:
-                payload = pool.pickled(boot)
-            except Exception as e:
-                raise AgentProcessFailed(f"agent {boot.spec.name}: cannot start: {e}") from e
-            taken = pool.boot(payload)
-            if taken is not None:
-                here, self.proc = taken
-                return here
+        taken = pool.boot(payload) if pool is not None else None
+        if taken is not None:
+            here, self.proc = taken
+            return here
         here, there = process_context().Pipe(duplex=True)
         try:
             self.proc = start_process(
                 agent_process_main,
-                (there, fork_server_address(), boot),
-                name=f"agent-{boot.spec.name}",
+                (there, fork_server_address(), None, boot.limits.memory_bytes),
+                name=f"agent-{name}",
             )
+            here.send_bytes(payload)
         except Exception as e:
             here.close()
-            raise AgentProcessFailed(f"agent {boot.spec.name}: cannot start: {e}") from e
+            raise AgentProcessFailed(f"agent {name}: cannot start: {e}") from e
         finally:
             there.close()
         return here

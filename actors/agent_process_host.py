@@ -213,18 +213,22 @@ def agent_process_main(
     boot: HostBoot | None,
     memory_bytes: int | None = None,
 ) -> None:
-    """Process entry point of an agent host (runs in the fork-server child). ``boot`` None: a
-    pooled process (``actors/host_pool.py``), whose boot arrives pickled on ``conn`` once a
-    spawn takes it; its shell host, with ``memory_bytes``, starts while it waits."""
+    """Process entry point of an agent host (runs in the fork-server child). ``boot`` None:
+    the boot arrives pickled on ``conn`` (at once for a cold start; once a spawn takes it for a
+    pooled process, ``actors/host_pool.py``), and its shell host, with ``memory_bytes``,
+    starts while it waits."""
     _prepare_host(fork_address)
     # the shell starts now, in parallel with everything below (its agent, its files)
     if boot is None:
-        shell = HostStart("pooled", memory_bytes)
+        shell = HostStart(multiprocessing.current_process().name, memory_bytes)
         try:
             boot = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):  # the pool closed before a spawn took this process
             shell.discard()
             return
+        except BaseException:  # a boot that does not unpickle: nothing may stay behind
+            shell.discard()
+            raise
         assert isinstance(boot, HostBoot)
     else:
         shell = HostStart(boot.spec.name, boot.limits.memory_bytes)
