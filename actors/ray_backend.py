@@ -201,6 +201,12 @@ class RayBackend:
         self._removed: set[str] = set()
         """Nodes :meth:`remove_node` took out: never placed on, never removed again."""
 
+    def connect(self) -> None:
+        """Join the cluster now (``ray.init``), on the calling thread: the CLI's main thread,
+        before any UI or worker thread exists (a first ``ray.init`` from the chat's control
+        thread never returned here). Later calls are no-ops."""
+        self._connect()
+
     def _connect(self) -> Any:
         with self._lock:
             if self._launcher_class is None:

@@ -14,7 +14,14 @@ from importlib import resources
 
 import click
 
-from cli.backend_options import Agents, agents_option
+from cli.backend_options import (
+    Agents,
+    Backend,
+    agents_option,
+    backend_options,
+    check_backend,
+    make_backend,
+)
 from cli.durability import durability_option
 from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options
@@ -40,6 +47,7 @@ from runtime.state.durability import Durability
 @record_option
 @durability_option()
 @agents_option()
+@backend_options
 def chat_command(
     scenario: str | None,
     connection: ProviderChoice,
@@ -53,22 +61,33 @@ def chat_command(
     record: str | None,
     durability: Durability,
     agents: Agents,
+    backend: Backend,
+    ray_address: str | None,
+    placement: str | None,
 ) -> None:
     """Talk to an interactive trunk in a terminal UI: one tab per agent. With no SCENARIO and
     no --model (and so a bare `exarch-actors`) it plays a packaged scripted demo: no network,
     no key. Enter sends; a line starting with `/` is a command (/branch, /clear, /compact,
     /model NAME, /resources, /close, /quit); Esc interrupts the focused agent; Ctrl-C twice
-    quits. --agents process runs every agent (the trunk too) in an OS process of its own.
-    See docs/chat.md.
+    quits. Every agent (the trunk too) runs in an OS process of its own (--agents process,
+    the default); --agents thread runs them as threads of this one; --backend ray starts each
+    agent's process on a node of a Ray cluster (docs/scale-out.md). See docs/chat.md.
 
     \b
     Exit codes:
       0    you quit (result.json records the trunk's outcome)
-      2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service
+      2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service,
+           --backend ray without Ray installed, or --backend ray with --record
     """
     from actors.fleet import Fleet, FleetConfig
     from cli.tui.app import ChatApp
 
+    check_backend(backend, ray_address, placement)
+    if backend == "ray" and record:
+        raise click.UsageError(
+            "--record keeps the exchanges of agents in this machine's processes: "
+            "it cannot be combined with --backend ray"
+        )
     provider, model = connection.provider, connection.model
     intro = None
     if provider is None and scenario is None and model is None:
@@ -113,24 +132,32 @@ def chat_command(
     )
     if recording is not None:
         factory = recording.factory
-    fleet = Fleet(
-        session,
-        factory,
-        FleetConfig(
-            disk_warn_bytes=disk_warn_bytes,
-            grants=grants,
-            limits=limits,
-            durability=durability,
-            agents=agents,
-        ),
-    )
-    app = ChatApp(
-        fleet, start=lambda f: f.start_trunk(prompt, interactive=True, system=system), intro=intro
-    )
+    hosts = make_backend(backend, ray_address, placement)
     try:
-        app.run()
+        fleet = Fleet(
+            session,
+            factory,
+            FleetConfig(
+                disk_warn_bytes=disk_warn_bytes,
+                grants=grants,
+                limits=limits,
+                durability=durability,
+                agents="process" if hosts is not None else agents,
+                backend=hosts,
+            ),
+        )
+        app = ChatApp(
+            fleet,
+            start=lambda f: f.start_trunk(prompt, interactive=True, system=system),
+            intro=intro,
+        )
+        try:
+            app.run()
+        finally:
+            app.control.close_fleet("quit")  # idempotent: a no-op when the app already closed it
     finally:
-        app.control.close_fleet("quit")  # idempotent: a no-op when the app already closed it
+        if hosts is not None:
+            hosts.close()
         if recording is not None:
             recording.close()
     trunk = fleet.trunk

@@ -23,6 +23,7 @@ import pytest
 from runtime.state.durable import append_jsonl
 from runtime.state.session_records import commit_record
 from tests.ray.conftest import ROOT, START_TIMEOUT, Cluster
+from tests.support.terminal import Terminal
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
@@ -459,3 +460,30 @@ def test_an_agent_whose_host_is_lost_past_its_restarts_settles_release_unconfirm
     assert (fy["spawned"], fy["down"], fy["neverSettled"]) == (1, 1, 0)
     _check(cluster, session)
     assert cluster.agent_processes() == []
+
+
+def test_chat_with_ray_answers_from_a_trunk_on_a_cluster_node_and_quits_leaving_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    session = tmp_path / "chat"
+    term = Terminal(
+        ["chat", str(ROOT / "examples" / "chat.toml"), "--backend", "ray",
+         "--ray-address", cluster.address, "--session-dir", str(session)],
+        cwd=tmp_path,
+        env={"HOME": cluster.temp_dir, "RAY_USAGE_STATS_ENABLED": "0"},
+        prefix=cluster._cmd([]),
+    )  # fmt: skip
+    try:
+        born = wait_for(lambda: _born_of(session, "trunk"), START_TIMEOUT, "the trunk's Born")
+        assert born["node"] in cluster.nodes()  # its host runs on a node of the cluster
+        assert born["pid"] not in {p.pid for p in psutil.Process(term.proc.pid).children(True)}
+        term.read_until("scripted:chat", timeout=START_TIMEOUT)  # the status line: it is up
+        term.keys(b"what is here?\r")
+        wait_for(lambda: _logged(session, "trunk", "entries here"), START_TIMEOUT, "its ral call")
+        term.keys(b"\x03")
+        term.keys(b"\x03")  # Ctrl-C twice quits
+        assert term.wait(START_TIMEOUT) == 0, term.plain[-3000:]
+    finally:
+        term.close()
+    assert (session / "result.json").exists()
+    wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "nothing of ours left on any node")

@@ -22,12 +22,20 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 class Terminal:
-    def __init__(self, args: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+    ) -> None:
+        """``prefix``: a command the CLI runs under (``nsenter ... --``: another namespace)."""
         self.master, slave = pty.openpty()
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", **(env or {})}
         full_env.pop("NO_COLOR", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from cli.main import main; main()", *args],
+            [*(prefix or []), sys.executable, "-c", "from cli.main import main; main()", *args],
             stdin=slave,
             stdout=slave,
             stderr=slave,
@@ -65,6 +73,10 @@ class Terminal:
             if not self._read(min(left, 0.1)):
                 assert text in self.plain, f"exited without {text!r}; screen:\n{self.plain}"
         return self.plain
+
+    def keys(self, data: bytes) -> None:
+        """Type ``data`` at the terminal (``b"\\x03"``: Ctrl-C)."""
+        os.write(self.master, data)
 
     def wait(self, timeout: float = 60.0) -> int:
         """Read everything until the command exits; its exit code."""
