@@ -183,6 +183,10 @@ class Agent:
         self.pins: dict[str, str] = {}
         self.schedules = Schedules(self.inbox.push)
         self.latches = NudgeLatches()
+        self._suspended: Outcome | None = None
+        """The outcome of the last turn whose nudge verdict was ``SUSPENDED`` (children or
+        workers still live), until the next turn: :meth:`_resume_suspended` decides again once
+        they settled without bringing this agent an inbox item."""
         self.residency = ResidencyLatch()
         self._residency_due: list[InboxNudge] = []
         """Residency nudges of the running batch, posted after it (the log awaits results)."""
@@ -309,6 +313,12 @@ class Agent:
                 self.stats.state = "idle"
                 self._ready_boundary()
                 item = self.inbox.next_or_idle(self.park_mode)
+                if item is None and self.terminated is None and self._suspended is not None:
+                    resumed = self._resume_suspended()
+                    if isinstance(resumed, AgentOutcome):
+                        outcome = resumed
+                        break
+                    item = resumed
                 if item is None or self.terminated is not None:
                     if item is not None:  # popped but never admitted: recorded, not lost
                         self._record_undelivered([item])
@@ -333,6 +343,44 @@ class Agent:
         self.outcome = outcome
         self.stats.state = outcome.value
         return outcome
+
+    def _resume_suspended(self) -> InboxNudge | AgentOutcome | None:
+        """The nudge rules again for a turn suspended on live children or workers that have all
+        settled with nothing new in the inbox (nudge.py: the driver re-runs ``decide`` when
+        they settle). A child's result reaches its parent before the child deregisters, so the
+        turn that admitted the result can still have seen the child live: without this a
+        returning agent that had not replied quiesced instead of being asked to reply.
+        Returns the nudge to continue with (the rest already logged), the outcome to end with,
+        or None (nothing to post: the park verdict stands)."""
+        loop, self._suspended = self._suspended, None
+        assert loop is not None
+        decision = decide(
+            NudgeInputs(
+                outcome=loop,
+                returns=self.returns and not self.spec.chat,
+                replied=self.replied,
+                pins=tuple(f"{k}: {v}" for k, v in self.pins.items()),
+                live_descendants=self.site.park_reads(self.name).live_descendants,
+                live_workers=self._workers_pending(),
+                headless_trunk=self.parent is None and not self.interactive,
+            ),
+            self.latches,
+        )
+        self.latches = decision.latches
+        if decision.verdict is Verdict.HONOUR_REPLY:
+            return AgentOutcome.REPLIED
+        if decision.verdict is Verdict.SUSPENDED:  # something started meanwhile: park again
+            self._suspended = loop
+            return None
+        if decision.verdict is not Verdict.CONTINUE_TURN or not decision.nudges:
+            return None
+        if any(n.kind is NudgeKind.SELF_VERIFY for n in decision.nudges):
+            self._turn_back_reply()
+        *first, last = decision.nudges
+        for n in first:
+            self.log.append_nudge(n.kind.value, n.text)
+        self.latches = self.latches.after_self_nudge()
+        return InboxNudge(last.kind.value, last.text)
 
     def _provisional_stands(self, outcome: AgentOutcome) -> AgentOutcome:
         """A reply turned back for self-verification stands when no second reply came."""
@@ -410,6 +458,7 @@ class Agent:
         else:
             # A genuine turn boundary: latches and the sticky token reset.
             self.latches = self.latches.at_turn_boundary()
+            self._suspended = None
             self.token.reset()
             if self.terminated is not None:
                 self._record_undelivered([item])
@@ -441,6 +490,8 @@ class Agent:
                 self.latches,
             )
             self.latches = decision.latches
+            if decision.verdict is Verdict.SUSPENDED:
+                self._suspended = loop
             if decision.verdict is Verdict.HONOUR_REPLY:
                 return AgentOutcome.REPLIED
             if loop is Outcome.CAPPED:  # terminal: re-driving would spend the ceiling again

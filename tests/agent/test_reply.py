@@ -4,9 +4,11 @@ descendants, and a headless trunk's first reply is turned back once for self-ver
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from runtime.state.eventlog import AgentLog, ProtocolState
 from tests.agent.conftest import Run
+from tests.support.waiting import HANG_GUARD, wait_for
 
 
 def test_the_headless_trunks_first_reply_is_turned_back_and_the_second_honoured(
@@ -108,3 +110,62 @@ def test_a_childs_reply_ends_it_after_its_batch_and_cancels_its_descendants(
     assert len(cancelled) == 1 and "cancel" in cancelled[0]["message"]["content"]
     result = [e for e in run.events("trunk") if e.get("source") == "agent_result"]
     assert "kid finished: replied" in result[0]["text"] and result[0]["text"].endswith("5")
+
+
+def test_a_parent_whose_childs_result_came_while_the_child_was_still_registered_is_asked_to_reply(
+    live_fleet: Callable[..., Any], monkeypatch: Any
+) -> None:
+    """A child's result reaches its parent's inbox before the child deregisters, so the turn
+    that admits the result can still count the child live and suspend its nudge rules. The
+    interleaving is forced here: the child's deregistration waits until that turn has ended.
+    Once the child is gone the rules run again, and the parent that never replied is asked to
+    (it would otherwise quiesce without a reply)."""
+    from runtime.fleet.registry import FleetRegistry
+
+    holder: dict[str, Any] = {}
+    deregister = FleetRegistry.deregister
+
+    def turn_after_the_result_ended(agent: str) -> bool:
+        events = holder["live"].events(agent) if "live" in holder else []
+        after = [e for e in events if e.get("source") == "agent_result"]
+        if not after:
+            return False
+        tail = events[events.index(after[0]) + 1 :]
+        return any(e.get("kind") == "assistant" for e in tail)
+
+    def held(self: FleetRegistry, name: str) -> bool:
+        if name == "kid":
+            wait_for(lambda: turn_after_the_result_ended("trunk"), HANG_GUARD, "the trunk's turn")
+        return deregister(self, name)
+
+    monkeypatch.setattr(FleetRegistry, "deregister", held)
+    live = live_fleet(
+        """
+        [fleet]
+        prompt = "go"
+
+        [[agents.trunk]]
+        ral = ["agent kid 'work'"]
+
+        [[agents.trunk]]
+        text = "waiting"
+        stop = "end_turn"
+        repeat = 2
+
+        [[agents.trunk]]
+        ral = ["reply 42"]
+
+        [[agents.kid]]
+        ral = ["reply 7"]
+        """,
+        interactive=False,
+    )
+    holder["live"] = live
+    wait_for(lambda: live.trunk.outcome is not None, HANG_GUARD, "the trunk's end")
+    assert live.trunk.outcome.value == "replied"
+    assert live.trunk.reply_value == 42
+    events = live.events("trunk")
+    result = next(i for i, e in enumerate(events) if e.get("source") == "agent_result")
+    after = [e["kind"] for e in events[result + 1 : result + 3]]
+    assert after == ["assistant", "nudge"], after  # "waiting", then the must-reply nudge
+    assert "without calling `reply`" in events[result + 2]["text"]
