@@ -487,3 +487,64 @@ def test_chat_with_ray_answers_from_a_trunk_on_a_cluster_node_and_quits_leaving_
         term.close()
     assert (session / "result.json").exists()
     wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "nothing of ours left on any node")
+
+
+CANCELLED = """
+[fleet]
+prompt = "Start two sleepers."
+
+[[agents.trunk]]
+ral = ["agent a 'Sleep.'; agent b 'Sleep.'"]
+
+[[agents.trunk]]
+text = "Waiting."
+stop = "end_turn"
+repeat = 3
+
+[[agents.a]]
+ral = ["sleep 600"]
+
+[[agents.b]]
+ral = ["sleep 600"]
+"""
+
+
+def _running_sleep(session: Path, agent: str) -> Callable[[], bool]:
+    return lambda: _logged(session, agent, "sleep 600")
+
+
+def test_ctrl_c_of_a_ray_run_cancels_the_evals_running_on_both_nodes_and_settles_every_child(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The cancel cascade crosses to other nodes through each host's control channel (a Ray
+    call alone would not stop a ral eval): both children's `sleep 600` come back cancelled,
+    each slot is settled, and nothing of the run is left on either node."""
+    scenario = tmp_path / "sleepers.toml"
+    scenario.write_text(CANCELLED)
+    session = tmp_path / "cancelled"
+    run = cluster.start_exarch(
+        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
+        "--session-dir", str(session),
+    )  # fmt: skip
+    try:
+        for child in ("a", "b"):  # each one's call is running on its node
+            wait_for(_running_sleep(session, child), START_TIMEOUT, f"{child}'s call")
+        nodes = {_born_of(session, c)["node"] for c in ("a", "b")}  # type: ignore[index]
+        assert len(nodes) == 2  # spread: one on each node
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=START_TIMEOUT)  # a hang guard, not a bound
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 130, err
+    for child in ("a", "b"):
+        log = _records(session, f"agents/{child}/events.jsonl")
+        results = [e for e in log if e.get("kind") == "tool_result"]
+        assert results and "cancel" in str(results[-1]["message"]["content"]), results
+    journal = _records(session, "spawn-journal.jsonl")
+    terminal = {r["id"]: r["kind"] for r in journal if r["kind"] in ("settled", "cancelled")}
+    assert terminal == {"a": "cancelled", "b": "cancelled"}, journal
+    assert _result(session)["fleetYield"]["neverSettled"] == 0
+    _check(cluster, session)
+    wait_for(lambda: cluster.agent_processes() == [], START_TIMEOUT, "no host left on any node")
