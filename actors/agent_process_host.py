@@ -474,7 +474,16 @@ class AgentProcess:
             self.channel.reply(rid, ReturnFrame(error=pickle.dumps(SiteRefused(f"no {msg.KIND}"))))
             return
         args = unpickle(msg.payload) or ()
-        answer_call(self.channel, rid, lambda: HOST_CALLS[msg.method](self, *args))
+        fn = HOST_CALLS[msg.method]
+        if msg.method in WRITING_CALLS:  # off the reader, which must read the ship's acks
+            threading.Thread(
+                target=answer_call,
+                args=(self.channel, rid, lambda: fn(self, *args)),
+                name=f"host-call-{msg.method}",
+                daemon=True,
+            ).start()
+            return
+        answer_call(self.channel, rid, lambda: fn(self, *args))
 
     def _eof(self, detail: str) -> None:
         cause = f"control side gone ({detail})"
@@ -531,6 +540,12 @@ HOST_CALLS: dict[str, Callable[..., Any]] = {
     "recover": AgentProcess._recover,
 }
 """What the control side may call in a host, by name."""
+
+WRITING_CALLS = frozenset({"recover", "import_context"})
+"""Host calls that append to the agent's event log: each runs on a thread of its own, not on
+the channel's reader. A host that ships its records (a Ray node's, ``--durability machine``)
+waits for the driver's acknowledgement of each write, and that acknowledgement arrives on the
+reader: run there, ``resume``'s ``recover`` waited on itself until its 120 s timeout."""
 
 
 def _owes_a_response(agent: Agent) -> bool:

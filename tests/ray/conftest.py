@@ -126,11 +126,13 @@ class Cluster:
         """The ids of the cluster's alive nodes (asked from inside the namespace)."""
         script = (
             f"import ray, json; ray.init(address='{self.address}', logging_level='ERROR');"
-            "print(json.dumps([n['NodeID'] for n in ray.nodes() if n['Alive']]))"
+            "print('NODES ' + json.dumps([n['NodeID'] for n in ray.nodes() if n['Alive']]))"
         )
         p = self.run([sys.executable, "-c", script])
         assert p.returncode == 0, p.stderr
-        ids: list[str] = json.loads(p.stdout.strip().splitlines()[-1])
+        # Ray may print its own lines to stdout too ("(raylet) A worker died ..."): ours is marked
+        line = next(x for x in reversed(p.stdout.splitlines()) if x.startswith("NODES "))
+        ids: list[str] = json.loads(line.removeprefix("NODES "))
         return ids
 
     def processes(self) -> list[psutil.Process]:
