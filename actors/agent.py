@@ -344,6 +344,18 @@ class Agent:
         self.stats.state = outcome.value
         return outcome
 
+    def _nudge_inputs(self, loop: Outcome) -> NudgeInputs:
+        """The nudge rules' inputs now, for a turn that ended ``loop``."""
+        return NudgeInputs(
+            outcome=loop,
+            returns=self.returns and not self.spec.chat,
+            replied=self.replied,
+            pins=tuple(f"{k}: {v}" for k, v in self.pins.items()),
+            live_descendants=self.site.park_reads(self.name).live_descendants,
+            live_workers=self._workers_pending(),
+            headless_trunk=self.parent is None and not self.interactive,
+        )
+
     def _resume_suspended(self) -> InboxNudge | AgentOutcome | None:
         """The nudge rules again for a turn suspended on live children or workers that have all
         settled with nothing new in the inbox (nudge.py: the driver re-runs ``decide`` when
@@ -354,18 +366,7 @@ class Agent:
         or None (nothing to post: the park verdict stands)."""
         loop, self._suspended = self._suspended, None
         assert loop is not None
-        decision = decide(
-            NudgeInputs(
-                outcome=loop,
-                returns=self.returns and not self.spec.chat,
-                replied=self.replied,
-                pins=tuple(f"{k}: {v}" for k, v in self.pins.items()),
-                live_descendants=self.site.park_reads(self.name).live_descendants,
-                live_workers=self._workers_pending(),
-                headless_trunk=self.parent is None and not self.interactive,
-            ),
-            self.latches,
-        )
+        decision = decide(self._nudge_inputs(loop), self.latches)
         self.latches = decision.latches
         if decision.verdict is Verdict.HONOUR_REPLY:
             return AgentOutcome.REPLIED
@@ -477,18 +478,7 @@ class Agent:
                 # --chat has no tool, so no `reply`: a headless chat's answer is its text.
                 self.record_reply(turn.last_text)
                 return AgentOutcome.REPLIED
-            decision = decide(
-                NudgeInputs(
-                    outcome=loop,
-                    returns=self.returns and not self.spec.chat,
-                    replied=self.replied,
-                    pins=tuple(f"{k}: {v}" for k, v in self.pins.items()),
-                    live_descendants=self.site.park_reads(self.name).live_descendants,
-                    live_workers=self._workers_pending(),
-                    headless_trunk=self.parent is None and not self.interactive,
-                ),
-                self.latches,
-            )
+            decision = decide(self._nudge_inputs(loop), self.latches)
             self.latches = decision.latches
             if decision.verdict is Verdict.SUSPENDED:
                 self._suspended = loop
