@@ -78,6 +78,9 @@ SUSPECT_SECS = 30.0
 dead only after its health checks fail, so ``ray.nodes()`` may list it as alive meanwhile)."""
 
 
+CONNECT_PROBE = 5.0
+"""Seconds a first TCP connection to ``--ray-address`` may take before it is unreachable."""
+
 FAULT_TIMEOUT = 30.0
 """Seconds a drill's fault task may take to be placed on its node and run there."""
 
@@ -90,6 +93,10 @@ class RayNotInstalled(ExarchError):
 
 class RayFaultRefused(ExarchError):
     """A drill's Ray fault could not be applied (no such process or node, the head node)."""
+
+
+class RayUnreachable(ExarchError):
+    """``--ray-address`` names no reachable cluster (nothing takes a TCP connection there)."""
 
 
 class RayHostFailed(ExarchError):
@@ -204,7 +211,17 @@ class RayBackend:
     def connect(self) -> None:
         """Join the cluster now (``ray.init``), on the calling thread: the CLI's main thread,
         before any UI or worker thread exists (a first ``ray.init`` from the chat's control
-        thread never returned here). Later calls are no-ops."""
+        thread never returned here). Later calls are no-ops. An ``address`` ``HOST:PORT``
+        that takes no TCP connection is :class:`RayUnreachable` at once: ``ray.init`` itself
+        retried such an address for over 5 minutes here before giving up."""
+        if self.address not in (None, "auto") and not self._ray.is_initialized():
+            host, _, port = str(self.address).rpartition(":")
+            try:
+                socket.create_connection((host or "127.0.0.1", int(port)), CONNECT_PROBE).close()
+            except (OSError, ValueError) as e:
+                raise RayUnreachable(
+                    f"no Ray cluster answers at {self.address} ({type(e).__name__}: {e})"
+                ) from None
         self._connect()
 
     def _connect(self) -> Any:

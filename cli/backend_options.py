@@ -100,11 +100,11 @@ def make_backend(backend: Backend, address: str | None, placement: str | None) -
         hosts.connect()  # on this (the main) thread, before any UI or pool thread asks for one
     except Exception as e:
         where = f"the cluster at {address}" if address else "a local Ray instance"
-        raise RayUnreachable(f"--backend ray: cannot join {where}: {type(e).__name__}: {e}") from e
+        raise BackendUnreachable(f"--backend ray: cannot join {where}: {type(e).__name__}: {e}") from e
     return hosts
 
 
-class RayUnreachable(click.ClickException):
+class BackendUnreachable(click.ClickException):
     """``--backend ray`` could not join its cluster (exit 2, before any agent starts)."""
 
     exit_code = 2

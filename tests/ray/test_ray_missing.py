@@ -5,7 +5,10 @@ on ``PYTHONPATH``, as if the extra were not installed."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+
+import pytest
 
 from tests.agent.conftest import exarch
 
@@ -64,3 +67,21 @@ def test_backend_ray_with_record_is_refused_with_exit_2_before_anything_starts(
         assert p.returncode == 2, p.stderr
         assert "--record" in p.stderr and "--backend ray" in p.stderr
         assert not session.exists()
+
+
+def test_backend_ray_with_an_address_nothing_answers_at_exits_2_at_once_and_says_so(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("ray.util")  # the real package, not a directory named ray
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        session = tmp_path / "session"
+        p = exarch(
+            ["run", str(ROOT / "examples" / "fanout.toml"), "--backend", "ray",
+             "--ray-address", address, "--session-dir", str(session)],
+            cwd=tmp_path,
+        )  # fmt: skip
+    assert p.returncode == 2, p.stderr
+    assert f"no Ray cluster answers at {address}" in p.stderr
+    assert "Traceback" not in p.stderr
