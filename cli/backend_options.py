@@ -100,7 +100,8 @@ def make_backend(backend: Backend, address: str | None, placement: str | None) -
         hosts.connect()  # on this (the main) thread, before any UI or pool thread asks for one
     except Exception as e:
         where = f"the cluster at {address}" if address else "a local Ray instance"
-        raise BackendUnreachable(f"--backend ray: cannot join {where}: {type(e).__name__}: {e}") from e
+        reason = f"{type(e).__name__}: {e}"
+        raise BackendUnreachable(f"--backend ray: cannot join {where}: {reason}") from e
     return hosts
 
 
