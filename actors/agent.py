@@ -318,6 +318,9 @@ class Agent:
                     if isinstance(resumed, AgentOutcome):
                         outcome = resumed
                         break
+                    if resumed is None and self._suspended is not None:
+                        self._park_workers()  # waits again: settled results surface now
+                        continue
                     item = resumed
                 if item is None or self.terminated is not None:
                     if item is not None:  # popped but never admitted: recorded, not lost

@@ -64,12 +64,18 @@ class WorkerSurfaces:
         self._rule = SurfaceRule()
         self._links: dict[str, WorkerLink] = {}
         self._closed = False
+        self._in_flight = 0
+        """Surfaces handed to the sink and not yet returned from it: the agent still waits for
+        them. (An agent process's sink is a round trip to the control side and back into its
+        inbox; without this count the agent saw no watched worker and no surface in its inbox
+        in between, and quiesced as the result arrived.)"""
 
     @property
     def waiting(self) -> bool:
-        """Watched workers are still running: the agent waits for their results."""
+        """Watched workers are still running, or a surface is on its way into the inbox: the
+        agent waits for their results."""
         with self._lock:
-            return self._rule.waiting
+            return self._rule.waiting or self._in_flight > 0
 
     def unpark(self) -> None:
         with self._lock:
@@ -103,7 +109,12 @@ class WorkerSurfaces:
                 return
             link = self._links.pop(wid)
             stamp = self._rule.stamp
-        self._surface(wid, link, stamp)
+            self._in_flight += 1  # under the same lock that stopped watching it
+        try:
+            self._surface(wid, link, stamp)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def dismiss(self, wid: str) -> None:
         with self._lock:
