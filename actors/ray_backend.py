@@ -376,20 +376,8 @@ class RayBackend:
 
     # -- faults, for the drill (runtime/drills/nemesis.py: RAY) ---------------------------------
 
-    def worker_pid(self, node: str) -> int:
-        """The pid of the Ray worker process that hosts ``node``'s launcher, on that node (every
-        agent host there is forked from it and dies with it). :class:`RayFaultRefused` when
-        this run has no live launcher there."""
-        launcher = self.launchers().get(node)
-        if launcher is None:
-            raise RayFaultRefused(f"node {node}: this run has no launcher there")
-        try:
-            return int(self._ray.get(launcher.pid.remote(), timeout=FAULT_TIMEOUT))
-        except Exception as e:
-            raise RayFaultRefused(f"node {node}: its launcher: {type(e).__name__}: {e}") from e
-
     def kill_worker(self, node: str, pid: int) -> None:
-        """SIGKILL process ``pid`` on ``node`` (a Ray worker: :meth:`worker_pid`), from a task
+        """SIGKILL process ``pid`` on ``node`` (an agent's host, or a Ray worker), from a task
         placed there: the kill lands on that node, whichever machine it is.
         :class:`RayFaultRefused` when the task could not do it (no such process there)."""
         self._on_node(node, _kill_pid, pid)

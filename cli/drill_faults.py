@@ -268,18 +268,19 @@ class LiveNemesis:
         return agent, backend
 
     def _ray_worker_kill(self, a: Applied, name: str, _rng: random.Random) -> bool:
-        """SIGKILL of the Ray worker process on the agent's node that its host was forked from
-        (the node's launcher), by a task placed there: every agent host on that node dies with
-        it; the supervisor restarts each elsewhere or settles it down."""
+        """SIGKILL of the agent's host process on its node (forked there by the node's launcher,
+        a Ray worker), by a task placed there; the supervisor restarts it elsewhere or settles
+        it down. One agent per fault: killing the launcher itself would restart every agent of
+        its node on the others, and a later ``node-loss`` would find no agent off the head to
+        take (tests/ray kill a launcher directly)."""
         got = self._ray_host(a, name)
         if got is None:
             return False
         agent, backend = got
-        node = agent.node
+        pid, node = agent.pid, agent.node
+        a.detail.update(pid=pid, node=node, restartsBefore=agent.restarts)
         if agent.done.is_set():
             raise _NotYet
-        pid = backend.worker_pid(node)
-        a.detail.update(pid=pid, node=node, hostPid=agent.pid, restartsBefore=agent.restarts)
         backend.kill_worker(node, pid)
         return True
 

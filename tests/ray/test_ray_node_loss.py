@@ -101,11 +101,14 @@ def test_a_ray_drill_kills_workers_and_removes_a_node_and_every_invariant_holds(
     cluster.add_node(2)  # the drill removes a node that is not the head
     wait_for(lambda: len(cluster.nodes()) >= 2, START_TIMEOUT, "two alive nodes")
     drill = tmp_path / "drill"
-    # seed 41 at 0.3 faults/s over 10 s: a worker kill at 1.6 s, a node loss at 4.5 s
+    # seed 41 at 0.3 faults/s over 10 s: a worker kill at 1.6 s, a node loss at 4.5 s. Four
+    # children busy for ~8 s each: spread puts two on the second node, and after the kill's
+    # restart (on the head: the node where a host died is passed over for 30 s) one is still
+    # there for the node loss to take
     p = cluster.exarch(
         "drill", "--backend", "ray", "--ray-address", cluster.address,
         "--faults", "ray-worker-kill,node-loss", "--seed", "41", "--rate", "0.3",
-        "--duration", "10", "--agents", "2", "--calls", "8", "--call-ms", "500",
+        "--duration", "10", "--agents", "4", "--calls", "16", "--call-ms", "500",
         "--session-dir", str(drill),
     )  # fmt: skip
     report = json.loads((drill / "drill-report.json").read_text())
