@@ -63,9 +63,11 @@ ral = ["reply $v"]
 """
 
 
-def fleet_seconds(calls: int, backend: Any) -> float:
-    """Wall time of a trunk making ``calls`` ral calls, from its start to its end."""
-    playback = ScenarioPlayback(parse_scenario(scenario(calls)))
+def _timed_fleet(toml: str, backend: Any, *, through_close: bool = False) -> tuple[float, Any, Any]:
+    """Run ``toml``'s fleet on ``backend`` (None: this machine's fork server); the seconds from
+    the trunk's start to the fleet empty (``through_close``: to the fleet closed, every host
+    stopped), the trunk, and the fleet's yield."""
+    playback = ScenarioPlayback(parse_scenario(toml))
     with tempfile.TemporaryDirectory() as d:
         fleet = Fleet(
             SessionDir(Path(d)),
@@ -78,9 +80,19 @@ def fleet_seconds(calls: int, backend: Any) -> float:
             while not fleet.wait_empty(0.01):
                 pass
             seconds = time.perf_counter() - t
-            assert trunk.replied, trunk.outcome
-        finally:
+            fy = fleet.close()
+            if through_close:
+                seconds = time.perf_counter() - t
+        except BaseException:
             fleet.close()
+            raise
+    return seconds, trunk, fy
+
+
+def fleet_seconds(calls: int, backend: Any) -> float:
+    """Wall time of a trunk making ``calls`` ral calls, from its start to its end."""
+    seconds, trunk, _ = _timed_fleet(scenario(calls), backend)
+    assert trunk.replied, trunk.outcome
     return seconds
 
 
@@ -112,23 +124,7 @@ ral = ["reply $v"]
 
 def throughput(backend: Any, agents: int, calls: int) -> float:
     """Ral calls per second of ``agents`` children making ``calls`` each."""
-    playback = ScenarioPlayback(parse_scenario(throughput_scenario(agents, calls)))
-    with tempfile.TemporaryDirectory() as d:
-        fleet = Fleet(
-            SessionDir(Path(d)),
-            lambda name: make_provider("scripted", scenario=playback, agent_name=name),
-            FleetConfig(agents="process", backend=backend),
-        )
-        try:
-            t = time.perf_counter()
-            fleet.start_trunk("benchmark")
-            while not fleet.wait_empty(0.01):
-                pass
-            seconds = time.perf_counter() - t
-            fy = fleet.close()
-        except BaseException:
-            fleet.close()
-            raise
+    seconds, _, fy = _timed_fleet(throughput_scenario(agents, calls), backend)
     assert fy.done == agents, fy
     return agents * (calls + 2) / seconds  # + the trunk's spawn call and each reply
 
@@ -163,23 +159,7 @@ ral = ["reply 1"]
 def spawn_run(backend: Any, agents: int) -> float:
     """Seconds from the trunk's start to the fleet closed, the trunk starting ``agents``
     children that reply at once."""
-    playback = ScenarioPlayback(parse_scenario(spawn_scenario(agents)))
-    with tempfile.TemporaryDirectory() as d:
-        fleet = Fleet(
-            SessionDir(Path(d)),
-            lambda name: make_provider("scripted", scenario=playback, agent_name=name),
-            FleetConfig(agents="process", backend=backend),
-        )
-        try:
-            t = time.perf_counter()
-            fleet.start_trunk("benchmark")
-            while not fleet.wait_empty(0.01):
-                pass
-            fy = fleet.close()
-            seconds = time.perf_counter() - t
-        except BaseException:
-            fleet.close()
-            raise
+    seconds, _, fy = _timed_fleet(spawn_scenario(agents), backend, through_close=True)
     assert fy.done == agents, fy
     return seconds
 

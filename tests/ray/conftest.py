@@ -101,6 +101,23 @@ class Cluster:
             env=self._env(),
         )  # fmt: skip
 
+    @contextlib.contextmanager
+    def ray_run(
+        self, scenario: Path, session: Path, *extra: str
+    ) -> Iterator[subprocess.Popen[str]]:
+        """``exarch-actors run SCENARIO --backend ray`` on this cluster into ``session``,
+        running while the block runs; killed and reaped after it if it has not ended."""
+        run = self.start_exarch(
+            "run", str(scenario), "--backend", "ray", "--ray-address", self.address,
+            "--session-dir", str(session), *extra,
+        )  # fmt: skip
+        try:
+            yield run
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+
     def exarch(
         self, *args: str, timeout: float = START_TIMEOUT
     ) -> subprocess.CompletedProcess[str]:

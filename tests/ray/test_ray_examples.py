@@ -185,19 +185,11 @@ def test_a_ray_worker_killed_mid_run_is_restarted_and_the_fleet_finishes_settled
     scenario = tmp_path / "killed.toml"
     scenario.write_text(KILLED_CHILD)
     session = tmp_path / "killed"
-    run = cluster.start_exarch(
-        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
-        "--session-dir", str(session),
-    )  # fmt: skip
-    try:
+    with cluster.ray_run(scenario, session) as run:
         born = wait_for(lambda: _born_of(session, "w"), START_TIMEOUT, "w's Born")
         launcher = _launcher_of(born["pid"])
         os.kill(launcher.pid, signal.SIGKILL)  # the Ray worker w's host was forked from
         _, err = run.communicate(timeout=START_TIMEOUT)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
     assert run.returncode == 0, err
     lines = (session / "transcript.jsonl").read_text().splitlines()
     restarted = [
@@ -333,11 +325,7 @@ def test_sigkilling_the_driver_leaves_nothing_of_the_run_on_any_node(
     scenario = tmp_path / "killed.toml"
     scenario.write_text(KILLED_CHILD)
     session = tmp_path / "orphans"
-    run = cluster.start_exarch(
-        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
-        "--session-dir", str(session),
-    )  # fmt: skip
-    try:
+    with cluster.ray_run(scenario, session) as run:
         born = wait_for(lambda: _born_of(session, "w"), START_TIMEOUT, "w's Born")
         trunk = _born_of(session, "trunk")
         assert trunk is not None and trunk["node"] != born["node"]  # a launcher on each node
@@ -347,10 +335,6 @@ def test_sigkilling_the_driver_leaves_nothing_of_the_run_on_any_node(
         driver.kill()
         run.communicate(timeout=START_TIMEOUT)
         wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "nothing of ours left")
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
 
 def _files_under(root: Path, agent: str) -> dict[str, bytes]:
     """``agent``'s files in every node session copy under ``root``, by file name."""
@@ -382,18 +366,12 @@ def test_resume_with_ray_finishes_a_run_whose_driver_was_sigkilled_from_the_driv
     scenario = tmp_path / "killed.toml"
     scenario.write_text(KILLED_CHILD)
     session = tmp_path / "driverless"
-    run = cluster.start_exarch(  # machine: each shipped record is acknowledged once fsync'd
-        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
-        "--session-dir", str(session), "--durability", "machine",
-    )  # fmt: skip
-    try:  # w's call is running on its node, and its event log already says so here
+    # machine: each shipped record is acknowledged once fsync'd
+    with cluster.ray_run(scenario, session, "--durability", "machine") as run:
+        # w's call is running on its node, and its event log already says so here
         wait_for(lambda: _logged(session, "w", "sleep 4"), START_TIMEOUT, "w's call shipped")
         run.kill()
         run.communicate()
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
     assert not (session / "result.json").exists()
     # the dead driver's actors die with its job: no agent host is left on any node
     wait_for(lambda: cluster.agent_processes() == [], START_TIMEOUT, "the dead run's hosts gone")
@@ -431,11 +409,7 @@ def test_an_agent_whose_host_is_lost_past_its_restarts_settles_release_unconfirm
     scenario = tmp_path / "lost.toml"
     scenario.write_text(KILLED_CHILD.replace("sleep 4", "sleep 30"))
     session = tmp_path / "lost"
-    run = cluster.start_exarch(
-        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
-        "--session-dir", str(session),
-    )  # fmt: skip
-    try:
+    with cluster.ray_run(scenario, session) as run:
         pid = wait_for(lambda: _born_of(session, "w"), START_TIMEOUT, "w's Born")["pid"]
         for k in range(4):  # three restarts in 60 s are granted; the fourth crash is not
             os.kill(pid, signal.SIGKILL)  # the Ray worker its actor runs in
@@ -443,10 +417,6 @@ def test_an_agent_whose_host_is_lost_past_its_restarts_settles_release_unconfirm
             if last[0]["notice"] == "Restarted":
                 pid = last[0]["data"]["pid"]
         _, err = run.communicate(timeout=START_TIMEOUT)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
     assert run.returncode == 0, err
     assert [n["notice"] for n in _notices(session, "w")] == ["Restarted"] * 3 + ["Down"]
     journal = [r for r in _records(session, "spawn-journal.jsonl") if r.get("id") == "w"]
@@ -522,21 +492,13 @@ def test_ctrl_c_of_a_ray_run_cancels_the_evals_running_on_both_nodes_and_settles
     scenario = tmp_path / "sleepers.toml"
     scenario.write_text(CANCELLED)
     session = tmp_path / "cancelled"
-    run = cluster.start_exarch(
-        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
-        "--session-dir", str(session),
-    )  # fmt: skip
-    try:
+    with cluster.ray_run(scenario, session) as run:
         for child in ("a", "b"):  # each one's call is running on its node
             wait_for(_running_sleep(session, child), START_TIMEOUT, f"{child}'s call")
         nodes = {_born_of(session, c)["node"] for c in ("a", "b")}  # type: ignore[index]
         assert len(nodes) == 2  # spread: one on each node
         run.send_signal(signal.SIGINT)
         _, err = run.communicate(timeout=START_TIMEOUT)  # a hang guard, not a bound
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
     assert run.returncode == 130, err
     for child in ("a", "b"):
         log = _records(session, f"agents/{child}/events.jsonl")

@@ -57,11 +57,7 @@ def test_a_node_lost_mid_run_moves_or_downs_its_agents_and_the_fleet_finishes_se
     scenario = tmp_path / "sleepers.toml"
     scenario.write_text(SLEEPERS)
     session = tmp_path / "lost"
-    run = cluster.start_exarch(
-        "run", str(scenario), "--backend", "ray", "--ray-address", cluster.address,
-        "--session-dir", str(session),
-    )  # fmt: skip
-    try:
+    with cluster.ray_run(scenario, session) as run:
         borns = wait_for(
             lambda: (lambda b: b if {"trunk", "s1", "s2"} <= set(b) else None)(
                 {r["agent"]: r for r in _records(session) if r["kind"] == "Born"}
@@ -74,10 +70,6 @@ def test_a_node_lost_mid_run_moves_or_downs_its_agents_and_the_fleet_finishes_se
         raylet = next(p for p in psutil.Process(lost["pid"]).parents() if p.name() == "raylet")
         os.kill(raylet.pid, signal.SIGKILL)  # the node: its workers die with their raylet
         _, err = run.communicate(timeout=START_TIMEOUT)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
     assert run.returncode == 0, err
     records = _records(session)
     moved = {r["agent"]: r["data"]["node"] for r in records if r.get("notice") == "Restarted"}
