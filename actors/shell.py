@@ -64,7 +64,7 @@ import pykka
 
 from actors.call_result import CallResult, ShellBootFailed, ShellClosed, ShellProbe
 from actors.eval_root import EvalRoot
-from actors.frames import ChannelClosed, Frame, encode_fields
+from actors.frames import ChannelClosed, Frame
 from actors.host_start import HostStart
 from actors.mailbox import QuotaActor, QuotaMailbox
 from actors.process import ChildProcess
@@ -114,7 +114,8 @@ class _Run:
     __slots__ = ("awaits", "harvested", "panic", "result", "snapshot")
 
     def __init__(self) -> None:
-        self.result: Frame | None = None
+        self.result: dict[str, Any] | None = None
+        """The ``result`` frame's fields."""
         self.snapshot: Mapping[str, Any] | None = None
         self.panic: str | None = None
         self.awaits: dict[int, str] = {}
@@ -354,7 +355,7 @@ class ShellActor(QuotaActor):
         self.eval_root._attach(host, run_id, wake=workers.wake)
         try:
             try:
-                host.data.send_bytes(encode_fields("run", fields))
+                host.data.send_fields("run", fields)
             except ChannelClosed:
                 self.eval_root._detach()
                 return self._rollback(self._death_reason(host), epoch)
@@ -366,7 +367,7 @@ class ShellActor(QuotaActor):
             renewed = got.harvested | referenced_names(script)
             return self._rollback(reason, epoch, renewed=renewed)
         self._keeper.apply(got.snapshot)
-        r = got.result.fields  # the host leaves out what is empty (a trivial call: its value)
+        r = got.result  # the host leaves out what is empty (a trivial call: its value)
         raw = r.get("notices")
         err = r.get("error")
         return CallResult(
@@ -406,14 +407,15 @@ class ShellActor(QuotaActor):
                 self._workers.drain_wake()
             if host.data.conn in ready:
                 try:
-                    frame = host.data.recv()
+                    kind, fields = host.data.recv_fields()
                 except ChannelClosed:
                     got.panic = self._death_reason(host)
                     return got
-                if frame.kind == "result":
-                    got.result = frame
-                    got.snapshot = frame["snapshot"]
+                if kind == "result":
+                    got.result = fields
+                    got.snapshot = fields["snapshot"]
                     return got
+                frame = Frame(kind, fields)
                 if frame.kind == "harvest":
                     got.harvested.update(frame.get("names") or ())
                 elif frame.kind == "enquiry":

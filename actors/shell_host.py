@@ -126,20 +126,20 @@ class HostCore:
     def serve(self) -> None:
         while True:
             try:
-                frame = self.data.recv()
+                kind, fields = self.data.recv_fields()
             except ChannelClosed:
                 return
-            if frame.kind == "shutdown":
+            if kind == "shutdown":
                 return
             try:
-                if frame.kind == "restore":
-                    self.on_restore(frame)
-                elif frame.kind == "run":
-                    self.on_run(frame)
-                elif frame.kind == "answer":
+                if kind == "run":
+                    self.on_run(fields)
+                elif kind == "restore":
+                    self.on_restore(Frame(kind, fields))
+                elif kind == "answer":
                     continue  # the late answer to an enquiry this host abandoned
                 else:
-                    raise RuntimeError(f"host cannot handle a {frame.kind!r} frame")
+                    raise RuntimeError(f"host cannot handle a {kind!r} frame")
             except ChannelClosed:
                 return
             except BaseException as e:  # an internal error: the state is suspect -> panic
@@ -186,21 +186,25 @@ class HostCore:
         self.data.send("snapshot", **self._snapshot_fields(removed, full=True))
         self.data.send("ready", notices=self._take_notices())
 
-    def on_run(self, f: Frame) -> None:
+    def on_run(self, f: dict[str, Any]) -> None:
+        """``f``: the run frame's fields (the map itself: no :class:`Frame` on this path)."""
         run_id = int(f["id"])
         self.epoch = int(f["epoch"])
-        self.running = set(f.get("running") or ())
+        running = f.get("running")
+        if running or self.running:
+            self.running = set(running or ())
         self.ledger.tick()  # once per ral call, failed ones included
         self._harvests = 0
+        sink = bool(f.get("sink"))
         self.listener.begin(run_id)
         try:
             rr = self.session.run(str(f["source"]), show=render)
         except Cancelled as c:  # the contract reports cancellation in RunResult; be safe
             self.listener.end()
-            self._finish_run(None, cancelled=c.reason, sink=bool(f.get("sink")))
+            self._finish_run(None, cancelled=c.reason, sink=sink)
             return
         self.listener.end()
-        self._finish_run(rr, cancelled=None, sink=bool(f.get("sink")))
+        self._finish_run(rr, cancelled=None, sink=sink)
 
     def _finish_run(self, rr: Any, *, cancelled: str | None, sink: bool) -> None:
         """One ``result`` frame carries the boundary's snapshot delta too: one write and one

@@ -80,6 +80,21 @@ class Interp:
         self.defined: list[str] = []
         scope.on_cancel(self._trip)
 
+    def begin(self, ctx: DynamicContext, sigma: dict[str, Native], session_vars: Any) -> None:
+        """Start another session run on this Interp (its scope uncancelled: see
+        runtime/ral/session.py): every per-run field afresh."""
+        self.ctx = ctx
+        self.sigma = sigma
+        self.session_vars = session_vars
+        self.depth = 0
+        # ``stop`` is left alone: False unless a cancel reached the scope since the session saw
+        # it uncancelled, and then the trip must stand
+        if self.referenced:
+            self.referenced = set()
+        if self.defined:
+            self.defined = []
+        # ``out`` and ``err``: emptied by the session after each run's result is made
+
     def _trip(self) -> None:
         self.stop = True
 

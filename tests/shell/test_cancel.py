@@ -95,14 +95,14 @@ def test_an_interrupt_landing_just_after_the_run_frame_leaves_stops_that_run(
     shell = start_shell().proxy()
     root = shell.eval_root.get()
     shell.run("let a = 1").get()
-    send_bytes = Channel.send_bytes
+    send_fields = Channel.send_fields  # how the control side writes a run frame
 
-    def send_then_interrupt(self: Channel, data: bytes) -> None:
-        send_bytes(self, data)
-        if b"/bin/sleep 30" in data:  # the run frame of the call below
+    def send_then_interrupt(self: Channel, kind: str, fields: dict[str, Any]) -> None:
+        send_fields(self, kind, fields)
+        if kind == "run" and fields.get("source") == "/bin/sleep 30":  # the call below
             root.interrupt("esc")
 
-    monkeypatch.setattr(Channel, "send_bytes", send_then_interrupt)
+    monkeypatch.setattr(Channel, "send_fields", send_then_interrupt)
     r = shell.run("/bin/sleep 30").get(timeout=HANG_GUARD)
     assert r.error_kind == "cancelled"
     monkeypatch.undo()
