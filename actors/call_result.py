@@ -7,7 +7,9 @@ model-visible message a digest of it becomes.)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from runtime.errors import ExarchError
 from runtime.events import Notice
@@ -45,6 +47,36 @@ class CallResult:
     host_started_at: float | None = None
     """That host's create time (``psutil``'s), read once per host: with the pid it names the
     process without blaming a reused pid."""
+
+    @classmethod
+    def of(cls, **fields: Any) -> CallResult:
+        """``CallResult(**fields)``, the equal value, made without the frozen dataclass's
+        ``object.__setattr__`` per field (13 fields: ~1.7 us against ~0.4 us, of a ~40 us
+        trivial round trip). Unknown or missing fields are refused as the constructor does."""
+        if "value" not in fields or not fields.keys() <= _CALL_FIELDS.keys():
+            return cls(**fields)  # the constructor's own TypeError
+        obj = object.__new__(cls)
+        d = obj.__dict__
+        d.update(_CALL_FIELDS)
+        d.update(fields)
+        return obj
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """Every field's default (``value``'s: ""), for :meth:`CallResult.of`; a field without a
+    plain default would need its own factory there, so it is refused at import."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name == "value":
+            out["value"] = ""
+        elif f.default is dataclasses.MISSING:
+            raise TypeError(f"CallResult.of needs a plain default for {f.name}")
+        else:
+            out[f.name] = f.default
+    return out
+
+
+_CALL_FIELDS = _defaults(CallResult)
 
 
 @dataclass(frozen=True)

@@ -323,7 +323,8 @@ class ShellActor(QuotaActor):
         reaps = self._workers.sweep(epoch)
         self._checkpoint()
         notices = result.notices + tuple(reaps) if reaps else result.notices
-        self._deliver(notices)
+        if notices:
+            self._deliver(notices)
         host = self._host
         host_pid = host.pid if host is not None else None
         if reaps or host_pid != result.host_pid:  # a copy costs ~5 us: only when it differs
@@ -368,9 +369,16 @@ class ShellActor(QuotaActor):
             return self._rollback(reason, epoch, renewed=renewed)
         self._keeper.apply(got.snapshot)
         r = got.result  # the host leaves out what is empty (a trivial call: its value)
+        if len(r) == 2 and "value" in r:  # its value and its snapshot: nothing else to read
+            return CallResult.of(
+                value=str(r["value"] or ""),
+                epoch=epoch,
+                host_pid=host.pid,
+                host_started_at=host.started_at,
+            )
         raw = r.get("notices")
         err = r.get("error")
-        return CallResult(
+        return CallResult.of(
             value=str(r.get("value") or ""),
             stdout=str(r.get("stdout") or ""),
             stderr=str(r.get("stderr") or ""),

@@ -212,8 +212,7 @@ class HostCore:
         round trip's process switches)."""
         if rr is not None and rr.referenced:
             self.ledger.renew(rr.referenced, self.epoch)
-        removed = self._boundary(sink)
-        snapshot = self._snapshot_fields(removed)
+        snapshot = self._snapshot_fields(self._boundary(sink) if sink else [])
         if rr is None:
             fields: dict[str, Any] = {"error": [cancelled or "cancelled", 0, 0, "cancelled"]}
         else:
@@ -235,7 +234,7 @@ class HostCore:
         if self.notices:
             fields["notices"] = self._take_notices()
         fields["snapshot"] = snapshot
-        self.data.send("result", **fields)
+        self.data.send_fields("result", fields)
 
     # -- the chokepoint and the ready boundary -------------------------------------------------
 
@@ -315,12 +314,12 @@ class HostCore:
         what the run changed (``ledger_delta``: its ``take_delta``, folded in by
         ``runtime.shell.ledger.apply_delta``), so a call's frame follows the call, not the scope.
         """
+        fields: dict[str, Any] = {"epoch": self.epoch}  # absent below: nothing changed
         if full:
             self.ledger.take_delta()  # the whole state travels: the next delta starts here
-            ledger: dict[str, Any] = {"ledger": self.ledger.to_state()}
+            fields["ledger"] = self.ledger.to_state()
         else:
-            ledger = {"ledger_delta": self.ledger.take_delta()}
-        fields: dict[str, Any] = {"epoch": self.epoch, **ledger}  # absent: nothing changed
+            fields["ledger_delta"] = self.ledger.take_delta()
         if self.dirty:
             fields["bindings"] = dict(self.dirty)
         if removed:

@@ -92,6 +92,32 @@ class RunResult:
     """``show(value)`` when the run was given ``show``: made inside the run's cancel scope."""
 
 
+def _run_result(
+    value: Value,
+    stdout: str,
+    stderr: str,
+    error: ErrorInfo | None,
+    referenced: frozenset[str],
+    compiled: bool,
+    defined: tuple[str, ...],
+    shown: str,
+) -> RunResult:
+    """``RunResult(...)``, the equal value, made without the frozen dataclass's
+    ``object.__setattr__`` per field (~1.1 us against ~0.4 us, of a ~7 us trivial run)."""
+    r = object.__new__(RunResult)
+    r.__dict__.update(
+        value=value,
+        stdout=stdout,
+        stderr=stderr,
+        error=error,
+        referenced=referenced,
+        compiled=compiled,
+        defined=defined,
+        shown=shown,
+    )
+    return r
+
+
 _ABSENT = object()
 _NO_VERBS: frozenset[str] = frozenset()
 
@@ -255,7 +281,7 @@ class Session:
                 self._interp = None
         if shown is None:  # an error's value (unit), or no show: nothing long to walk
             shown = show(value) if show is not None else ""
-        result = RunResult(
+        result = _run_result(
             value,
             "".join(it.out),
             "".join(it.err),
