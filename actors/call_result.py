@@ -61,6 +61,21 @@ class CallResult:
         d.update(fields)
         return obj
 
+    @classmethod
+    def answered(
+        cls, value: str, epoch: int, host_pid: int, started_at: float | None
+    ) -> CallResult:
+        """:meth:`of` for a call that returned ``value`` and nothing else (no output, error,
+        name or notice): what a trivial call returns, built with no keyword map at all."""
+        obj = object.__new__(cls)
+        d = obj.__dict__
+        d.update(_CALL_FIELDS)
+        d["value"] = value
+        d["epoch"] = epoch
+        d["host_pid"] = host_pid
+        d["host_started_at"] = started_at
+        return obj
+
 
 def _defaults(cls: type) -> dict[str, Any]:
     """Every field's default (``value``'s: ""), for :meth:`CallResult.of`; a field without a

@@ -370,12 +370,7 @@ class ShellActor(QuotaActor):
         self._keeper.apply(got.snapshot)
         r = got.result  # the host leaves out what is empty (a trivial call: its value)
         if len(r) == 2 and "value" in r:  # its value and its snapshot: nothing else to read
-            return CallResult.of(
-                value=str(r["value"] or ""),
-                epoch=epoch,
-                host_pid=host.pid,
-                host_started_at=host.started_at,
-            )
+            return CallResult.answered(str(r["value"] or ""), epoch, host.pid, host.started_at)
         raw = r.get("notices")
         err = r.get("error")
         return CallResult.of(

@@ -201,12 +201,12 @@ class HostCore:
             rr = self.session.run(str(f["source"]), show=render)
         except Cancelled as c:  # the contract reports cancellation in RunResult; be safe
             self.listener.end()
-            self._finish_run(None, cancelled=c.reason, sink=sink)
+            self._finish_run(None, c.reason, sink)
             return
         self.listener.end()
-        self._finish_run(rr, cancelled=None, sink=sink)
+        self._finish_run(rr, None, sink)
 
-    def _finish_run(self, rr: Any, *, cancelled: str | None, sink: bool) -> None:
+    def _finish_run(self, rr: Any, cancelled: str | None, sink: bool) -> None:
         """One ``result`` frame carries the boundary's snapshot delta too: one write and one
         wake-up of the control side per call (a separate ``snapshot`` frame cost a third of the
         round trip's process switches)."""

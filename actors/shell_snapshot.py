@@ -120,6 +120,11 @@ class SnapshotKeeper:
         committed state. Absent fields are empty (the host leaves them out)."""
         if f is None:
             return
+        if type(f) is dict and len(f) == 2:  # epoch and ledger_delta: no binding, no context
+            delta = f.get("ledger_delta")
+            if delta is not None and len(delta) == 2:  # and only the clock and the pins moved
+                apply_delta(self.ledger, delta)
+                return
         bindings = self.bindings
         for name in f.get("removed") or ():
             old = bindings.pop(name, None)

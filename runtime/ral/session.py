@@ -223,7 +223,12 @@ class Session:
     def _run(self, source: str, show: Callable[[Value], str] | None = None) -> RunResult:
         sigma = self._current_sigma()
         try:
-            phrases, evs, referenced = self._compile(source)
+            got = self._compiled.get(source)  # after _current_sigma: it may drop the cache
+            if got is not None:
+                self._compiled.move_to_end(source)
+            else:
+                got = self._compile(source)
+            phrases, evs, referenced = got
         except RalSyntaxError as e:
             return RunResult(
                 UNIT, "", "", ErrorInfo(e.message, e.line, e.col, e.kind), frozenset(), False, ()
