@@ -134,8 +134,12 @@ class _ShellMailbox(QuotaMailbox):
         self.in_hand = 0
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        envelope = super().get(block, timeout)
+        # Taken and counted in one critical section (the Condition's lock is an RLock, which
+        # ``super().get`` re-enters and its ``wait`` releases whole): counted after the take,
+        # an envelope between the two was neither queued nor in hand, and a caller's run could
+        # overtake it.
         with self._cond:
+            envelope = super().get(block, timeout)
             self.in_hand += 1
         return envelope
 

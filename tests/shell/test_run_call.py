@@ -164,3 +164,46 @@ def test_a_stopped_shell_answers_the_call_with_actor_dead(start_shell) -> None:
     ref.stop(block=True, timeout=HANG_GUARD)
     with pytest.raises(pykka.ActorDeadError):
         run_call(shell, "1").get(timeout=HANG_GUARD)
+
+
+def test_a_message_taken_off_the_mailbox_but_not_yet_counted_is_never_overtaken(
+    start_shell, monkeypatch
+) -> None:
+    """The actor thread is descheduled right after taking a message off its queue: a caller
+    asking then must find the actor not idle (its call goes through the mailbox, after that
+    message), never run first on its own thread."""
+    from actors.mailbox import QuotaMailbox
+    from actors.shell import _ShellMailbox
+
+    ref = start_shell()
+    shell = ref.proxy()
+    shell.run("1").get()
+    actor = ref._actor_weakref()
+    taken, asking = threading.Event(), threading.Event()
+    take = QuotaMailbox.get
+
+    def take_then_stall(self: Any, block: bool = True, timeout: float | None = None) -> Any:
+        envelope = take(self, block, timeout)
+        if not taken.is_set():
+            taken.set()
+            asking.wait(HANG_GUARD)  # the caller asks now (counted or not: the rule's case)
+        return envelope
+
+    idle = _ShellMailbox.idle
+
+    def ask(self: Any) -> bool:
+        asking.set()
+        return idle(self)
+
+    monkeypatch.setattr(QuotaMailbox, "get", take_then_stall)
+    monkeypatch.setattr(_ShellMailbox, "idle", ask)
+    shell.host_pid().get()  # the actor thread waited in the unpatched take: now in the new one
+    probe = shell.probe()  # the message the actor thread takes and stalls on
+    assert taken.wait(HANG_GUARD)
+    ran_here: list[Any] = []
+    caller = threading.Thread(target=lambda: ran_here.append(actor.run_here("1")))
+    caller.start()
+    caller.join(HANG_GUARD)
+    assert not caller.is_alive()
+    assert ran_here == [None]  # not idle: the call would go through the mailbox
+    assert probe.get(timeout=HANG_GUARD).epoch >= 1
