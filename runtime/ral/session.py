@@ -56,7 +56,7 @@ from runtime.ral.interp import Interp, Native
 from runtime.ral.natives import NATIVES, build_sigma
 from runtime.ral.nodes import Node
 from runtime.ral.parser import parse
-from runtime.ral.values import UNIT, Value, cancellable_walks
+from runtime.ral.values import UNIT, Value, install_walk_check, remove_walk_check
 from runtime.ral.workers import ThreadWorkers
 
 COMPILE_CACHE = 64
@@ -186,6 +186,8 @@ class Session:
     def _current_sigma(self) -> dict[str, Native]:
         """Σ for this run, rebuilt only when its names change (which drops the compile cache)."""
         desk = self.desk
+        if desk is None and self._sigma_verbs is _NO_VERBS and self.faults is self._sigma_faults:
+            return self._sigma  # no desk: only ``faults`` could change Σ's names
         verbs = desk.verbs() if desk is not None else _NO_VERBS
         if (
             verbs is self._sigma_verbs
@@ -260,18 +262,18 @@ class Session:
         error: ErrorInfo | None = None
         line, col = 1, 1
         shown: str | None = None
+        walks = install_walk_check(it.poll)  # cancellable_walks, without its object
         try:
-            with cancellable_walks(it.poll):
-                try:
-                    for ev, node in zip(evs, phrases):
-                        line, col = node.line, node.col
-                        if it.stop:
-                            it.poll()
-                        value = ev(act)
-                except ReturnSignal as r:
-                    value = r.value
-                if show is not None:
-                    shown = show(value)
+            try:
+                for ev, node in zip(evs, phrases):
+                    line, col = node.line, node.col
+                    if it.stop:
+                        it.poll()
+                    value = ev(act)
+            except ReturnSignal as r:
+                value = r.value
+            if show is not None:
+                shown = show(value)
         except RalError as e:
             value = UNIT
             error = ErrorInfo(e.message, e.line or line, e.col or col, "runtime")
@@ -282,6 +284,7 @@ class Session:
             value = UNIT
             error = ErrorInfo("recursion limit", line, col, "runtime")
         finally:
+            remove_walk_check(walks)
             if scope._done:  # tripped: neither this scope nor this Interp is reused
                 self._interp = None
         if shown is None:  # an error's value (unit), or no show: nothing long to walk

@@ -261,6 +261,15 @@ class cancellable_walks:
         _walk_check.reset(self._token)
 
 
+install_walk_check = _walk_check.set
+""":class:`cancellable_walks`'s entry as a plain call: installs ``check`` and returns the token
+that :data:`remove_walk_check` takes (a session run, entered once per call, saves the object and
+its two method calls)."""
+
+remove_walk_check = _walk_check.reset
+"""Removes the check :data:`install_walk_check` installed (its token)."""
+
+
 def walk_check() -> Callable[[], None] | None:
     """The cancellation check installed by :func:`cancellable_walks` on this thread, if any."""
     return _walk_check.get()
@@ -511,6 +520,11 @@ def render(v: Any, *, nested: bool = False) -> str:
     A top-level string renders as itself; a string inside a list, map or variant is quoted so the
     structure stays readable. Any depth renders (:func:`write_nested`).
     """
-    if type(v) not in _NESTED:
+    t = type(v)
+    if t is str and not nested:  # the commonest values, without _leaf_text's frame
+        return v
+    if t is int:
+        return _int_text(v)
+    if t not in _NESTED:
         return _leaf_text(v, nested)
     return write_nested(v, _render_part)
