@@ -213,7 +213,10 @@ class Channel:
             n = len(body)
             try:
                 if n <= _JOIN_UPTO:
-                    _write_all(self._fd, _LENGTH.pack(n) + body)
+                    data = _LENGTH.pack(n) + body
+                    sent = os.write(self._fd, data)  # all of it, bar a full socket buffer
+                    if sent < len(data):
+                        _write_all(self._fd, data[sent:])
                 elif n < 0x7FFFFFFF:
                     _write_all(self._fd, _LENGTH.pack(n))
                     _write_all(self._fd, body)
@@ -289,7 +292,8 @@ class Channel:
 
     def has_frame(self) -> bool:
         """A whole frame is already read (the next :meth:`recv` takes no system call)."""
-        return _frame_in(self._buf) is not None
+        buf = self._buf
+        return len(buf) >= 4 and _frame_in(buf) is not None
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         if _frame_in(self._buf) is not None:

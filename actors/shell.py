@@ -726,8 +726,9 @@ class _Answered(pykka.Future[CallResult]):
     """The future of a call already run on the caller's thread: its value, at once. (A
     ``ThreadingFuture`` is a queue with its locks: ~2.6 us to make, set and get.)"""
 
-    def __init__(self, value: CallResult) -> None:
-        super().__init__()
+    _get_hook = None  # what pykka's Future.__init__ sets; read only by the get overridden here
+
+    def __init__(self, value: CallResult) -> None:  # no Future.__init__: ~0.3 us a call
         self._value = value
 
     def get(self, *, timeout: float | None = None) -> CallResult:

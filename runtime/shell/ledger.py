@@ -371,7 +371,9 @@ class BindingLedger:
         call was ~0.8 ms plus its transfer and its write; a delta is the call's own names.
         """
         delta: dict[str, Any] = {"clock": self._clock, "pinned": sorted(self._pinned)}
-        touched, self._touched = self._touched, set()
+        touched = self._touched
+        if touched:  # an empty set is kept, not replaced every call
+            self._touched = set()
         if self._terms_changed:  # armed or rebuilt: the leases travel whole, once
             self._terms_changed = False
             delta["terms"] = {
