@@ -132,6 +132,11 @@ class _ShellMailbox(QuotaMailbox):
     def __init__(self) -> None:
         super().__init__()
         self.in_hand = 0
+        self._mutex = threading.RLock()
+        self._cond = threading.Condition(self._mutex)  # (before any use: nothing waits yet)
+        """The lock the Condition holds, for :meth:`idle` to take without the Condition's
+        Python-level ``__enter__``/``__exit__`` (asked before every call on the caller's
+        thread)."""
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         # Taken and counted in one critical section (the Condition's lock is an RLock, which
@@ -148,7 +153,7 @@ class _ShellMailbox(QuotaMailbox):
             self.in_hand -= 1
 
     def idle(self) -> bool:
-        with self._cond:
+        with self._mutex:
             return self.in_hand == 0 and not self._control and not len(self._rule)
 
 
@@ -708,7 +713,7 @@ def run_call(shell: Any, script: str, watch: CancelScope | None = None) -> pykka
 
     Relies on pykka's ``ActorRef._actor_weakref`` (pykka 4.x) to reach the actor object."""
     ref = getattr(shell, "actor_ref", None)
-    actor = getattr(ref, "_actor_weakref", lambda: None)()
+    actor = getattr(ref, "_actor_weakref", _no_actor)()
     if isinstance(actor, ShellActor):
         try:
             result = actor.run_here(script, watch)
@@ -720,6 +725,10 @@ def run_call(shell: Any, script: str, watch: CancelScope | None = None) -> pykka
             return _Answered(result)
     answer: pykka.Future[CallResult] = shell.run(script)
     return answer
+
+
+def _no_actor() -> None:
+    return None
 
 
 class _Answered(pykka.Future[CallResult]):
