@@ -3,7 +3,8 @@
 A run is parsed and elaborated first; a syntax error or an unbound ``$name`` refuses it before
 any phrase runs (``compiled=False``, nothing referenced). Otherwise the run's referenced names
 (the harvest of its text, plus any ``use`` compiled during it) are reported to
-``harvest_hook`` and the phrases run under a fresh child of :attr:`Session.root_scope`.
+``harvest_hook`` and the phrases run under a child of :attr:`Session.root_scope` (the last
+run's, while it is uncancelled).
 
 Invariants:
 - ``define_hook`` is called at exactly one chokepoint: a top-level ``let``/``let rec`` of a run,
