@@ -93,7 +93,10 @@ class Interp:
             self.referenced = set()
         if self.defined:
             self.defined = []
-        # ``out`` and ``err``: emptied by the session after each run's result is made
+        if self.out:  # (the session empties them after each result; not after an escape)
+            self.out = []
+        if self.err:
+            self.err = []
 
     def _trip(self) -> None:
         self.stop = True

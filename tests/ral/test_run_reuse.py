@@ -147,3 +147,17 @@ def test_a_reused_interp_answers_every_run_as_a_new_one_would(steps: list[str]) 
     finally:
         reused.close()
         fresh.close()
+
+
+def test_a_run_that_escaped_with_an_internal_error_leaves_nothing_in_the_next_runs_output() -> None:
+    """``fault panic`` escapes ``Session.run`` (the host's panic) after the run wrote output;
+    a session used again after it (the REPL) starts the next run with none of it."""
+    session = Session(faults=True)
+    try:
+        assert _clean(session.run("1"))
+        with pytest.raises(Exception, match="panic"):
+            session.run("echo stale; let s = 1; fault panic")
+        r = session.run("echo fresh")
+        assert _clean(r) and r.stdout == "fresh\n" and r.defined == ()
+    finally:
+        session.close()
