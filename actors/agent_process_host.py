@@ -321,6 +321,7 @@ class AgentProcess:
             peer="control",
             on_control=self._control,
             on_request=self._request,
+            on_notify=self._notify,
             on_eof=self._eof,
         )
 
@@ -484,6 +485,11 @@ class AgentProcess:
             ).start()
             return
         answer_call(self.channel, rid, lambda: fn(self, *args))
+
+    def _notify(self, msg: ChannelMessage) -> None:
+        """One-way calls: only ``launch`` (:meth:`ProcessAgent.launch` waits for no answer)."""
+        if isinstance(msg, Call) and msg.method == "launch":
+            self._launch()
 
     def _eof(self, detail: str) -> None:
         cause = f"control side gone ({detail})"
