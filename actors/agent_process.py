@@ -253,10 +253,8 @@ class ProcessAgent:
     # -- the host's lifetime -------------------------------------------------------------------
 
     def _start(self, boot: HostBoot) -> _Host:
-        pool = self.host_pool
-        with pool.spawning() if pool is not None else contextlib.nullcontext():
-            host = _Host(self, boot)
-            born = host.wait_born()
+        host = _Host(self, boot)
+        born = host.wait_born()
         self.pids.append(born.pid)
         return host
 

@@ -4,7 +4,7 @@ shell host and worker would otherwise do for itself after its fork, done once be
 - Caches filled lazily on first use are filled here, so a child inherits them: the system
   prompt's files (:func:`runtime.prompt.preload`). With them and ``prctl`` loaded at import
   (:mod:`actors.process`), a forked agent process imports no module before its ``Born``
-  (``tests/fleet/test_spawn_latency.py`` checks it).
+  (``tests/agent_host/test_spawn_path.py`` checks what it inherits).
 - The garbage collector's heap is frozen (:func:`gc.freeze`): every object the fork server
   holds moves to the permanent generation, so a child's collections never walk (and write
   the GC headers of) the tens of thousands of objects it inherited, which would copy their

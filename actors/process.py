@@ -59,7 +59,7 @@ PRELOAD = [
 """Modules the fork server imports once, so a new host or worker starts warm (the last one
 fills the caches an agent process would fill after its fork and freezes the GC:
 ``actors/fork_warm.py``). An import error here is silent (the stdlib's fork server skips the
-module), so ``tests`` check that a forked agent process imports nothing."""
+module), so ``tests/agent_host/test_spawn_path.py`` checks what a child inherits."""
 
 
 _ctx_lock = threading.Lock()
