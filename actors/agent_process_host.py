@@ -327,7 +327,6 @@ class AgentProcess:
 
     def serve(self) -> None:
         self.channel.start()
-        threading.Thread(target=self._flush_loop, name="flush", daemon=True).start()
         agent: Agent | None = None
         try:
             spec = self.boot.spec
@@ -344,6 +343,9 @@ class AgentProcess:
                 self._after_restart(agent)
             born = BornFrame(self.name, os.getpid(), agent.shell_pid(), spec.generation, self.node)
             self.channel.send(born)
+            # after Born: a thread's start waits for it to run, a scheduler hand-off on the
+            # spawn's path (several ms under load); what was buffered before waits for it
+            threading.Thread(target=self._flush_loop, name="flush", daemon=True).start()
             while not (self._launched.wait(0.05) or self._stop.is_set()):
                 pass
             if self._launched.is_set():
