@@ -22,7 +22,7 @@ Invariants:
   ``PR_SET_PDEATHSIG``, so it dies with the control process however that ends (its shell too).
 - Before its boot the only thing on its pipe is the pickled ``HostBoot`` (the channel's frames
   start after it); an end of file instead makes it discard its shell and exit.
-- At most :data:`POOL_SIZE` idle processes (about 14 MiB PSS each, agent process and shell).
+- At most :data:`POOL_SIZE` idle processes (about 12 MiB PSS each, agent process and shell).
 - A process that died while idle is never handed out (:meth:`HostPool.boot` checks before it
   sends and takes the next); a take never waits on a pool that cannot refill (closed, or its
   last start failed): the spawn then starts its own process, as without a pool.
@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 POOL_SIZE = 2
 """Idle agent processes kept ready. Two: the pipeline needs one being built while one is taken,
 and on 2 cores a deeper pool starts no spawn sooner (each process's start is CPU work the
-cores share); each costs an agent process and a shell (~14 MiB PSS together) while it waits."""
+cores share); each costs an agent process and a shell (12.4 MiB PSS together, measured idle)
+while it waits."""
 
 TAKE_WAIT = 5.0
 """Seconds a take waits for the refill in flight (one fork-server round trip, milliseconds)
