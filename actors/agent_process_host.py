@@ -321,12 +321,12 @@ class AgentProcess:
             peer="control",
             on_control=self._control,
             on_request=self._request,
+            on_notify=self._notify,
             on_eof=self._eof,
         )
 
     def serve(self) -> None:
         self.channel.start()
-        threading.Thread(target=self._flush_loop, name="flush", daemon=True).start()
         agent: Agent | None = None
         try:
             spec = self.boot.spec
@@ -343,6 +343,9 @@ class AgentProcess:
                 self._after_restart(agent)
             born = BornFrame(self.name, os.getpid(), agent.shell_pid(), spec.generation, self.node)
             self.channel.send(born)
+            # after Born: a thread's start waits for it to run, a scheduler hand-off on the
+            # spawn's path (several ms under load); what was buffered before waits for it
+            threading.Thread(target=self._flush_loop, name="flush", daemon=True).start()
             while not (self._launched.wait(0.05) or self._stop.is_set()):
                 pass
             if self._launched.is_set():
@@ -484,6 +487,11 @@ class AgentProcess:
             ).start()
             return
         answer_call(self.channel, rid, lambda: fn(self, *args))
+
+    def _notify(self, msg: ChannelMessage) -> None:
+        """One-way calls: only ``launch`` (:meth:`ProcessAgent.launch` waits for no answer)."""
+        if isinstance(msg, Call) and msg.method == "launch":
+            self._launch()
 
     def _eof(self, detail: str) -> None:
         cause = f"control side gone ({detail})"

@@ -3,23 +3,29 @@
 A process agent's spawn used to wait for two fork-server round trips in series -- its agent
 process, then (from there) its shell -- and for both processes to start up. A pooled agent
 process is forked from the one fork server before anyone asks for it, starts its shell host at
-once (``actors/host_start.py``) and then waits for its ``HostBoot``: a spawn
-that finds one sends the boot over the pipe and is left with building the agent and restoring
-its shell (docs/benchmarks.md has the figures). An empty pool is no error: the spawn forks its
-own process as before.
+once (``actors/host_start.py``) and then waits for its ``HostBoot``: a spawn that takes one
+sends the boot over the pipe and is left with building the agent and restoring its shell
+(docs/benchmarks.md has the figures).
 
-The pool refills only once no spawn has started or ended for :data:`REFILL_QUIET` (:meth:`HostPool.
-spawning`): a refill is a whole agent process and shell starting up, and on the loaded 2-core
-box one started beside each of a run of back-to-back spawns made them slower than no pool at
-all (median 105-190 ms against 76-80 ms, load average 120-160). So spawns spaced out in time
--- a model deciding to delegate, turns apart -- find a warm process, and a burst takes the
-warm ones and then starts its own, as without a pool.
+Every take starts a replacement at once, and a spawn that finds the pool empty waits for the
+replacement already being forked rather than forking its own: back-to-back spawns become a
+pipeline, each building its agent while the next one's process and shell start beside it (on
+the second core), instead of each starting both itself. A refill costs the same work as the cold
+start it replaces, so the pool only moves work earlier; it never adds any during a burst. (The
+pool used to refill only after 0.25 s without a spawn, because a refill started beside each
+back-to-back spawn slowed them under a load average of 120-160; since an agent process imports
+nothing after its fork (``actors/fork_warm.py``) the pipeline is the faster of the two,
+docs/benchmarks.md.)
 
 Invariants:
 - A pooled process is an ordinary agent process before its boot: forked by the one fork server,
   ``PR_SET_PDEATHSIG``, so it dies with the control process however that ends (its shell too).
 - Before its boot the only thing on its pipe is the pickled ``HostBoot`` (the channel's frames
   start after it); an end of file instead makes it discard its shell and exit.
+- At most :data:`POOL_SIZE` idle processes (about 12 MiB PSS each, agent process and shell).
+- A process that died while idle is never handed out (:meth:`HostPool.boot` checks before it
+  sends and takes the next); a take never waits on a pool that cannot refill (closed, or its
+  last start failed): the spawn then starts its own process, as without a pool.
 - :meth:`HostPool.close` returns once the refill thread has stopped and every idle process (and
   the shell each started) has exited: the pool never outlives its fleet.
 """
@@ -30,7 +36,6 @@ import contextlib
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterator
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -41,15 +46,14 @@ from actors.process import fork_server_address, process_context, start_process
 log = logging.getLogger(__name__)
 
 POOL_SIZE = 2
-"""Idle agent processes kept ready: enough for a spawn every few tens of milliseconds (the
-refill takes about as long as a cold start), and each costs an agent process and a shell
-(~14 MiB PSS together) while it waits."""
+"""Idle agent processes kept ready. Two: the pipeline needs one being built while one is taken,
+and on 2 cores a deeper pool starts no spawn sooner (each process's start is CPU work the
+cores share); each costs an agent process and a shell (12.4 MiB PSS together, measured idle)
+while it waits."""
 
-REFILL_QUIET = 0.25
-"""Seconds without a spawn starting or ending before the pool starts a process to refill. A
-model that delegates takes longer than this between two turns; a burst of spawns (one ral call
-starting several agents) leaves gaps of a few milliseconds -- but under a load average of ~90
-the control process itself may stall 50 ms between two, which let refills in at 0.05 s."""
+TAKE_WAIT = 5.0
+"""Seconds a take waits for the refill in flight (one fork-server round trip, milliseconds)
+before the spawn starts its own process instead."""
 
 EXIT_GRACE = 5.0
 """Seconds an idle process told to exit (its pipe closed) gets before it is killed."""
@@ -64,54 +68,52 @@ class HostPool:
         self._memory_bytes = memory_bytes
         self._size = size
         self._idle: deque[tuple[Connection, BaseProcess]] = deque()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
+        self._cond = threading.Condition()
         self._closed = False
-        self._spawning = 0
-        self._spawned = threading.Event()
-        """Set when a spawn starts or ends: the refill waits for a quiet spell after it."""
+        self._broken = False
+        """The last start failed (the fork server is gone): takes no longer wait."""
+        self.served = 0
+        """Boots handed to a pooled process (a probe for tests and benchmarks)."""
         self._address = fork_server_address()
         self._thread = threading.Thread(target=self._fill, name="host-pool", daemon=True)
         self._thread.start()
 
     def idle_pids(self) -> list[int]:
         """The pids of the idle processes it holds now."""
-        with self._lock:
+        with self._cond:
             return [proc.pid for _, proc in self._idle if proc.pid is not None]
 
-    @contextlib.contextmanager
-    def spawning(self) -> Iterator[None]:
-        """Around a spawn (until its agent is born): the pool does not refill meanwhile."""
-        with self._lock:
-            self._spawning += 1
-        self._spawned.set()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._spawning -= 1
-            self._spawned.set()  # quiet counts from a spawn's end too
-            self._wake.set()
-
     def take(self) -> tuple[Connection, BaseProcess] | None:
-        """An idle process (its pipe's control end and its handle), or None if none is
-        ready."""
-        with self._lock:
-            return self._idle.popleft() if self._idle else None
+        """An idle process (its pipe's control end and its handle), waiting for the one being
+        forked if none is idle; None if the pool cannot refill. The refill thread starts its
+        replacement at once."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._idle or self._closed or self._broken, timeout=TAKE_WAIT
+            )
+            if not self._idle:
+                return None
+            item = self._idle.popleft()
+            self._cond.notify_all()
+            return item
 
     def boot(self, payload: bytes) -> tuple[Connection, BaseProcess] | None:
-        """Hand ``payload`` (a pickled ``HostBoot``) to an idle process; None if there is
-        none or the one taken had died (the caller starts one of its own)."""
-        item = self.take()
-        if item is None:
-            return None
-        conn, proc = item
-        try:
-            conn.send_bytes(payload)
-        except (OSError, ValueError):  # it died while it waited
+        """Hand ``payload`` (a pickled ``HostBoot``) to an idle process; None if the pool has
+        none to give (the caller starts one of its own). One that died while it waited is
+        discarded and the next one taken."""
+        while (item := self.take()) is not None:
+            conn, proc = item
+            if proc.exitcode is None:  # polls its sentinel: a dead one is never handed out
+                try:
+                    conn.send_bytes(payload)
+                except (OSError, ValueError):  # it died just now
+                    pass
+                else:
+                    with self._cond:
+                        self.served += 1
+                    return item
             _discard(conn, proc)
-            return None
-        return item
+        return None
 
     @staticmethod
     def pickled(boot: object) -> bytes:
@@ -121,25 +123,22 @@ class HostPool:
 
     def _fill(self) -> None:
         while True:
-            with self._lock:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or len(self._idle) < self._size)
                 if self._closed:
                     return
-                short = len(self._idle) < self._size and not self._spawning
-            if not short:
-                self._wake.wait()
-                self._wake.clear()
-                continue
-            if self._spawned.wait(REFILL_QUIET):  # not quiet yet
-                self._spawned.clear()
-                continue
             try:
                 item = self._start()
             except Exception:  # the fork server is gone (the control process is ending)
                 log.exception("starting a pooled agent process failed")
+                with self._cond:
+                    self._broken = True
+                    self._cond.notify_all()
                 return
-            with self._lock:
+            with self._cond:
                 if not self._closed:
                     self._idle.append(item)
+                    self._cond.notify_all()
                     continue
             _discard(*item)
             return
@@ -161,10 +160,10 @@ class HostPool:
 
     def close(self) -> None:
         """Stop refilling and end every idle process (see the module docstring). Idempotent."""
-        with self._lock:
+        with self._cond:
             self._closed = True
             idle, self._idle = list(self._idle), deque()
-        self._wake.set()
+            self._cond.notify_all()
         self._thread.join()
         for conn, proc in idle:
             _discard(conn, proc)

@@ -54,8 +54,12 @@ PRELOAD = [
     "runtime.providers.scripted",
     "runtime.ral.session",
     "runtime.ral.codec",
+    "actors.fork_warm",
 ]
-"""Modules the fork server imports once, so a new host or worker starts warm."""
+"""Modules the fork server imports once, so a new host or worker starts warm (the last one
+fills the caches an agent process would fill after its fork and freezes the GC:
+``actors/fork_warm.py``). An import error here is silent (the stdlib's fork server skips the
+module), so ``tests/agent_host/test_spawn_path.py`` checks what a child inherits."""
 
 
 _ctx_lock = threading.Lock()
@@ -347,7 +351,7 @@ _IMPORTED_IN = os.getpid()
 a host or worker forked from there it is the pid of the parent (the fork server)."""
 
 
-def _prctl() -> Callable[..., int] | None:
+def _load_prctl() -> Callable[..., int] | None:
     """libc's ``prctl`` (None where there is none: not Linux)."""
     try:
         import ctypes
@@ -356,6 +360,17 @@ def _prctl() -> Callable[..., int] | None:
     except (OSError, AttributeError):
         return None
     return fn
+
+
+_PRCTL = _load_prctl()
+"""Loaded once, at import: the fork server imports this module with :data:`PRELOAD`, so every
+host, worker and agent process inherits it. Loading it after each fork (``import ctypes`` and
+``dlopen``) took 3-5 ms of a process agent's spawn, twice (agent process and shell host; cProfile
+of 31 back-to-back spawns, load average ~40)."""
+
+
+def _prctl() -> Callable[..., int] | None:
+    return _PRCTL
 
 
 def _pdeathsig_setter() -> Callable[[], None] | None:

@@ -14,7 +14,8 @@ every agent, shell and worker process inherits the pinning):
 - spawn latency: one ``Fleet.spawn`` of a busy agent (register, the agent process and its
   shell ready, the journal's admission), median and p90 over the held agents (spawned back to
   back), and the median of 20 more spawned 0.5 s apart (``spaced``: what a model delegating
-  now and then sees; the process backend's warm pool refills between spawns);
+  now and then sees; the process backend's warm pool is full then, while back-to-back spawns
+  take the processes it forks as each spawn takes one);
 - the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
   settled;
 - PSS per agent (agent process + its shell, psutil's full memory info) with N agents live,

@@ -1,0 +1,158 @@
+"""The process backend's spawn path: what a forked agent process inherits from the fork server,
+and the warm pool's rules (``actors/host_pool.py``: a burst is served, a dead pooled process is
+never handed out, nothing outlives the pool).
+
+Real processes throughout: the suite's fork server, pooled agent processes and their shells.
+Timing figures are in ``benchmarks/agent_processes.py`` and docs/benchmarks.md, not here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from actors.agent_process import ProcessAgent
+from actors.agent_site import SpawnRequest
+from actors.fleet import Fleet, FleetConfig
+from actors.host_pool import HostPool
+from actors.process import process_context, start_process
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.state.session_dir import SessionDir
+from tests.support.fork_probe import report_inherited
+from tests.support.waiting import HANG_GUARD, wait_for
+
+SCENARIO = """
+[fleet]
+prompt = "start"
+
+[[agents.trunk]]
+text = "noted"
+repeat = 50
+
+[[agents."s*"]]
+ral = ["sleep 600"]
+
+[[agents."s*"]]
+ral = ["reply 0"]
+"""
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[tuple[Fleet, ScenarioPlayback]]:
+    playback = ScenarioPlayback(parse_scenario(SCENARIO))
+    fleet = Fleet(
+        SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
+    )
+    try:
+        fleet.start_trunk(None, interactive=True)
+        yield fleet, playback
+    finally:
+        fleet.close()
+
+
+def _spawn(fleet: Fleet, playback: ScenarioPlayback, name: str) -> ProcessAgent:
+    fleet.spawn(SpawnRequest("trunk", name, "go", None, playback.provider("trunk")))
+    agent = fleet.hosted[name]
+    assert isinstance(agent, ProcessAgent)
+    return agent
+
+
+def test_a_forked_process_inherits_the_prompt_files_prctl_and_a_frozen_heap() -> None:
+    here, there = process_context().Pipe(duplex=True)
+    proc = start_process(report_inherited, (there,), name="fork-probe")
+    there.close()
+    try:
+        assert here.poll(HANG_GUARD * 3), "the probe never answered"
+        got = here.recv()
+    finally:
+        here.close()
+        proc.join(HANG_GUARD)
+    assert got["prompt_files_cached"] >= 1  # read by the fork server, not after the fork
+    assert got["prompt_fragments_cached"] == 1
+    assert got["prctl_loaded"]
+    assert got["frozen_objects"] > 1000  # the fork server froze its heap before forking
+
+
+def test_a_burst_of_five_takes_from_a_pool_of_two_is_served_and_the_pool_refills() -> None:
+    pool = HostPool(None, size=2)
+    taken = []
+    try:
+        for _ in range(5):  # back to back: the last three were forked during the burst
+            item = pool.take()
+            assert item is not None
+            taken.append(item)
+        pids = [proc.pid for _, proc in taken]
+        assert len(set(pids)) == 5 and all(_alive(p) for p in pids)
+        refilled = wait_for(
+            lambda: pool.idle_pids() if len(pool.idle_pids()) == 2 else None,
+            HANG_GUARD * 3,
+            "the pool refilled to two",
+        )
+        assert not set(refilled) & set(pids)
+    finally:
+        for conn, _ in taken:  # an end of file before its boot: the process exits
+            conn.close()
+        pool.close()
+    for _, proc in taken:
+        proc.join(HANG_GUARD)
+        assert proc.exitcode is not None
+    assert not [p for p in refilled if _alive(p)]
+
+
+def test_back_to_back_spawns_each_run_in_a_pooled_process(
+    fleet: tuple[Fleet, ScenarioPlayback],
+) -> None:
+    f, playback = fleet
+    pool = f.host_pool
+    assert pool is not None
+    before = pool.served  # the trunk's
+    agents = [_spawn(f, playback, f"s{i}") for i in range(4)]
+    assert pool.served == before + 4
+    assert len({a.pid for a in agents}) == 4 and all(_alive(a.pid) for a in agents)
+
+
+def test_a_pooled_process_that_died_while_idle_is_not_handed_out(
+    fleet: tuple[Fleet, ScenarioPlayback],
+) -> None:
+    f, playback = fleet
+    pool = f.host_pool
+    assert pool is not None
+    first, second = wait_for(
+        lambda: pool.idle_pids() if len(pool.idle_pids()) == 2 else None,
+        HANG_GUARD * 3,
+        "two pooled processes",
+    )
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: not _alive(first), HANG_GUARD, "the pooled process dead")
+    agent = _spawn(f, playback, "s0")
+    assert agent.pid == second  # the next pooled one, not a fresh fork
+    assert _alive(agent.pid)
+    assert first not in agent.pids
+
+
+def test_a_closed_pool_hands_out_nothing_and_leaves_no_process_behind() -> None:
+    pool = HostPool(None, size=2)
+    pooled = wait_for(
+        lambda: pool.idle_pids() if len(pool.idle_pids()) == 2 else None,
+        HANG_GUARD * 3,
+        "two pooled processes",
+    )
+    pool.close()
+    assert pool.take() is None
+    assert pool.boot(b"") is None
+    assert not [p for p in pooled if _alive(p)]

@@ -1,0 +1,24 @@
+"""A fork-server child that reports what it inherited (``tests/agent_host/test_spawn_path.py``).
+
+It runs in a process forked by the suite's fork server exactly as an agent process or a shell
+host is, and answers over its pipe before doing anything else."""
+
+from __future__ import annotations
+
+import gc
+from multiprocessing.connection import Connection
+
+
+def report_inherited(conn: Connection) -> None:
+    from actors import process
+    from runtime import prompt
+
+    conn.send(
+        {
+            "prompt_files_cached": prompt._read.cache_info().currsize,
+            "prompt_fragments_cached": prompt._fragments.cache_info().currsize,
+            "prctl_loaded": process._prctl() is not None,
+            "frozen_objects": gc.get_freeze_count(),
+        }
+    )
+    conn.close()
