@@ -52,6 +52,7 @@ import psutil
 
 from actors.agent import AgentOutcome, AgentStats
 from actors.agent_process_host import (
+    CALL_TIMEOUT,
     Charge,
     EndReport,
     HostBoot,
@@ -60,9 +61,10 @@ from actors.agent_process_host import (
     agent_process_main,
     answer_call,
     request_call,
+    returned,
     unpickle,
 )
-from actors.channel import AgentChannel
+from actors.channel import AgentChannel, Then
 from actors.frames import ChannelClosed
 from actors.host_pool import HostPool
 from actors.process import fork_server_address, process_context, start_process
@@ -83,7 +85,7 @@ from runtime.fleet.agent_channel import (
     ReturnFrame,
     Shutdown,
 )
-from runtime.fleet.inbox import InboxMsg, PushEffect
+from runtime.fleet.inbox import InboxFull, InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
 from runtime.replay.provider import RecordSink
@@ -146,9 +148,35 @@ class RemoteInbox:
         try:
             result: PushEffect = self._agent.call("push", msg)
         except (PeerGone, ChannelClosed):
-            self._agent.late.append(msg)
+            self._agent.keep_late(msg)
             return PushEffect.QUEUED
         return result
+
+    def send_push(self, msg: InboxMsg, refused: Callable[[InboxFull], None]) -> None:
+        """A push nobody waits on (the registry's ``deliver``): sent now, its verdict handled
+        when it arrives -- ``refused`` with the host's ``InboxFull``, on the fleet's pool. The
+        registry sends it under its lock, so the frame is ahead of the recipient's
+        deregistration and ``Shutdown`` on the pipe (and of any reply the recipient's park
+        read gets). Waiting for the verdict held a pool thread for a round trip per result:
+        a cascade's 100 results to one parent took 15-41 ms each (load 16-23), and the 32
+        pool threads that settle every end ran out."""
+        agent = self._agent
+
+        def then(reply: ChannelMessage | None, error: BaseException | None) -> None:
+            if error is not None or reply is None:  # the host is gone: the item is late
+                agent.off_reader(agent.keep_late, msg)
+                return
+            try:
+                returned("push", reply)
+            except InboxFull as full:
+                agent.off_reader(refused, full)
+            except Exception:
+                log.exception("%s: a push's verdict", agent.name)
+
+        try:
+            agent.begin_call("push", msg, then=then)
+        except (PeerGone, ChannelClosed):
+            agent.keep_late(msg)
 
     def wake(self) -> None:
         """The host wakes its own inbox when a cancel reaches it."""
@@ -243,6 +271,7 @@ class ProcessAgent:
         self._lock = threading.Lock()
         self._supervise = threading.Lock()
         self._finished = False
+        self._leftovers_recorded = False
         self._closing = False
         self._launched = False
         self._shell_stopped = False
@@ -270,6 +299,18 @@ class ProcessAgent:
         if timeout is None:
             return request_call(self._host.channel, method, *args)
         return request_call(self._host.channel, method, *args, timeout=timeout)
+
+    def begin_call(self, method: str, *args: Any, then: Then) -> None:
+        """:meth:`call` without the wait: sent now, ``then`` called on the channel's reader
+        with the reply (or the error) once it is known."""
+        self._host.channel.begin(Call(method, pickle.dumps(args)), CALL_TIMEOUT, then=then)
+
+    def off_reader(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` on the fleet's pool, or here once the pool is shut down."""
+        try:
+            self._pool.submit(fn, *args)
+        except RuntimeError:
+            fn(*args)
 
     def probe(self) -> dict[str, Any]:
         try:
@@ -380,10 +421,23 @@ class ProcessAgent:
 
     def record_leftovers(self) -> None:
         """Record what reached this agent after its host shut down (the host records what its
-        own inbox still held)."""
-        late, self.late = self.late, []
+        own inbox still held); anything that follows is recorded as it comes
+        (:meth:`keep_late`)."""
+        with self._lock:
+            late, self.late = self.late, []
+            self._leftovers_recorded = True
         for item in late:
             self.site.record_rejected(InboxRejected.of(self.name, item, reason="recipient ended"))
+
+    def keep_late(self, msg: InboxMsg) -> None:
+        """An item its host did not take (gone): kept for :meth:`record_leftovers`, or recorded
+        at once if that already ran (a push whose verdict came back after the deregistration
+        that let the settlement record the leftovers)."""
+        with self._lock:
+            if not self._leftovers_recorded:
+                self.late.append(msg)
+                return
+        self.site.record_rejected(InboxRejected.of(self.name, msg, reason="recipient ended"))
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.done.wait(timeout)

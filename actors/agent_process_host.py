@@ -196,7 +196,11 @@ def answer_call(channel: AgentChannel, rid: int, fn: Callable[[], Any]) -> None:
 def request_call(
     channel: AgentChannel, method: str, *args: Any, timeout: float = CALL_TIMEOUT
 ) -> Any:
-    reply = channel.request(Call(method, pickle.dumps(args)), timeout)
+    return returned(method, channel.request(Call(method, pickle.dumps(args)), timeout))
+
+
+def returned(method: str, reply: ChannelMessage) -> Any:
+    """A call's value from its reply; the peer's error re-raised as itself."""
     if not isinstance(reply, ReturnFrame):
         raise SiteRefused(f"{method}: unexpected reply {reply.KIND}")
     if reply.error is not None:
