@@ -198,3 +198,23 @@ def test_a_closed_fleet_leaves_no_pooled_agent_process_behind(
     fleet.close()
     assert not [p for p in pooled if _alive(p)]
     assert pool.idle_pids() == []
+
+
+def test_a_settled_childs_scratch_is_removed_whether_empty_or_holding_files(
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    fleet = process_fleet(_children(2, "sleep 60; reply 1"))
+    names = ["s0", "s1"]
+    wait_for(lambda: all(_busy(fleet, x) for x in names), 90, "both children busy in their sleep")
+    full = fleet.session.scratch("s1")
+    (full / "made" / "deeper").mkdir(parents=True)
+    (full / "made" / "deeper" / "notes.txt").write_text("kept until the settlement")
+    assert fleet.session.scratch("s0").is_dir() and not any(fleet.session.scratch("s0").iterdir())
+    fleet.cancel_all("test")
+    agents = [fleet.hosted[x] for x in names]
+    wait_for(lambda: all(a.done.is_set() for a in agents), 60, "both children settled")
+    for name in names:
+        receipts = [r for r in _journal(fleet, name) if r["kind"] == "environment-teardown"]
+        assert [r["destroyed"] for r in receipts] == [True], receipts
+        assert not fleet.session.scratch(name).exists(), name
+    assert fleet.close().never_settled == 0
