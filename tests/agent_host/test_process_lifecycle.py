@@ -7,6 +7,7 @@ server); the settlement is read from the spawn journal on disk.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -217,4 +218,27 @@ def test_a_settled_childs_scratch_is_removed_whether_empty_or_holding_files(
         receipts = [r for r in _journal(fleet, name) if r["kind"] == "environment-teardown"]
         assert [r["destroyed"] for r in receipts] == [True], receipts
         assert not fleet.session.scratch(name).exists(), name
+    assert fleet.close().never_settled == 0
+
+
+def test_a_child_whose_shell_a_rollback_replaced_reports_the_new_shell_stopped_and_settles_it(
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    fleet = process_fleet(_children(1, "sleep 60") + '\n[[agents."s*"]]\nral = ["reply 1"]\n')
+    wait_for(lambda: _busy(fleet, "s0"), 90, "s0 busy in its sleep")
+    agent = fleet.hosted["s0"]
+    assert isinstance(agent, ProcessAgent)
+    first = agent.shell_pid()
+    assert first is not None and _alive(first)
+    os.kill(first, signal.SIGKILL)  # the call rolls back onto a fresh shell host
+    assert agent.wait(90), "s0 replied and settled"
+    # its end report named the shell it ended with, stopped in order by its own process
+    assert agent.shell_stopped
+    last = agent.shell_pid()
+    assert last is not None and last != first
+    assert not _alive(last)
+    records = _journal(fleet, "s0")
+    assert records[-1]["kind"] == "settled" and records[-1]["status"] == "done", records[-1]
+    receipts = [r for r in records if r["kind"] == "environment-teardown"]
+    assert [r["destroyed"] for r in receipts] == [True], receipts
     assert fleet.close().never_settled == 0
