@@ -240,10 +240,7 @@ class AgentExecutor:
                 self._pid = current
         if not self._pid:
             return False
-        try:
-            return psutil.Process(self._pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
+        return _running(self._pid)
 
     def _receipt(self, destroyed: bool, state: EnvironmentState, detail: str) -> Receipt:
         return Receipt(
@@ -254,6 +251,19 @@ class AgentExecutor:
             pid=self._pid,
             scratch=str(self.scratch),
         )
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has): its ``/proc`` state,
+    one read. ``psutil.Process(pid).status()`` read it twice, with the boot time, ~0.1 ms of
+    the control process's settle per agent."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+    return state not in (b"Z", b"X", b"")
 
 
 def _remove_scratch(scratch: Path) -> None:

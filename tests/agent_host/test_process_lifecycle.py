@@ -242,3 +242,19 @@ def test_a_child_whose_shell_a_rollback_replaced_reports_the_new_shell_stopped_a
     receipts = [r for r in records if r["kind"] == "environment-teardown"]
     assert [r["destroyed"] for r in receipts] == [True], receipts
     assert fleet.close().never_settled == 0
+
+
+def test_a_shell_pid_reads_as_running_while_it_runs_and_gone_once_a_zombie_or_reaped() -> None:
+    from actors.agent_executor import _running
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    try:
+        assert _running(child.pid)
+        assert child.stdin is not None
+        child.stdin.close()  # it exits; unreaped, it stays a zombie
+        wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 30, "a zombie")
+        assert not _running(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not _running(child.pid)
