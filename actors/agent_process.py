@@ -6,7 +6,8 @@ fork server; the agent process starts its shell host from that same server
 (:func:`actors.process.use_fork_server`) and builds the very :class:`actors.agent.Agent` of the
 thread backend. Here a :class:`ProcessAgent` stands in for it in the fleet and the registry:
 producers push into its :class:`RemoteInbox`, which waits for the agent process's verdict, so
-the quota rule's ``InboxFull`` still reaches the producer synchronously; the registry's cancel
+the quota rule's ``InboxFull`` still reaches the producer synchronously (a delivery nobody waits
+on, a child's result, is sent and its refusal recorded when it arrives); the registry's cancel
 cascade and interrupts travel as control frames; the agent's site calls (``Call``) are answered
 with the fleet's own site methods through :data:`SITE_CALLS`.
 
