@@ -14,6 +14,7 @@ Receipts tell the truth about what remains: a shell this executor closed is
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -38,6 +39,7 @@ from runtime.settlement.executor import (
 from runtime.settlement.fleet_yield import settlement_status
 
 if TYPE_CHECKING:
+    from pathlib import Path
     from threading import Event
 
     from actors.agent import AgentOutcome, AgentStats
@@ -118,7 +120,7 @@ class AgentExecutor:
 
     def teardown(self, grace: float | Literal["brutal-kill", "infinity"]) -> Receipt:
         with self._lock:
-            if not self._closed and not self._process_alive() and not self._agent.shell_stopped:
+            if not self._closed and not self._agent.shell_stopped and not self._process_alive():
                 self._gone = True  # died outside teardown: every later receipt says so too
             gone_before = self._gone
             if not self._closed:
@@ -149,7 +151,7 @@ class AgentExecutor:
                     "be confirmed destroyed",
                 )
             try:
-                shutil.rmtree(self.scratch, ignore_errors=False)
+                _remove_scratch(self.scratch)
             except FileNotFoundError:
                 pass
             except OSError as e:
@@ -238,10 +240,7 @@ class AgentExecutor:
                 self._pid = current
         if not self._pid:
             return False
-        try:
-            return psutil.Process(self._pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
+        return _running(self._pid)
 
     def _receipt(self, destroyed: bool, state: EnvironmentState, detail: str) -> Receipt:
         return Receipt(
@@ -252,3 +251,28 @@ class AgentExecutor:
             pid=self._pid,
             scratch=str(self.scratch),
         )
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has): its ``/proc`` state,
+    one read. ``psutil.Process(pid).status()`` read it twice, with the boot time, ~0.1 ms of
+    the control process's settle per agent."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+    return state not in (b"Z", b"X", b"")
+
+
+def _remove_scratch(scratch: Path) -> None:
+    """Remove a scratch directory: one ``rmdir`` when it is empty (most agents write nothing
+    there; ``shutil.rmtree``'s walk cost ~0.1 ms of the control process's settle per agent),
+    else the whole tree."""
+    try:
+        os.rmdir(scratch)
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        shutil.rmtree(scratch, ignore_errors=False)

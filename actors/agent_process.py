@@ -6,7 +6,8 @@ fork server; the agent process starts its shell host from that same server
 (:func:`actors.process.use_fork_server`) and builds the very :class:`actors.agent.Agent` of the
 thread backend. Here a :class:`ProcessAgent` stands in for it in the fleet and the registry:
 producers push into its :class:`RemoteInbox`, which waits for the agent process's verdict, so
-the quota rule's ``InboxFull`` still reaches the producer synchronously; the registry's cancel
+the quota rule's ``InboxFull`` still reaches the producer synchronously (a delivery nobody waits
+on, a child's result, is sent and its refusal recorded when it arrives); the registry's cancel
 cascade and interrupts travel as control frames; the agent's site calls (``Call``) are answered
 with the fleet's own site methods through :data:`SITE_CALLS`.
 
@@ -26,10 +27,11 @@ Invariants:
   process; its shell sees end of file when its host dies; :meth:`ProcessAgent.shutdown` kills
   whatever of either is left.
 - Settle first, reap after: a host that ended in order stopped its shell before ``Ended``, so
-  its slot settles without waiting for the process; :meth:`ProcessAgent.release` then tells it
-  to exit and a :class:`HostReaper` collects it off the settlement path (the 32 pool threads
-  also answer every other agent's site calls: a thread blocked on one process's exit held up
-  the others' ends, docs/benchmarks.md).
+  its slot settles without waiting for the process; :meth:`ProcessAgent.release` then hands it
+  to a :class:`HostReaper`, which tells it to exit once no other end is in flight and collects
+  it off the settlement path (the 32 pool threads also answer every other agent's site calls:
+  a thread blocked on one process's exit held up the others' ends; and exits told at once
+  competed with a cascade's later ends for the cores, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -51,6 +53,7 @@ import psutil
 
 from actors.agent import AgentOutcome, AgentStats
 from actors.agent_process_host import (
+    CALL_TIMEOUT,
     Charge,
     EndReport,
     HostBoot,
@@ -59,9 +62,10 @@ from actors.agent_process_host import (
     agent_process_main,
     answer_call,
     request_call,
+    returned,
     unpickle,
 )
-from actors.channel import AgentChannel
+from actors.channel import AgentChannel, Then
 from actors.frames import ChannelClosed
 from actors.host_pool import HostPool
 from actors.process import fork_server_address, process_context, start_process
@@ -82,7 +86,7 @@ from runtime.fleet.agent_channel import (
     ReturnFrame,
     Shutdown,
 )
-from runtime.fleet.inbox import InboxMsg, PushEffect
+from runtime.fleet.inbox import InboxFull, InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
 from runtime.replay.provider import RecordSink
@@ -145,9 +149,35 @@ class RemoteInbox:
         try:
             result: PushEffect = self._agent.call("push", msg)
         except (PeerGone, ChannelClosed):
-            self._agent.late.append(msg)
+            self._agent.keep_late(msg)
             return PushEffect.QUEUED
         return result
+
+    def send_push(self, msg: InboxMsg, refused: Callable[[InboxFull], None]) -> None:
+        """A push nobody waits on (the registry's ``deliver``): sent now, its verdict handled
+        when it arrives -- ``refused`` with the host's ``InboxFull``, on the fleet's pool. The
+        registry sends it under its lock, so the frame is ahead of the recipient's
+        deregistration and ``Shutdown`` on the pipe (and of any reply the recipient's park
+        read gets). Waiting for the verdict held a pool thread for a round trip per result:
+        a cascade's 100 results to one parent took 15-41 ms each (load 16-23), and the 32
+        pool threads that settle every end ran out."""
+        agent = self._agent
+
+        def then(reply: ChannelMessage | None, error: BaseException | None) -> None:
+            if error is not None or reply is None:  # the host is gone: the item is late
+                agent.off_reader(agent.keep_late, msg)
+                return
+            try:
+                returned("push", reply)
+            except InboxFull as full:
+                agent.off_reader(refused, full)
+            except Exception:
+                log.exception("%s: a push's verdict", agent.name)
+
+        try:
+            agent.begin_call("push", msg, then=then)
+        except (PeerGone, ChannelClosed):
+            agent.keep_late(msg)
 
     def wake(self) -> None:
         """The host wakes its own inbox when a cancel reaches it."""
@@ -242,6 +272,7 @@ class ProcessAgent:
         self._lock = threading.Lock()
         self._supervise = threading.Lock()
         self._finished = False
+        self._leftovers_recorded = False
         self._closing = False
         self._launched = False
         self._shell_stopped = False
@@ -270,6 +301,18 @@ class ProcessAgent:
         if timeout is None:
             return request_call(self._host.channel, method, *args)
         return request_call(self._host.channel, method, *args, timeout=timeout)
+
+    def begin_call(self, method: str, *args: Any, then: Then) -> None:
+        """:meth:`call` without the wait: sent now, ``then`` called on the channel's reader
+        with the reply (or the error) once it is known."""
+        self._host.channel.begin(Call(method, pickle.dumps(args)), CALL_TIMEOUT, then=then)
+
+    def off_reader(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` on the fleet's pool, or here once the pool is shut down."""
+        try:
+            self._pool.submit(fn, *args)
+        except RuntimeError:
+            fn(*args)
 
     def probe(self) -> dict[str, Any]:
         try:
@@ -344,12 +387,11 @@ class ProcessAgent:
             self.shutdown()
 
     def release(self, reaper: HostReaper) -> None:
-        """After its slot is settled: tell the host to exit now and let ``reaper`` wait for it
-        and collect it, off the settlement path."""
+        """After its slot is settled: hand the host to ``reaper``, which tells it to exit once
+        no other end is in flight and collects it, off the settlement path."""
         with self._lock:
             self._closing = True
             host = self._host
-        host.ask_to_exit("shutdown")
         reaper.reap(host)
 
     # -- control ------------------------------------------------------------------------------
@@ -381,10 +423,23 @@ class ProcessAgent:
 
     def record_leftovers(self) -> None:
         """Record what reached this agent after its host shut down (the host records what its
-        own inbox still held)."""
-        late, self.late = self.late, []
+        own inbox still held); anything that follows is recorded as it comes
+        (:meth:`keep_late`)."""
+        with self._lock:
+            late, self.late = self.late, []
+            self._leftovers_recorded = True
         for item in late:
             self.site.record_rejected(InboxRejected.of(self.name, item, reason="recipient ended"))
+
+    def keep_late(self, msg: InboxMsg) -> None:
+        """An item its host did not take (gone): kept for :meth:`record_leftovers`, or recorded
+        at once if that already ran (a push whose verdict came back after the deregistration
+        that let the settlement record the leftovers)."""
+        with self._lock:
+            if not self._leftovers_recorded:
+                self.late.append(msg)
+                return
+        self.site.record_rejected(InboxRejected.of(self.name, msg, reason="recipient ended"))
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.done.wait(timeout)
@@ -660,25 +715,77 @@ class _Host:
                 self.proc.join(5.0)
 
 
+RELEASE_QUIET = 0.1
+"""Seconds without another agent's end before the settled hosts held by :class:`HostReaper`
+are told to exit. An agent process's exit costs ~2 ms of CPU (perf's task-clock, from its
+``Shutdown`` to its reaping) and its shell's ~0.5 ms: told at once, the first agents of a
+100-agent cascade exited on the same two cores as the cancels still in flight."""
+
+RELEASE_LATEST = 1.0
+"""Seconds a settled host may be held at most, however many ends keep following it (a steady
+stream of ends must not hold every finished process)."""
+
+
 class HostReaper:
-    """Collects the hosts of settled agents off the settlement path: one thread, in order.
+    """Tells the hosts of settled agents to exit and collects them, off the settlement path.
 
-    Each host was told to exit when it was handed over (:meth:`ProcessAgent.release`), so they
-    exit in parallel; this thread only waits for each and reaps it and its shell.
-    :meth:`close` returns once every host handed over is collected, so nothing outlives the
-    fleet that started it."""
+    A host handed over (:meth:`ProcessAgent.release`) has ended and its slot is settled: only
+    its exit is left. The reaper holds it until no other end has arrived for
+    :data:`RELEASE_QUIET` (at most :data:`RELEASE_LATEST`), then tells every host it holds to
+    exit, so they exit in parallel, and waits for each and reaps it and its shell, in order,
+    on its one thread. So a cascade's ends are not slowed by the exits of the agents that
+    ended before them. :meth:`close` tells whatever it still holds at once and returns once
+    every host handed over is collected, so nothing outlives the fleet that started it."""
 
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="reaper")
+    def __init__(self, quiet: float = RELEASE_QUIET, latest: float = RELEASE_LATEST) -> None:
+        self._quiet, self._latest = quiet, latest
+        self._held: list[_Host] = []
+        self._last = 0.0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="reaper", daemon=True)
+        self._thread.start()
 
     def reap(self, host: _Host) -> None:
-        try:
-            self._pool.submit(_collect, host)
-        except RuntimeError:  # closed: the caller collects it itself
-            _collect(host)
+        with self._cond:
+            if not self._closed:
+                self._held.append(host)
+                self._last = time.monotonic()
+                self._cond.notify()
+                return
+        host.ask_to_exit("shutdown")  # closed: the caller collects it itself
+        _collect(host)
+
+    def held(self) -> int:
+        """Hosts handed over and not yet told to exit."""
+        with self._cond:
+            return len(self._held)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._held and not self._closed:
+                    self._cond.wait()
+                if not self._held:
+                    return
+                first = time.monotonic()
+                while not self._closed:
+                    due = min(self._last + self._quiet, first + self._latest)
+                    now = time.monotonic()
+                    if now >= due:
+                        break
+                    self._cond.wait(due - now)
+                batch, self._held = self._held, []
+            for host in batch:
+                host.ask_to_exit("shutdown")
+            for host in batch:
+                _collect(host)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join()
 
 
 def _collect(host: _Host) -> None:

@@ -57,13 +57,27 @@ def _ignore(_: object) -> None:
     return None
 
 
-class _Waiter:
-    __slots__ = ("error", "event", "reply")
+Then = Callable[[ChannelMessage | None, BaseException | None], None]
+"""What a caller that does not wait for a reply is called back with: the reply, or the error."""
 
-    def __init__(self) -> None:
+
+class _Waiter:
+    __slots__ = ("error", "event", "reply", "then")
+
+    def __init__(self, then: Then | None) -> None:
         self.event = threading.Event()
         self.reply: ChannelMessage | None = None
         self.error: BaseException | None = None
+        self.then = then
+        """Called on the reader thread with the reply or the error, once one is known."""
+
+    def settle(self) -> None:
+        self.event.set()
+        if self.then is not None:
+            try:
+                self.then(self.reply, self.error)
+            except Exception:  # a callback bug must not stop the reader
+                log.exception("channel: a reply's callback failed")
 
 
 class AgentChannel:
@@ -129,7 +143,20 @@ class AgentChannel:
         :attr:`late_replies`) or :class:`PeerGone` (the channel ended first). A ``Failed``
         reply is returned as is: the caller decides how to surface the peer's error.
         """
-        waiter = _Waiter()
+        return self.begin(msg, timeout)()
+
+    def begin(
+        self,
+        msg: ChannelMessage,
+        timeout: float = DEFAULT_TIMEOUT,
+        then: Then | None = None,
+    ) -> Callable[[], ChannelMessage]:
+        """Send ``msg`` as a request now (:class:`PeerGone` at once if the channel has ended);
+        the returned call waits for its reply as :meth:`request` does. The frame is in the pipe
+        when this returns, so a caller can send it under a lock and wait outside it. ``then``,
+        for a caller that does not wait: called on the reader thread with the reply (or the
+        :class:`PeerGone` of an end of file) as soon as it is known; it must not block."""
+        waiter = _Waiter(then)
         with self._lock:
             if self._eof is not None:
                 raise PeerGone(msg.KIND, 0, self.peer, self._eof)
@@ -142,6 +169,11 @@ class AgentChannel:
                 self._waiters.pop(rid, None)
                 self._corr.close(rid)
             raise PeerGone(msg.KIND, rid, self.peer, str(e)) from None
+        return lambda: self._await(msg, rid, waiter, timeout)
+
+    def _await(
+        self, msg: ChannelMessage, rid: int, waiter: _Waiter, timeout: float
+    ) -> ChannelMessage:
         if not waiter.event.wait(timeout):
             with self._lock:
                 expired = {i for i, _ in self._corr.expire(time.monotonic())}
@@ -186,7 +218,7 @@ class AgentChannel:
                 waiter = self._waiters.pop(env.reply_to, None)
             if waited and waiter is not None:
                 waiter.reply = msg
-                waiter.event.set()
+                waiter.settle()
             return
         if msg.KIND in CONTROL_KINDS:
             self._call(self._on_control, msg)
@@ -221,7 +253,7 @@ class AgentChannel:
         for rid, kind, waiter in waiting:
             if waiter is not None:
                 waiter.error = PeerGone(kind, rid, self.peer, detail)
-                waiter.event.set()
+                waiter.settle()
         self.closed.set()
         try:
             self._on_eof(detail)

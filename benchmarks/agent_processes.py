@@ -17,7 +17,7 @@ every agent, shell and worker process inherits the pinning):
   now and then sees; the process backend's warm pool is full then, while back-to-back spawns
   take the processes it forks as each spawn takes one);
 - the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
-  settled;
+  settled, and the control process's CPU (user + system) per agent over that span;
 - PSS per agent (agent process + its shell, psutil's full memory info) with N agents live,
   read on the first 10.
 
@@ -246,12 +246,14 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
                 pss += _pss(agent.shell_pid())
                 if isinstance(agent, ProcessAgent):
                     pss += _pss(agent.pid)
+            cascade_cpu0 = sum(me.cpu_times()[:2])
             t = time.perf_counter()
             for name in names:
                 fleet.registry.cancel(name, "benchmark")
             # every one ended and settled by its spawn site (``done`` is set after the settle)
             _wait(lambda: all(fleet.hosted[x].done.is_set() for x in names), 300, "cascade")
             cascade = time.perf_counter() - t
+            cascade_cpu = sum(me.cpu_times()[:2]) - cascade_cpu0
         finally:
             fleet.close()
     return {
@@ -265,6 +267,7 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
         "spawn_p90_ms": sorted(spawns)[int(len(spawns) * 0.9)] * 1e3,
         "spawn_spaced_ms": statistics.median(spaced) * 1e3,
         "cascade_ms": cascade * 1e3,
+        "cascade_ctl_ms_per_agent": cascade_cpu / max(hold, 1) * 1e3,
         "pss_per_agent_mib": pss / max(len(sampled), 1) / 2**20,
     }
 
@@ -321,12 +324,16 @@ def main() -> None:
     both = ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:2])
     if args.lifecycle:
         print(f"load average {os.getloadavg()[0]:.1f}; {hold} agents held busy")
-        print(f"{'mode':<8} {'spawn med ms':>12} {'p90':>7} {'spaced ms':>9} {'cascade ms':>10}")
+        print(
+            f"{'mode':<8} {'spawn med ms':>12} {'p90':>7} {'spaced ms':>9} {'cascade ms':>10} "
+            f"{'ctl ms/agent':>12}"
+        )
         for mode in ("thread", "process"):
             r = _run(mode, 1, 1, hold, both, False)
             print(
                 f"{mode:<8} {r['spawn_median_ms']:>12.1f} {r['spawn_p90_ms']:>7.1f} "
-                f"{r['spawn_spaced_ms']:>9.1f} {r['cascade_ms']:>10.0f}",
+                f"{r['spawn_spaced_ms']:>9.1f} {r['cascade_ms']:>10.0f} "
+                f"{r['cascade_ctl_ms_per_agent']:>12.2f}",
                 flush=True,
             )
         return

@@ -400,7 +400,9 @@ class FleetRegistry:
 
         Returns ``"delivered"``, or records an :class:`InboxRejected` through ``on_dropped`` and
         returns ``"stale"`` (stamped before a clear that reaped the recipient's subtree),
-        ``"ended"`` (recipient gone) or ``"full"`` (recipient's inbox at its cap).
+        ``"ended"`` (recipient gone) or ``"full"`` (recipient's inbox at its cap). An inbox in
+        another process (one with ``send_push``) answers later: ``"delivered"`` means sent, and
+        its ``"full"`` is recorded when its verdict arrives.
         """
         stamp = msg.generation if stamp is None else stamp
         sender = sender if sender is not None else getattr(msg, "child", None)
@@ -409,7 +411,17 @@ class FleetRegistry:
         # sees it ended and records it here. Inbox.push never calls back into the registry.
         # The drop is decided under the lock and recorded after it: the record is a durable
         # append, and no lock but its file writer's own is held across its fsync.
+        # An inbox in another process (``send_push``) is sent to under the lock, and its
+        # verdict is not waited for: the frame is ahead of the recipient's deregistration on
+        # its pipe all the same, and a refusal is recorded when the verdict arrives.
         dropped: tuple[str, str] | None = None
+
+        def full(e: InboxFull) -> None:
+            event = InboxRejected.of(
+                recipient, msg, reason="inbox full", cap=e.cap, total=e.total, sender=sender
+            )
+            self._record(event)
+
         try:
             with self._lock:
                 if not self.tree.is_live(recipient):
@@ -417,12 +429,14 @@ class FleetRegistry:
                 elif self.tree.is_stale(recipient, stamp):
                     dropped = ("stale generation", "stale")
                 else:
-                    self._handles[recipient].inbox.push(msg)
-        except InboxFull as full:
-            event = InboxRejected.of(
-                recipient, msg, reason="inbox full", cap=full.cap, total=full.total, sender=sender
-            )
-            self._record(event)
+                    inbox = self._handles[recipient].inbox
+                    send = getattr(inbox, "send_push", None)
+                    if send is None:
+                        inbox.push(msg)
+                    else:
+                        send(msg, full)
+        except InboxFull as e:
+            full(e)
             return "full"
         if dropped is not None:
             return self._drop(recipient, msg, dropped[0], sender, dropped[1])

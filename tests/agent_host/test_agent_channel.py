@@ -34,7 +34,7 @@ from runtime.fleet.agent_channel import (
     decode,
     encode,
 )
-from tests.support.waiting import wait_for
+from tests.support.waiting import HANG_GUARD, wait_for
 
 # -- the codec --------------------------------------------------------------------------------
 
@@ -351,3 +351,33 @@ def test_a_typed_refusal_crosses_a_process_boundary_as_itself_with_its_fields(
     failed = pickle.loads(pickle.dumps(SpawnFailed("w1", full)))
     assert type(failed) is SpawnFailed and str(failed) == str(SpawnFailed("w1", full))
     assert isinstance(failed.cause, InboxFull) and failed.cause.cap == cap
+
+
+def test_a_request_sent_without_waiting_calls_back_with_its_reply_and_one_cut_by_an_end_of_file_with_peer_gone(  # noqa: E501
+    pair: Any,
+) -> None:
+    a, b = pair
+    held: list[Envelope] = []
+
+    def handle(env: Envelope) -> None:
+        if isinstance(env.message, Ping) and env.message.seq == 1:
+            host.reply(env.id or 0, Pong(1, 0))
+        else:
+            held.append(env)  # never answered: the host closes instead
+
+    host = AgentChannel(b, peer="control", on_request=handle).start()
+    ctl = AgentChannel(a, peer="host").start()
+    got: list[tuple[ChannelMessage | None, BaseException | None]] = []
+    try:
+        ctl.begin(Ping(1), timeout=10, then=lambda r, e: got.append((r, e)))
+        wait_for(lambda: got, HANG_GUARD, "the answered request's callback")
+        assert got == [(Pong(1, 0), None)]
+        ctl.begin(Ping(2), timeout=10, then=lambda r, e: got.append((r, e)))
+        wait_for(lambda: held, HANG_GUARD, "the host to receive the second request")
+        host.close()
+        wait_for(lambda: len(got) == 2, HANG_GUARD, "the cut request's callback")
+        reply, error = got[1]
+        assert reply is None and isinstance(error, PeerGone)
+    finally:
+        ctl.close()
+        host.close()

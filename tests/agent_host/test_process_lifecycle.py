@@ -7,6 +7,7 @@ server); the settlement is read from the spawn journal on disk.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -198,3 +199,62 @@ def test_a_closed_fleet_leaves_no_pooled_agent_process_behind(
     fleet.close()
     assert not [p for p in pooled if _alive(p)]
     assert pool.idle_pids() == []
+
+
+def test_a_settled_childs_scratch_is_removed_whether_empty_or_holding_files(
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    fleet = process_fleet(_children(2, "sleep 60; reply 1"))
+    names = ["s0", "s1"]
+    wait_for(lambda: all(_busy(fleet, x) for x in names), 90, "both children busy in their sleep")
+    full = fleet.session.scratch("s1")
+    (full / "made" / "deeper").mkdir(parents=True)
+    (full / "made" / "deeper" / "notes.txt").write_text("kept until the settlement")
+    assert fleet.session.scratch("s0").is_dir() and not any(fleet.session.scratch("s0").iterdir())
+    fleet.cancel_all("test")
+    agents = [fleet.hosted[x] for x in names]
+    wait_for(lambda: all(a.done.is_set() for a in agents), 60, "both children settled")
+    for name in names:
+        receipts = [r for r in _journal(fleet, name) if r["kind"] == "environment-teardown"]
+        assert [r["destroyed"] for r in receipts] == [True], receipts
+        assert not fleet.session.scratch(name).exists(), name
+    assert fleet.close().never_settled == 0
+
+
+def test_a_child_whose_shell_a_rollback_replaced_reports_the_new_shell_stopped_and_settles_it(
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    fleet = process_fleet(_children(1, "sleep 60") + '\n[[agents."s*"]]\nral = ["reply 1"]\n')
+    wait_for(lambda: _busy(fleet, "s0"), 90, "s0 busy in its sleep")
+    agent = fleet.hosted["s0"]
+    assert isinstance(agent, ProcessAgent)
+    first = agent.shell_pid()
+    assert first is not None and _alive(first)
+    os.kill(first, signal.SIGKILL)  # the call rolls back onto a fresh shell host
+    assert agent.wait(90), "s0 replied and settled"
+    # its end report named the shell it ended with, stopped in order by its own process
+    assert agent.shell_stopped
+    last = agent.shell_pid()
+    assert last is not None and last != first
+    assert not _alive(last)
+    records = _journal(fleet, "s0")
+    assert records[-1]["kind"] == "settled" and records[-1]["status"] == "done", records[-1]
+    receipts = [r for r in records if r["kind"] == "environment-teardown"]
+    assert [r["destroyed"] for r in receipts] == [True], receipts
+    assert fleet.close().never_settled == 0
+
+
+def test_a_shell_pid_reads_as_running_while_it_runs_and_gone_once_a_zombie_or_reaped() -> None:
+    from actors.agent_executor import _running
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
+    try:
+        assert _running(child.pid)
+        assert child.stdin is not None
+        child.stdin.close()  # it exits; unreaped, it stays a zombie
+        wait_for(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 30, "a zombie")
+        assert not _running(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not _running(child.pid)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -367,3 +367,34 @@ def test_the_last_child_deregistering_wakes_its_parked_parent_at_once(reg: Regis
     reg.core.deregister("only-child")
     parked.join(timeout=HANG_GUARD)  # well inside the 30 s backstop: the wake ended the park
     assert not parked.is_alive() and result == [None]
+
+
+class LaterInbox:
+    """An inbox in another process as the registry sees it: ``send_push`` sends the item and
+    its verdict comes later (here: when the test hands it in)."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+        self.verdicts: list[Callable[[InboxFull], None]] = []
+
+    def send_push(self, msg: object, refused: Callable[[InboxFull], None]) -> None:
+        self.sent.append(msg)
+        self.verdicts.append(refused)
+
+    def push(self, msg: object) -> None:
+        raise AssertionError("a delivery never waits on an inbox in another process")
+
+
+def test_a_result_for_an_inbox_in_another_process_is_sent_without_waiting_and_a_refusal_is_recorded_when_it_arrives(  # noqa: E501
+    reg: RegistryHandle, dropped: list[InboxRejected]
+) -> None:
+    inbox = LaterInbox()
+    reg.core.register("remote", returns=True, inbox=inbox)  # type: ignore[arg-type]
+    assert reg.core.deliver("remote", AgentResult("c1", 1)) == "delivered"
+    assert reg.core.deliver("remote", AgentResult("c2", 2)) == "delivered"
+    assert inbox.sent == [AgentResult("c1", 1), AgentResult("c2", 2)]
+    assert dropped == []  # nothing is known to be refused yet
+    inbox.verdicts[1](InboxFull("agent_result", 64, recipient="remote"))
+    assert [(d.agent, d.reason, d.cap, d.sender) for d in dropped] == [
+        ("remote", "inbox full", 64, "c2")
+    ]
