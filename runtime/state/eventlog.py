@@ -54,7 +54,7 @@ from runtime.messages import (
 )
 from runtime.state import durability
 from runtime.state.durability import sync_for
-from runtime.state.durable import Damage, Shape, append_jsonl, read_jsonl
+from runtime.state.durable import Damage, Shape, append_jsonl, read_jsonl, stamped_line
 
 
 class ProtocolState(StrEnum):
@@ -460,8 +460,9 @@ class AgentLog:
             raise ProtocolError(attempted, self.state, self._pending)
 
     def _append(self, record: dict[str, Any]) -> LogEvent:
-        ev = LogEvent.of(record)
-        append_jsonl(self.path, record)
+        line, size = stamped_line(record)  # one encoding for the line and the mirror's size
+        durability.append(self.path, line)
+        ev = LogEvent(str(record.get("kind", "")), record, size)
         self._events.append(ev)
         self._bytes += ev.size
         return ev
