@@ -13,6 +13,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runtime.messages import AssistantMessage, StopReason, ToolCall, ToolResult, Usage
 from runtime.state import durability
 from runtime.state.durability import Durability
 from runtime.state.durable import now_iso, read_jsonl, stamped_line
@@ -80,3 +81,19 @@ def test_a_path_routes_to_one_writer_however_it_is_given_and_to_none_once_unboun
     assert durability.writer_for(str(path)) is None
     durability.append(path, b'{"kind": "y"}\n')  # one-shot now: still written, in order
     assert [r["kind"] for r in read_jsonl(path).records] == ["x", "y"]
+
+
+def test_a_live_logs_transcript_is_what_a_reload_of_its_file_renders(tmp_path: Path) -> None:
+    log = AgentLog(tmp_path / "events.jsonl")
+    log.append_user("go")
+    for i in range(3):
+        msg = AssistantMessage(
+            text=f"step {i}",
+            tool_calls=(ToolCall(f"c{i}", "ral", {"script": f"let v = {i}", "n": [i, {"x": 1}]}),),
+            stop_reason=StopReason.TOOL_USE,
+            usage=Usage(10 + i, 2, 0, 3),
+        )
+        log.append_assistant(msg)
+        log.append_tool_result(ToolResult(f"c{i}", f"value {i}", is_error=i == 1))
+    loaded = AgentLog.load(tmp_path / "events.jsonl")[0]
+    assert log.render_transcript() == loaded.render_transcript()
