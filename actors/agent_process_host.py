@@ -101,8 +101,8 @@ FLUSH_EVERY = 0.005
 """Seconds a buffered bus event may wait for the rest of its batch while the drive thread waits
 (a call boundary flushes sooner). The flusher sleeps until an event needs it: polling every 5 ms
 woke each of 200 idle agent processes 200 times a second, and waking it for every batch cost
-an agent process ~0.13 ms of CPU and 3.5 context switches per ral call at 40 agents on 2 cores
-(docs/benchmarks.md): the drive thread now sends its own batches when they are due."""
+an agent process 0.12-0.14 ms of CPU and 3.2-3.5 context switches per ral call at 40 agents on
+2 cores (docs/benchmarks.md): the drive thread now sends its own batches when they are due."""
 
 RESTART_NOTE = (
     "[system note] Your process was restarted after a crash. Any tool call that was in flight "
