@@ -79,9 +79,11 @@ def jsonl_line(record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
 
 
 def stamped_line(record: dict[str, Any]) -> tuple[bytes, int]:
-    """The JSON line of ``record`` (a non-empty object without ``"at"``) with ``"at"`` added
-    last, and the size of ``record``'s own JSON plus its newline -- what an event log counts
+    """The JSON line of ``record`` (a non-empty object) with a fresh ``"at"`` last, and the size
+    of ``record``'s own JSON (without any ``"at"``) plus its newline -- what an event log counts
     (``runtime/state/eventlog.py``), from one encoding instead of two."""
+    if "at" in record:  # replaced, never written twice
+        record = {k: v for k, v in record.items() if k != "at"}
     body = _encoder.encode(record)
     line = f'{body[:-1]}, "at": "{now_iso()}"}}\n'.encode()
     return line, len(body.encode()) + 1

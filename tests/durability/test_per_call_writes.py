@@ -53,6 +53,14 @@ def test_a_stamped_line_is_the_record_plus_its_stamp_and_counts_the_records_own_
     assert size == len(json.dumps(record, ensure_ascii=False).encode()) + 1
 
 
+def test_a_records_own_stamp_is_replaced_by_a_fresh_one_not_written_twice() -> None:
+    line, size = stamped_line({"kind": "user", "at": "1999-01-01T00:00:00.000Z", "text": "x"})
+    assert line.count(b'"at"') == 1
+    parsed = json.loads(line)
+    assert parsed["at"] != "1999-01-01T00:00:00.000Z" and STAMP.match(parsed["at"])
+    assert size == len(json.dumps({"kind": "user", "text": "x"}).encode()) + 1
+
+
 def test_an_event_logs_mirror_counts_what_a_reload_of_its_file_counts(tmp_path: Path) -> None:
     log = AgentLog(tmp_path / "events.jsonl")
     log.append_user("héllo \u2603 " * 20)
