@@ -560,6 +560,7 @@ class Agent:
             turn.steps += 1
             self.stats.steps += 1
             raw: AssistantMessage
+            self.site.before_wait()  # a round trip can take minutes: batched events go first
             try:
                 raw = provider.complete(
                     self.log.render_transcript(),
@@ -577,9 +578,9 @@ class Agent:
                 return Outcome.PROVIDER_ERROR
             empty = raw.is_empty
             msg, unencodable = admit_with_report(raw)  # X2/X7 at the commit boundary
-            self.log.append_assistant(msg)
+            committed = self.log.append_assistant(msg)
             self.count_usage(msg, provider.model)
-            self.stats.in_flight.append({"committed": msg.to_dict()})
+            self.stats.in_flight.append({"committed": committed.data["message"]})
             turn.last_text = msg.text
             if msg.tool_calls:  # MaxTokens with tool calls dispatches them (X6)
                 mark = self._reply_mark()
@@ -610,6 +611,7 @@ class Agent:
             return
         if self.token.cancelled:  # an interrupt at the boundary bails before summarising
             return
+        self.site.before_wait()
         try:
             reply = provider.summary_reply(
                 self.log.render_transcript(), self.token, system=self.system

@@ -10,9 +10,15 @@ crosses the channel (``runtime/fleet/agent_channel.py``) as :class:`Call` reques
 Invariants:
 - Handlers here never wait on the control side: inbox pushes, launch, context imports and
   probes are answered at once on the channel's reader thread.
-- Bus events are batched (flushed at most 5 ms after the first of a batch, and before every
-  call and the end), and always reach the control side before any request made after them.
-  A charge without a budget rides the same batches, in order.
+- Bus events are batched, and always reach the control side before any request made after
+  them (every site call and the end flush first). The drive thread sends its own batch itself
+  when it is about to wait -- for its shell, its provider, its inbox (through the park reads) --
+  if the batch's first item is :data:`FLUSH_EVERY` old; a younger batch that holds an event is
+  left to the flusher, which sends it ``FLUSH_EVERY`` after that first item. An event another
+  thread buffers wakes the flusher. So an event waits at most ``FLUSH_EVERY`` while the drive
+  thread waits, and the common ral call (its ``Io`` and the next step's charge) costs no
+  thread hand-off. A charge without a budget rides the same batches, in order, and never
+  wakes the flusher on its own: alone in the buffer it waits for the next event or flush.
 - A cancel frame trips the agent's token, its shell's eval root (not the trunk's: its session
   outlives a cancel, as in the thread backend) and its inbox, from the reader thread, while the
   main thread may be blocked in the very run it stops.
@@ -35,6 +41,7 @@ import os
 import pickle
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -96,9 +103,11 @@ CALL_TIMEOUT = 120.0
 """Seconds a site call may wait for its answer (a spawn waits for its child's ``BornFrame``)."""
 
 FLUSH_EVERY = 0.005
-"""Seconds a buffered bus event may wait for the rest of its batch (a call boundary flushes
-sooner). The flusher sleeps while the buffer is empty: polling every 5 ms woke each of 200
-idle agent processes 200 times a second."""
+"""Seconds a buffered bus event may wait for the rest of its batch while the drive thread waits
+(a call boundary flushes sooner). The flusher sleeps until an event needs it: polling every 5 ms
+woke each of 200 idle agent processes 200 times a second, and waking it for every batch cost
+an agent process 0.12-0.14 ms of CPU and 3.2-3.5 context switches per ral call at 40 agents on
+2 cores (docs/benchmarks.md): the drive thread now sends its own batches when they are due."""
 
 RESTART_NOTE = (
     "[system note] Your process was restarted after a crash. Any tool call that was in flight "
@@ -322,8 +331,14 @@ class AgentProcess:
         self._cancel: str | None = None
         self._buffer: list[Event | Charge] = []
         self._buffer_lock = threading.Lock()
+        self._first_at = 0.0
+        """When the buffer's first item was buffered (``time.monotonic``)."""
+        self._holds_event = False
+        """The buffer holds an event, not only charges."""
         self._pending = threading.Event()
-        """Set while the buffer holds something: the flusher sleeps on it."""
+        """Set when the flusher must send the buffer (``FLUSH_EVERY`` after its first item)."""
+        self._drive_thread: int | None = None
+        """The drive thread's ident: it sends its own batches (:meth:`before_wait`)."""
         self._workers = WorkerCount()
         self.channel = AgentChannel(
             conn,
@@ -335,6 +350,7 @@ class AgentProcess:
         )
 
     def serve(self) -> None:
+        self._drive_thread = threading.get_ident()
         self.channel.start()
         agent: Agent | None = None
         try:
@@ -403,27 +419,51 @@ class AgentProcess:
     # -- bus events ----------------------------------------------------------------------------
 
     def buffer(self, item: Event | Charge) -> None:
+        """Buffer one bus event or charge for the next batch (the module docstring's rule)."""
         with self._buffer_lock:
+            if not self._buffer:
+                self._first_at = time.monotonic()
             self._buffer.append(item)
-            if len(self._buffer) == 1:
+            if isinstance(item, Charge):
+                return
+            self._holds_event = True
+            if threading.get_ident() != self._drive_thread and not self._pending.is_set():
+                self._pending.set()
+
+    def before_wait(self) -> None:
+        """The drive thread is about to wait: send the batch if it is due, else leave one that
+        holds an event to the flusher."""
+        with self._buffer_lock:
+            if not self._buffer:
+                return
+            if time.monotonic() - self._first_at >= FLUSH_EVERY:
+                self._send_locked()
+            elif self._holds_event and not self._pending.is_set():
                 self._pending.set()
 
     def flush(self) -> None:
         with self._buffer_lock:
-            batch, self._buffer = self._buffer, []
-            self._pending.clear()
-            if batch:  # sent under the lock: batches keep their order
-                self.channel.try_send(PublishFrame(self.name, pickle.dumps(batch)))
+            self._send_locked()
+
+    def _send_locked(self) -> None:
+        batch, self._buffer = self._buffer, []
+        self._holds_event = False
+        self._pending.clear()
+        if batch:  # sent under the lock: batches keep their order
+            self.channel.try_send(PublishFrame(self.name, pickle.dumps(batch)))
 
     def _flush_loop(self) -> None:
-        """Flush a batch ``FLUSH_EVERY`` after its first item (unless a call boundary flushed
-        it first); sleep while there is nothing to send."""
+        """Send a batch ``FLUSH_EVERY`` after its first item once asked (unless the drive
+        thread or a call boundary sent it first); sleep while nobody asks."""
         closed = self.channel.closed
         while not closed.is_set():
             self._pending.wait()
-            if closed.wait(FLUSH_EVERY):
+            with self._buffer_lock:
+                due = self._first_at + FLUSH_EVERY if self._buffer else 0.0
+            if closed.wait(max(0.0, due - time.monotonic())):
                 return
-            self.flush()
+            with self._buffer_lock:
+                self._send_locked()
 
     def call(self, method: str, *args: Any) -> Any:
         self.flush()
@@ -608,6 +648,7 @@ class HostSite:
 
     def __init__(self, host: AgentProcess) -> None:
         self._host = host
+        self._record = host.boot.session.record  # a Path built once, not once per ral call
 
     @property
     def session(self) -> SessionDir:
@@ -643,7 +684,11 @@ class HostSite:
         )
 
     def run_shell(self, name: str, script: str) -> ShellOutput:
-        return run_agent_shell(self._agent(), self.session.record, script)
+        self._host.before_wait()
+        return run_agent_shell(self._agent(), self._record, script)
+
+    def before_wait(self) -> None:
+        self._host.before_wait()
 
     def resources(self, name: str) -> Resources:
         lease = self._host.call("lease_figures", name)

@@ -161,6 +161,12 @@ class AgentSite(Protocol):
         """An inbox item no turn will admit: recorded in the transcript, never silently lost."""
         ...
 
+    def before_wait(self) -> None:
+        """The drive loop is about to wait (a provider round trip; a shell run waits inside
+        :meth:`run_shell`): a site that batches published events sends what is due, so none
+        waits behind a round trip of unknown length."""
+        ...
+
     # --- the registry -----------------------------------------------------------------------
 
     def standing(self, name: str) -> Standing:

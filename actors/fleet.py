@@ -473,6 +473,9 @@ class Fleet:
     def record_rejected(self, rejection: InboxRejected) -> None:
         self.bus.record_rejected(rejection)
 
+    def before_wait(self) -> None:
+        """Nothing to send: an agent in this process publishes on the bus directly."""
+
     def standing(self, name: str) -> Standing:
         entry = self.registry.lookup(name)
         if entry is None:

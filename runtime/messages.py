@@ -312,6 +312,7 @@ def admit_with_report(msg: AssistantMessage) -> tuple[AssistantMessage, dict[str
     calls: list[ToolCall] = []
     seen: set[str] = set()
     unencodable: dict[str, str] = {}
+    kept = True  # every call as it came: the message itself is admitted (no copy)
     for i, call in enumerate(msg.tool_calls):
         call_id = call.id
         if not _ID_OK.match(call_id) or call_id in seen:
@@ -321,8 +322,16 @@ def admit_with_report(msg: AssistantMessage) -> tuple[AssistantMessage, dict[str
         found = lone_surrogate(arguments) or lone_surrogate(call.name)
         if found is not None:
             unencodable[call_id] = found
-        calls.append(ToolCall(call_id, _valid_unicode(call.name), _valid_unicode(arguments)))
+            calls.append(ToolCall(call_id, _valid_unicode(call.name), _valid_unicode(arguments)))
+            kept = False
+        elif call_id is call.id and arguments is call.arguments:
+            calls.append(call)  # valid Unicode throughout: _valid_unicode would copy it as is
+        else:
+            calls.append(ToolCall(call_id, call.name, arguments))
+            kept = False
     text = _valid_unicode(msg.text)
     if not calls and not text.strip():
         text = EMPTY_REPLY_STUB
+    if kept and text is msg.text:
+        return msg, unencodable
     return replace(msg, text=text, tool_calls=tuple(calls)), unencodable

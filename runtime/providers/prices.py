@@ -117,8 +117,14 @@ class PriceTable:
             return None
         if model in self.prices:
             return self.prices[model]
-        dated = [n for n in self.prices if model.startswith(n) and _DATED.match(model[len(n) :])]
-        return self.prices[max(dated, key=len)] if dated else None
+        found = self.__dict__.setdefault("_dated", {})  # a frozen dataclass keeps a __dict__
+        if model not in found:  # the scan over every name: once per model, not per round trip
+            dated = [
+                n for n in self.prices if model.startswith(n) and _DATED.match(model[len(n) :])
+            ]
+            found[model] = self.prices[max(dated, key=len)] if dated else None
+        price: Price | None = found[model]
+        return price
 
     def with_prices(self, prices: Mapping[str, Price], *, date: str | None = None) -> PriceTable:
         """This table with ``prices`` added or replacing entries (and ``date`` if given)."""

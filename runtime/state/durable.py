@@ -23,10 +23,10 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,14 +47,28 @@ __all__ = [
     "now_iso",
     "read_jsonl",
     "set_aside_torn",
+    "stamped_line",
     "torn_path",
     "write_jsonl",
 ]
 
 
+_second: tuple[int, str] = (-1, "")
+"""The last whole second :func:`now_iso` formatted, and its text (an immutable pair: threads
+read and replace it whole)."""
+
+
 def now_iso() -> str:
-    """UTC ISO-8601 timestamp with milliseconds, the ``"at"`` of every record."""
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC ISO-8601 timestamp with milliseconds, the ``"at"`` of every record (what
+    ``datetime.isoformat(timespec="milliseconds")`` writes, with ``Z``). The second is formatted
+    once: a record's stamp took ~3 us through ``datetime``, four or five per ral call."""
+    global _second
+    now = time.time()
+    sec = int(now)
+    cached = _second
+    if cached[0] != sec:
+        cached = _second = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
+    return f"{cached[1]}.{int((now - sec) * 1000):03d}Z"
 
 
 def jsonl_line(record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
@@ -62,6 +76,17 @@ def jsonl_line(record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     if "at" not in record:
         record = {**record, "at": now_iso()}
     return record, (_encoder.encode(record) + "\n").encode()
+
+
+def stamped_line(record: dict[str, Any]) -> tuple[bytes, int]:
+    """The JSON line of ``record`` (a non-empty object) with a fresh ``"at"`` last, and the size
+    of ``record``'s own JSON (without any ``"at"``) plus its newline -- what an event log counts
+    (``runtime/state/eventlog.py``), from one encoding instead of two."""
+    if "at" in record:  # replaced, never written twice
+        record = {k: v for k, v in record.items() if k != "at"}
+    body = _encoder.encode(record)
+    line = f'{body[:-1]}, "at": "{now_iso()}"}}\n'.encode()
+    return line, len(body.encode()) + 1
 
 
 def write_jsonl(

@@ -54,7 +54,7 @@ from runtime.messages import (
 )
 from runtime.state import durability
 from runtime.state.durability import sync_for
-from runtime.state.durable import Damage, Shape, append_jsonl, read_jsonl
+from runtime.state.durable import Damage, Shape, append_jsonl, read_jsonl, stamped_line
 
 
 class ProtocolState(StrEnum):
@@ -288,7 +288,7 @@ class AgentLog:
                 "assistant message has non-object tool-call arguments or duplicate ids; "
                 "pass it through runtime.messages.admit_assistant before appending"
             )
-        ev = self._append({"kind": "assistant", "message": msg.to_dict()})
+        ev = self._append({"kind": "assistant", "message": msg.to_dict()}, msg)
         self._pending = ids
         if msg.usage is not None:
             self._used_tokens = msg.usage.used
@@ -301,7 +301,7 @@ class AgentLog:
                 self.state,
                 self._pending,
             )
-        ev = self._append({"kind": "tool_result", "message": result.to_dict()})
+        ev = self._append({"kind": "tool_result", "message": result.to_dict()}, result)
         self._pending.remove(result.tool_call_id)
         return ev
 
@@ -459,9 +459,14 @@ class AgentLog:
         if self._pending:
             raise ProtocolError(attempted, self.state, self._pending)
 
-    def _append(self, record: dict[str, Any]) -> LogEvent:
-        ev = LogEvent.of(record)
-        append_jsonl(self.path, record)
+    def _append(self, record: dict[str, Any], message: Message | None = None) -> LogEvent:
+        """Write ``record`` and mirror it; ``message``: what it parses to (``record`` holds its
+        ``to_dict``), kept so the next render does not parse it back."""
+        line, size = stamped_line(record)  # one encoding for the line and the mirror's size
+        durability.append(self.path, line)
+        ev = LogEvent(str(record.get("kind", "")), record, size)
+        if message is not None:
+            ev.__dict__["_message"] = message  # what message() caches (a frozen dataclass)
         self._events.append(ev)
         self._bytes += ev.size
         return ev

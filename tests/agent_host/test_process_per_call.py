@@ -178,3 +178,87 @@ def test_a_process_agent_reads_its_own_standing_without_asking_and_ends_with_the
         assert died["s0"] == "first" and died["s1"] == "second"
     finally:
         fleet.close()
+
+
+def _waiting(workers_text: str) -> str:
+    return f"""
+[fleet]
+prompt = "start"
+
+[[agents.trunk]]
+ral = ["agent w0 'work'"]
+
+[[agents.trunk]]
+text = "started"
+stop = "end_turn"
+repeat = 20
+
+{workers_text}
+"""
+
+
+def _ios(fleet: Fleet, name: str) -> list[dict[str, Any]]:
+    fleet.bus.flush()
+    records = read_jsonl(fleet.session.transcript).records
+    return [r for r in records if r["kind"] == "Io" and r["agent"] == name]
+
+
+def _waiting_fleet(tmp_path: Path, workers_text: str) -> Fleet:
+    playback = ScenarioPlayback(parse_scenario(_waiting(workers_text)))
+    fleet = Fleet(
+        SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
+    )
+    fleet.start_trunk(playback.scenario.prompt, interactive=True)
+    return fleet
+
+
+def test_a_calls_io_reaches_the_transcript_while_its_agent_waits_for_its_next_round_trip(
+    tmp_path: Path,
+) -> None:
+    # the drive thread sends its own batches: one left behind before a provider round trip of
+    # unknown length (a minute here) would stay until the round trip ended
+    fleet = _waiting_fleet(
+        tmp_path,
+        """
+[[agents."w*"]]
+ral = ["let v = add 1 2"]
+
+[[agents."w*"]]
+ral = ["reply $v"]
+delay_ms = 60000
+""",
+    )
+    try:
+        wait_for(lambda: fleet.hosted.get("w0"), 60, "the worker spawned")
+        worker = fleet.hosted["w0"]
+        wait_for(lambda: _ios(fleet, "w0"), 60, "the first call's Io on the bus")
+        assert [r["script"] for r in _ios(fleet, "w0")] == ["let v = add 1 2"]
+        assert not worker.done.is_set(), "the worker is still in its minute-long round trip"
+    finally:
+        fleet.close()
+
+
+def test_a_refused_calls_io_reaches_the_transcript_while_the_next_call_of_its_batch_runs(
+    tmp_path: Path,
+) -> None:
+    # one reply, two tool calls: the first refused (no such tool), the second a minute of
+    # ``sleep``; the refusal's Io must not wait behind the run
+    fleet = _waiting_fleet(
+        tmp_path,
+        """
+[[agents."w*"]]
+calls = [
+    { name = "browse", arguments = { url = "x" } },
+    { name = "ral", arguments = { script = "sleep 60" } },
+]
+""",
+    )
+    try:
+        wait_for(lambda: fleet.hosted.get("w0"), 60, "the worker spawned")
+        worker = fleet.hosted["w0"]
+        wait_for(lambda: _ios(fleet, "w0"), 60, "the refused call's Io on the bus")
+        (io,) = _ios(fleet, "w0")
+        assert io["error"] == "error" and "unknown tool 'browse'" in io["value"]
+        assert not worker.done.is_set(), "the worker's sleep is still running"
+    finally:
+        fleet.close()

@@ -215,3 +215,25 @@ def test_valid_text_is_committed_unchanged_and_reports_nothing(text: str) -> Non
     )
     msg, report = admit_with_report(raw)
     assert report == {} and msg.tool_calls[0].script == text and msg.text == (text or "x")
+
+
+@given(assistant_messages)
+def test_an_admitted_message_is_admitted_again_as_the_very_same_object(
+    msg: AssistantMessage,
+) -> None:
+    # a reply that needs no repair (every reply of a well-behaved model) is not copied: the
+    # per-call path admitted each one by rebuilding every call and its arguments
+    once, _ = admit_with_report(msg)
+    again, unencodable = admit_with_report(once)
+    assert again is once and unencodable == {}
+
+
+@given(assistant_messages)
+def test_an_admitted_messages_calls_keep_their_arguments_as_a_copy_would_hold_them(
+    msg: AssistantMessage,
+) -> None:
+    admitted, _ = admit_with_report(msg)
+    for before, after in zip(msg.tool_calls, admitted.tool_calls, strict=True):
+        if isinstance(before.arguments, dict) and admission_repairs(msg) == ():
+            assert after.arguments == before.arguments
+        assert isinstance(after.arguments, dict)
