@@ -110,9 +110,7 @@ def test_budget_cancels_the_fleet_settles_every_child_and_exits_1(
 ) -> None:
     # 1000 tokens at $1000 per million: a dollar a round trip; the third one reaches $3.
     # With agents as processes each agent's round trips are charged across its channel.
-    run = run_scenario(
-        BUDGET, "--price", "scenario=1000,0", "--budget", "3", "--agents", agents
-    )
+    run = run_scenario(BUDGET, "--price", "scenario=1000,0", "--budget", "3", "--agents", agents)
     assert run.code == 1, run.stderr
     assert "outcome: budget" in run.stderr
     # round trips already in flight when the budget is reached still count: $3 or a little over
