@@ -9,8 +9,15 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("EXARCH_TEST", "1")
+
+# Hypothesis's deadline (200 ms an example) and its too-slow health check are wall-clock bounds:
+# on a box at load 100-250 an example of tests/replay/test_recording_format.py took longer and
+# failed the suite. Every property here holds or fails on its inputs, never on their speed.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 def _children() -> set[int]:
