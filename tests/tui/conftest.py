@@ -24,8 +24,13 @@ from cli.tui.app import ChatApp
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario
 from runtime.state.session_dir import SessionDir
+from tests.support.waiting import HANG_GUARD
 
-TIMEOUT = 10.0
+TIMEOUT = 3 * HANG_GUARD
+"""Seconds :meth:`Chat.until` waits for a milestone of the chat before calling it hung: a
+reply is a whole turn (the provider, a ral call in a shell process, the screen redrawn), not one
+prompt operation, and 10 s of it failed on a box at load 100-250. A guard, never a latency
+claim: a passing test waits only as long as the milestone takes."""
 
 BRANCH_SCENARIO = """
 [[agents.trunk]]

@@ -375,7 +375,7 @@ def test_a_tab_hidden_while_its_agent_answers_shows_the_end_of_the_answer_when_s
             view = c.app.views["trunk"]
             await c.pilot.press("ctrl+n")
             assert c.app.focused_agent == "helper"
-            await c.until(lambda: "The last line." in c.text(), what="the answer", timeout=20)
+            await c.until(lambda: "The last line." in c.text(), what="the answer")
             await c.pilot.pause(0.3)  # every refresh after the answer runs while it is hidden
             await c.pilot.press("ctrl+p")
             await c.pilot.pause(0.3)  # the tab laid out again at its new size
