@@ -98,3 +98,17 @@ async def chat(
             yield c
     finally:
         app.control.close_fleet()
+
+
+def running(c: Chat, name: str) -> bool:
+    """Whether ``name``'s shell is running an evaluation, read as the UI reads it: an agent in a
+    process of its own through its channel's live figures, one in this process from its eval
+    root (False while it is not there yet)."""
+    from actors.agent_process import ProcessAgent
+
+    agent = c.fleet.hosted.get(name)
+    if isinstance(agent, ProcessAgent):
+        figures = agent.live()
+        return figures is not None and figures.running_eval
+    local = c.fleet.agents.get(name)
+    return local is not None and bool(local.eval_root.busy)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
+import pytest
 
+from actors.agent_process import ProcessAgent
 from runtime.cancel import CancelScope
 from runtime.errors import InboxFull
 from runtime.fleet.inbox import Command
@@ -16,7 +19,7 @@ from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from runtime.providers.scenario import Scenario
 from runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
-from tests.tui.conftest import BRANCH_SCENARIO, Chat, chat
+from tests.tui.conftest import BRANCH_SCENARIO, Chat, chat, running
 
 
 def _ral(c: Chat, name: str, script: str) -> Any:
@@ -55,11 +58,15 @@ def test_a_typed_prompt_reaches_the_trunk_and_its_scripted_reply_and_ral_call_ap
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("agents", ["thread", "process"])
 def test_branch_opens_a_focused_conversing_tab_that_answers_in_its_own_tab(
-    tmp_path: Path,
+    tmp_path: Path, agents: Literal["thread", "process"]
 ) -> None:
+    """Under ``--agents process`` the branch answers from a process of its own, neither the
+    trunk's nor the UI's."""
+
     async def scenario() -> None:
-        async with chat(tmp_path, BRANCH_SCENARIO) as c:
+        async with chat(tmp_path, BRANCH_SCENARIO, agents=agents) as c:
             await c.say("first")
             await c.until(lambda: "Trunk here." in c.text())
             await c.say("/branch")
@@ -73,6 +80,10 @@ def test_branch_opens_a_focused_conversing_tab_that_answers_in_its_own_tab(
             assert "and you?" in own
             assert "and you?" not in c.text("trunk") and "Branch here" not in c.text("trunk")
             assert c.fleet.registry.is_live("trunk-branch")
+            if agents == "process":
+                branch, trunk = c.fleet.hosted["trunk-branch"], c.fleet.hosted["trunk"]
+                assert isinstance(branch, ProcessAgent) and isinstance(trunk, ProcessAgent)
+                assert len({branch.pid, trunk.pid, os.getpid()}) == 3
 
     asyncio.run(scenario())
 
@@ -117,7 +128,13 @@ def test_esc_during_a_long_sleep_cancels_the_turn_while_an_earlier_sub_agent_kee
     asyncio.run(scenario())
 
 
-def test_clear_empties_the_tab_and_nothing_from_before_returns(tmp_path: Path) -> None:
+@pytest.mark.parametrize("agents", ["thread", "process"])
+def test_clear_empties_the_tab_and_nothing_from_before_returns(
+    tmp_path: Path, agents: Literal["thread", "process"]
+) -> None:
+    """Nothing from before returns: not in the tab, not in the shell, not in what the agent
+    keeps (its context in this process, or its event log under ``--agents process``)."""
+
     async def scenario() -> None:
         async with chat(
             tmp_path,
@@ -136,6 +153,7 @@ def test_clear_empties_the_tab_and_nothing_from_before_returns(tmp_path: Path) -
             [[agents.trunk]]
             text = "Nothing remembered."
             """,
+            agents=agents,
         ) as c:
             await c.say("remember alpha")
             await c.until(lambda: "Stored alpha." in c.text())
@@ -147,8 +165,12 @@ def test_clear_empties_the_tab_and_nothing_from_before_returns(tmp_path: Path) -
             assert "alpha" not in c.text()
             echo = _ral(c, "trunk", "echo $secret")
             assert echo is not None and echo.is_error and "secret" in echo.result
-            context = c.fleet.agents["trunk"].log.render_transcript()
-            assert not any("alpha" in str(m) for m in context)
+            if agents == "thread":
+                context = c.fleet.agents["trunk"].log.render_transcript()
+                assert not any("alpha" in str(m) for m in context)
+            else:
+                log = (tmp_path / "session" / "agents" / "trunk" / "events.jsonl").read_text()
+                assert "alpha" not in log
 
     asyncio.run(scenario())
 
@@ -299,7 +321,11 @@ def test_a_slash_command_rejected_by_a_full_inbox_shows_on_the_error_line(
     asyncio.run(scenario())
 
 
-def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("agents", ["thread", "process"])
+def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(
+    tmp_path: Path, agents: Literal["thread", "process"]
+) -> None:
+    """Under ``--agents process`` no agent process or shell is left either."""
     before = _descendants()
     started: set[int] = set()
 
@@ -315,13 +341,12 @@ def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Pat
             ral = ["sleep 30"]
             """,
             quit_window=0.5,
+            agents=agents,
         ) as c:
             await c.say("go")
             await c.until(lambda: _ral(c, "helper", "sleep 30") is not None)
             await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None)
-            await c.until(
-                lambda: all(a.eval_root.busy for a in c.fleet.agents.values()), what="the runs"
-            )
+            await c.until(lambda: running(c, "trunk") and running(c, "helper"), what="the runs")
             started.update(_descendants() - before)
             await c.pilot.press("ctrl+c")
             await c.until(lambda: _ral(c, "trunk", "sleep 30").result is not None)
@@ -334,7 +359,8 @@ def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Pat
             assert c.fleet.registry.is_empty()
 
     asyncio.run(scenario())
-    assert len(started) >= 2  # the trunk's and the helper's shell hosts
+    # the trunk's and the helper's shell hosts, and under process their two agent processes
+    assert len(started) >= (2 if agents == "thread" else 4)
     assert not [p for p in started if _alive(p)]
 
 
