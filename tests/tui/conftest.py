@@ -112,3 +112,15 @@ def running(c: Chat, name: str) -> bool:
         return figures is not None and figures.running_eval
     local = c.fleet.agents.get(name)
     return local is not None and bool(local.eval_root.busy)
+
+
+def state(c: Chat, name: str) -> str | None:
+    """``name``'s state (``working``, ``idle``, ...), read as :func:`running` reads its eval."""
+    from actors.agent_process import ProcessAgent
+
+    agent = c.fleet.hosted.get(name)
+    if isinstance(agent, ProcessAgent):
+        figures = agent.live()
+        return figures.state if figures is not None else None
+    local = c.fleet.agents.get(name)
+    return str(local.stats.state) if local is not None else None

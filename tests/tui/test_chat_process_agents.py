@@ -1,9 +1,9 @@
 """The chat app over a fleet whose agents run in processes of their own (``--agents process``).
 
-The same pilot as ``test_chat_app.py`` (whose /branch, /clear and Ctrl-C tests run on both
-backends); what these tests read of an agent they read as the UI
-does, through its channel (:meth:`actors.agent_process.ProcessAgent.live`), never from an
-object in this process: every agent here lives in another pid.
+The same pilot as ``test_chat_app.py`` (whose Esc, /branch, /clear and Ctrl-C tests run on
+both backends); what these tests read of an agent they read as the UI does, through its
+channel (:meth:`actors.agent_process.ProcessAgent.live`), never from an object in this
+process: every agent here lives in another pid.
 """
 
 from __future__ import annotations
@@ -15,23 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from actors.agent_process import ProcessAgent
-from actors.agent_process_host import LiveFigures
-from tests.tui.conftest import Chat, chat, running
+from tests.tui.conftest import Chat, chat
 
 
 def _ral(c: Chat, name: str, script: str) -> Any:
     return next((e for e in c.app.entries(name) if e.kind == "ral" and e.text == script), None)
-
-
-def _live(c: Chat, name: str) -> LiveFigures | None:
-    agent = c.fleet.hosted.get(name)
-    assert isinstance(agent, ProcessAgent), f"{name} should run in a process of its own"
-    return agent.live()
-
-
-def _state(c: Chat, name: str) -> str | None:
-    figures = _live(c, name)
-    return figures.state if figures is not None else None
 
 
 def _born_pid(session: Path, name: str) -> int | None:
@@ -71,39 +59,6 @@ def test_the_trunk_answers_in_the_chat_from_a_process_other_than_the_ui(tmp_path
             assert _born_pid(tmp_path / "session", "trunk") == trunk.pid
             shell = trunk.shell_pid()
             assert shell is not None and shell not in (trunk.pid, os.getpid())
-
-    asyncio.run(scenario())
-
-
-def test_esc_stops_a_process_trunks_long_sleep_while_its_sub_agent_keeps_running(
-    tmp_path: Path,
-) -> None:
-    async def scenario() -> None:
-        async with chat(
-            tmp_path,
-            """
-            [[agents.trunk]]
-            text = "A helper first, then a long wait."
-            ral = ["agent helper 'work a while, then reply'", "sleep 30"]
-
-            [[agents.helper]]
-            ral = ["sleep 20"]
-            """,
-            agents="process",
-        ) as c:
-            await c.say("go")
-            await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None, what="the sleep")
-            await c.until(lambda: _ral(c, "helper", "sleep 20") is not None, what="helper")
-            await c.until(lambda: running(c, "trunk"), what="the run")
-            assert _ral(c, "trunk", "sleep 30").result is None
-            await c.pilot.press("escape")
-            await c.until(lambda: _ral(c, "trunk", "sleep 30").result is not None, what="stop")
-            assert "cancelled" in _ral(c, "trunk", "sleep 30").result
-            await c.until(lambda: _state(c, "trunk") == "idle", what="the trunk idle")
-            assert c.fleet.registry.is_live("helper")
-            assert _state(c, "helper") == "working"
-            assert _ral(c, "helper", "sleep 20").result is None
-            assert "helper" not in c.app.ended and c.app.tabs["helper"].role == "sub"
 
     asyncio.run(scenario())
 
