@@ -60,7 +60,8 @@ def _netns(pid: int) -> str | None:
 
 @dataclass
 class Cluster:
-    """The holder of the namespace and the two nodes started in it."""
+    """The holder of the namespace (``netns-holder``, a ``sleep``) and the nodes started in
+    it."""
 
     holder: subprocess.Popen[bytes]
     temp_dir: str
@@ -235,10 +236,16 @@ def _skip_reason() -> str | None:
 def _two_node_cluster() -> Iterator[Cluster]:
     """Start the namespace, the head and one worker node; on exit kill and reap every process
     in the namespace, then the holder."""
-    holder = subprocess.Popen(
-        ["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep 100000"]
-    )
     temp_dir = tempfile.mkdtemp(prefix="exr-")  # short: Ray's socket paths must fit 107 bytes
+    # The holder is this process's child for the whole session, so it must not be named
+    # `sleep`: tests elsewhere find the `sleep` program a ral call started among this process's
+    # children (tests/shell/test_workers.py), and took the holder for it. A link's name is the
+    # process's name.
+    sleeper = Path(temp_dir) / "netns-holder"
+    sleeper.symlink_to(shutil.which("sleep") or "/bin/sleep")
+    holder = subprocess.Popen(
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {sleeper} 100000"]
+    )
     cluster: Cluster | None = None
     try:
         netns = wait_for(
