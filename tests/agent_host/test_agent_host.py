@@ -160,7 +160,13 @@ def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled
         assert proc.stdout is not None
         pids = [int(x) for _ in range(3) for x in proc.stdout.readline().split()]
         assert len(pids) == 6
-        tree = psutil.Process(proc.pid).children(recursive=True)
+        # a spawned worker's process starts after `spawn` returns: wait for all three (read
+        # once, the tree missed one on an idle box)
+        tree = wait_for(
+            lambda: _at_least(psutil.Process(proc.pid).children(recursive=True), 1 + 6 + 3),
+            timeout=3 * HANG_GUARD,
+            what="the fork server, 3 hosts, 3 shells and 3 workers",
+        )
         watched = {p.pid: p for p in tree} | {pid: psutil.Process(pid) for pid in pids}
         assert len(tree) >= 1 + 6 + 3  # fork server, 3 hosts + 3 shells, 3 workers
         for pid in pids:
@@ -180,6 +186,10 @@ def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled
         for p in watched.values():  # survivors of a failed run are no longer our children
             with contextlib.suppress(psutil.Error):
                 p.kill()
+
+
+def _at_least(tree: list[psutil.Process], n: int) -> list[psutil.Process] | None:
+    return tree if len(tree) >= n else None
 
 
 def _alive(p: psutil.Process) -> bool:
