@@ -90,23 +90,35 @@ def worker_main(
         session = Session(context=context, faults=bool(frame.get("faults")))
         listener = CancelListener(ctl, session.cancel)
         session.restore({BODY_NAME: decode_value(frame["closure"])}, context)
+        encoded: list[bytes] = []
+        refused: list[str] = []
+
+        def encode_in_scope(value: Any) -> str:
+            """Encode the value inside the run's cancel scope (``Session.run``'s ``show``), as
+            the shell host renders its result: a cancel reaches a long encoding at its next walk
+            check, and the worker still reports its output. Encoded after the run, only the
+            hard kill at CANCEL_GRACE could stop it, and its output died with it."""
+            encoded.clear()
+            try:
+                encoded.append(encode_value(value))
+            except Exception as e:  # not Cancelled (a BaseException): the run reports that
+                refused.append(str(e))
+            return ""
+
         listener.begin(0)
-        rr = session.run(BODY_NAME)
+        rr = session.run(BODY_NAME, show=encode_in_scope)
         listener.end()
         if rr.error is not None:
             data.send("result", error=error_fields(rr.error), stdout=rr.stdout, stderr=rr.stderr)
+        elif refused:
+            data.send(
+                "result",
+                error=[f"worker value cannot leave its process: {refused[0]}", 0, 0, "runtime"],
+                stdout=rr.stdout,
+                stderr=rr.stderr,
+            )
         else:
-            try:
-                blob = encode_value(rr.value)
-            except Exception as e:
-                data.send(
-                    "result",
-                    error=[f"worker value cannot leave its process: {e}", 0, 0, "runtime"],
-                    stdout=rr.stdout,
-                    stderr=rr.stderr,
-                )
-            else:
-                data.send("result", value=blob, stdout=rr.stdout, stderr=rr.stderr)
+            data.send("result", value=encoded[0], stdout=rr.stdout, stderr=rr.stderr)
     except ChannelClosed:
         pass
     except MemoryError:  # past the shell's memory limit outside any native

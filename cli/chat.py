@@ -14,6 +14,7 @@ from importlib import resources
 
 import click
 
+from cli import HELP_SETTINGS
 from cli.backend_options import (
     Agents,
     Backend,
@@ -32,7 +33,7 @@ from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
 
 
-@click.command("chat")
+@click.command("chat", context_settings=HELP_SETTINGS)
 @click.argument("scenario", required=False, metavar="[SCENARIO.toml]")
 @provider_options(
     "Model provider (default: scripted with a SCENARIO; no SCENARIO and no --model: the "

@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cli import HELP_SETTINGS
 from cli.backend_options import check_backend
 from cli.durability import describe_durability
 from runtime.drills.invariant_check import InvariantReport, NotASession, check_session
@@ -40,7 +41,7 @@ def report_table(report: InvariantReport, title: str | None = None) -> Table:
     return table
 
 
-@click.command("check")
+@click.command("check", context_settings=HELP_SETTINGS)
 @click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.option(

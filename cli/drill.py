@@ -45,6 +45,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cli import HELP_SETTINGS
 from cli.backend_options import Backend, backend_options, check_backend, make_backend
 from cli.drill_faults import (
     Applied,
@@ -477,7 +478,7 @@ def invariant_table(result: DrillResult) -> Table:
     return t
 
 
-@click.command("drill")
+@click.command("drill", context_settings=HELP_SETTINGS)
 @click.argument("scenario", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option(
     "--agents",

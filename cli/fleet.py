@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from cli import HELP_SETTINGS
 from cli.backend_options import Agents, Backend, agents_option, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
@@ -80,7 +81,7 @@ def yield_table(fy: dict[str, Any]) -> Table:
     return table
 
 
-@click.command("fleet")
+@click.command("fleet", context_settings=HELP_SETTINGS)
 @click.argument("target", metavar="SCENARIO.toml|PROMPT")
 @provider_options("Model provider (default: scripted for a SCENARIO.toml, else openai).")
 @click.option("--session-dir", type=click.Path(file_okay=False), help="Where to write the run.")

@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from cli import HELP_SETTINGS
+
 _SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     # name: (module, attribute, one-line help)
     "ral": ("cli.ral", "ral_command", "Run ral: a REPL, a one-liner (-c) or a file."),
@@ -56,7 +58,7 @@ class _LazyGroup(click.Group):
 @click.group(
     cls=_LazyGroup,
     invoke_without_command=True,
-    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every subcommand
+    context_settings=HELP_SETTINGS,  # every subcommand declares the same itself
 )
 @click.version_option(package_name="exarch-actors")
 @click.pass_context

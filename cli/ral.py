@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from cli import HELP_SETTINGS
 from cli.grants import grant_options, grants_from_flags
 from runtime.ral.context import DynamicContext
 from runtime.ral.errors import RalSyntaxError
@@ -207,7 +208,7 @@ def _bytes_through_stdio() -> None:
             reconfigure(errors="surrogateescape")
 
 
-@click.command("ral")
+@click.command("ral", context_settings=HELP_SETTINGS)
 @click.option("-c", "script", metavar="SCRIPT", help="Run SCRIPT and exit.")
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the result.")

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from cli import HELP_SETTINGS
 from cli.runner import RunSpec, read_scenario, run_headless, session_path
 from runtime.ral.grants import GrantPolicy
 from runtime.replay.divergence import Divergence, Report, compare, read_facts
@@ -58,7 +59,7 @@ class _Deadline:
         pass
 
 
-@click.command("replay")
+@click.command("replay", context_settings=HELP_SETTINGS)
 @click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
 @click.option(
     "--session-dir",

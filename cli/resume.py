@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from actors.resume import resume_run
+from cli import HELP_SETTINGS
 from cli.backend_options import (
     Agents,
     Backend,
@@ -39,7 +40,7 @@ class Refused(click.ClickException):
     exit_code = 2
 
 
-@click.command("resume")
+@click.command("resume", context_settings=HELP_SETTINGS)
 @click.argument("session_dir", type=click.Path(exists=True, file_okay=False))
 @provider_options(None)
 @output_options

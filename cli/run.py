@@ -7,6 +7,7 @@ from typing import Literal
 
 import click
 
+from cli import HELP_SETTINGS
 from cli.backend_options import Backend, agents_option, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
@@ -20,7 +21,7 @@ from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
 
 
-@click.command("run")
+@click.command("run", context_settings=HELP_SETTINGS)
 @click.argument("target", metavar="SCENARIO.toml|PROMPT")
 @provider_options(
     "Model provider (default: scripted for a SCENARIO.toml, else openai; with a network "

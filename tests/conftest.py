@@ -3,14 +3,45 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("EXARCH_TEST", "1")
+
+
+def _cache_bytecode() -> None:
+    """Let every interpreter the suite starts keep its bytecode, outside the tree.
+
+    The suite starts hundreds of interpreters (each ``exarch-actors`` command, its fork server,
+    the Ray nodes' workers). Under ``PYTHONDONTWRITEBYTECODE=1`` (set in this box's
+    environment) each one compiled this project's modules from source again. Measured, cached
+    against not, interleaved in one run: tests/cli/test_run_output.py, test_examples.py and
+    tests/agent/test_reply.py took 21.3 s and 18.5 s against 36.0 s and 47.7 s (load 8-21).
+    Compiled once into a cache directory of this user's (``PYTHONPYCACHEPREFIX``: nothing is
+    written in the tree, which is what the variable keeps clean), read by every later
+    interpreter; Python checks each cached file against its source's mtime and size, so an
+    edit is never run stale."""
+    if os.environ.get("PYTHONPYCACHEPREFIX") or not os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return
+    prefix = Path(tempfile.gettempdir()) / f"exarch-tests-pyc-{os.getuid()}"
+    os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+
+
+_cache_bytecode()
+
+# Hypothesis's deadline (200 ms an example) and its too-slow health check are wall-clock bounds:
+# on a box at load 100-250 an example of tests/replay/test_recording_format.py took longer and
+# failed the suite. Every property here holds or fails on its inputs, never on their speed.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 def _children() -> set[int]:

@@ -314,6 +314,7 @@ def test_the_session_dir_module_names_every_session_file() -> None:
 
 # --------------------------------------------------------------------------- one name, one thing
 
+
 def _public_definitions(modules: dict[str, Path]) -> dict[str, list[str]]:
     """Every top-level public class and function name (no leading ``_``) -> the modules that
     define it, in module order."""

@@ -69,21 +69,34 @@ def exarch(
     )
 
 
+def scenario_run(
+    directory: Path,
+    toml: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> Run:
+    """Write ``toml`` into ``directory`` and run ``exarch-actors run`` on it there, finished.
+
+    Also for a module-scoped fixture: tests that only read one run's outputs share it."""
+    scenario = directory / "scenario.toml"
+    scenario.write_text(textwrap.dedent(toml))
+    session = directory / "session"
+    p = exarch(
+        ["run", str(scenario), "--session-dir", str(session), *args],
+        cwd=directory,
+        env=env,
+        timeout=timeout,
+    )
+    return Run(p.returncode, p.stdout, p.stderr, session)
+
+
 @pytest.fixture
 def run_scenario(tmp_path: Path) -> Callable[..., Run]:
     """Write a scenario and run ``exarch-actors run`` on it in a real subprocess."""
 
     def run(toml: str, *args: str, env: dict[str, str] | None = None, timeout: float = 60) -> Run:
-        scenario = tmp_path / "scenario.toml"
-        scenario.write_text(textwrap.dedent(toml))
-        session = tmp_path / "session"
-        p = exarch(
-            ["run", str(scenario), "--session-dir", str(session), *args],
-            cwd=tmp_path,
-            env=env,
-            timeout=timeout,
-        )
-        return Run(p.returncode, p.stdout, p.stderr, session)
+        return scenario_run(tmp_path, toml, *args, env=env, timeout=timeout)
 
     return run
 

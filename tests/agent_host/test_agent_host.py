@@ -21,7 +21,7 @@ from actors.agent_host import AgentHost
 from runtime.constants import INBOX_SOURCE_CAP
 from runtime.fleet.agent_channel import DeliverResult, PeerGone, ScriptResult
 from runtime.state.session_dir import SessionDir
-from tests.support.waiting import wait_for
+from tests.support.waiting import HANG_GUARD, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -142,11 +142,13 @@ time.sleep(120)
 """
 
 
+@pytest.mark.timeout(180)  # a guard: a fresh interpreter starts ten processes, on a loaded box
 def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled(
     tmp_path: Path,
 ) -> None:
     """The hosts and shells are SIGSTOPped first, so none can notice its pipes closing: only the
-    kernel's parent-death signal (through the fork server's exit) can end them."""
+    kernel's parent-death signal (through the fork server's exit) can end them. Every wait is
+    on what happens (a line printed, a process gone), bounded only by hang guards."""
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(PARENT))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -158,16 +160,22 @@ def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled
         assert proc.stdout is not None
         pids = [int(x) for _ in range(3) for x in proc.stdout.readline().split()]
         assert len(pids) == 6
-        tree = psutil.Process(proc.pid).children(recursive=True)
+        # a spawned worker's process starts after `spawn` returns: wait for all three (read
+        # once, the tree missed one on an idle box)
+        tree = wait_for(
+            lambda: _at_least(psutil.Process(proc.pid).children(recursive=True), 1 + 6 + 3),
+            timeout=3 * HANG_GUARD,
+            what="the fork server, 3 hosts, 3 shells and 3 workers",
+        )
         watched = {p.pid: p for p in tree} | {pid: psutil.Process(pid) for pid in pids}
         assert len(tree) >= 1 + 6 + 3  # fork server, 3 hosts + 3 shells, 3 workers
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(HANG_GUARD)
         wait_for(
             lambda: not [p for p in watched.values() if _alive(p)],
-            timeout=20,
+            timeout=3 * HANG_GUARD,  # ten processes woken by SIGKILL on a loaded box
             what="every host, shell and worker of the killed control process to end",
         )
     finally:
@@ -178,6 +186,10 @@ def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled
         for p in watched.values():  # survivors of a failed run are no longer our children
             with contextlib.suppress(psutil.Error):
                 p.kill()
+
+
+def _at_least(tree: list[psutil.Process], n: int) -> list[psutil.Process] | None:
+    return tree if len(tree) >= n else None
 
 
 def _alive(p: psutil.Process) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import click
 import pytest
@@ -87,3 +89,29 @@ def test_chat_refuses_network_flags_on_a_scripted_conversation_before_the_screen
     result = CliRunner().invoke(main, ["chat", example, "--timeout", "5"])
     assert result.exit_code == 2
     assert "--timeout and --retries apply to the network providers only" in result.output
+
+
+INVOKED_ALONE_FIRST = """
+import click
+from click.testing import CliRunner
+from cli.main import main
+
+for name in main.list_commands(click.Context(main)):
+    cmd = main.get_command(click.Context(main), name)
+    alone = CliRunner().invoke(cmd, ["-h"])
+    grouped = CliRunner().invoke(main, [name, "-h"])
+    print(name, alone.exit_code, grouped.exit_code)
+"""
+
+
+def test_every_command_takes_dash_h_on_its_own_and_still_under_the_group_afterwards() -> None:
+    """A command invoked on its own first (as tests of one command do) keeps ``-h`` under the
+    group: click builds a command's help option once, from the first context that asks. In a
+    fresh process, so no earlier ``-h`` has built it already."""
+    p = subprocess.run(
+        [sys.executable, "-c", INVOKED_ALONE_FIRST],
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    codes = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines()}
+    assert codes == {name: ["0", "0"] for name in EXIT_CODES}, codes

@@ -15,7 +15,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.agent.conftest import Run
+import pytest
+
+from tests.agent.conftest import Run, scenario_run
 from tests.support.terminal import ROOT, Terminal
 
 NO_REPLY = """
@@ -40,6 +42,12 @@ REPLIES = """
     [[agents.trunk]]
     ral = ["reply 7"]
 """
+
+
+@pytest.fixture(scope="module")
+def no_reply(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One finished plain run of NO_REPLY, shared by the tests that only read its outputs."""
+    return scenario_run(tmp_path_factory.mktemp("no-reply"), NO_REPLY)
 
 
 class Running:
@@ -105,7 +113,7 @@ def test_the_session_path_is_the_first_line_printed_while_the_trunk_is_still_wor
 
 
 def test_a_trunk_ral_error_is_printed_as_it_happens_and_the_run_still_quiesces_with_exit_0(
-    tmp_path: Path, run_scenario: Callable[..., Run]
+    tmp_path: Path, no_reply: Run
 ) -> None:
     running = Running(
         tmp_path,
@@ -127,16 +135,16 @@ def test_a_trunk_ral_error_is_printed_as_it_happens_and_the_run_still_quiesces_w
     assert line.strip() == (
         "ral error (trunk): 1:9 unknown command nosuchcommand (not a binding, builtin or program)"
     )
-    finished = run_scenario(NO_REPLY)
+    finished = no_reply
     assert finished.code == 0 and finished.result["outcome"] == "quiesced"
     err = finished.stderr
     assert err.index("ral error (trunk): 1:9 unknown command") < err.index("outcome: quiesced")
 
 
 def test_a_trunk_that_ends_with_text_but_never_replies_prints_that_text_with_a_note(
-    run_scenario: Callable[..., Run],
+    no_reply: Run,
 ) -> None:
-    run = run_scenario(NO_REPLY)
+    run = no_reply
     assert run.code == 0
     assert run.result["reply"] is None
     assert run.stdout == "I could not do it.\n"

@@ -15,6 +15,11 @@ import pytest
 from tests.agent.conftest import Run, exarch, read_records
 from tests.support.protocol_servers import Exchange, ProtocolServer, openai_chunks, sse
 
+RUN_GUARD = 120.0
+"""Seconds a budget run (three agents, each a process with its shell under ``--agents
+process``) may take before it is called hung: a guard, never a latency claim. Five copies on
+one core at load 13-30 took 7-26 s each, so at load 100-250 the suite's 60 s was within reach."""
+
 
 def reply_42(prompt: int, completion: int, cached: int) -> Exchange:
     chunks = openai_chunks("", [("c1", "ral", '{"script": "reply 42"}')], usage=None, done=False)
@@ -104,15 +109,15 @@ BUDGET = """
 """
 
 
+@pytest.mark.timeout(3 * RUN_GUARD)
 @pytest.mark.parametrize("agents", ["thread", "process"])
 def test_budget_cancels_the_fleet_settles_every_child_and_exits_1(
     run_scenario: Callable[..., Run], tmp_path: Path, agents: str
 ) -> None:
     # 1000 tokens at $1000 per million: a dollar a round trip; the third one reaches $3.
     # With agents as processes each agent's round trips are charged across its channel.
-    run = run_scenario(
-        BUDGET, "--price", "scenario=1000,0", "--budget", "3", "--agents", agents
-    )
+    budget = ("--price", "scenario=1000,0", "--budget", "3")
+    run = run_scenario(BUDGET, *budget, "--agents", agents, timeout=RUN_GUARD)
     assert run.code == 1, run.stderr
     assert "outcome: budget" in run.stderr
     # round trips already in flight when the budget is reached still count: $3 or a little over
@@ -131,7 +136,7 @@ def test_budget_cancels_the_fleet_settles_every_child_and_exits_1(
         if r.get("kind") in ("settled", "cancelled")
     }
     assert settled == {"a", "b"}
-    check = exarch(["check", str(run.session)], cwd=tmp_path)
+    check = exarch(["check", str(run.session)], cwd=tmp_path, timeout=RUN_GUARD)
     assert check.returncode == 0, check.stdout + check.stderr
 
 

@@ -1,13 +1,21 @@
 """A real two-node Ray cluster on this machine, inside a network namespace with only loopback.
 
-One cluster per module (its start takes about 11 s on the 2-core dev box: head 6.5 s, second
-node 4.3 s): a holder process (``sleep``) keeps a fresh namespace made by ``unshare -n`` with
-``lo`` up, and every command of a test -- ``ray start`` for both nodes, the ``exarch-actors``
-driver -- enters it with ``nsenter``, so every Ray process binds 127.0.0.1 and nothing else. A
-process's namespace is also how the tests find what a run left behind, and how the cluster is
-stopped: every process in it is killed. Not ``ray stop``: it finds Ray's processes by name on
-the whole machine, so it would stop every other Ray cluster here too (another test run's, a
+One cluster per session (its start takes about 11 s on the 2-core dev box: head 6.5 s, second
+node 4.3 s; it was started once per module before): a holder process (``sleep``)
+keeps a fresh namespace made by ``unshare -n`` with ``lo`` up, and every command of a test --
+``ray start`` for both nodes, the ``exarch-actors`` driver -- enters it with ``nsenter``, so
+every Ray process binds 127.0.0.1 and nothing else. A process's namespace is also how the tests
+find what a run left behind, and how the cluster is stopped at the end of the session: every
+process in it is killed and reaped. Not ``ray stop``: it finds Ray's processes by name on the
+whole machine, so it would stop every other Ray cluster here too (another test run's, a
 benchmark's), whatever their namespace.
+
+Each test still gets its own run: its own session directory (``tmp_path``), its own driver
+(reaped by the suite's leak check, which sees the cluster's holder only because it was running
+before the test began; the nodes' processes are not this process's children), and the
+``cluster`` fixture waits after it until nothing of this project is left on any node, so the
+next test starts from an idle two-node cluster. A test that loses a node (``test_ray_node_loss``)
+leaves the cluster short: the next test's fixture adds a node back first.
 
 Skips (with the reason) when Ray is not installed or the namespace cannot be made here.
 """
@@ -52,11 +60,14 @@ def _netns(pid: int) -> str | None:
 
 @dataclass
 class Cluster:
-    """The holder of the namespace and the two nodes started in it."""
+    """The holder of the namespace (``netns-holder``, a ``sleep``) and the nodes started in
+    it."""
 
     holder: subprocess.Popen[bytes]
     temp_dir: str
     netns: str
+    added: int = 0
+    """How many worker nodes were started (each one's index names its session copies)."""
 
     @property
     def address(self) -> str:
@@ -125,8 +136,11 @@ class Cluster:
             [sys.executable, "-c", "from cli.main import main; main()", *args], timeout=timeout
         )
 
-    def add_node(self, index: int) -> None:
-        """Start another worker node (``index`` names its session copies' directory)."""
+    def add_node(self, index: int | None = None) -> None:
+        """Start another worker node (``index``, by default the next one, names its session
+        copies' directory)."""
+        self.added += 1
+        index = self.added if index is None else index
         node = self.run(
             [
                 _ray_bin(),
@@ -151,6 +165,23 @@ class Cluster:
         line = next(x for x in reversed(p.stdout.splitlines()) if x.startswith("NODES "))
         ids: list[str] = json.loads(line.removeprefix("NODES "))
         return ids
+
+    def raylets(self) -> int:
+        """How many nodes have a raylet running: a node whose raylet was killed is lost."""
+        count = 0
+        for proc in self.processes():
+            with contextlib.suppress(psutil.Error):
+                if proc.name() == "raylet" and proc.status() != psutil.STATUS_ZOMBIE:
+                    count += 1
+        return count
+
+    def restore_two_nodes(self) -> None:
+        """Add a node back if a test lost one, and wait until Ray counts exactly two alive
+        nodes (a lost node stays "alive" in Ray's table until its heartbeats time out)."""
+        if self.raylets() >= 2:
+            return
+        self.add_node()
+        wait_for(lambda: len(self.nodes()) == 2, START_TIMEOUT, "two alive nodes again")
 
     def processes(self) -> list[psutil.Process]:
         """Every process in the namespace but its holder."""
@@ -201,15 +232,20 @@ def _skip_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    reason = _skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    holder = subprocess.Popen(
-        ["unshare", "-n", "sh", "-c", "ip link set lo up && exec sleep 100000"]
-    )
+@contextlib.contextmanager
+def _two_node_cluster() -> Iterator[Cluster]:
+    """Start the namespace, the head and one worker node; on exit kill and reap every process
+    in the namespace, then the holder."""
     temp_dir = tempfile.mkdtemp(prefix="exr-")  # short: Ray's socket paths must fit 107 bytes
+    # The holder is this process's child for the whole session, so it must not be named
+    # `sleep`: tests elsewhere find the `sleep` program a ral call started among this process's
+    # children (tests/shell/test_workers.py), and took the holder for it. A link's name is the
+    # process's name.
+    sleeper = Path(temp_dir) / "netns-holder"
+    sleeper.symlink_to(shutil.which("sleep") or "/bin/sleep")
+    holder = subprocess.Popen(
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {sleeper} 100000"]
+    )
     cluster: Cluster | None = None
     try:
         netns = wait_for(
@@ -243,7 +279,7 @@ def cluster() -> Iterator[Cluster]:
             env={"EXARCH_NODE_SESSIONS": str(cluster.node_sessions(0))},
         )
         assert head.returncode == 0, head.stdout + head.stderr
-        cluster.add_node(1)
+        cluster.add_node()
         yield cluster
     finally:
         if cluster is not None:
@@ -256,3 +292,25 @@ def cluster() -> Iterator[Cluster]:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[Cluster]:
+    """The session's one cluster, started by the first test that needs it and stopped at the
+    end of the session (every process in its namespace killed and reaped)."""
+    reason = _skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with _two_node_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster(ray_cluster: Cluster) -> Iterator[Cluster]:
+    """The session's cluster with two alive nodes for one test; after it, nothing of this
+    project (launchers, fork servers, hosts, shells, workers) is left on any node."""
+    ray_cluster.restore_two_nodes()
+    yield ray_cluster
+    wait_for(
+        lambda: ray_cluster.ours() == [], START_TIMEOUT, "nothing of the test left on any node"
+    )

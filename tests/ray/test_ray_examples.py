@@ -336,6 +336,7 @@ def test_sigkilling_the_driver_leaves_nothing_of_the_run_on_any_node(
         run.communicate(timeout=START_TIMEOUT)
         wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "nothing of ours left")
 
+
 def _files_under(root: Path, agent: str) -> dict[str, bytes]:
     """``agent``'s files in every node session copy under ``root``, by file name."""
     found: dict[str, bytes] = {}

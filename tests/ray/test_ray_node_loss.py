@@ -1,8 +1,8 @@
 """A node lost mid-run (its raylet SIGKILLed, and with it every Ray worker on it): the agents
 that ran there are restarted on the other node or settled ``down``; the fleet finishes with
-every slot settled. Then a node is added again and ``exarch-actors drill --backend ray`` kills
-Ray workers and removes that node mid-run, every invariant holding. A module of its own: a
-loss spoils the cluster for any later test."""
+every slot settled. Then a node is added again (the ``cluster`` fixture restores two nodes)
+and ``exarch-actors drill --backend ray`` kills Ray workers and removes that node mid-run,
+every invariant holding."""
 
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def test_a_node_lost_mid_run_moves_or_downs_its_agents_and_the_fleet_finishes_se
 def test_a_ray_drill_kills_workers_and_removes_a_node_and_every_invariant_holds(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    cluster.add_node(2)  # the drill removes a node that is not the head
+    # the drill removes a node that is not the head: the fixture added one back after the
+    # previous test's loss (Cluster.restore_two_nodes)
     wait_for(lambda: len(cluster.nodes()) >= 2, START_TIMEOUT, "two alive nodes")
     drill = tmp_path / "drill"
     # seed 41 at 0.3 faults/s over 10 s: a worker kill at 1.6 s, a node loss at 4.5 s. Four

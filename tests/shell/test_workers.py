@@ -6,8 +6,12 @@ from pathlib import Path
 
 import psutil
 
+from actors.worker_process import start_worker
+from runtime.ral.codec import encode_value
+from runtime.ral.context import DynamicContext
+from runtime.ral.session import Session
 from runtime.state.durable import read_jsonl
-from tests.support.waiting import wait_for
+from tests.support.waiting import HANG_GUARD, wait_for
 
 
 def _reaps(tmp_path: Path) -> list[dict]:
@@ -93,3 +97,33 @@ def test_stopping_the_shell_cancels_its_workers_and_reaps_every_process(start_sh
     assert shell.probe().get().running_workers == 2
     ref.stop(block=True, timeout=10)
     # the autouse leak check fails this test if any host, worker or program survived
+
+
+def test_a_cancel_reaches_a_worker_encoding_its_large_result_and_the_worker_keeps_its_output(
+    tmp_path: Path,
+) -> None:
+    """The worker's result is 2**20 shared variants, under the size limit, so it is encoded in
+    full, each variant lowered in Python: many seconds (15 s on the loaded 2-core box). The
+    worker encodes it inside its run's cancel scope, so the cancel stops it at its next walk
+    check and the worker itself reports the cancel, with its output; encoded after the run,
+    the cancel went unheard until the hard kill at CANCEL_GRACE, and the output died with the
+    process."""
+    marker = tmp_path / "returning"
+    block = Session().run(
+        "{ echo before; let v = variant ok 1; "
+        "let x = fold { |a, x| [$a, $a] } [$v] (range 20); "
+        f'write-text "{marker}" go; $x }}'
+    )
+    assert block.error is None
+    link, ref = start_worker(
+        "w1-1", encode_value(block.value), DynamicContext().to_dict(), faults=False
+    )
+    try:
+        wait_for(marker.exists, HANG_GUARD, "the worker to reach its result")
+        link.cancel("esc")
+        assert link.wait(HANG_GUARD)
+    finally:
+        ref.stop()
+    out = link.outcome
+    assert out is not None and out.error is not None and out.error[3] == "cancelled", out
+    assert out.stdout == "before\n", out  # only a worker that stopped itself reports it

@@ -7,18 +7,22 @@ everything it writes, and always reaps it.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]")
+"""Control sequences: CSI ones, character-set selections and keypad modes (textual's)."""
 
 
 class Terminal:
@@ -29,9 +33,14 @@ class Terminal:
         cwd: Path,
         env: dict[str, str] | None = None,
         prefix: list[str] | None = None,
+        size: tuple[int, int] | None = None,
     ) -> None:
-        """``prefix``: a command the CLI runs under (``nsenter ... --``: another namespace)."""
+        """``prefix``: a command the CLI runs under (``nsenter ... --``: another namespace);
+        ``size``: the terminal's columns and rows (the pty's default otherwise)."""
         self.master, slave = pty.openpty()
+        if size is not None:
+            cols, rows = size
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", **(env or {})}
         full_env.pop("NO_COLOR", None)
         self.proc = subprocess.Popen(

@@ -24,8 +24,13 @@ from cli.tui.app import ChatApp
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario
 from runtime.state.session_dir import SessionDir
+from tests.support.waiting import HANG_GUARD
 
-TIMEOUT = 10.0
+TIMEOUT = 3 * HANG_GUARD
+"""Seconds :meth:`Chat.until` waits for a milestone of the chat before calling it hung: a
+reply is a whole turn (the provider, a ral call in a shell process, the screen redrawn), not one
+prompt operation, and 10 s of it failed on a box at load 100-250. A guard, never a latency
+claim: a passing test waits only as long as the milestone takes."""
 
 BRANCH_SCENARIO = """
 [[agents.trunk]]
@@ -93,3 +98,29 @@ async def chat(
             yield c
     finally:
         app.control.close_fleet()
+
+
+def running(c: Chat, name: str) -> bool:
+    """Whether ``name``'s shell is running an evaluation, read as the UI reads it: an agent in a
+    process of its own through its channel's live figures, one in this process from its eval
+    root (False while it is not there yet)."""
+    from actors.agent_process import ProcessAgent
+
+    agent = c.fleet.hosted.get(name)
+    if isinstance(agent, ProcessAgent):
+        figures = agent.live()
+        return figures is not None and figures.running_eval
+    local = c.fleet.agents.get(name)
+    return local is not None and bool(local.eval_root.busy)
+
+
+def state(c: Chat, name: str) -> str | None:
+    """``name``'s state (``working``, ``idle``, ...), read as :func:`running` reads its eval."""
+    from actors.agent_process import ProcessAgent
+
+    agent = c.fleet.hosted.get(name)
+    if isinstance(agent, ProcessAgent):
+        figures = agent.live()
+        return figures.state if figures is not None else None
+    local = c.fleet.agents.get(name)
+    return str(local.stats.state) if local is not None else None

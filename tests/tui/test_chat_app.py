@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
+import pytest
 
+from actors.agent_process import ProcessAgent
 from runtime.cancel import CancelScope
 from runtime.errors import InboxFull
 from runtime.fleet.inbox import Command
@@ -16,7 +19,7 @@ from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from runtime.providers.scenario import Scenario
 from runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
-from tests.tui.conftest import BRANCH_SCENARIO, Chat, chat
+from tests.tui.conftest import BRANCH_SCENARIO, Chat, chat, running, state
 
 
 def _ral(c: Chat, name: str, script: str) -> Any:
@@ -55,11 +58,15 @@ def test_a_typed_prompt_reaches_the_trunk_and_its_scripted_reply_and_ral_call_ap
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("agents", ["thread", "process"])
 def test_branch_opens_a_focused_conversing_tab_that_answers_in_its_own_tab(
-    tmp_path: Path,
+    tmp_path: Path, agents: Literal["thread", "process"]
 ) -> None:
+    """Under ``--agents process`` the branch answers from a process of its own, neither the
+    trunk's nor the UI's."""
+
     async def scenario() -> None:
-        async with chat(tmp_path, BRANCH_SCENARIO) as c:
+        async with chat(tmp_path, BRANCH_SCENARIO, agents=agents) as c:
             await c.say("first")
             await c.until(lambda: "Trunk here." in c.text())
             await c.say("/branch")
@@ -73,6 +80,10 @@ def test_branch_opens_a_focused_conversing_tab_that_answers_in_its_own_tab(
             assert "and you?" in own
             assert "and you?" not in c.text("trunk") and "Branch here" not in c.text("trunk")
             assert c.fleet.registry.is_live("trunk-branch")
+            if agents == "process":
+                branch, trunk = c.fleet.hosted["trunk-branch"], c.fleet.hosted["trunk"]
+                assert isinstance(branch, ProcessAgent) and isinstance(trunk, ProcessAgent)
+                assert len({branch.pid, trunk.pid, os.getpid()}) == 3
 
     asyncio.run(scenario())
 
@@ -87,25 +98,31 @@ ral = ["sleep 20"]
 """
 
 
+@pytest.mark.parametrize("agents", ["thread", "process"])
 def test_esc_during_a_long_sleep_cancels_the_turn_while_an_earlier_sub_agent_keeps_running(
-    tmp_path: Path,
+    tmp_path: Path, agents: Literal["thread", "process"]
 ) -> None:
+    """Under ``--agents process`` the Esc reaches the trunk's own process, and what is read of
+    the agents is read through their channels."""
+
     async def scenario() -> None:
-        async with chat(tmp_path, ESC_SCENARIO) as c:
+        async with chat(tmp_path, ESC_SCENARIO, agents=agents) as c:
             await c.say("go")
             await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None, what="the sleep")
             await c.until(lambda: _ral(c, "helper", "sleep 20") is not None, what="helper")
-            await c.until(lambda: c.fleet.agents["trunk"].eval_root.busy, what="the run")
+            await c.until(lambda: running(c, "trunk"), what="the run")
             assert _ral(c, "trunk", "sleep 30").result is None
             await c.pilot.press("escape")
             await c.until(lambda: _ral(c, "trunk", "sleep 30").result is not None, what="stop")
             assert "cancelled" in _ral(c, "trunk", "sleep 30").result
-            await c.until(lambda: c.fleet.agents["trunk"].stats.state == "idle")
+            await c.until(lambda: state(c, "trunk") == "idle", what="the trunk idle")
             # the sub-agent spawned before the Esc is untouched and still working
             assert c.fleet.registry.is_live("helper")
-            assert c.fleet.agents["helper"].stats.state == "working"
+            assert state(c, "helper") == "working"
             assert _ral(c, "helper", "sleep 20").result is None
             assert "helper" not in c.app.ended and c.app.tabs["helper"].role == "sub"
+            if agents == "process":
+                return
             # its tab is read-only: a typed line is refused on the error line, nothing sent
             await c.pilot.press("ctrl+n")
             assert c.app.focused_agent == "helper"
@@ -117,7 +134,13 @@ def test_esc_during_a_long_sleep_cancels_the_turn_while_an_earlier_sub_agent_kee
     asyncio.run(scenario())
 
 
-def test_clear_empties_the_tab_and_nothing_from_before_returns(tmp_path: Path) -> None:
+@pytest.mark.parametrize("agents", ["thread", "process"])
+def test_clear_empties_the_tab_and_nothing_from_before_returns(
+    tmp_path: Path, agents: Literal["thread", "process"]
+) -> None:
+    """Nothing from before returns: not in the tab, not in the shell, not in what the agent
+    keeps (its context in this process, or its event log under ``--agents process``)."""
+
     async def scenario() -> None:
         async with chat(
             tmp_path,
@@ -136,6 +159,7 @@ def test_clear_empties_the_tab_and_nothing_from_before_returns(tmp_path: Path) -
             [[agents.trunk]]
             text = "Nothing remembered."
             """,
+            agents=agents,
         ) as c:
             await c.say("remember alpha")
             await c.until(lambda: "Stored alpha." in c.text())
@@ -147,8 +171,12 @@ def test_clear_empties_the_tab_and_nothing_from_before_returns(tmp_path: Path) -
             assert "alpha" not in c.text()
             echo = _ral(c, "trunk", "echo $secret")
             assert echo is not None and echo.is_error and "secret" in echo.result
-            context = c.fleet.agents["trunk"].log.render_transcript()
-            assert not any("alpha" in str(m) for m in context)
+            if agents == "thread":
+                context = c.fleet.agents["trunk"].log.render_transcript()
+                assert not any("alpha" in str(m) for m in context)
+            else:
+                log = (tmp_path / "session" / "agents" / "trunk" / "events.jsonl").read_text()
+                assert "alpha" not in log
 
     asyncio.run(scenario())
 
@@ -299,7 +327,11 @@ def test_a_slash_command_rejected_by_a_full_inbox_shows_on_the_error_line(
     asyncio.run(scenario())
 
 
-def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("agents", ["thread", "process"])
+def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(
+    tmp_path: Path, agents: Literal["thread", "process"]
+) -> None:
+    """Under ``--agents process`` no agent process or shell is left either."""
     before = _descendants()
     started: set[int] = set()
 
@@ -315,13 +347,12 @@ def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Pat
             ral = ["sleep 30"]
             """,
             quit_window=0.5,
+            agents=agents,
         ) as c:
             await c.say("go")
             await c.until(lambda: _ral(c, "helper", "sleep 30") is not None)
             await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None)
-            await c.until(
-                lambda: all(a.eval_root.busy for a in c.fleet.agents.values()), what="the runs"
-            )
+            await c.until(lambda: running(c, "trunk") and running(c, "helper"), what="the runs")
             started.update(_descendants() - before)
             await c.pilot.press("ctrl+c")
             await c.until(lambda: _ral(c, "trunk", "sleep 30").result is not None)
@@ -334,7 +365,8 @@ def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(tmp_path: Pat
             assert c.fleet.registry.is_empty()
 
     asyncio.run(scenario())
-    assert len(started) >= 2  # the trunk's and the helper's shell hosts
+    # the trunk's and the helper's shell hosts, and under process their two agent processes
+    assert len(started) >= (2 if agents == "thread" else 4)
     assert not [p for p in started if _alive(p)]
 
 
@@ -375,7 +407,7 @@ def test_a_tab_hidden_while_its_agent_answers_shows_the_end_of_the_answer_when_s
             view = c.app.views["trunk"]
             await c.pilot.press("ctrl+n")
             assert c.app.focused_agent == "helper"
-            await c.until(lambda: "The last line." in c.text(), what="the answer", timeout=20)
+            await c.until(lambda: "The last line." in c.text(), what="the answer")
             await c.pilot.pause(0.3)  # every refresh after the answer runs while it is hidden
             await c.pilot.press("ctrl+p")
             await c.pilot.pause(0.3)  # the tab laid out again at its new size

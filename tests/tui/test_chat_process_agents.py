@@ -1,8 +1,9 @@
 """The chat app over a fleet whose agents run in processes of their own (``--agents process``).
 
-The same pilot as ``test_chat_app.py``; what these tests read of an agent they read as the UI
-does, through its channel (:meth:`actors.agent_process.ProcessAgent.live`), never from an
-object in this process: every agent here lives in another pid.
+The same pilot as ``test_chat_app.py`` (whose Esc, /branch, /clear and Ctrl-C tests run on
+both backends); what these tests read of an agent they read as the UI does, through its
+channel (:meth:`actors.agent_process.ProcessAgent.live`), never from an object in this
+process: every agent here lives in another pid.
 """
 
 from __future__ import annotations
@@ -13,31 +14,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from actors.agent_process import ProcessAgent
-from actors.agent_process_host import LiveFigures
-from tests.tui.conftest import BRANCH_SCENARIO, Chat, chat
+from tests.tui.conftest import Chat, chat
 
 
 def _ral(c: Chat, name: str, script: str) -> Any:
     return next((e for e in c.app.entries(name) if e.kind == "ral" and e.text == script), None)
-
-
-def _live(c: Chat, name: str) -> LiveFigures | None:
-    agent = c.fleet.hosted.get(name)
-    assert isinstance(agent, ProcessAgent), f"{name} should run in a process of its own"
-    return agent.live()
-
-
-def _state(c: Chat, name: str) -> str | None:
-    figures = _live(c, name)
-    return figures.state if figures is not None else None
-
-
-def _running(c: Chat, name: str) -> bool:
-    figures = _live(c, name)
-    return figures is not None and figures.running_eval
 
 
 def _born_pid(session: Path, name: str) -> int | None:
@@ -81,99 +63,6 @@ def test_the_trunk_answers_in_the_chat_from_a_process_other_than_the_ui(tmp_path
     asyncio.run(scenario())
 
 
-def test_esc_stops_a_process_trunks_long_sleep_while_its_sub_agent_keeps_running(
-    tmp_path: Path,
-) -> None:
-    async def scenario() -> None:
-        async with chat(
-            tmp_path,
-            """
-            [[agents.trunk]]
-            text = "A helper first, then a long wait."
-            ral = ["agent helper 'work a while, then reply'", "sleep 30"]
-
-            [[agents.helper]]
-            ral = ["sleep 20"]
-            """,
-            agents="process",
-        ) as c:
-            await c.say("go")
-            await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None, what="the sleep")
-            await c.until(lambda: _ral(c, "helper", "sleep 20") is not None, what="helper")
-            await c.until(lambda: _running(c, "trunk"), what="the run")
-            assert _ral(c, "trunk", "sleep 30").result is None
-            await c.pilot.press("escape")
-            await c.until(lambda: _ral(c, "trunk", "sleep 30").result is not None, what="stop")
-            assert "cancelled" in _ral(c, "trunk", "sleep 30").result
-            await c.until(lambda: _state(c, "trunk") == "idle", what="the trunk idle")
-            assert c.fleet.registry.is_live("helper")
-            assert _state(c, "helper") == "working"
-            assert _ral(c, "helper", "sleep 20").result is None
-            assert "helper" not in c.app.ended and c.app.tabs["helper"].role == "sub"
-
-    asyncio.run(scenario())
-
-
-def test_branch_of_a_process_trunk_answers_in_its_own_tab_from_its_own_process(
-    tmp_path: Path,
-) -> None:
-    async def scenario() -> None:
-        async with chat(tmp_path, BRANCH_SCENARIO, agents="process") as c:
-            await c.say("first")
-            await c.until(lambda: "Trunk here." in c.text())
-            await c.say("/branch")
-            await c.until(lambda: c.app.focused_agent == "trunk-branch", what="the branch tab")
-            assert c.app.tabs["trunk-branch"].role == "branch"
-            await c.say("and you?")
-            await c.until(lambda: "Branch here" in c.text("trunk-branch"), what="the branch")
-            inherited = [e.text for e in c.app.entries("trunk-branch") if e.inherited]
-            assert "first" in inherited and "Trunk here." in inherited
-            assert "Branch here" not in c.text("trunk")
-            branch, trunk = c.fleet.hosted["trunk-branch"], c.fleet.hosted["trunk"]
-            assert isinstance(branch, ProcessAgent) and isinstance(trunk, ProcessAgent)
-            assert len({branch.pid, trunk.pid, os.getpid()}) == 3
-
-    asyncio.run(scenario())
-
-
-def test_clear_in_a_process_trunk_leaves_nothing_from_before_in_its_shell_or_tab(
-    tmp_path: Path,
-) -> None:
-    async def scenario() -> None:
-        async with chat(
-            tmp_path,
-            """
-            [[agents.trunk]]
-            text = "Remembering alpha."
-            ral = ["let secret = 'alpha-42'; echo stored"]
-
-            [[agents.trunk]]
-            text = "Stored alpha."
-
-            [[agents.trunk]]
-            text = "Checking what I remember."
-            ral = ["echo $secret"]
-
-            [[agents.trunk]]
-            text = "Nothing remembered."
-            """,
-            agents="process",
-        ) as c:
-            await c.say("remember alpha")
-            await c.until(lambda: "Stored alpha." in c.text())
-            await c.say("/clear")
-            await c.until(lambda: "context cleared" in c.text(), what="the clear")
-            assert "alpha" not in c.text()
-            await c.say("what do you remember?")
-            await c.until(lambda: "Nothing remembered." in c.text())
-            echo = _ral(c, "trunk", "echo $secret")
-            assert echo is not None and echo.is_error and "secret" in echo.result
-            log = (tmp_path / "session" / "agents" / "trunk" / "events.jsonl").read_text()
-            assert "alpha" not in log
-
-    asyncio.run(scenario())
-
-
 def test_model_and_resources_typed_to_a_process_trunk_run_in_its_process(
     tmp_path: Path,
 ) -> None:
@@ -211,50 +100,3 @@ def test_model_and_resources_typed_to_a_process_trunk_run_in_its_process(
             assert "resources of trunk" in card
 
     asyncio.run(scenario())
-
-
-def test_ctrl_c_twice_quits_a_process_fleet_leaving_no_agent_or_shell_process(
-    tmp_path: Path,
-) -> None:
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    started: set[int] = set()
-
-    async def scenario() -> None:
-        async with chat(
-            tmp_path,
-            """
-            [[agents.trunk]]
-            text = "A helper, then a long wait."
-            ral = ["agent helper 'wait'", "sleep 30"]
-
-            [[agents.helper]]
-            ral = ["sleep 30"]
-            """,
-            quit_window=0.5,
-            agents="process",
-        ) as c:
-            await c.say("go")
-            await c.until(lambda: _ral(c, "helper", "sleep 30") is not None)
-            await c.until(lambda: _ral(c, "trunk", "sleep 30") is not None)
-            await c.until(lambda: _running(c, "trunk") and _running(c, "helper"), what="runs")
-            started.update({p.pid for p in psutil.Process().children(recursive=True)} - before)
-            await c.pilot.press("ctrl+c")
-            await c.until(lambda: _ral(c, "trunk", "sleep 30").result is not None)
-            await asyncio.sleep(0.6)  # past the quit window: the next Ctrl-C is a first one
-            assert c.app.is_running and c.fleet.registry.is_live("helper")
-            await c.pilot.press("ctrl+c")
-            await c.pilot.press("ctrl+c")
-            await c.until(lambda: not c.app.is_running, what="the app to exit")
-            assert c.app.control.closed
-            assert c.fleet.registry.is_empty()
-
-    asyncio.run(scenario())
-    assert len(started) >= 4  # two agent processes and their two shell hosts
-    assert not [p for p in started if _alive(p)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
