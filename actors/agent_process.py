@@ -411,12 +411,11 @@ class ProcessAgent:
         self.site.cancel_subtree(self.name, cause)
 
     def send_cancel(self, cause: str) -> None:
-        """The registry's cascade reached this agent (its ``on_cancel`` hook). The frame carries
-        the cause the registry recorded (the first; a later cascade's own cause can overtake it
-        on the way here), since the host answers its agent's standing from it."""
-        standing = self.site.standing(self.name)
-        recorded = standing.cancel_cause if standing.registered else None
-        self._host.channel.try_send(CancelFrame(self.name, recorded or cause))
+        """The registry's cascade reached this agent (its ``on_cancel`` hook). ``cause`` is the
+        one the registry recorded for it (the first; a later cascade's own cause does not
+        replace it: ``FleetRegistry._trip_all``), since the host answers its agent's standing
+        from it. Nothing else is read here: this runs once per agent inside the cascade."""
+        self._host.channel.try_send(CancelFrame(self.name, cause))
 
     def interrupt(self, reason: str = "interrupt") -> None:
         self._host.channel.try_send(InterruptFrame(self.name, reason))

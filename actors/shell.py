@@ -99,10 +99,11 @@ SIGKILL, a fresh host from the snapshot).
 Such a host can only be killed; the call is rolled back like any other panic."""
 
 WATCH_POLL = 0.05
-"""Seconds between reads of the caller's interrupt token while a call runs on the caller's
-thread (:func:`run_call`): the agent's ``await_run`` re-sends an interrupt as often when the
-call goes through the mailbox. The trunk registers no eval root, so a cancel cascade reaches
-its run only this way (actors/fleet.py)."""
+"""Seconds between re-sent interrupts while the caller's interrupt token stands tripped and a
+call runs on the caller's thread (:func:`run_call`): the agent's ``await_run`` re-sends an
+interrupt as often when the call goes through the mailbox. Until the token trips, the run's
+wait blocks (the trip wakes it through a cancel callback). The trunk registers no eval root,
+so a cancel cascade reaches its run only this way (actors/fleet.py)."""
 
 BOOT_TIMEOUT = 30.0
 """Seconds a fresh host may take to restore a snapshot before the boot is declared failed."""
@@ -399,20 +400,42 @@ class ShellActor(QuotaActor):
 
     def _pump(self, host: ChildProcess) -> _Run:
         """Wait for the run's result, serving enquiries meanwhile; detect a dead host."""
+        watch = self._watch
+        if watch is None:
+            return self._pump_watching(host, None)
+        waker = self._workers.wake  # one bound method: the one discarded at the end
+        try:
+            return self._pump_watching(host, waker)
+        finally:
+            watch.discard_callback(waker)
+
+    def _pump_watching(self, host: ChildProcess, waker: Callable[[], None] | None) -> _Run:
+        """The pump's loop. With a watch, the wait blocks until a frame or a wake: ``waker``
+        rides the watch as a cancel callback (armed while the watch stands clear), so its
+        trip ends the wait at once; only a tripped watch is re-read every WATCH_POLL. A timed
+        50 ms read instead woke every agent busy in a long call 20 times a second (2,000
+        wake-ups a second for 100 sleepers, competing with a cancel cascade)."""
         got = _Run()
         watch = self._watch
+        armed = False
         sent_at = -WATCH_POLL
         while True:
-            if watch is not None and watch.cancelled:
+            tripped = watch is not None and watch.cancelled
+            if tripped:
+                assert watch is not None
+                armed = False  # a callback runs once: re-armed if the watch is ever reset
                 now = time.monotonic()
                 if now - sent_at >= WATCH_POLL:  # re-sent as the agent's await_run does
                     sent_at = now
                     self.eval_root.interrupt(watch.reason or "interrupt")
+            elif watch is not None and waker is not None and not armed:
+                watch.on_cancel(waker)  # runs at once if the watch tripped since the read
+                armed = True
             cancel_at = self.eval_root._cancel_requested_at()
             if cancel_at is not None:
                 timeout: float | None = POLL_INTERVAL * 5
             else:
-                timeout = WATCH_POLL if watch is not None else None
+                timeout = WATCH_POLL if tripped else None
             wake = self._workers.wake_r
             ready = host.wait_frame(timeout, extra=(wake,))
             if wake in ready:

@@ -17,7 +17,9 @@ every agent, shell and worker process inherits the pinning):
   now and then sees; the process backend's warm pool is full then, while back-to-back spawns
   take the processes it forks as each spawn takes one);
 - the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
-  settled, and the control process's CPU (user + system) per agent over that span;
+  settled, and the control process's CPU (user + system) per agent over that span; also the
+  fan-out alone (the N ``registry.cancel`` calls going out, wall and the cancelling thread's
+  CPU) and the control CPU over the cascade by kind of thread;
 - PSS per agent (agent process + its shell, psutil's full memory info) with N agents live,
   read on the first 10.
 
@@ -35,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -249,13 +252,22 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
                 if isinstance(agent, ProcessAgent):
                     pss += _pss(agent.pid)
             cascade_cpu0 = sum(me.cpu_times()[:2])
+            threads0 = _thread_cpu()
             t = time.perf_counter()
+            own0 = time.thread_time()
             for name in names:
                 fleet.registry.cancel(name, "benchmark")
+            fanout = time.perf_counter() - t
+            fanout_cpu = time.thread_time() - own0
             # every one ended and settled by its spawn site (``done`` is set after the settle)
             _wait(lambda: all(fleet.hosted[x].done.is_set() for x in names), 300, "cascade")
             cascade = time.perf_counter() - t
             cascade_cpu = sum(me.cpu_times()[:2]) - cascade_cpu0
+            threads = _thread_cpu()
+            by_kind: dict[str, float] = {}
+            for tid, (kind, ns) in threads.items():
+                spent = ns - threads0.get(tid, (kind, 0))[1]
+                by_kind[kind] = by_kind.get(kind, 0.0) + spent / 1e6
         finally:
             fleet.close()
     return {
@@ -270,8 +282,26 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
         "spawn_spaced_ms": statistics.median(spaced) * 1e3,
         "cascade_ms": cascade * 1e3,
         "cascade_ctl_ms_per_agent": cascade_cpu / max(hold, 1) * 1e3,
+        "cascade_fanout_ms": fanout * 1e3,
+        "cascade_fanout_cpu_ms": fanout_cpu * 1e3,
+        "cascade_ctl_threads_ms": {k: round(v, 1) for k, v in sorted(by_kind.items()) if v >= 1},
         "pss_per_agent_mib": pss / max(len(sampled), 1) / 2**20,
     }
+
+
+def _thread_cpu() -> dict[int, tuple[str, int]]:
+    """This process's threads: tid -> (name without its digits, ns on a CPU), from
+    ``/proc/self/task``, so the cascade's control CPU can be split by kind of thread."""
+    named = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[int, tuple[str, int]] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            comm = named.get(int(task.name)) or (task / "comm").read_text().strip()
+            ns = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile
+        out[int(task.name)] = ("".join(c for c in comm if not c.isdigit()).rstrip("-_"), ns)
+    return out
 
 
 def _sleeping(fleet: Fleet, name: str) -> bool:
@@ -328,14 +358,14 @@ def main() -> None:
         print(f"load average {os.getloadavg()[0]:.1f}; {hold} agents held busy")
         print(
             f"{'mode':<8} {'spawn med ms':>12} {'p90':>7} {'spaced ms':>9} {'cascade ms':>10} "
-            f"{'ctl ms/agent':>12}"
+            f"{'ctl ms/agent':>12} {'fan-out ms':>10}"
         )
         for mode in ("thread", "process"):
             r = _run(mode, 1, 1, hold, both, False)
             print(
                 f"{mode:<8} {r['spawn_median_ms']:>12.1f} {r['spawn_p90_ms']:>7.1f} "
                 f"{r['spawn_spaced_ms']:>9.1f} {r['cascade_ms']:>10.0f} "
-                f"{r['cascade_ctl_ms_per_agent']:>12.2f}",
+                f"{r['cascade_ctl_ms_per_agent']:>12.2f} {r['cascade_fanout_ms']:>10.0f}",
                 flush=True,
             )
         return

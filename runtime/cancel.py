@@ -133,6 +133,12 @@ class CancelScope:
                 return
         callback()
 
+    def discard_callback(self, callback: Callable[[], None]) -> None:
+        """Forget ``callback`` if it has not run (a watcher that stopped watching): a scope that
+        lives across many waits keeps no callback per wait."""
+        with self._lock:
+            self._callbacks = [cb for cb in self._callbacks if cb is not callback]
+
     def reset(self) -> None:
         """Clear a sticky token at a genuine turn boundary (never used on a cascade root)."""
         with self._lock:

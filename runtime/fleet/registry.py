@@ -319,17 +319,26 @@ class FleetRegistry:
                 nodes = nodes[1:]
             self.tree.mark_cancelled(nodes, cause)
             handles = [self._handles[n.name] for n in nodes]
-        self._trip_all(handles, cause)
+            recorded = [n.cancel_cause or cause for n in nodes]
+        self._trip_all(handles, cause, recorded)
         return [n.name for n in nodes]
 
     @staticmethod
-    def _trip_all(handles: list[_Handles], cause: str) -> None:
-        for h in handles:  # tokens first: the cheap, cooperative layer reaches every node soonest
-            h.token.cancel(cause)
+    def _trip_all(handles: list[_Handles], cause: str, recorded: list[str] | None = None) -> None:
+        """Trip ``handles``: every token first (the cheap, cooperative layer reaches every node
+        soonest), then each eval root, ``on_cancel`` hook and inbox.
+
+        An ``on_cancel`` hook gets the cause the registry recorded for its node (``recorded``,
+        read under the lock: the first cause, which a later cascade's own does not replace), so
+        a hook that forwards it (a process agent's cancel frame) needs no registry read of its
+        own per node: the hundred reads of a 100-agent cascade each took the registry lock
+        against the settlements of the agents already ended."""
         for h in handles:
+            h.token.cancel(cause)
+        for i, h in enumerate(handles):
             _trip(h.eval_root, cause)
             if h.on_cancel is not None:
-                _trip(h.on_cancel, cause)
+                _trip(h.on_cancel, recorded[i] if recorded is not None else cause)
             h.inbox.wake()
 
     def clear_subtree(self, root: str, cause: str = "clear", *, include_root: bool = False) -> int:

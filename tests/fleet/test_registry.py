@@ -164,6 +164,19 @@ def test_cancel_trips_the_subtree_in_the_callers_thread_while_the_registry_is_bu
         ref.stop(block=True, timeout=5)
 
 
+def test_a_later_cascade_hands_the_on_cancel_hook_the_first_recorded_cause() -> None:
+    core = FleetRegistry()
+    heard: dict[str, list[str]] = {"parent": [], "child": []}
+    core.register(TRUNK_NAME, returns=False, interactive=True)
+    core.register("parent", TRUNK_NAME, returns=True, on_cancel=heard["parent"].append)
+    core.register("child", "parent", returns=True, on_cancel=heard["child"].append)
+    assert core.cancel("child", "first") == ["child"]
+    assert set(core.cancel("parent", "second")) == {"parent", "child"}
+    assert heard == {"parent": ["second"], "child": ["first", "first"]}
+    core.register("late", "parent", returns=True, on_cancel=heard.setdefault("late", []).append)
+    assert heard["late"] == ["second"]  # registered under a cancelled parent: the parent's cause
+
+
 def test_cancel_descendants_spares_the_root_and_keeps_the_generation(reg: RegistryHandle) -> None:
     handles = _build_three_level_tree(reg.core)
     assert set(reg.proxy.cancel_descendants("a", "replied").get()) == {"a1", "a2", "a1x"}

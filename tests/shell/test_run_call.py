@@ -207,3 +207,31 @@ def test_a_message_taken_off_the_mailbox_but_not_yet_counted_is_never_overtaken(
     assert not caller.is_alive()
     assert ran_here == [None]  # not idle: the call would go through the mailbox
     assert probe.get(timeout=HANG_GUARD).epoch >= 1
+
+
+def test_a_run_watching_a_clear_token_waits_without_polling_and_leaves_no_callback_on_it(
+    start_shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run on the caller's thread blocks until a frame or its token's trip (a cancel
+    callback wakes it): the timed 50 ms read woke every agent busy in a long call 20 times a
+    second. Its callback leaves the token with the run, so a token that lives across many
+    calls gathers none."""
+    from actors.process import ChildProcess
+
+    shell = start_shell().proxy()
+    shell.run("1").get()
+    waits: list[float | None] = []
+    inner = ChildProcess.wait_frame
+
+    def counted(self: ChildProcess, timeout: float | None, *args: Any, **kw: Any) -> Any:
+        waits.append(timeout)
+        return inner(self, timeout, *args, **kw)
+
+    monkeypatch.setattr(ChildProcess, "wait_frame", counted)
+    token = CancelScope()
+    for _ in range(3):
+        assert run_call(shell, "sleep 0.5", token).get(timeout=HANG_GUARD).error_kind is None
+    assert waits and all(t is None for t in waits)  # never a timed read: no 0.05 s poll
+    assert len(waits) < 3 * 5  # the 50 ms poll re-entered the wait ~10 times per call
+    assert token._callbacks == []
+    assert not token.cancelled
