@@ -747,6 +747,7 @@ class Agent:
         """The shell host pid as :meth:`shell_pid` last read it; never waits (a busy shell
         actor answers ``shell_pid`` only after its run)."""
         return self._last_pid
+
     shell_stopped = False
     """The thread backend's shell is stopped by its spawn site's teardown, never before the
     agent's end is settled (an agent process stops its own: ``actors/agent_process.py``)."""

@@ -313,7 +313,6 @@ def test_a_second_journal_append_is_written_while_the_first_waits_on_its_fsync(
     assert fsync.calls == 2
 
 
-
 def test_a_line_another_process_is_still_writing_is_not_taken_for_a_torn_tail(
     tmp_path: Path,
 ) -> None:
