@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from actors.agent_process import ProcessAgent
@@ -24,7 +23,7 @@ from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
-from tests.support.waiting import wait_for
+from tests.support.waiting import pid_alive, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 19
@@ -111,7 +110,7 @@ def test_a_20_agent_fleet_runs_each_agent_in_its_own_process_and_survives_a_sigk
     pids = {p for a in fleet.hosted.values() if isinstance(a, ProcessAgent) for p in a.pids}
     fy = fleet.close()
     assert fy.spawned == WORKERS and fy.never_settled == 0
-    assert not [p for p in pids if _alive(p)], "no process left behind"
+    assert not [p for p in pids if pid_alive(p)], "no process left behind"
     fleet.write_result("quiesced", None)
     check = subprocess.run(
         [
@@ -127,13 +126,6 @@ def test_a_20_agent_fleet_runs_each_agent_in_its_own_process_and_survives_a_sigk
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert check.returncode == 0, check.stdout + check.stderr
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _sleepers(n: int, seconds: int) -> str:

@@ -23,7 +23,7 @@ from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
-from tests.support.waiting import wait_for
+from tests.support.waiting import pid_alive, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,15 +64,6 @@ def _children(n: int, script: str) -> str:
     )
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def _busy(fleet: Fleet, name: str) -> bool:
     path = fleet.session.events(name)
     return path.exists() and b'"assistant"' in path.read_bytes()
@@ -93,7 +84,7 @@ def test_a_spawned_agent_process_is_born_with_its_shell_restored_from_the_one_fo
         agent = fleet.hosted[name]
         assert isinstance(agent, ProcessAgent)
         shell = agent.shell_pid()
-        assert _alive(agent.pid) and _alive(shell), "both processes up at Born"
+        assert pid_alive(agent.pid) and pid_alive(shell), "both processes up at Born"
         # restored: the shell's first checkpoint is on disk before Born
         assert fleet.session.snapshot(name).exists()
         # one fork server: the shell is its child, like the agent process, never the agent's
@@ -110,7 +101,7 @@ def test_after_a_cascade_every_slot_is_settled_cancelled_behind_a_destroyed_rece
     agents = [a for a in (fleet.hosted[x] for x in names) if isinstance(a, ProcessAgent)]
     assert len(agents) == n
     pids = [p for a in agents for p in (a.pid, a.shell_pid())]
-    assert all(_alive(p) for p in pids)
+    assert all(pid_alive(p) for p in pids)
     fleet.cancel_all("test")
     wait_for(lambda: all(a.done.is_set() for a in agents), 60, "every child settled")
     for name in names:
@@ -121,7 +112,7 @@ def test_after_a_cascade_every_slot_is_settled_cancelled_behind_a_destroyed_rece
         assert not [r for r in records if r["kind"] == "teardown-unconfirmed"]
     fy = fleet.close()
     assert fy.cancelled == n and fy.never_settled == 0
-    assert not [p for p in pids if _alive(p)], "every agent process and shell reaped"
+    assert not [p for p in pids if pid_alive(p)], "every agent process and shell reaped"
 
 
 def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its_process_reaped_after(  # noqa: E501
@@ -134,13 +125,13 @@ def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its
     assert agent.wait(60), "s0 settled"
     # the settlement ran after the agent process had stopped its own shell
     assert agent.shell_stopped
-    assert not _alive(shell)
+    assert not pid_alive(shell)
     records = _journal(fleet, "s0")
     assert records[-1]["kind"] == "settled" and records[-1]["status"] == "done"
     receipts = [r for r in records if r["kind"] == "environment-teardown"]
     assert [r["destroyed"] for r in receipts] == [True]
     # reaped off the settlement path, without waiting for the fleet to close
-    wait_for(lambda: not _alive(agent.pid), 30, "s0's process reaped")
+    wait_for(lambda: not pid_alive(agent.pid), 30, "s0's process reaped")
     fy = fleet.close()
     assert fy.never_settled == 0
 
@@ -176,7 +167,7 @@ def test_a_warm_pool_of_agent_processes_dies_with_a_sigkilled_control_process(
     try:
         assert control.stdout is not None
         pooled = [int(p) for p in control.stdout.readline().split()]
-        assert len(pooled) == 2 and all(_alive(p) for p in pooled)
+        assert len(pooled) == 2 and all(pid_alive(p) for p in pooled)
         tree = psutil.Process(control.pid).children(recursive=True)
         assert {p.pid for p in tree} >= set(pooled)
     finally:
@@ -197,7 +188,7 @@ def test_a_closed_fleet_leaves_no_pooled_agent_process_behind(
     assert pool is not None
     pooled = wait_for(lambda: pool.idle_pids() if len(pool.idle_pids()) == 2 else None, 60, "pool")
     fleet.close()
-    assert not [p for p in pooled if _alive(p)]
+    assert not [p for p in pooled if pid_alive(p)]
     assert pool.idle_pids() == []
 
 
@@ -229,14 +220,14 @@ def test_a_child_whose_shell_a_rollback_replaced_reports_the_new_shell_stopped_a
     agent = fleet.hosted["s0"]
     assert isinstance(agent, ProcessAgent)
     first = agent.shell_pid()
-    assert first is not None and _alive(first)
+    assert first is not None and pid_alive(first)
     os.kill(first, signal.SIGKILL)  # the call rolls back onto a fresh shell host
     assert agent.wait(90), "s0 replied and settled"
     # its end report named the shell it ended with, stopped in order by its own process
     assert agent.shell_stopped
     last = agent.shell_pid()
     assert last is not None and last != first
-    assert not _alive(last)
+    assert not pid_alive(last)
     records = _journal(fleet, "s0")
     assert records[-1]["kind"] == "settled" and records[-1]["status"] == "done", records[-1]
     receipts = [r for r in records if r["kind"] == "environment-teardown"]

@@ -13,7 +13,6 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from actors.agent_process import ProcessAgent
@@ -25,7 +24,7 @@ from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.session_dir import SessionDir
 from tests.support.fork_probe import report_inherited
-from tests.support.waiting import HANG_GUARD, wait_for
+from tests.support.waiting import HANG_GUARD, pid_alive, wait_for
 
 SCENARIO = """
 [fleet]
@@ -41,15 +40,6 @@ ral = ["sleep 600"]
 [[agents."s*"]]
 ral = ["reply 0"]
 """
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 @pytest.fixture
@@ -97,7 +87,7 @@ def test_a_burst_of_five_takes_from_a_pool_of_two_is_served_and_the_pool_refills
             assert item is not None
             taken.append(item)
         pids = [proc.pid for _, proc in taken]
-        assert len(set(pids)) == 5 and all(_alive(p) for p in pids)
+        assert len(set(pids)) == 5 and all(pid_alive(p) for p in pids)
         refilled = wait_for(
             lambda: pool.idle_pids() if len(pool.idle_pids()) == 2 else None,
             HANG_GUARD * 3,
@@ -111,7 +101,7 @@ def test_a_burst_of_five_takes_from_a_pool_of_two_is_served_and_the_pool_refills
     for _, proc in taken:
         proc.join(HANG_GUARD)
         assert proc.exitcode is not None
-    assert not [p for p in refilled if _alive(p)]
+    assert not [p for p in refilled if pid_alive(p)]
 
 
 def test_back_to_back_spawns_each_run_in_a_pooled_process(
@@ -123,7 +113,7 @@ def test_back_to_back_spawns_each_run_in_a_pooled_process(
     before = pool.served  # the trunk's
     agents = [_spawn(f, playback, f"s{i}") for i in range(4)]
     assert pool.served == before + 4
-    assert len({a.pid for a in agents}) == 4 and all(_alive(a.pid) for a in agents)
+    assert len({a.pid for a in agents}) == 4 and all(pid_alive(a.pid) for a in agents)
 
 
 def test_a_pooled_process_that_died_while_idle_is_not_handed_out(
@@ -138,10 +128,10 @@ def test_a_pooled_process_that_died_while_idle_is_not_handed_out(
         "two pooled processes",
     )
     os.kill(first, signal.SIGKILL)
-    wait_for(lambda: not _alive(first), HANG_GUARD, "the pooled process dead")
+    wait_for(lambda: not pid_alive(first), HANG_GUARD, "the pooled process dead")
     agent = _spawn(f, playback, "s0")
     assert agent.pid == second  # the next pooled one, not a fresh fork
-    assert _alive(agent.pid)
+    assert pid_alive(agent.pid)
     assert first not in agent.pids
 
 
@@ -155,4 +145,4 @@ def test_a_closed_pool_hands_out_nothing_and_leaves_no_process_behind() -> None:
     pool.close()
     assert pool.take() is None
     assert pool.boot(b"") is None
-    assert not [p for p in pooled if _alive(p)]
+    assert not [p for p in pooled if pid_alive(p)]

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psutil
+
 HANG_GUARD = 10.0
 """Seconds a test waits for something that should be prompt (a cancel, a kill, a wake) before
 calling it hung. Only a guard against hangs, never a latency claim: the suite must pass on a
@@ -44,3 +46,13 @@ def eventually(cond: Callable[[], Any], timeout: float = 10.0) -> bool:
     except AssertionError:
         return bool(cond())
     return True
+
+
+def pid_alive(pid: int | None) -> bool:
+    """Whether ``pid`` names a running process: a zombie (exited, not yet reaped) is not."""
+    if not pid:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

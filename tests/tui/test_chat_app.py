@@ -19,6 +19,7 @@ from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from runtime.providers.scenario import Scenario
 from runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
+from tests.support.waiting import pid_alive
 from tests.tui.conftest import BRANCH_SCENARIO, Chat, chat, running, state
 
 
@@ -367,18 +368,11 @@ def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(
     asyncio.run(scenario())
     # the trunk's and the helper's shell hosts, and under process their two agent processes
     assert len(started) >= (2 if agents == "thread" else 4)
-    assert not [p for p in started if _alive(p)]
+    assert not [p for p in started if pid_alive(p)]
 
 
 def _descendants() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 HIDDEN_TAB = """
