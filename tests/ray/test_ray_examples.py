@@ -295,8 +295,9 @@ try:
     launcher1 = backend.launchers()[node1]
     import ray
     launcher_pid = ray.get(launcher1.pid.remote())
-    os.kill(launcher_pid, signal.SIGKILL)
-    psutil.wait_procs([psutil.Process(launcher_pid)], timeout=60)
+    launcher_proc = psutil.Process(launcher_pid)  # before the kill: Ray reaps it at once
+    launcher_proc.kill()
+    psutil.wait_procs([launcher_proc], timeout=60)
     replied2, node2, host2 = run(backend)
     launcher2 = ray.get(backend.launchers()[node2].pid.remote())
 finally:
