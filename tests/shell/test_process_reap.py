@@ -1,0 +1,87 @@
+"""A child process's start time and its reap (``actors/process.py``): the start time is
+psutil's, known from the start; a reap knows the exit, and still kills what the child left."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+
+import psutil
+
+from actors.process import ChildProcess, create_time
+from actors.shell_host import host_main
+from tests.support.waiting import HANG_GUARD, pid_alive, wait_for
+
+
+def _leave_a_program(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
+    """A child that starts a program in a session of its own (as the ral evaluator does, but
+    without the tie to its own life), tells its pid, and exits with code 3."""
+    program = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    data.send_bytes(str(program.pid).encode())
+    data.recv_bytes()  # the control side adopted it
+    os._exit(3)
+
+
+def _exit_at_once(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
+    os._exit(5)
+
+
+def _hang(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
+    data.recv_bytes()  # never sent: the reap's kill ends it
+
+
+def test_create_time_equals_psutils_create_time_for_every_process_on_the_box() -> None:
+    compared = 0
+    for pid in psutil.pids():
+        try:
+            expected = psutil.Process(pid).create_time()
+        except psutil.Error:
+            continue  # gone meanwhile
+        got = create_time(pid)
+        if got is None and not psutil.pid_exists(pid):
+            continue  # gone between the two reads
+        assert got == expected, pid
+        compared += 1
+    assert compared >= 3
+
+
+def test_create_time_of_a_process_that_is_gone_is_none() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert create_time(proc.pid) is None
+
+
+def test_a_host_start_time_is_psutils_and_stays_known_after_it_exited() -> None:
+    host = ChildProcess(host_main, name="ral-shell-start-time")
+    try:
+        assert host.started_at == psutil.Process(host.pid).create_time()
+    finally:
+        host.kill()
+        host.reap(grace=0.0)
+    assert not pid_alive(host.pid)
+    assert host.started_at is not None
+
+
+def test_reaping_a_child_that_exited_reports_its_exit_code() -> None:
+    host = ChildProcess(_exit_at_once, name="exit-5")
+    assert host.reap(grace=HANG_GUARD) == 5
+    assert not pid_alive(host.pid)
+
+
+def test_reaping_a_child_that_outlives_the_grace_kills_it() -> None:
+    host = ChildProcess(_hang, name="hang")
+    assert host.reap(grace=0.05) == -9
+    assert not pid_alive(host.pid)
+
+
+def test_reaping_a_child_that_exited_still_kills_the_program_it_left_behind() -> None:
+    host = ChildProcess(_leave_a_program, name="leaves-a-program")
+    program = int(host.data.conn.recv_bytes())
+    host.adopt_program(program)  # what the shell's pump does with the child's notice frame
+    host.data.conn.send_bytes(b"go")
+    wait_for(lambda: host.proc.exitcode is not None, HANG_GUARD, "the child's exit")
+    assert pid_alive(program)  # the child is gone; its program is not
+    assert host.reap(grace=HANG_GUARD) == 3
+    wait_for(lambda: not pid_alive(program), HANG_GUARD, "the program's death")
