@@ -69,6 +69,7 @@ from actors.agent_site import (
 from actors.channel import AgentChannel
 from actors.host_start import HostStart
 from actors.process import become_group_leader, die_with_parent, use_fork_server
+from actors.shell import ShellActor
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 from runtime.events import Event, InboxRejected, Resources
@@ -594,11 +595,19 @@ SHELL_STOP_TIMEOUT = 15.0
 
 def _end_shell(agent: Agent) -> tuple[int | None, bool]:
     """Stop the agent's shell at its end: its host's pid as of the stop (a rollback's, not the
-    one ``Born`` named) and whether the shell actor stopped (its ``on_stop`` closes the shell
-    and reaps its host). The pid read and the stop are queued on the shell actor together, so
-    its thread wakes once for both: a pid read, a close and a stop, each waited for in turn,
-    cost 1.4 ms of the agent process's CPU per end (``process_time``, 100-agent cascade)."""
+    one ``Born`` named) and whether the shell was closed and its host reaped. An idle shell
+    actor (an ended agent's) is closed on this thread (:meth:`ShellActor.close_here`; pykka's
+    ``ActorRef._actor_weakref`` reaches the actor, as :func:`actors.shell.run_call` does):
+    no hand-off to the actor thread and back. Otherwise the pid read and the stop are queued
+    on the shell actor together, so its thread wakes once for both: a pid read, a close and a
+    stop, each waited for in turn, cost 1.4 ms of the agent process's CPU per end
+    (``process_time``, 100-agent cascade)."""
     shell = agent.shell
+    actor = getattr(getattr(shell, "actor_ref", None), "_actor_weakref", _no_actor)()
+    if isinstance(actor, ShellActor):  # idle, as an ended agent's shell is: closed right here
+        closed, host_pid = actor.close_here()
+        if closed:
+            return (host_pid if host_pid is not None else agent.last_shell_pid), True
     try:
         pid_read = shell.host_pid()
         stop = shell.actor_ref.stop(block=False)
@@ -615,6 +624,10 @@ def _end_shell(agent: Agent) -> tuple[int | None, bool]:
         log.exception("stopping %s's shell at its end failed", agent.name)
         stopped = False
     return (pid if pid is not None else agent.last_shell_pid), stopped
+
+
+def _no_actor() -> None:
+    return None
 
 
 HOST_CALLS: dict[str, Callable[..., Any]] = {

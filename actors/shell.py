@@ -267,6 +267,30 @@ class ShellActor(QuotaActor):
         finally:
             self._lock.release()
 
+    def close_here(self) -> tuple[bool, int | None]:
+        """Stop the actor with its shell closed on the calling thread, if the actor is idle
+        (the rule of :meth:`run_here`): ``(True, its host's pid as of the close)``, the host
+        reaped when this returns; ``(False, None)`` if it is not idle, and the stop must go
+        through the mailbox.
+
+        The stop is queued while the lock is held, so the actor thread serves it (its
+        ``on_stop`` finds the shell closed) after the close, and refuses whatever is queued
+        behind it, as a stop through the mailbox does. An agent's end waited on two hand-offs
+        to the actor thread and back for the same close (its pid read and its stop)."""
+        if not self._ready or not self._lock.acquire(blocking=False):
+            return False, None
+        try:
+            mailbox = self.actor_inbox
+            assert isinstance(mailbox, _ShellMailbox)
+            if self.actor_stopped.is_set() or not mailbox.idle():
+                return False, None
+            self.actor_ref.stop(block=False)
+            pid = self._host.pid if self._host is not None else None
+            self.close()
+            return True, pid
+        finally:
+            self._lock.release()
+
     def on_start(self) -> None:
         with self._lock:
             self._start()

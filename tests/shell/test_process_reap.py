@@ -7,10 +7,14 @@ import os
 import subprocess
 import sys
 from multiprocessing.connection import Connection
+from typing import Any
 
 import psutil
+import pykka
+import pytest
 
 from actors.process import ChildProcess, create_time
+from actors.shell import ShellActor
 from actors.shell_host import host_main
 from tests.support.waiting import HANG_GUARD, pid_alive, wait_for
 
@@ -85,3 +89,38 @@ def test_reaping_a_child_that_exited_still_kills_the_program_it_left_behind() ->
     assert pid_alive(program)  # the child is gone; its program is not
     assert host.reap(grace=HANG_GUARD) == 3
     wait_for(lambda: not pid_alive(program), HANG_GUARD, "the program's death")
+
+
+def _actor(ref: Any) -> ShellActor:
+    actor = ref._actor_weakref()
+    assert isinstance(actor, ShellActor)
+    return actor
+
+
+def test_an_idle_shell_closed_on_the_calling_thread_has_its_host_reaped_and_its_actor_stopped(
+    start_shell,
+) -> None:
+    ref = start_shell()
+    shell = ref.proxy()
+    assert shell.run("let a = 1").get().error is None
+    pid = shell.host_pid().get()
+    closed, host_pid = _actor(ref).close_here()
+    assert (closed, host_pid) == (True, pid)
+    assert not pid_alive(pid)  # reaped when close_here returned, not later
+    wait_for(lambda: not ref.is_alive(), HANG_GUARD, "the actor's stop")
+    with pytest.raises(pykka.ActorDeadError):
+        shell.run("let b = 2").get(timeout=HANG_GUARD)
+
+
+def test_a_shell_busy_in_a_call_is_not_closed_on_the_calling_thread(start_shell) -> None:
+    ref = start_shell()
+    shell = ref.proxy()
+    pid = shell.host_pid().get()
+    root = shell.eval_root.get()
+    running = shell.run("/bin/sleep 30")
+    wait_for(lambda: root.busy, HANG_GUARD, "the call to start")
+    assert _actor(ref).close_here() == (False, None)
+    assert pid_alive(pid)
+    root.cancel("test over")
+    assert running.get(timeout=HANG_GUARD).error_kind == "cancelled"
+    assert ref.is_alive()
