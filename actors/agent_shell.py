@@ -110,7 +110,10 @@ def run_agent_shell(agent: Agent, record: Path, script: str) -> ShellOutput:
 
 def stop_agent_shell(name: str, shell: Any) -> None:
     """Close and stop one shell actor; any failure but "already stopped" is logged, and the
-    stop is still attempted."""
+    stop is still attempted. A stopped actor (closed at its agent's end, ``_end_shell``) has
+    nothing left to close: two asks refused with ``ActorDeadError`` cost more than its end."""
+    if not shell.actor_ref.is_alive():
+        return
     try:
         shell.close().get(timeout=10.0)
     except pykka.ActorDeadError:

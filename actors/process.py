@@ -257,8 +257,12 @@ class ChildProcess:
             self.adopt_program(pid)
 
     def kill(self) -> None:
-        """SIGKILL the child, its process group and every program it started; idempotent."""
-        if self.proc.exitcode is None:
+        """SIGKILL the child, its process group and every program it started; idempotent.
+
+        A child whose exit is known is not signalled itself (it is gone, and its pid may be
+        reused); its group and its programs still are: they may outlive it."""
+        exited = self.proc.exitcode is not None
+        if not exited:
             self.note_children()
         for pid in (self.pid, *self._known):
             try:
@@ -271,6 +275,8 @@ class ChildProcess:
                     p.kill()
             except psutil.Error:
                 pass
+        if exited:
+            return
         try:
             os.kill(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError, OSError):

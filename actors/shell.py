@@ -284,7 +284,8 @@ class ShellActor(QuotaActor):
             assert isinstance(mailbox, _ShellMailbox)
             if self.actor_stopped.is_set() or not mailbox.idle():
                 return False, None
-            self.actor_ref.stop(block=False)
+            # a tell, as pykka's own Actor.stop sends it: no future nobody reads (~0.1 ms)
+            self.actor_ref.tell(pykka.messages._ActorStop())
             pid = self._host.pid if self._host is not None else None
             self.close()
             return True, pid
