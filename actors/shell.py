@@ -268,15 +268,13 @@ class ShellActor(QuotaActor):
             self._lock.release()
 
     def close_here(self) -> tuple[bool, int | None]:
-        """Stop the actor with its shell closed on the calling thread, if the actor is idle
-        (the rule of :meth:`run_here`): ``(True, its host's pid as of the close)``, the host
-        reaped when this returns; ``(False, None)`` if it is not idle, and the stop must go
-        through the mailbox.
-
-        The stop is queued while the lock is held, so the actor thread serves it (its
-        ``on_stop`` finds the shell closed) after the close, and refuses whatever is queued
-        behind it, as a stop through the mailbox does. An agent's end waited on two hand-offs
-        to the actor thread and back for the same close (its pid read and its stop)."""
+        """Close the shell on the calling thread if the actor is idle (the rule of
+        :meth:`run_here`): ``(True, its host's pid as of the close)``, the host reaped when
+        this returns; ``(False, None)`` if it is not idle, and the close must go through the
+        mailbox. The actor stays alive, closed (a ``run`` raises :class:`ShellClosed`), until
+        it is stopped, as after a ``close`` through the mailbox. An agent's end waited on two
+        hand-offs to the actor thread and back for the same close (its pid read and its
+        stop)."""
         if not self._ready or not self._lock.acquire(blocking=False):
             return False, None
         try:
@@ -284,8 +282,6 @@ class ShellActor(QuotaActor):
             assert isinstance(mailbox, _ShellMailbox)
             if self.actor_stopped.is_set() or not mailbox.idle():
                 return False, None
-            # a tell, as pykka's own Actor.stop sends it: no future nobody reads (~0.1 ms)
-            self.actor_ref.tell(pykka.messages._ActorStop())
             pid = self._host.pid if self._host is not None else None
             self.close()
             return True, pid
@@ -450,7 +446,10 @@ class ShellActor(QuotaActor):
                 assert watch is not None
                 armed = False  # a callback runs once: re-armed if the watch is ever reset
                 now = time.monotonic()
-                if now - sent_at >= WATCH_POLL:  # re-sent as the agent's await_run does
+                # re-sent as the agent's await_run does; not over a sticky cancel of the eval
+                # root, which reached this run itself (the host re-trips it): a cascade trips
+                # an agent's token, then its eval root, and sent every sleeper two frames
+                if now - sent_at >= WATCH_POLL and not self.eval_root.cancelled:
                     sent_at = now
                     self.eval_root.interrupt(watch.reason or "interrupt")
             elif watch is not None and waker is not None and not armed:

@@ -13,6 +13,7 @@ import psutil
 import pykka
 import pytest
 
+from actors.call_result import ShellClosed
 from actors.process import ChildProcess, create_time
 from actors.shell import ShellActor
 from actors.shell_host import host_main
@@ -97,7 +98,7 @@ def _actor(ref: Any) -> ShellActor:
     return actor
 
 
-def test_an_idle_shell_closed_on_the_calling_thread_has_its_host_reaped_and_its_actor_stopped(
+def test_an_idle_shell_closed_on_the_calling_thread_has_its_host_reaped_and_refuses_calls(
     start_shell,
 ) -> None:
     ref = start_shell()
@@ -107,7 +108,10 @@ def test_an_idle_shell_closed_on_the_calling_thread_has_its_host_reaped_and_its_
     closed, host_pid = _actor(ref).close_here()
     assert (closed, host_pid) == (True, pid)
     assert not pid_alive(pid)  # reaped when close_here returned, not later
-    wait_for(lambda: not ref.is_alive(), HANG_GUARD, "the actor's stop")
+    assert shell.host_pid().get(timeout=HANG_GUARD) is None
+    with pytest.raises(ShellClosed):
+        shell.run("let b = 2").get(timeout=HANG_GUARD)
+    ref.stop(block=True, timeout=HANG_GUARD)  # its on_stop finds it closed
     with pytest.raises(pykka.ActorDeadError):
         shell.run("let b = 2").get(timeout=HANG_GUARD)
 
