@@ -78,6 +78,19 @@ def test_a_forked_process_inherits_the_prompt_files_prctl_and_a_frozen_heap() ->
     assert got["frozen_objects"] > 1000  # the fork server froze its heap before forking
 
 
+def test_a_forked_process_inherits_pickles_slot_names_of_what_it_sends_at_its_end() -> None:
+    here, there = process_context().Pipe(duplex=True)
+    proc = start_process(report_inherited, (there,), name="fork-probe")
+    there.close()
+    try:
+        assert here.poll(HANG_GUARD * 3), "the probe never answered"
+        got = here.recv()
+    finally:
+        here.close()
+        proc.join(HANG_GUARD)
+    assert got["slot_names_cached"] == [True, True]  # EndReport, AgentStats
+
+
 def test_a_burst_of_five_takes_from_a_pool_of_two_is_served_and_the_pool_refills() -> None:
     pool = HostPool(None, size=2)
     taken = []

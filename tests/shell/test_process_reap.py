@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -15,8 +16,9 @@ import pytest
 
 from actors.call_result import ShellClosed
 from actors.process import ChildProcess, create_time
-from actors.shell import ShellActor
+from actors.shell import ShellActor, run_call
 from actors.shell_host import host_main
+from runtime.cancel import CancelScope
 from tests.support.waiting import HANG_GUARD, pid_alive, wait_for
 
 
@@ -128,3 +130,57 @@ def test_a_shell_busy_in_a_call_is_not_closed_on_the_calling_thread(start_shell)
     root.cancel("test over")
     assert running.get(timeout=HANG_GUARD).error_kind == "cancelled"
     assert ref.is_alive()
+
+
+class _SentFrames:
+    """A host's control channel that records the frames sent on it (and sends them)."""
+
+    def __init__(self, channel: Any) -> None:
+        self._channel = channel
+        self.sent: list[tuple[str, str]] = []
+
+    def try_send(self, kind: str, **fields: Any) -> bool:
+        self.sent.append((kind, str(fields.get("reason"))))
+        return bool(self._channel.try_send(kind, **fields))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._channel, name)
+
+
+def test_a_cascade_reaches_a_run_on_the_callers_thread_with_one_cancel_frame(start_shell) -> None:
+    """The registry cancels the eval root, then the agent's token trips: the run's watch sends
+    no interrupt of its own over the sticky cancel that already reached the run."""
+    ref = start_shell()
+    shell = ref.proxy()
+    assert shell.run("let a = 1").get().error is None
+    actor = _actor(ref)
+    spy = _SentFrames(actor._host.ctl)
+    actor._host.ctl = spy
+    root = shell.eval_root.get()
+    token = CancelScope()
+    answer: list[Any] = []
+    caller = threading.Thread(target=lambda: answer.append(run_call(shell, "/bin/sleep 30", token)))
+    caller.start()
+    wait_for(lambda: root.busy, HANG_GUARD, "the call to start")
+    root.cancel("cascade")
+    token.cancel("cascade")
+    caller.join(HANG_GUARD)
+    assert answer[0].get(timeout=HANG_GUARD).error_kind == "cancelled"
+    assert spy.sent == [("cancel", "cascade")]
+
+
+def test_a_tripped_watch_still_interrupts_a_run_whose_eval_root_stands(start_shell) -> None:
+    """The trunk's case: no eval root is cancelled, so the watch's interrupt is what stops it."""
+    ref = start_shell()
+    shell = ref.proxy()
+    assert shell.run("let a = 1").get().error is None
+    root = shell.eval_root.get()
+    token = CancelScope()
+    answer: list[Any] = []
+    caller = threading.Thread(target=lambda: answer.append(run_call(shell, "/bin/sleep 30", token)))
+    caller.start()
+    wait_for(lambda: root.busy, HANG_GUARD, "the call to start")
+    token.cancel("esc")
+    caller.join(HANG_GUARD)
+    result = answer[0].get(timeout=HANG_GUARD)
+    assert result.error_kind == "cancelled" and not root.cancelled

@@ -11,6 +11,8 @@ from multiprocessing.connection import Connection
 
 def report_inherited(conn: Connection) -> None:
     from actors import process
+    from actors.agent import AgentStats
+    from actors.agent_process_host import EndReport
     from runtime import prompt
 
     conn.send(
@@ -19,6 +21,9 @@ def report_inherited(conn: Connection) -> None:
             "prompt_fragments_cached": prompt._fragments.cache_info().currsize,
             "prctl_loaded": process._prctl() is not None,
             "frozen_objects": gc.get_freeze_count(),
+            "slot_names_cached": [
+                "__slotnames__" in cls.__dict__ for cls in (EndReport, AgentStats)
+            ],
         }
     )
     conn.close()
