@@ -153,9 +153,10 @@ def test_a_cascade_reaches_a_run_on_the_callers_thread_with_one_cancel_frame(sta
     ref = start_shell()
     shell = ref.proxy()
     assert shell.run("let a = 1").get().error is None
-    actor = _actor(ref)
-    spy = _SentFrames(actor._host.ctl)
-    actor._host.ctl = spy
+    host = _actor(ref)._host
+    assert host is not None
+    spy = _SentFrames(host.ctl)
+    host.ctl = spy  # type: ignore[assignment]  # the eval root sends through it
     root = shell.eval_root.get()
     token = CancelScope()
     answer: list[Any] = []
