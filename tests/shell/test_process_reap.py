@@ -15,7 +15,7 @@ import pykka
 import pytest
 
 from actors.call_result import ShellClosed
-from actors.process import ChildProcess, create_time
+from actors.process import ChildProcess, create_time, start_ticks
 from actors.shell import ShellActor, run_call
 from actors.shell_host import host_main
 from runtime.cancel import CancelScope
@@ -92,6 +92,40 @@ def test_reaping_a_child_that_exited_still_kills_the_program_it_left_behind() ->
     assert pid_alive(program)  # the child is gone; its program is not
     assert host.reap(grace=HANG_GUARD) == 3
     wait_for(lambda: not pid_alive(program), HANG_GUARD, "the program's death")
+
+
+def test_reaping_a_child_kills_a_program_it_adopted_that_leads_no_group_of_its_own() -> None:
+    program = subprocess.Popen(["sleep", "600"])  # in this process's group: no killpg reaches it
+    host = ChildProcess(_exit_at_once, name="exit-5")
+    host.adopt_program(program.pid)
+    try:
+        assert host.reap(grace=HANG_GUARD) == 5
+        assert program.wait(HANG_GUARD) == -9
+    finally:
+        program.kill()
+        program.wait()
+
+
+def test_reaping_never_kills_a_process_that_reused_an_adopted_programs_pid() -> None:
+    program = subprocess.Popen(["sleep", "600"])
+    host = ChildProcess(_exit_at_once, name="exit-5")
+    host.adopt_program(program.pid)
+    ticks = start_ticks(program.pid)
+    assert ticks is not None
+    host._known[program.pid] = ticks - 1  # the adopted program started earlier: not this one
+    try:
+        host.reap(grace=HANG_GUARD)
+        assert program.poll() is None and pid_alive(program.pid)
+    finally:
+        program.kill()
+        program.wait()
+
+
+def test_start_ticks_is_the_start_time_psutil_reads_in_clock_ticks() -> None:
+    started = psutil.Process(os.getpid()).create_time()
+    ticks = start_ticks(os.getpid())
+    assert ticks is not None
+    assert ticks / os.sysconf("SC_CLK_TCK") + psutil.boot_time() == started
 
 
 def _actor(ref: Any) -> ShellActor:
