@@ -50,6 +50,7 @@ from actors.process import (
     process_context,
     start_process,
     use_fork_server,
+    yield_to_control,
 )
 from actors.shell import ShellActor
 from runtime.errors import ExarchError, InboxFull
@@ -93,6 +94,7 @@ def agent_host_main(conn: Connection, fork_address: str, name: str, session: Ses
     """Process entry point of an agent host (runs in the fork-server child)."""
     become_group_leader()
     die_with_parent()
+    yield_to_control()
     # started as a daemon (so the control process's exit terminates it), but a daemonic
     # multiprocessing process may not start children, and this one starts its shell host
     multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]

@@ -69,7 +69,12 @@ from actors.agent_site import (
 )
 from actors.channel import AgentChannel
 from actors.host_start import HostStart
-from actors.process import become_group_leader, die_with_parent, use_fork_server
+from actors.process import (
+    become_group_leader,
+    die_with_parent,
+    use_fork_server,
+    yield_to_control,
+)
 from actors.shell import ShellActor
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
@@ -286,6 +291,7 @@ def agent_host_connect_main(
 def _prepare_host(fork_address: str) -> None:
     become_group_leader()
     die_with_parent()
+    yield_to_control()
     # started as a daemon (so the control process's exit terminates it), but a daemonic
     # multiprocessing process may not start children, and this one starts its shell host
     multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]

@@ -42,6 +42,7 @@ from actors.process import (
     die_with_parent,
     limit_memory,
     report_programs,
+    yield_to_control,
 )
 from runtime.cancel import POLL_INTERVAL, Cancelled
 from runtime.ral.values import render
@@ -58,6 +59,7 @@ child inherits every binding made so far, this run's too)."""
 def host_main(data_conn: Connection, ctl_conn: Connection, memory_bytes: int | None = None) -> None:
     """Entry point of a shell host process (runs in the forkserver child)."""
     die_with_parent()
+    yield_to_control()
     become_group_leader()
     limit_memory(memory_bytes)
     data = Channel(data_conn)

@@ -39,6 +39,7 @@ from actors.process import (
     die_with_parent,
     limit_memory,
     report_programs,
+    yield_to_control,
 )
 from actors.shell_host import error_fields, frame_error_text
 from runtime.cancel import POLL_INTERVAL
@@ -73,6 +74,7 @@ def worker_main(
 ) -> None:
     """Entry point of a worker process (a forkserver child)."""
     die_with_parent()
+    yield_to_control()
     become_group_leader()
     limit_memory(memory_bytes)
     data = Channel(data_conn)

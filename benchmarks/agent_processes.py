@@ -17,9 +17,11 @@ every agent, shell and worker process inherits the pinning):
   now and then sees; the process backend's warm pool is full then, while back-to-back spawns
   take the processes it forks as each spawn takes one);
 - the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
-  settled, and the control process's CPU (user + system) per agent over that span; also the
-  fan-out alone (the N ``registry.cancel`` calls going out, wall and the cancelling thread's
-  CPU) and the control CPU over the cascade by kind of thread;
+  settled; its reach (median and last), from the first cancel to each cancelled ``sleep``
+  recorded in its agent's event log (to the millisecond); and the control process's CPU
+  (user + system) per agent over that span; also the fan-out alone (the N ``registry.cancel``
+  calls going out, wall and the cancelling thread's CPU) and the control CPU over the cascade
+  by kind of thread;
 - PSS per agent (agent process + its shell, psutil's full memory info) with N agents live,
   read on the first 10.
 
@@ -40,6 +42,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +257,7 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
             cascade_cpu0 = sum(me.cpu_times()[:2])
             threads0 = _thread_cpu()
             t = time.perf_counter()
+            wall0 = time.time()
             own0 = time.thread_time()
             for name in names:
                 fleet.registry.cancel(name, "benchmark")
@@ -264,6 +268,7 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
             cascade = time.perf_counter() - t
             cascade_cpu = sum(me.cpu_times()[:2]) - cascade_cpu0
             threads = _thread_cpu()
+            reach = sorted(_stopped_at(fleet, x) - wall0 for x in names)
             by_kind: dict[str, float] = {}
             for tid, (kind, ns) in threads.items():
                 spent = ns - threads0.get(tid, (kind, 0))[1]
@@ -283,6 +288,8 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
         "cascade_ms": cascade * 1e3,
         "cascade_ctl_ms_per_agent": cascade_cpu / max(hold, 1) * 1e3,
         "cascade_fanout_ms": fanout * 1e3,
+        "cascade_reach_median_ms": statistics.median(reach) * 1e3,
+        "cascade_reach_max_ms": reach[-1] * 1e3,
         "cascade_fanout_cpu_ms": fanout_cpu * 1e3,
         "cascade_ctl_threads_ms": {k: round(v, 1) for k, v in sorted(by_kind.items()) if v >= 1},
         "pss_per_agent_mib": pss / max(len(sampled), 1) / 2**20,
@@ -302,6 +309,17 @@ def _thread_cpu() -> dict[int, tuple[str, int]]:
             continue  # the thread ended meanwhile
         out[int(task.name)] = ("".join(c for c in comm if not c.isdigit()).rstrip("-_"), ns)
     return out
+
+
+def _stopped_at(fleet: Fleet, name: str) -> float:
+    """When ``name``'s cancelled ``sleep`` was recorded (its last tool result's ``at``, to the
+    millisecond, ``time.time`` scale): an upper bound on when the cascade reached its shell's
+    running eval (the host answered the cancel before the agent recorded the answer)."""
+    at = ""
+    for line in fleet.session.events(name).read_text().splitlines():
+        if line.startswith('{"kind": "tool_result"'):
+            at = json.loads(line)["at"]
+    return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
 
 
 def _sleeping(fleet: Fleet, name: str) -> bool:
@@ -358,14 +376,15 @@ def main() -> None:
         print(f"load average {os.getloadavg()[0]:.1f}; {hold} agents held busy")
         print(
             f"{'mode':<8} {'spawn med ms':>12} {'p90':>7} {'spaced ms':>9} {'cascade ms':>10} "
-            f"{'ctl ms/agent':>12} {'fan-out ms':>10}"
+            f"{'ctl ms/agent':>12} {'fan-out ms':>10} {'reach med/max ms':>16}"
         )
         for mode in ("thread", "process"):
             r = _run(mode, 1, 1, hold, both, False)
             print(
                 f"{mode:<8} {r['spawn_median_ms']:>12.1f} {r['spawn_p90_ms']:>7.1f} "
                 f"{r['spawn_spaced_ms']:>9.1f} {r['cascade_ms']:>10.0f} "
-                f"{r['cascade_ctl_ms_per_agent']:>12.2f} {r['cascade_fanout_ms']:>10.0f}",
+                f"{r['cascade_ctl_ms_per_agent']:>12.2f} {r['cascade_fanout_ms']:>10.0f} "
+                f"{r['cascade_reach_median_ms']:>8.0f}/{r['cascade_reach_max_ms']:<7.0f}",
                 flush=True,
             )
         return

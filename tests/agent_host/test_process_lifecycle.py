@@ -19,6 +19,7 @@ import pytest
 
 from actors.agent_process import ProcessAgent
 from actors.fleet import Fleet, FleetConfig
+from actors.process import AGENT_NICE
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
@@ -91,6 +92,26 @@ def test_a_spawned_agent_process_is_born_with_its_shell_restored_from_the_one_fo
         assert psutil.Process(shell).ppid() == psutil.Process(agent.pid).ppid()
 
 
+def _thread_nices(pid: int) -> set[int]:
+    return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_every_thread_of_an_agent_process_and_of_its_shell_runs_at_the_agent_nice_below_the_control(
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    control = os.getpriority(os.PRIO_PROCESS, 0)
+    fleet = process_fleet(_children(1, "sleep 30; reply 1"))
+    wait_for(lambda: _busy(fleet, "s0"), 60, "s0 busy in its sleep")
+    agent = fleet.hosted["s0"]
+    assert isinstance(agent, ProcessAgent)
+    shell = agent.shell_pid()
+    assert shell is not None
+    want = max(control, AGENT_NICE)
+    assert _thread_nices(agent.pid) == {want}, "the reader, flusher and shell actor threads too"
+    assert _thread_nices(shell) == {want}
+    assert os.getpriority(os.PRIO_PROCESS, 0) == control, "the control process keeps its own"
+
+
 def test_after_a_cascade_every_slot_is_settled_cancelled_behind_a_destroyed_receipt_and_every_process_is_reaped(  # noqa: E501
     process_fleet: Callable[[str], Fleet],
 ) -> None:
@@ -139,6 +160,7 @@ def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its
 POOL_SCRIPT = """
 import sys, time
 from actors.fleet import Fleet, FleetConfig
+from actors.process import AGENT_NICE
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.session_dir import SessionDir
