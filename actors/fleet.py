@@ -80,6 +80,7 @@ from runtime.state import durability
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability, DurableFiles
 from runtime.state.journal import SpawnJournal
+from runtime.state.journal_batch import JournalBatch
 from runtime.state.session_dir import SessionDir
 from runtime.state.snapshot import MobileSnapshot
 
@@ -187,6 +188,10 @@ class Fleet:
         self._closed = False
         self.spend = FleetSpend(self.config.prices, self.config.budget)
         """Every agent's known spend, against the budget (``runtime/settlement/cost.py``)."""
+        self._settling = 0
+        """Settlements in progress (:meth:`_agent_exited`): an agent process's end in order is
+        settled on its channel's reader, which :meth:`close` cannot join through the pool."""
+        self._settled = threading.Condition(self._lock)
         self._pool: ThreadPoolExecutor | None = None
         self._reaper: HostReaper | None = None
         self.host_pool: HostPool | None = None
@@ -410,6 +415,8 @@ class Fleet:
                 pass
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+        with self._settled:  # one on a reader may hand a host over too
+            self._settled.wait_for(lambda: self._settling == 0, timeout=10.0)
         if self._reaper is not None:  # after the pool: a settlement on it may hand one over
             self._reaper.close()
         if self.host_pool is not None:
@@ -699,6 +706,16 @@ class Fleet:
 
     def _agent_exited(self, agent: Hosted, outcome: AgentOutcome) -> None:
         """The spawn site's settle: journal, result to the parent, deregister, Died."""
+        with self._lock:
+            self._settling += 1
+        try:
+            self._settle_and_report(agent, outcome)
+        finally:
+            with self._settled:
+                self._settling -= 1
+                self._settled.notify_all()
+
+    def _settle_and_report(self, agent: Hosted, outcome: AgentOutcome) -> None:
         try:
             if agent.parent is not None:
                 self._settle_child(agent, outcome)
@@ -724,33 +741,34 @@ class Fleet:
         if executor is None:
             return
         executor.finished(outcome)
-        snap = self.session.snapshot(agent.name)
-        self.journal.execution_result(
-            agent.name,
-            turn=agent.stats.turns,
-            events=[],
-            snapshot=str(snap) if snap.exists() else None,
-            outcome=outcome.value,
-            reply=render(agent.reply_value) if agent.replied else None,
-            eventLog=str(self.session.events(agent.name)),
-        )
-        if outcome is AgentOutcome.CANCELLED:
-            cancel_child(self.journal, agent.name, executor)
-        else:
-            status = settlement_status(outcome.value)
-            observable = executor.observable()
-            settle_child(
-                self.journal,
+        # its records in one write, after the teardown they report (runtime/state/journal_batch.py)
+        with JournalBatch(self.journal, agent.name) as journal:
+            journal.execution_result(
                 agent.name,
-                executor,
-                status=status,
-                reason=outcome.value,
-                observable=observable,
-                cause=executor.unobservable_cause(),
+                turn=agent.stats.turns,
+                events=[],
+                snapshot=executor.snapshot_at_end(),
+                outcome=outcome.value,
+                reply=render(agent.reply_value) if agent.replied else None,
+                eventLog=executor.event_log,
             )
-            if not observable:
-                with self._lock:
-                    self._retained.append(RetainedChild(agent.name, executor))
+            if outcome is AgentOutcome.CANCELLED:
+                cancel_child(journal, agent.name, executor)
+            else:
+                status = settlement_status(outcome.value)
+                observable = executor.observable()
+                settle_child(
+                    journal,
+                    agent.name,
+                    executor,
+                    status=status,
+                    reason=outcome.value,
+                    observable=observable,
+                    cause=executor.unobservable_cause(),
+                )
+        if outcome is not AgentOutcome.CANCELLED and not observable:
+            with self._lock:
+                self._retained.append(RetainedChild(agent.name, executor))
         value = agent.reply_value if agent.replied else None
         result = AgentResult(
             agent.name,
