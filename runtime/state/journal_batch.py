@@ -23,7 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import replace
+import copy
 from types import TracebackType
 from typing import Any
 
@@ -46,13 +46,11 @@ def _fingerprint(n: NodeState) -> tuple[Any, ...]:
 
 
 def _copy(n: NodeState) -> NodeState:
-    return replace(
-        n,
-        phases=list(n.phases),
-        results=list(n.results),
-        receipts=list(n.receipts),
-        unconfirmed=list(n.unconfirmed),
-    )
+    """``n`` with its own lists (a fold appends to them; its records are never mutated)."""
+    c = copy.copy(n)  # not dataclasses.replace, which walks the fields per call
+    c.phases, c.results = list(n.phases), list(n.results)
+    c.receipts, c.unconfirmed = list(n.receipts), list(n.unconfirmed)
+    return c
 
 
 class JournalBatch(SpawnJournal):
