@@ -493,7 +493,7 @@ class Fleet:
         return ParkReads(
             listed=self.registry.is_live(name),
             engaged=self.registry.engaged(name),
-            live_descendants=bool(self.registry.live_descendants(name)),
+            live_descendants=self.registry.has_live_descendants(name),
         )
 
     def generation(self) -> int:
