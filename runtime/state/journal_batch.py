@@ -62,7 +62,8 @@ class JournalBatch(SpawnJournal):
             node = journal.state.nodes[node_id]
             self._seen = _fingerprint(node)
             trial = SettlementState({node_id: _copy(node)}, journal.state.last_seq)
-        super().__init__(journal.path, trial)
+        # not SpawnJournal.__init__: the journal's own Path, no new one per batch
+        self.path, self.state, self._lock = journal.path, trial, journal._lock
         self._journal = journal
         self._node_id = node_id
         self._records: list[dict[str, Any]] = []
