@@ -80,7 +80,6 @@ from runtime.state import durability
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability, DurableFiles
 from runtime.state.journal import SpawnJournal
-from runtime.state.journal_batch import JournalBatch
 from runtime.state.session_dir import SessionDir
 from runtime.state.snapshot import MobileSnapshot
 
@@ -741,34 +740,32 @@ class Fleet:
         if executor is None:
             return
         executor.finished(outcome)
-        # its records in one write, after the teardown they report (runtime/state/journal_batch.py)
-        with JournalBatch(self.journal, agent.name) as journal:
-            journal.execution_result(
+        self.journal.execution_result(
+            agent.name,
+            turn=agent.stats.turns,
+            events=[],
+            snapshot=executor.snapshot_at_end(),
+            outcome=outcome.value,
+            reply=render(agent.reply_value) if agent.replied else None,
+            eventLog=executor.event_log,
+        )
+        if outcome is AgentOutcome.CANCELLED:
+            cancel_child(self.journal, agent.name, executor)
+        else:
+            status = settlement_status(outcome.value)
+            observable = executor.observable()
+            settle_child(
+                self.journal,
                 agent.name,
-                turn=agent.stats.turns,
-                events=[],
-                snapshot=executor.snapshot_at_end(),
-                outcome=outcome.value,
-                reply=render(agent.reply_value) if agent.replied else None,
-                eventLog=executor.event_log,
+                executor,
+                status=status,
+                reason=outcome.value,
+                observable=observable,
+                cause=executor.unobservable_cause(),
             )
-            if outcome is AgentOutcome.CANCELLED:
-                cancel_child(journal, agent.name, executor)
-            else:
-                status = settlement_status(outcome.value)
-                observable = executor.observable()
-                settle_child(
-                    journal,
-                    agent.name,
-                    executor,
-                    status=status,
-                    reason=outcome.value,
-                    observable=observable,
-                    cause=executor.unobservable_cause(),
-                )
-        if outcome is not AgentOutcome.CANCELLED and not observable:
-            with self._lock:
-                self._retained.append(RetainedChild(agent.name, executor))
+            if not observable:
+                with self._lock:
+                    self._retained.append(RetainedChild(agent.name, executor))
         value = agent.reply_value if agent.replied else None
         result = AgentResult(
             agent.name,

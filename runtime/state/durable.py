@@ -106,23 +106,6 @@ def write_jsonl(
     return record, lambda: writer.wait(ticket)
 
 
-def write_jsonl_lines(
-    path: str | os.PathLike[str], records: list[dict[str, Any]]
-) -> Callable[[], None]:
-    """:func:`write_jsonl` for several records (each with its ``"at"``): their lines in one
-    ``write(2)``, in order, and the wait for the last one's acknowledgement (which covers the
-    earlier ones: one file, one order)."""
-    data = b"".join(jsonl_line(r)[1] for r in records)
-    writer = durability.writer_for(path)
-    if writer is None:
-        durability.append(path, data)
-        return _acknowledged
-    ticket = writer.write(data)
-    if writer.ship is not None:
-        writer.ship(data)
-    return lambda: writer.wait(ticket)
-
-
 def _acknowledged() -> None:
     return None
 

@@ -459,22 +459,18 @@ class SpawnJournal:
         group-commit fsync) after the lock is released, so no appender queues behind another's
         fsync. A later record can never be durable without this one: one file, one order."""
         with self._lock:
-            record = self._record(kind, node_id, fields)
+            record = {
+                "kind": kind,
+                "seq": self.state.last_seq + 1,
+                "id": node_id,
+                "at": now_iso(),
+                **{k: v for k, v in fields.items() if v is not None or k in _NULL_MEANS_UNKNOWN},
+            }
             self.state.check(record)
             written, acknowledged = write_jsonl(self.path, record)
             self.state._fold(written)
         acknowledged()
         return written
-
-    def _record(self, kind: str, node_id: str, fields: dict[str, Any]) -> dict[str, Any]:
-        """The record ``kind`` about ``node_id`` would be if appended now (seq, time)."""
-        return {
-            "kind": kind,
-            "seq": self.state.last_seq + 1,
-            "id": node_id,
-            "at": now_iso(),
-            **{k: v for k, v in fields.items() if v is not None or k in _NULL_MEANS_UNKNOWN},
-        }
 
     # -- one helper per record kind
 
