@@ -19,13 +19,13 @@ with the cause (a ``Down`` notice), and its parent is told as for any other end.
 
 Invariants:
 - Control-side handlers that may wait on another host's reply never run on a channel's reader
-  thread: requests (bar the registry reads of :data:`READ_CALLS`), crashes and the ends of
-  hosts that did not stop their shells are served by the fleet's pool of threads. An end in
-  order (``Ended`` with its shell stopped and reaped) is settled on its own reader, in the
-  order it was read: nothing in that settlement waits on a reply (the result goes to the
-  parent by :meth:`RemoteInbox.send_push`, cancels by ``try_send``, the host to the
-  :class:`HostReaper`), and a pool hand-off per end cost a thread wake-up each
-  (docs/benchmarks.md).
+  thread: requests, crashes and the ends of hosts that did not stop their shells are served by
+  the fleet's pool of threads. An end in order (``Ended`` with its shell stopped and reaped)
+  is settled on its own reader, in the order it was read: nothing in that settlement waits on
+  a reply (the result goes to the parent by :meth:`RemoteInbox.send_push`, cancels by
+  ``try_send``, the host to the :class:`HostReaper`), and the pool hand-off cost a thread
+  wake-up per end (~0.3 ms of the control process's CPU per end of a 100-agent cascade,
+  docs/benchmarks.md).
 - The agent process's events (``PublishFrame``) are put on the bus in the order they were sent,
   before any request that followed them is answered; the charges in a batch (no ``--budget``)
   are added to the fleet's spend in that same order.
@@ -132,11 +132,6 @@ SITE_CALLS: dict[str, Callable[..., Any]] = {
     "lease_figures": lambda site, name: site.lease_figures(name),
 }
 """What a host may ask of the fleet, by name: the fleet's half of :class:`AgentSite`."""
-
-READ_CALLS = frozenset({"standing", "park_reads", "generation", "lease_figures"})
-"""Site calls answered on the asking host's reader: reads of the registry under its lock, which
-wait on no host. A parent held by its children reads ``park_reads`` after each child's result:
-a pool hand-off each was a thread wake-up per end of a cascade."""
 
 RECORD_CALLS: dict[str, Callable[..., Any]] = {
     "record_spawned": lambda sink, child, parent: sink.spawned(child, parent),
@@ -626,9 +621,6 @@ class _Host:
         args = unpickle(msg.payload) or ()
         fn = table[msg.method]
         self._agent.site_calls[msg.method] += 1  # the reader thread is its only writer
-        if table is SITE_CALLS and msg.method in READ_CALLS:
-            answer_call(self.channel, rid, lambda: fn(site, *args))
-            return
         self._agent._pool.submit(answer_call, self.channel, rid, lambda: fn(site, *args))
 
     def _notify(self, msg: ChannelMessage) -> None:

@@ -66,29 +66,3 @@ def test_an_end_in_order_is_settled_on_its_channels_reader_then_reported(tmp_pat
     records = read_jsonl(fleet.session.transcript).records
     died = {r["agent"] for r in records if r["kind"] == "Died"}
     assert set(WORKERS) <= died
-
-
-def test_a_hosts_park_reads_are_answered_on_its_own_reader_not_the_pool(tmp_path: Path) -> None:
-    playback = ScenarioPlayback(parse_scenario(SCENARIO, source=str(tmp_path / "s.toml")))
-    fleet = Fleet(
-        SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
-    )
-    answered_on: list[tuple[str, str]] = []
-    park_reads = fleet.park_reads
-
-    def recording(name: str) -> Any:
-        answered_on.append((name, threading.current_thread().name))
-        return park_reads(name)
-
-    fleet.park_reads = recording  # type: ignore[method-assign]
-    try:
-        fleet.start_trunk(playback.scenario.prompt, interactive=True)
-        wait_for(
-            lambda: all(w in fleet.hosted and fleet.hosted[w].done.is_set() for w in WORKERS),
-            HANG_GUARD,
-            "the workers' ends",
-        )
-        wait_for(lambda: answered_on, HANG_GUARD, "a park read")
-        assert all(thread == f"channel-agent process {name}" for name, thread in answered_on)
-    finally:
-        fleet.close()
