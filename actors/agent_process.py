@@ -18,14 +18,11 @@ bus), at most 3 times in 60 s; past that the agent ends ``failed`` (its slot set
 with the cause (a ``Down`` notice), and its parent is told as for any other end.
 
 Invariants:
-- Control-side handlers that may wait on another host's reply never run on a channel's reader
-  thread: requests, crashes and the ends of hosts that did not stop their shells are served by
-  the fleet's pool of threads. An end in order (``Ended`` with its shell stopped and reaped)
-  is settled on its own reader, in the order it was read: nothing in that settlement waits on
-  a reply (the result goes to the parent by :meth:`RemoteInbox.send_push`, cancels by
-  ``try_send``, the host to the :class:`HostReaper`), and the pool hand-off cost a thread
-  wake-up per end (~0.3 ms of the control process's CPU per end of a 100-agent cascade,
-  docs/benchmarks.md).
+- Control-side handlers never run on a channel's reader thread (they may wait on another
+  host's reply, or on the registry's lock, which a synchronous push into this very host holds
+  while it waits for the reply this reader reads): requests and ends are served by the
+  fleet's pool of threads, bar an end in order (its shell stopped and reaped), which the
+  fleet's :class:`actors.settler.Settler` settles when it has one.
 - The agent process's events (``PublishFrame``) are put on the bus in the order they were sent,
   before any request that followed them is answered; the charges in a batch (no ``--budget``)
   are added to the fleet's spend in that same order.
@@ -75,6 +72,7 @@ from actors.channel import AgentChannel, Then
 from actors.frames import ChannelClosed
 from actors.host_pool import HostPool
 from actors.process import fork_server_address, process_context, start_process
+from actors.settler import Settler
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 from runtime.events import InboxRejected, Notice
@@ -240,8 +238,11 @@ class ProcessAgent:
         backend: HostBackend | None = None,
         recorder: RecordSink | None = None,
         host_pool: HostPool | None = None,
+        settler: Settler | None = None,
     ) -> None:
         spec = boot.spec
+        self.settler = settler
+        """Settles its end in order (shell stopped) when given; else the pool does."""
         self.recorder = recorder
         """``--record``: the run's recorder, which writes what its host's provider returns."""
         self.backend = backend
@@ -647,9 +648,10 @@ class _Host:
         elif isinstance(msg, Ended):
             self.ended = True
             report: EndReport = unpickle(msg.payload)
-            if report.shell_stopped:  # nothing left to wait for: settled here
-                self._agent._ended(self, report)
-            else:  # its settlement shuts this host down and waits for this reader's EOF
+            settler = self._agent.settler
+            if report.shell_stopped and settler is not None:  # its settlement waits on no host
+                settler.submit(self._agent._ended, self, report)
+            else:
                 self._agent._pool.submit(self._agent._ended, self, report)
 
     def _record(self, msg: RecordFrame) -> None:

@@ -1,5 +1,6 @@
-"""Where the control side settles an agent process's end: an end in order on its own channel's
-reader (no hand-off to the fleet's pool), with the same records as before."""
+"""Where the control side settles an agent process's end: an end in order on the fleet's one
+settler thread (no hand-off to the pool), with the same records as before; the settler's
+rules (order, a failure, close)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from actors.agent import AgentOutcome
 from actors.fleet import Fleet, FleetConfig
+from actors.settler import Settler
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
@@ -34,7 +36,7 @@ SCENARIO = (
 )
 
 
-def test_an_end_in_order_is_settled_on_its_channels_reader_then_reported(tmp_path: Path) -> None:
+def test_an_end_in_order_is_settled_on_the_settler_thread_then_reported(tmp_path: Path) -> None:
     playback = ScenarioPlayback(parse_scenario(SCENARIO, source=str(tmp_path / "s.toml")))
     fleet = Fleet(
         SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
@@ -54,9 +56,7 @@ def test_an_end_in_order_is_settled_on_its_channels_reader_then_reported(tmp_pat
             HANG_GUARD,
             "the workers' settlements",
         )
-        assert {w: settled_on[w] for w in WORKERS} == {
-            w: f"channel-agent process {w}" for w in WORKERS
-        }
+        assert {w: settled_on[w] for w in WORKERS} == {w: "settler" for w in WORKERS}
         terminal = fleet.journal.state.terminal_records()
         assert {w: terminal[w]["kind"] for w in WORKERS} == {w: "settled" for w in WORKERS}
         receipts = {w: fleet.journal.state.nodes[w].receipts for w in WORKERS}
@@ -66,3 +66,30 @@ def test_an_end_in_order_is_settled_on_its_channels_reader_then_reported(tmp_pat
     records = read_jsonl(fleet.session.transcript).records
     died = {r["agent"] for r in records if r["kind"] == "Died"}
     assert set(WORKERS) <= died
+
+
+def test_the_settler_settles_in_submission_order_past_a_failure_and_drains_on_close() -> None:
+    settler = Settler()
+    done: list[int] = []
+    gate = threading.Event()
+
+    def settle(i: int) -> None:
+        if i == 0:
+            gate.wait(HANG_GUARD)  # the rest queue behind the first
+        if i == 3:
+            raise RuntimeError("a settlement's bug")
+        done.append(i)
+
+    for i in range(8):
+        settler.submit(settle, i)
+    gate.set()
+    settler.close()
+    assert done == [0, 1, 2, 4, 5, 6, 7]
+
+
+def test_an_end_submitted_after_close_is_settled_in_the_callers_thread() -> None:
+    settler = Settler()
+    settler.close()
+    ran_on: list[str] = []
+    settler.submit(lambda: ran_on.append(threading.current_thread().name))
+    assert ran_on == [threading.current_thread().name]
