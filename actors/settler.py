@@ -6,7 +6,8 @@ its parent without waiting (``RemoteInbox.send_push``), ``Died``. It still takes
 lock, so it must not run on a channel's reader: a steer or a message pushes into a host under
 that lock and waits for the reply that host's reader reads. Handed to the fleet's pool, each
 end cost a ``ThreadPoolExecutor.submit`` (a future, a lock, a semaphore) and a pool thread's
-wake-up; the 100-agent cascade's pool threads spent ~59 ms of the control process's CPU.
+wake-up (the 100-agent cascade's pool threads, which also answer the hosts' site calls,
+spent ~59 ms of the control process's CPU).
 Here an end is a tuple on a :class:`queue.SimpleQueue` that one thread drains; while a
 cascade's ends keep coming it never sleeps between them (docs/benchmarks.md).
 
