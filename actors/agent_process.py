@@ -19,10 +19,7 @@ with the cause (a ``Down`` notice), and its parent is told as for any other end.
 
 Invariants:
 - Control-side handlers never run on a channel's reader thread (they may wait on another
-  host's reply, or on the registry's lock, which a synchronous push into this very host holds
-  while it waits for the reply this reader reads): requests and ends are served by the
-  fleet's pool of threads, bar an end in order (its shell stopped and reaped), which the
-  fleet's :class:`actors.settler.Settler` settles when it has one.
+  host's reply): requests and ends are served by the fleet's pool of threads.
 - The agent process's events (``PublishFrame``) are put on the bus in the order they were sent,
   before any request that followed them is answered; the charges in a batch (no ``--budget``)
   are added to the fleet's spend in that same order.
@@ -72,7 +69,6 @@ from actors.channel import AgentChannel, Then
 from actors.frames import ChannelClosed
 from actors.host_pool import HostPool
 from actors.process import fork_server_address, process_context, start_process
-from actors.settler import Settler
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 from runtime.events import InboxRejected, Notice
@@ -238,11 +234,8 @@ class ProcessAgent:
         backend: HostBackend | None = None,
         recorder: RecordSink | None = None,
         host_pool: HostPool | None = None,
-        settler: Settler | None = None,
     ) -> None:
         spec = boot.spec
-        self.settler = settler
-        """Settles its end in order (shell stopped) when given; else the pool does."""
         self.recorder = recorder
         """``--record``: the run's recorder, which writes what its host's provider returns."""
         self.backend = backend
@@ -647,12 +640,7 @@ class _Host:
                 log.warning("%s", e)
         elif isinstance(msg, Ended):
             self.ended = True
-            report: EndReport = unpickle(msg.payload)
-            settler = self._agent.settler
-            if report.shell_stopped and settler is not None:  # its settlement waits on no host
-                settler.submit(self._agent._ended, self, report)
-            else:
-                self._agent._pool.submit(self._agent._ended, self, report)
+            self._agent._pool.submit(self._agent._ended, self, unpickle(msg.payload))
 
     def _record(self, msg: RecordFrame) -> None:
         """A durable write the host made on its node, made in the session directory here: on

@@ -45,7 +45,6 @@ from actors.bus import start_bus
 from actors.host_pool import HostPool
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import start_registry
-from actors.settler import Settler
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Resources, SystemNote
@@ -189,16 +188,11 @@ class Fleet:
         self.spend = FleetSpend(self.config.prices, self.config.budget)
         """Every agent's known spend, against the budget (``runtime/settlement/cost.py``)."""
         self._pool: ThreadPoolExecutor | None = None
-        self._settler: Settler | None = None
         self._reaper: HostReaper | None = None
         self.host_pool: HostPool | None = None
         """Warm agent processes for spawns to take (the process backend on this machine)."""
         if self.config.agents == "process":
             self._pool = ThreadPoolExecutor(HOST_CALL_THREADS, thread_name_prefix="site")
-            if self.config.durability is Durability.PROCESS:
-                # one thread settles the ends in order; under ``machine`` each settlement
-                # waits on fsyncs, which the pool's threads share by group commit instead
-                self._settler = Settler()
             self._reaper = HostReaper()
             if self.config.backend is None:  # warm agent processes for spawns to take
                 self.host_pool = HostPool(self.config.limits.memory_bytes)
@@ -323,7 +317,6 @@ class Fleet:
             backend=self.config.backend,
             recorder=recorder,
             host_pool=self.host_pool,
-            settler=self._settler,
         )
 
     def _as_recorded(self, parent: str, provider: Provider) -> Provider:
@@ -417,8 +410,6 @@ class Fleet:
                 pass
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-        if self._settler is not None:  # its settlements may hand hosts over too
-            self._settler.close()
         if self._reaper is not None:  # after the pool: a settlement on it may hand one over
             self._reaper.close()
         if self.host_pool is not None:
