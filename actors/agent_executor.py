@@ -83,7 +83,13 @@ class AgentExecutor:
         self._gone = False
         self._lock = threading.Lock()
         self._pid: int | None = None
-        self.scratch = agent.site.session.scratch(agent.name)
+        session = agent.site.session
+        self.scratch = session.scratch(agent.name)
+        self.snapshot = str(session.snapshot(agent.name))
+        """Its shell snapshot's path (a file that may not exist yet), named once here: the
+        settlement reads it at the agent's end."""
+        self.event_log = str(session.events(agent.name))
+        """Its current event log's path, as the settlement's ``execution-result`` names it."""
 
     @property
     def environment_id(self) -> str:
@@ -204,14 +210,17 @@ class AgentExecutor:
         return Observation("exited", detail="shell process not running")
 
     def in_flight(self) -> InFlight:
-        snap = self._agent.site.session.snapshot(self._agent.name)
         return InFlight(
             turn=self._agent.stats.turns,
             events=tuple(self._agent.stats.in_flight),
-            snapshot_path=str(snap) if snap.exists() else None,
+            snapshot_path=self.snapshot_at_end(),
         )
 
     # --- for the spawn site -----------------------------------------------------------------
+
+    def snapshot_at_end(self) -> str | None:
+        """Its snapshot's path if the file exists now, else None."""
+        return self.snapshot if os.path.exists(self.snapshot) else None
 
     def finished(self, outcome: AgentOutcome) -> None:
         self._outcome = outcome
@@ -234,6 +243,14 @@ class AgentExecutor:
     def _process_alive(self) -> bool:
         if self._node() is not None:  # its shell is on another node: the host answers for it
             return self._agent.shell_healthy()
+        if self._agent.shell_stopped:
+            # its host closed and reaped this shell before reporting its end: no /proc read
+            # (the pid may already name another process), and the receipt names the shell it
+            # had at its end (a rollback's), not the one admitted
+            current = self._agent.shell_pid()
+            if current is not None:
+                self._pid = current
+            return False
         if not self._closed:  # a rollback replaces the host: follow the current pid
             current = self._agent.shell_pid()
             if current is not None:

@@ -486,7 +486,7 @@ class Fleet:
         return ParkReads(
             listed=self.registry.is_live(name),
             engaged=self.registry.engaged(name),
-            live_descendants=bool(self.registry.live_descendants(name)),
+            live_descendants=self.registry.has_live_descendants(name),
         )
 
     def generation(self) -> int:
@@ -724,15 +724,14 @@ class Fleet:
         if executor is None:
             return
         executor.finished(outcome)
-        snap = self.session.snapshot(agent.name)
         self.journal.execution_result(
             agent.name,
             turn=agent.stats.turns,
             events=[],
-            snapshot=str(snap) if snap.exists() else None,
+            snapshot=executor.snapshot_at_end(),
             outcome=outcome.value,
             reply=render(agent.reply_value) if agent.replied else None,
-            eventLog=str(self.session.events(agent.name)),
+            eventLog=executor.event_log,
         )
         if outcome is AgentOutcome.CANCELLED:
             cancel_child(self.journal, agent.name, executor)

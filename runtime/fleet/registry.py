@@ -130,6 +130,7 @@ class FleetRegistry:
     ) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        """Notified when a lease is armed (a register) or re-timed (``lease_changed``)."""
         self.tree = SpawnTree(clock=clock, lease_bound=lease_bound)
         self._handles: dict[str, _Handles] = {}
         self.on_dropped = on_dropped
@@ -216,7 +217,8 @@ class FleetRegistry:
             parent = self._handles.get(node.parent_name) if node.parent_name else None
             if self.tree.is_empty():
                 self.empty.set()
-            self._changed.notify_all()
+            # no lease wake: an end arms no lease and brings none closer (leases arm at
+            # register), and a cascade's 100 ends woke the lease reaper 100 times for nothing
         if parent is not None:  # a parent HeldByChildren re-reads its verdict at once
             parent.inbox.wake()
         return True
@@ -246,6 +248,11 @@ class FleetRegistry:
             if not self.tree.is_live(name):
                 return []
             return self.tree.live_descendants(name)
+
+    def has_live_descendants(self, name: str) -> bool:
+        """Whether ``name`` is live and has a live descendant (a park verdict's read)."""
+        with self._lock:
+            return self.tree.is_live(name) and self.tree.has_live_descendants(name)
 
     def is_descendant(self, ancestor: str, name: str) -> bool:
         """Whether ``name`` is a live proper descendant of ``ancestor`` (agent-cancel's check)."""

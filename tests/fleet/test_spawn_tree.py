@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime.constants import SPAWN_FUEL, TRUNK_NAME
 from runtime.errors import FuelExhausted, NameTaken, UnknownAgent
@@ -147,3 +151,26 @@ def test_a_name_that_cannot_identify_an_agent_is_refused_with_a_typed_error(name
 def test_ordinary_agent_names_register(name: str) -> None:
     tree = SpawnTree()
     assert tree.register(name, returns=False).name == name
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_has_live_descendants_answers_as_the_walk_of_live_descendants_does(
+    data: st.DataObject,
+) -> None:
+    """Random trees, random ends (a parent may end before its children, a name may return):
+    the one-level read agrees with the walk for every live node after every step."""
+    tree = SpawnTree()
+    tree.register(TRUNK_NAME, returns=False, interactive=True)
+    names = [f"n{i}" for i in range(8)]
+    for _ in range(data.draw(st.integers(1, 30))):
+        live = tree.names()
+        name = data.draw(st.sampled_from(names))
+        if tree.is_live(name):
+            tree.deregister(name)
+        elif live:
+            parent = data.draw(st.sampled_from(live))
+            with contextlib.suppress(FuelExhausted):
+                tree.register(name, parent, returns=True)
+        for node in tree.names():
+            assert tree.has_live_descendants(node) == bool(tree.live_descendants(node))

@@ -1,7 +1,7 @@
 """The idle lease through the real fleet, on an injected clock (``FleetConfig.clock``).
 
 A fake clock cannot wake a real timer, so after moving it a test nudges the registry's own
-reaper thread (``lease_changed``, the same wake a register or deregister gives it); the reaping
+reaper thread (``lease_changed``, the same wake a register gives it); the reaping
 itself is the reaper's. Bound: 100 fake seconds.
 
 Only ``registry.steer`` (a human message) renews a lease. The model-facing ``message`` verb,
