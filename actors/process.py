@@ -43,6 +43,7 @@ from typing import Any
 import psutil
 
 from actors.frames import Channel, ChannelClosed, FrameError
+from actors.process_identity import HAS_PROC, children_of, create_time, kill_program, start_ticks
 from runtime.cancel import POLL_INTERVAL
 
 PRELOAD = [
@@ -251,7 +252,7 @@ class ChildProcess:
         ticks = start_ticks(pid)
         if ticks is not None:
             self._known[pid] = ticks
-        elif not _HAS_PROC:
+        elif not HAS_PROC:
             try:
                 self._known[pid] = psutil.Process(pid)
             except psutil.Error:
@@ -260,7 +261,7 @@ class ChildProcess:
 
     def note_children(self) -> None:
         """Adopt the child's current children (a live child, about to be killed)."""
-        for pid in _children_of(self.pid):
+        for pid in children_of(self.pid):
             self.adopt_program(pid)
 
     def kill(self) -> None:
@@ -277,7 +278,7 @@ class ChildProcess:
             except (ProcessLookupError, PermissionError, OSError):
                 pass
         for pid, identity in self._known.items():
-            _kill_program(pid, identity)
+            kill_program(pid, identity)
         if exited:
             return
         try:
@@ -322,83 +323,6 @@ class ChildProcess:
                 popen.returncode = 255
         code: int | None = popen.returncode
         return code
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-_HAS_PROC = os.path.isdir("/proc/self")
-
-
-def start_ticks(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat``'s ``starttime``);
-    None if it is gone or there is no ``/proc``. With the pid, an identity no later process
-    shares, unmoved by clock changes: the one psutil checks (``is_running``) before it signals
-    a process, read without building a ``psutil.Process`` (~60 us of each sleeper's reap in
-    the 100-agent cascade, for the ``sleep`` it had adopted)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        return int(data[data.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _kill_program(pid: int, identity: int | psutil.Process) -> None:
-    """SIGKILL an adopted program if ``pid`` still names it (never a process that reused it)."""
-    if isinstance(identity, int):
-        if start_ticks(pid) == identity:
-            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-                os.kill(pid, signal.SIGKILL)
-        return
-    try:
-        if identity.is_running():  # psutil checks the create time: never a reused pid
-            identity.kill()
-    except psutil.Error:
-        pass
-
-
-def create_time(pid: int) -> float | None:
-    """``psutil.Process(pid).create_time()``, equal to the bit (``tests/shell/
-    test_process_reap.py`` checks it): the same ``starttime`` field of ``/proc/PID/stat`` over
-    the same clock ticks, plus ``psutil.boot_time()``, as psutil's Linux code computes it --
-    without building a ``psutil.Process``, which reads the stat file twice (~18 us warm, up to
-    0.3 ms in a freshly forked process). None if the process is gone; psutil's answer where
-    there is no ``/proc``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        if os.path.isdir("/proc/self"):
-            return None  # /proc is there: the process is gone
-    except OSError:
-        return None
-    else:
-        try:
-            ticks = float(data[data.rindex(b")") + 2 :].split()[19])
-        except (ValueError, IndexError):
-            return None
-        return ticks / _CLOCK_TICKS + psutil.boot_time()
-    try:
-        started: float = psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-    return started
-
-
-def _children_of(pid: int) -> list[int]:
-    """Direct children of ``pid`` from ``/proc`` (cheap: no scan of every process)."""
-    out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                out.extend(int(x) for x in fh.read().split())
-        except (OSError, ValueError):
-            continue
-    return out
 
 
 # -- shared by host and worker processes ----------------------------------------------------

@@ -15,7 +15,8 @@ import pykka
 import pytest
 
 from actors.call_result import ShellClosed
-from actors.process import ChildProcess, create_time, start_ticks
+from actors.process import ChildProcess
+from actors.process_identity import create_time, start_ticks
 from actors.shell import ShellActor, run_call
 from actors.shell_host import host_main
 from runtime.cancel import CancelScope
