@@ -12,6 +12,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,16 +63,22 @@ def _spawn(fleet: Fleet, playback: ScenarioPlayback, name: str) -> ProcessAgent:
     return agent
 
 
-def test_a_forked_process_inherits_the_prompt_files_prctl_and_a_frozen_heap() -> None:
+def _inherited() -> dict[str, Any]:
+    """What a process forked from the fork server finds it inherited (``fork_probe``)."""
     here, there = process_context().Pipe(duplex=True)
     proc = start_process(report_inherited, (there,), name="fork-probe")
     there.close()
     try:
         assert here.poll(HANG_GUARD * 3), "the probe never answered"
-        got = here.recv()
+        got: dict[str, Any] = here.recv()
     finally:
         here.close()
         proc.join(HANG_GUARD)
+    return got
+
+
+def test_a_forked_process_inherits_the_prompt_files_prctl_and_a_frozen_heap() -> None:
+    got = _inherited()
     assert got["prompt_files_cached"] >= 1  # read by the fork server, not after the fork
     assert got["prompt_fragments_cached"] == 1
     assert got["prctl_loaded"]
@@ -79,15 +86,7 @@ def test_a_forked_process_inherits_the_prompt_files_prctl_and_a_frozen_heap() ->
 
 
 def test_a_forked_process_inherits_pickles_slot_names_of_what_it_sends_at_its_end() -> None:
-    here, there = process_context().Pipe(duplex=True)
-    proc = start_process(report_inherited, (there,), name="fork-probe")
-    there.close()
-    try:
-        assert here.poll(HANG_GUARD * 3), "the probe never answered"
-        got = here.recv()
-    finally:
-        here.close()
-        proc.join(HANG_GUARD)
+    got = _inherited()
     assert got["slot_names_cached"] == [True, True]  # EndReport, AgentStats
 
 

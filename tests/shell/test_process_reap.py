@@ -182,6 +182,14 @@ class _SentFrames:
         return getattr(self._channel, name)
 
 
+def _sleep_on_a_caller(shell: Any, token: CancelScope) -> tuple[threading.Thread, list[Any]]:
+    """A ``run_call`` of a 30 s program on a caller's thread; its answer lands in the list."""
+    answer: list[Any] = []
+    caller = threading.Thread(target=lambda: answer.append(run_call(shell, "/bin/sleep 30", token)))
+    caller.start()
+    return caller, answer
+
+
 def test_a_cascade_reaches_a_run_on_the_callers_thread_with_one_cancel_frame(start_shell) -> None:
     """The registry cancels the eval root, then the agent's token trips: the run's watch sends
     no interrupt of its own over the sticky cancel that already reached the run."""
@@ -194,9 +202,7 @@ def test_a_cascade_reaches_a_run_on_the_callers_thread_with_one_cancel_frame(sta
     host.ctl = spy  # type: ignore[assignment]  # the eval root sends through it
     root = shell.eval_root.get()
     token = CancelScope()
-    answer: list[Any] = []
-    caller = threading.Thread(target=lambda: answer.append(run_call(shell, "/bin/sleep 30", token)))
-    caller.start()
+    caller, answer = _sleep_on_a_caller(shell, token)
     wait_for(lambda: root.busy, HANG_GUARD, "the call to start")
     root.cancel("cascade")
     token.cancel("cascade")
@@ -212,9 +218,7 @@ def test_a_tripped_watch_still_interrupts_a_run_whose_eval_root_stands(start_she
     assert shell.run("let a = 1").get().error is None
     root = shell.eval_root.get()
     token = CancelScope()
-    answer: list[Any] = []
-    caller = threading.Thread(target=lambda: answer.append(run_call(shell, "/bin/sleep 30", token)))
-    caller.start()
+    caller, answer = _sleep_on_a_caller(shell, token)
     wait_for(lambda: root.busy, HANG_GUARD, "the call to start")
     token.cancel("esc")
     caller.join(HANG_GUARD)
