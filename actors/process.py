@@ -453,7 +453,7 @@ a shell starts inherit it): the control process stays at its own, so the fleet's
 registry's cancel cascade, the settlements, every agent's site calls -- is never starved by
 its own agents. On 2 cores, cancelling 100 agents busy in ``sleep`` sent the 100 cancel frames
 in 114-187 ms at nice 0 (each frame woke an agent that took the CPU from the cancelling thread:
-the cascade's last reach past its 100 ms bound) and in 35-92 ms at nice 5
+the cascade's last reach past its 100 ms bound) and in 35-108 ms at nice 5
 (docs/benchmarks.md)."""
 
 
