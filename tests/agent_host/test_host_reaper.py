@@ -48,26 +48,24 @@ def test_settled_hosts_are_held_through_the_quiet_spell_and_close_tells_and_coll
     assert reaper.held() == 0
 
 
-def test_a_settled_host_is_told_to_exit_and_collected_once_no_other_end_follows() -> None:
+def _reaped_alone(quiet: float, latest: float) -> list[str]:
+    """One host handed to a reaper with these bounds, waited for until collected: the log."""
     hosts, log = _hosts(1)
-    reaper = HostReaper(quiet=0.05, latest=120.0)
+    reaper = HostReaper(quiet=quiet, latest=latest)
     try:
         reaper.reap(hosts[0])
         wait_for(hosts[0].collected.is_set, 30, "h0 collected without the reaper closing")
-        assert log == ["exit h0", "collect h0"]
+        return list(log)
     finally:
         reaper.close()
+
+
+def test_a_settled_host_is_told_to_exit_and_collected_once_no_other_end_follows() -> None:
+    assert _reaped_alone(quiet=0.05, latest=120.0) == ["exit h0", "collect h0"]
 
 
 def test_a_host_is_not_held_past_the_latest_bound_however_long_the_quiet_spell_would_be() -> None:
-    hosts, log = _hosts(1)
-    reaper = HostReaper(quiet=600.0, latest=0.05)
-    try:
-        reaper.reap(hosts[0])
-        wait_for(hosts[0].collected.is_set, 30, "h0 collected at the latest bound")
-        assert log == ["exit h0", "collect h0"]
-    finally:
-        reaper.close()
+    assert _reaped_alone(quiet=600.0, latest=0.05) == ["exit h0", "collect h0"]
 
 
 def test_a_host_handed_to_a_closed_reaper_is_told_and_collected_by_the_caller_at_once() -> None:

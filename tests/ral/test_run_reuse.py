@@ -8,6 +8,7 @@ answers exactly as a new one would.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +25,26 @@ SCRIPT = "; ".join(f"let {n} = {i}" for i, n in enumerate(NAMES, 1)) + "; 0"
 
 def _clean(r: RunResult) -> bool:
     return r.error is None
+
+
+@pytest.fixture
+def session() -> Iterator[Session]:
+    s = Session(faults=False)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _cancel_while_showing(session: Session, reason: str) -> Callable[[Any], str]:
+    """A ``show`` that cancels ``session`` as the run renders its value: after the run's last
+    poll point, before it ends."""
+
+    def show(value: Any) -> str:
+        session.cancel(reason)
+        return render(value)
+
+    return show
 
 
 @pytest.mark.parametrize("k", range(1, len(NAMES) + 1))
@@ -51,70 +72,45 @@ def test_a_cancel_at_any_define_of_a_run_stops_that_run_and_not_the_next(k: int)
         session.close()
 
 
-def test_a_cancel_landing_after_a_runs_last_phrase_is_not_carried_into_the_next_run() -> None:
+def test_a_cancel_landing_after_a_runs_last_phrase_is_not_carried_into_the_next_run(
+    session: Session,
+) -> None:
     """Tripped while the run renders its value -- after its last poll point, before it ends --
     the scope is spent: the next run gets a new one instead of starting cancelled."""
-    session = Session(faults=False)
-
-    def show_then_cancel(value: Any) -> str:
-        session.cancel("late")
-        return render(value)
-
-    try:
-        session.run("1")
-        session.run("2", show=show_then_cancel)
-        r = session.run("add 1 2")
-        assert _clean(r) and r.value == 3
-    finally:
-        session.close()
+    session.run("1")
+    session.run("2", show=_cancel_while_showing(session, "late"))
+    r = session.run("add 1 2")
+    assert _clean(r) and r.value == 3
 
 
-def test_a_cancel_landing_as_a_failed_run_ends_is_not_carried_into_the_next_run() -> None:
+def test_a_cancel_landing_as_a_failed_run_ends_is_not_carried_into_the_next_run(
+    session: Session,
+) -> None:
     """A failed run renders its (unit) value after its scope is judged reusable; a cancel that
     lands there still spends the scope, and the next run sees that and takes a new one."""
-    session = Session(faults=False)
-
-    def show_then_cancel(value: Any) -> str:
-        session.cancel("late")
-        return render(value)
-
-    try:
-        session.run("1")
-        failed = session.run("fail boom", show=show_then_cancel)
-        assert failed.error is not None and failed.error.kind == "runtime"
-        r = session.run("add 1 2")
-        assert _clean(r) and r.value == 3
-    finally:
-        session.close()
+    session.run("1")
+    failed = session.run("fail boom", show=_cancel_while_showing(session, "late"))
+    assert failed.error is not None and failed.error.kind == "runtime"
+    r = session.run("add 1 2")
+    assert _clean(r) and r.value == 3
 
 
-def test_a_cancel_between_runs_reaches_no_run_even_with_a_reusable_scope() -> None:
-    session = Session(faults=False)
-    try:
-        assert _clean(session.run("1"))
-        session.cancel("between")  # no run in flight: nothing to trip
-        r = session.run("add 1 1")
-        assert _clean(r) and r.value == 2
-    finally:
-        session.close()
+def test_a_cancel_between_runs_reaches_no_run_even_with_a_reusable_scope(session: Session) -> None:
+    assert _clean(session.run("1"))
+    session.cancel("between")  # no run in flight: nothing to trip
+    r = session.run("add 1 1")
+    assert _clean(r) and r.value == 2
 
 
-def test_a_cancelled_run_leaves_no_stop_flag_on_the_interp_the_next_run_uses() -> None:
-    session = Session(faults=False)
-    try:
-        session.run("1")
-        first = session._interp
-
-        def show_then_cancel(value: Any) -> str:
-            session.cancel("x")
-            return render(value)
-
-        session.run("let x = 1", show=show_then_cancel)
-        session.run("1")
-        assert session._interp is not first  # the spent one was dropped
-        assert session._interp is not None and not session._interp.stop
-    finally:
-        session.close()
+def test_a_cancelled_run_leaves_no_stop_flag_on_the_interp_the_next_run_uses(
+    session: Session,
+) -> None:
+    session.run("1")
+    first = session._interp
+    session.run("let x = 1", show=_cancel_while_showing(session, "x"))
+    session.run("1")
+    assert session._interp is not first  # the spent one was dropped
+    assert session._interp is not None and not session._interp.stop
 
 
 _STEPS = st.sampled_from(
