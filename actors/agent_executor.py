@@ -58,8 +58,8 @@ class ExecutedAgent(Protocol):
 
     @property
     def shell_stopped(self) -> bool:
-        """Its own host closed its shell in order as the agent ended (never died outside a
-        teardown)."""
+        """Its own host stopped its shell in order as the agent ended -- closed it, or
+        SIGKILLed it to be reaped after (never died outside a teardown)."""
         ...
 
     def shell_pid(self) -> int | None: ...
@@ -244,7 +244,7 @@ class AgentExecutor:
         if self._node() is not None:  # its shell is on another node: the host answers for it
             return self._agent.shell_healthy()
         if self._agent.shell_stopped:
-            # its host closed and reaped this shell before reporting its end: no /proc read
+            # its host stopped this shell before reporting its end: no /proc read
             # (the pid may already name another process), and the receipt names the shell it
             # had at its end (a rollback's), not the one admitted
             current = self._agent.shell_pid()

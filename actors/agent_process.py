@@ -352,7 +352,8 @@ class ProcessAgent:
 
     @property
     def shell_stopped(self) -> bool:
-        """Its host closed and reaped its shell in order before reporting its end."""
+        """Its host stopped its shell in order before reporting its end (closed and reaped, or
+        SIGKILLed, to be reaped after)."""
         return self._shell_stopped
 
     def shell_healthy(self) -> bool:

@@ -70,6 +70,7 @@ from actors.agent_site import (
 from actors.channel import AgentChannel
 from actors.host_start import HostStart
 from actors.process import (
+    ChildProcess,
     become_group_leader,
     die_with_parent,
     use_fork_server,
@@ -185,8 +186,9 @@ class EndReport:
     reply_value: Any
     stats: AgentStats
     shell_stopped: bool = False
-    """Its shell was closed and reaped here before ``Ended`` was sent: the spawn site's
-    teardown finds it stopped and need not wait for this process to exit."""
+    """Its shell was stopped here before ``Ended`` was sent -- closed and reaped, or its
+    host SIGKILLed (it runs no instruction more; reaped here after ``Ended``): the spawn
+    site's teardown finds it stopped and need not wait for this process to exit."""
     shell_pid: int | None = None
     """Its shell host's pid at its end: a rollback replaced the one ``Born`` named, and the
     executor settles (and tears down) the current one."""
@@ -388,7 +390,7 @@ class AgentProcess:
                 # the shell goes first, here and in parallel with every other ending agent:
                 # the settlement then finds the environment stopped (the 100-agent cascade
                 # waited on each process's exit before, docs/benchmarks.md)
-                shell_pid, stopped = _end_shell(agent)
+                shell_pid, stopped, dying = _end_shell(agent)
                 report = EndReport(
                     agent.outcome or AgentOutcome.FAILED,
                     agent.terminated,
@@ -400,6 +402,8 @@ class AgentProcess:
                 )
                 self.flush()
                 self.channel.try_send(Ended(self.name, pickle.dumps(report)))
+                if dying is not None:  # killed behind the living: reaped after the report
+                    dying.reap(grace=SHELL_STOP_TIMEOUT)
                 _stop_shell_actor(agent)
                 self._stop.wait()
                 agent.record_leftovers()  # pushed between its end and its deregistration
@@ -605,10 +609,13 @@ SHELL_STOP_TIMEOUT = 15.0
 1 s grace before the kill, and reaps it)."""
 
 
-def _end_shell(agent: Agent) -> tuple[int | None, bool]:
+def _end_shell(agent: Agent) -> tuple[int | None, bool, ChildProcess | None]:
     """Stop the agent's shell at its end: its host's pid as of the stop (a rollback's, not the
-    one ``Born`` named) and whether the shell was closed and its host reaped. An idle shell
-    actor (an ended agent's) is closed on this thread (:meth:`ShellActor.close_here`; pykka's
+    one ``Born`` named), whether the shell was stopped, and its host if it is left to reap
+    once ``Ended`` is sent. An idle shell actor (an ended agent's) is closed on this thread
+    and its host killed behind the living (:meth:`ShellActor.end_here`: SIGKILLed, its
+    memory's reclaim at nice 19; the 100-agent cascade settled in 281 ms against 318 when
+    each end waited for that reclaim, docs/benchmarks.md; pykka's
     ``ActorRef._actor_weakref`` reaches the actor, as :func:`actors.shell.run_call` does):
     no hand-off to the actor thread and back; the actor itself is stopped after ``Ended``
     (:func:`_stop_shell_actor`). Otherwise the pid read and the stop are queued
@@ -618,14 +625,14 @@ def _end_shell(agent: Agent) -> tuple[int | None, bool]:
     shell = agent.shell
     actor = getattr(getattr(shell, "actor_ref", None), "_actor_weakref", _no_actor)()
     if isinstance(actor, ShellActor):  # idle, as an ended agent's shell is: closed right here
-        closed, host_pid = actor.close_here()
+        closed, host_pid, dying = actor.end_here()
         if closed:
-            return (host_pid if host_pid is not None else agent.last_shell_pid), True
+            return (host_pid if host_pid is not None else agent.last_shell_pid), True, dying
     try:
         pid_read = shell.host_pid()
         stop = shell.actor_ref.stop(block=False)
     except pykka.ActorDeadError:
-        return agent.last_shell_pid, True
+        return agent.last_shell_pid, True, None
     pid: int | None = None
     try:
         pid = pid_read.get(timeout=SHELL_STOP_TIMEOUT)
@@ -636,7 +643,7 @@ def _end_shell(agent: Agent) -> tuple[int | None, bool]:
     except Exception:
         log.exception("stopping %s's shell at its end failed", agent.name)
         stopped = False
-    return (pid if pid is not None else agent.last_shell_pid), stopped
+    return (pid if pid is not None else agent.last_shell_pid), stopped, None
 
 
 def _stop_shell_actor(agent: Agent) -> None:

@@ -275,16 +275,28 @@ class ShellActor(QuotaActor):
         it is stopped, as after a ``close`` through the mailbox. An agent's end waited on two
         hand-offs to the actor thread and back for the same close (its pid read and its
         stop)."""
+        closed, pid, _ = self._close_if_idle(reap=True)
+        return closed, pid
+
+    def end_here(self) -> tuple[bool, int | None, ChildProcess | None]:
+        """:meth:`close_here` at its agent's end, the host not asked to exit and waited for
+        but killed behind the living (:meth:`ChildProcess.kill_behind`) and handed over
+        unreaped: ``(True, its pid, the host)`` (None: it had none); ``(False, None, None)``
+        if the actor is not idle. The caller reaps the host (:meth:`ChildProcess.reap`) once
+        its end is reported: a SIGKILLed host runs no instruction more, and the kernel's
+        reclaim of the memory it inherited from the fork server is then nobody's wait."""
+        return self._close_if_idle(reap=False)
+
+    def _close_if_idle(self, *, reap: bool) -> tuple[bool, int | None, ChildProcess | None]:
         if not self._ready or not self._lock.acquire(blocking=False):
-            return False, None
+            return False, None, None
         try:
             mailbox = self.actor_inbox
             assert isinstance(mailbox, _ShellMailbox)
             if self.actor_stopped.is_set() or not mailbox.idle():
-                return False, None
+                return False, None, None
             pid = self._host.pid if self._host is not None else None
-            self.close()
-            return True, pid
+            return True, pid, self._close(reap=reap)
         finally:
             self._lock.release()
 
@@ -320,17 +332,26 @@ class ShellActor(QuotaActor):
 
     def close(self) -> None:
         """Cancel every worker, shut the host down and reap every process. Idempotent."""
+        self._close(reap=True)
+
+    def _close(self, *, reap: bool) -> ChildProcess | None:
+        """:meth:`close`; ``reap`` False: the host is killed behind the living and returned
+        unreaped (:meth:`end_here`)."""
         if self._closed:
-            return
+            return None
         self._closed = True
         self._workers.surfaces.close()  # the agent is gone: its workers' ends are no news to anyone
         self._workers.cancel_all("shell closed")
         self._keeper.flush()
         host, self._host = self._host, None
         if host is not None:
-            host.data.try_send("shutdown")
-            host.reap(grace=1.0)
+            if reap:
+                host.data.try_send("shutdown")
+                host.reap(grace=1.0)
+            else:
+                host.kill_behind()
         self._workers.close()
+        return None if reap else host
 
     # -- the tool call -------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ psutil's, known from the start; a reap knows the exit, and still kills what the 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -15,12 +16,12 @@ import pykka
 import pytest
 
 from actors.call_result import ShellClosed
-from actors.process import ChildProcess
+from actors.process import DYING_NICE, ChildProcess
 from actors.process_identity import create_time, start_ticks
 from actors.shell import ShellActor, run_call
 from actors.shell_host import host_main
 from runtime.cancel import CancelScope
-from tests.support.waiting import HANG_GUARD, pid_alive, wait_for
+from tests.support.waiting import HANG_GUARD, killed_or_gone, pid_alive, wait_for
 
 
 def _leave_a_program(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
@@ -153,6 +154,45 @@ def test_an_idle_shell_closed_on_the_calling_thread_has_its_host_reaped_and_refu
         shell.run("let b = 2").get(timeout=HANG_GUARD)
 
 
+def test_an_idle_shell_ended_on_the_calling_thread_has_its_host_sigkilled_and_left_to_reap(
+    start_shell,
+) -> None:
+    ref = start_shell()
+    shell = ref.proxy()
+    assert shell.run("let a = 1").get().error is None
+    pid = shell.host_pid().get()
+    closed, host_pid, host = _actor(ref).end_here()
+    assert (closed, host_pid) == (True, pid)
+    assert host is not None and host.pid == pid
+    assert killed_or_gone(pid)  # no instruction of it runs after end_here returned
+    assert host.reap(grace=HANG_GUARD) == -signal.SIGKILL  # killed, not asked to exit
+    assert not pid_alive(pid)
+    assert shell.host_pid().get(timeout=HANG_GUARD) is None
+    with pytest.raises(ShellClosed):
+        shell.run("let b = 2").get(timeout=HANG_GUARD)
+    ref.stop(block=True, timeout=HANG_GUARD)  # its on_stop finds it closed
+
+
+def test_a_child_killed_behind_the_living_has_its_main_thread_at_the_dying_nice_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    child = ChildProcess(_hang, name="hang")
+    seen: list[int] = []
+    kill = child.kill
+
+    def kill_seeing_the_nice() -> None:  # what the child's main thread runs at when signalled
+        if not seen:  # the first kill (the reap kills again, what the child left)
+            seen.append(os.getpriority(os.PRIO_PROCESS, child.pid))
+        kill()
+
+    monkeypatch.setattr(child, "kill", kill_seeing_the_nice)
+    assert not killed_or_gone(child.pid)
+    child.kill_behind()
+    assert killed_or_gone(child.pid)
+    assert seen == [DYING_NICE]
+    assert child.reap(grace=HANG_GUARD) == -signal.SIGKILL
+
+
 def test_a_shell_busy_in_a_call_is_not_closed_on_the_calling_thread(start_shell) -> None:
     ref = start_shell()
     shell = ref.proxy()
@@ -161,6 +201,7 @@ def test_a_shell_busy_in_a_call_is_not_closed_on_the_calling_thread(start_shell)
     running = shell.run("/bin/sleep 30")
     wait_for(lambda: root.busy, HANG_GUARD, "the call to start")
     assert _actor(ref).close_here() == (False, None)
+    assert _actor(ref).end_here() == (False, None, None)
     assert pid_alive(pid)
     root.cancel("test over")
     assert running.get(timeout=HANG_GUARD).error_kind == "cancelled"

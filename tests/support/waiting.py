@@ -6,6 +6,7 @@ sleep; these poll every few milliseconds and fail with what they were waiting fo
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -56,3 +57,25 @@ def pid_alive(pid: int | None) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def killed_or_gone(pid: int) -> bool:
+    """Whether ``pid`` can run no instruction of its own again: gone, a zombie, exiting
+    (``PF_EXITING`` in its ``/proc`` flags), or with a SIGKILL delivered and not yet acted on
+    (pending for its main thread or its whole group). Linux only."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except OSError:
+        return True
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    state, flags = fields[0], int(fields[6])
+    if state in (b"Z", b"X") or flags & 0x4:  # PF_EXITING
+        return True
+    pending = 0
+    for line in status.splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")):
+            pending |= int(line.split()[1], 16)
+    return bool(pending & (1 << (signal.SIGKILL - 1)))
