@@ -21,7 +21,8 @@ every agent, shell and worker process inherits the pinning):
   recorded in its agent's event log (to the millisecond); and the control process's CPU
   (user + system) per agent over that span; also the fan-out alone (the N ``registry.cancel``
   calls going out, wall and the cancelling thread's CPU) and the control CPU over the cascade
-  by kind of thread;
+  by kind of thread; and when every sleeper's shell host was gone (an agent process SIGKILLs
+  its shell at its end, and the kernel reclaims it at nice 19 behind the ends in flight);
 - PSS per agent (agent process + its shell, psutil's full memory info) with N agents live,
   read on the first 10.
 
@@ -261,6 +262,7 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
                 pss += _pss(agent.shell_pid())
                 if isinstance(agent, ProcessAgent):
                     pss += _pss(agent.pid)
+            shells = [_shell_pid(fleet.hosted[x]) for x in names]
             cascade_cpu0 = sum(me.cpu_times()[:2])
             threads0 = _thread_cpu()
             t = time.perf_counter()
@@ -275,6 +277,10 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
             cascade = time.perf_counter() - t
             cascade_cpu = sum(me.cpu_times()[:2]) - cascade_cpu0
             threads = _thread_cpu()
+            # then every shell host gone: an agent process SIGKILLs its shell at its end and the
+            # kernel reclaims it at nice 19, behind the ends still in flight
+            _wait(_all_gone(shells), 300, "shells gone")
+            gone = time.perf_counter() - t
             reach = sorted(_stopped_at(fleet, x) - wall0 for x in names)
             by_kind: dict[str, float] = {}
             for tid, (kind, ns) in threads.items():
@@ -295,6 +301,7 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
         "cascade_ms": cascade * 1e3,
         "cascade_ctl_ms_per_agent": cascade_cpu / max(hold, 1) * 1e3,
         "cascade_fanout_ms": fanout * 1e3,
+        "cascade_shells_gone_ms": gone * 1e3,
         "cascade_reach_median_ms": statistics.median(reach) * 1e3,
         "cascade_reach_max_ms": reach[-1] * 1e3,
         "cascade_fanout_cpu_ms": fanout_cpu * 1e3,
@@ -327,6 +334,33 @@ def _stopped_at(fleet: Fleet, name: str) -> float:
         if line.startswith('{"kind": "tool_result"'):
             at = json.loads(line)["at"]
     return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+
+
+def _shell_pid(agent: Any) -> int | None:
+    """Its shell host's pid without a round trip to a shell busy in a run (a thread agent's
+    ``shell_pid()`` waits for the shell actor)."""
+    return agent.shell_pid() if isinstance(agent, ProcessAgent) else agent.last_shell_pid
+
+
+def _all_gone(pids: list[int | None]) -> Any:
+    """A condition: every one of ``pids`` has exited (a zombie has: its memory is reclaimed).
+    Each check reads only until the first that still runs: a poll of them all, every 2 ms,
+    took a core's share from the processes it waited for."""
+    left = [p for p in pids if p]
+
+    def gone() -> bool:
+        while left:
+            try:
+                with open(f"/proc/{left[-1]}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                stat = b") X"
+            if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X"):
+                return False
+            left.pop()
+        return True
+
+    return gone
 
 
 def _sleeping(fleet: Fleet, name: str) -> bool:
@@ -383,7 +417,8 @@ def main() -> None:
         print(f"load average {os.getloadavg()[0]:.1f}; {hold} agents held busy")
         print(
             f"{'mode':<8} {'spawn med ms':>12} {'p90':>7} {'spaced ms':>9} {'cascade ms':>10} "
-            f"{'ctl ms/agent':>12} {'fan-out ms':>10} {'reach med/max ms':>16}"
+            f"{'ctl ms/agent':>12} {'fan-out ms':>10} {'reach med/max ms':>16} "
+            f"{'shells gone ms':>14}"
         )
         for mode in ("thread", "process"):
             r = _run(mode, 1, 1, hold, both, False)
@@ -391,7 +426,8 @@ def main() -> None:
                 f"{mode:<8} {r['spawn_median_ms']:>12.1f} {r['spawn_p90_ms']:>7.1f} "
                 f"{r['spawn_spaced_ms']:>9.1f} {r['cascade_ms']:>10.0f} "
                 f"{r['cascade_ctl_ms_per_agent']:>12.2f} {r['cascade_fanout_ms']:>10.0f} "
-                f"{r['cascade_reach_median_ms']:>8.0f}/{r['cascade_reach_max_ms']:<7.0f}",
+                f"{r['cascade_reach_median_ms']:>8.0f}/{r['cascade_reach_max_ms']:<7.0f} "
+                f"{r['cascade_shells_gone_ms']:>14.0f}",
                 flush=True,
             )
         return
