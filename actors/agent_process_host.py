@@ -73,6 +73,7 @@ from actors.process import (
     ChildProcess,
     become_group_leader,
     die_with_parent,
+    stand_back,
     use_fork_server,
     yield_to_control,
 )
@@ -387,6 +388,8 @@ class AgentProcess:
                 pass
             if self._launched.is_set():
                 agent.drive()
+                if self._cancel is not None:  # ended by a cancel: the reach first, the ends after
+                    stand_back()
                 # the shell goes first, here and in parallel with every other ending agent:
                 # the settlement then finds the environment stopped (the 100-agent cascade
                 # waited on each process's exit before, docs/benchmarks.md)

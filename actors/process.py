@@ -486,6 +486,30 @@ def yield_to_control() -> None:
             os.setpriority(os.PRIO_PROCESS, 0, AGENT_NICE)
 
 
+ENDING_NICE = 10
+"""The nice of an agent process whose drive loop a cancel ended (:func:`stand_back`)."""
+
+
+def stand_back(nice: int = ENDING_NICE) -> None:
+    """Lower every thread of this process to ``nice`` (never raises; a thread at a higher nice
+    keeps it). Called by an agent process whose drive loop a cancel ended: what is left of
+    its end (its shell's kill, its report, the reap) then runs behind the cascade's reach into
+    the agents and shells it has not reached yet, instead of beside it. In the 100-agent
+    cascade the last reach fell from 158 to 116 ms (median of five alternated runs; 110 ms at
+    nice 19), the settlement of all of them unchanged (it is CPU-bound). Nice 10, not 19: a
+    cancelled agent's settlement still waits for this end, and on a saturated box nice 19 gets
+    ~1/20 of a nice-5 agent's share of a core, nice 10 ~1/3. Only ever done by a process about
+    to end: an unprivileged process cannot raise its priority back."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except (OSError, ValueError):
+        tids = [0]
+    for tid in tids:
+        with contextlib.suppress(OSError):
+            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+
+
 _inherited_memory_limit: tuple[int, int] | None = None
 """``RLIMIT_DATA`` as this process had it before :func:`limit_memory` lowered it."""
 

@@ -6,11 +6,14 @@ server); the settlement is read from the spawn journal on disk.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +22,12 @@ import pytest
 
 from actors.agent_process import ProcessAgent
 from actors.fleet import Fleet, FleetConfig
-from actors.process import AGENT_NICE
+from actors.process import AGENT_NICE, ENDING_NICE, ChildProcess, stand_back
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
-from tests.support.waiting import killed_or_gone, pid_alive, wait_for
+from tests.support.waiting import HANG_GUARD, killed_or_gone, pid_alive, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,6 +113,44 @@ def test_every_thread_of_an_agent_process_and_of_its_shell_runs_at_the_agent_nic
     assert _thread_nices(agent.pid) == {want}, "the reader, flusher and shell actor threads too"
     assert _thread_nices(shell) == {want}
     assert os.getpriority(os.PRIO_PROCESS, 0) == control, "the control process keeps its own"
+
+
+def _stand_back_and_tell(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
+    """A child with two more threads, one already at nice 15 (or its own, if higher), that
+    stands back and sends its nice before, then the nice of each of its threads (its own
+    first)."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    done = threading.Event()
+    ready = threading.Barrier(3)
+
+    def idle(nice: int | None) -> None:
+        if nice is not None:
+            os.setpriority(os.PRIO_PROCESS, 0, max(before, nice))
+        ready.wait()
+        done.wait()
+
+    threads = [threading.Thread(target=idle, args=(n,)) for n in (None, 15)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    stand_back()
+    tids = [threading.get_native_id(), *(t.native_id or 0 for t in threads)]
+    nices = [os.getpriority(os.PRIO_PROCESS, t) for t in tids]
+    data.send_bytes(json.dumps([before, nices]).encode())
+    done.set()
+    for t in threads:
+        t.join()
+
+
+def test_standing_back_lowers_every_thread_to_the_ending_nice_and_none_above_it() -> None:
+    child = ChildProcess(_stand_back_and_tell, name="stand-back")
+    try:
+        assert child.data.conn.poll(HANG_GUARD)
+        before, nices = json.loads(child.data.conn.recv_bytes())
+        low = max(before, ENDING_NICE)
+        assert nices == [low, low, max(before, 15)]
+    finally:
+        child.reap(grace=HANG_GUARD)
 
 
 def test_after_a_cascade_every_slot_is_settled_cancelled_behind_a_destroyed_receipt_and_every_process_is_reaped(  # noqa: E501
