@@ -495,11 +495,13 @@ def stand_back(nice: int = ENDING_NICE) -> None:
     keeps it). Called by an agent process whose drive loop a cancel ended: what is left of
     its end (its shell's kill, its report, the reap) then runs behind the cascade's reach into
     the agents and shells it has not reached yet, instead of beside it. In the 100-agent
-    cascade the last reach fell from 158 to 116 ms (median of five alternated runs; 110 ms at
-    nice 19), the settlement of all of them unchanged (it is CPU-bound). Nice 10, not 19: a
-    cancelled agent's settlement still waits for this end, and on a saturated box nice 19 gets
-    ~1/20 of a nice-5 agent's share of a core, nice 10 ~1/3. Only ever done by a process about
-    to end: an unprivileged process cannot raise its priority back."""
+    cascade (medians of alternated runs, docs/benchmarks.md) the last reach fell from 156 to
+    116 ms on 2 cores and from 282 to 207 ms on one; the price is a later settlement, the
+    ends' reports arriving together once the reach is done (267 -> 287 ms on 2 cores, 409 ->
+    458 ms on one). Nice 10, not 19 (110 ms): a cancelled agent's settlement waits for this
+    end, and on a saturated box nice 19 gets ~1/20 of a nice-5 agent's share of a core, nice
+    10 ~1/3. Only ever done by a process about to end: an unprivileged process cannot raise
+    its priority back."""
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except (OSError, ValueError):
