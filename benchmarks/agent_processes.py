@@ -29,6 +29,7 @@ every agent, shell and worker process inherits the pinning):
     PYTHONPATH=. python benchmarks/agent_processes.py [--quick] [--agents 50] [--calls 50]
         [--hold 100] [--modes thread,process] [--split]
         [--lifecycle]     # spawn and cascade only, on 2 cores (no throughput runs)
+        [--subtree]       # the cascade as one cancel of the held agents' parent's children
 """
 
 from __future__ import annotations
@@ -204,7 +205,9 @@ class _Split:
         return {int(k): float(v) for k, v in json.loads(out.strip().splitlines()[-1]).items()}
 
 
-def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[str, Any]:
+def one(
+    mode: str, n: int, calls: int, hold: int, split: bool = False, subtree: bool = False
+) -> dict[str, Any]:
     """One configuration in this interpreter (already pinned by the caller)."""
     ensure_fork_server()
     playback = ScenarioPlayback(parse_scenario(scenario(calls)))
@@ -248,6 +251,11 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
                 t = time.perf_counter()
                 fleet.spawn(SpawnRequest("trunk", f"sleeper-s{i:02d}", "go", None, plain))
                 spaced.append(time.perf_counter() - t)
+            if subtree:  # the held agents are then the trunk's only children
+                spaced_names = [f"sleeper-s{i:02d}" for i in range(len(spaced))]
+                for name in spaced_names:
+                    fleet.registry.cancel(name, "benchmark")
+                _wait(lambda: all(fleet.hosted[x].done.is_set() for x in spaced_names), 300, "s")
             spawns: list[float] = []
             for i in range(hold):
                 t = time.perf_counter()
@@ -268,8 +276,11 @@ def one(mode: str, n: int, calls: int, hold: int, split: bool = False) -> dict[s
             t = time.perf_counter()
             wall0 = time.time()
             own0 = time.thread_time()
-            for name in names:
-                fleet.registry.cancel(name, "benchmark")
+            if subtree:  # one cascade from their parent, the trunk (which goes on)
+                fleet.registry.cancel_descendants("trunk", "benchmark")
+            else:
+                for name in names:
+                    fleet.registry.cancel(name, "benchmark")
             fanout = time.perf_counter() - t
             fanout_cpu = time.thread_time() - own0
             # every one ended and settled by its spawn site (``done`` is set after the settle)
@@ -368,7 +379,9 @@ def _sleeping(fleet: Fleet, name: str) -> bool:
     return path.exists() and b'"assistant"' in path.read_bytes()
 
 
-def _run(mode: str, n: int, calls: int, hold: int, cores: str, split: bool) -> dict[str, Any]:
+def _run(
+    mode: str, n: int, calls: int, hold: int, cores: str, split: bool, subtree: bool = False
+) -> dict[str, Any]:
     cmd = [
         sys.executable,
         __file__,
@@ -383,6 +396,7 @@ def _run(mode: str, n: int, calls: int, hold: int, cores: str, split: bool) -> d
         "--cores",
         cores,
         *(["--split"] if split else []),
+        *(["--subtree"] if subtree else []),
     ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:
@@ -402,6 +416,11 @@ def main() -> None:
         "--split", action="store_true", help="also the agent processes' and shells' CPU per call"
     )
     ap.add_argument(
+        "--subtree",
+        action="store_true",
+        help="cancel the held agents as one cascade from their parent, not one cancel each",
+    )
+    ap.add_argument(
         "--lifecycle", action="store_true", help="spawn and cascade only (2 cores, 1 agent)"
     )
     ap.add_argument("--one", choices=["thread", "process"], help=argparse.SUPPRESS)
@@ -409,7 +428,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.one:
         os.sched_setaffinity(0, {int(c) for c in args.cores.split(",")})
-        print(json.dumps(one(args.one, args.agents, args.calls, args.hold, args.split)))
+        r = one(args.one, args.agents, args.calls, args.hold, args.split, args.subtree)
+        print(json.dumps(r))
         return
     n, calls, hold = (5, 5, 5) if args.quick else (args.agents, args.calls, args.hold)
     both = ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:2])
@@ -421,7 +441,7 @@ def main() -> None:
             f"{'shells gone ms':>14}"
         )
         for mode in ("thread", "process"):
-            r = _run(mode, 1, 1, hold, both, False)
+            r = _run(mode, 1, 1, hold, both, False, args.subtree)
             print(
                 f"{mode:<8} {r['spawn_median_ms']:>12.1f} {r['spawn_p90_ms']:>7.1f} "
                 f"{r['spawn_spaced_ms']:>9.1f} {r['cascade_ms']:>10.0f} "
@@ -440,7 +460,7 @@ def main() -> None:
     modes = [m for m in args.modes.split(",") if m]
     for mode in modes:
         for cores in ("0", both):
-            r = _run(mode, n, calls, hold, cores, args.split)
+            r = _run(mode, n, calls, hold, cores, args.split, args.subtree)
             rows[(mode, cores)] = r
             extra = (
                 f" round trips/call {r['round_trips_per_call']:.3f}" if mode == "process" else ""
