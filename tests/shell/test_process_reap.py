@@ -136,20 +136,30 @@ def _actor(ref: Any) -> ShellActor:
     return actor
 
 
-def test_an_idle_shell_closed_on_the_calling_thread_has_its_host_reaped_and_refuses_calls(
-    start_shell,
-) -> None:
+def _idle_shell(start_shell: Any) -> tuple[Any, Any, int]:
+    """A started shell that ran one call: its actor ref, its proxy, its host's pid."""
     ref = start_shell()
     shell = ref.proxy()
     assert shell.run("let a = 1").get().error is None
-    pid = shell.host_pid().get()
-    closed, host_pid = _actor(ref).close_here()
-    assert (closed, host_pid) == (True, pid)
-    assert not pid_alive(pid)  # reaped when close_here returned, not later
+    return ref, shell, shell.host_pid().get()
+
+
+def _closed_and_stopped(ref: Any, shell: Any) -> None:
+    """A closed shell names no host and refuses a call; its on_stop then finds it closed."""
     assert shell.host_pid().get(timeout=HANG_GUARD) is None
     with pytest.raises(ShellClosed):
         shell.run("let b = 2").get(timeout=HANG_GUARD)
-    ref.stop(block=True, timeout=HANG_GUARD)  # its on_stop finds it closed
+    ref.stop(block=True, timeout=HANG_GUARD)
+
+
+def test_an_idle_shell_closed_on_the_calling_thread_has_its_host_reaped_and_refuses_calls(
+    start_shell,
+) -> None:
+    ref, shell, pid = _idle_shell(start_shell)
+    closed, host_pid = _actor(ref).close_here()
+    assert (closed, host_pid) == (True, pid)
+    assert not pid_alive(pid)  # reaped when close_here returned, not later
+    _closed_and_stopped(ref, shell)
     with pytest.raises(pykka.ActorDeadError):
         shell.run("let b = 2").get(timeout=HANG_GUARD)
 
@@ -157,20 +167,14 @@ def test_an_idle_shell_closed_on_the_calling_thread_has_its_host_reaped_and_refu
 def test_an_idle_shell_ended_on_the_calling_thread_has_its_host_sigkilled_and_left_to_reap(
     start_shell,
 ) -> None:
-    ref = start_shell()
-    shell = ref.proxy()
-    assert shell.run("let a = 1").get().error is None
-    pid = shell.host_pid().get()
+    ref, shell, pid = _idle_shell(start_shell)
     closed, host_pid, host = _actor(ref).end_here()
     assert (closed, host_pid) == (True, pid)
     assert host is not None and host.pid == pid
     assert killed_or_gone(pid)  # no instruction of it runs after end_here returned
     assert host.reap(grace=HANG_GUARD) == -signal.SIGKILL  # killed, not asked to exit
     assert not pid_alive(pid)
-    assert shell.host_pid().get(timeout=HANG_GUARD) is None
-    with pytest.raises(ShellClosed):
-        shell.run("let b = 2").get(timeout=HANG_GUARD)
-    ref.stop(block=True, timeout=HANG_GUARD)  # its on_stop finds it closed
+    _closed_and_stopped(ref, shell)
 
 
 def test_a_child_killed_behind_the_living_has_its_main_thread_at_the_dying_nice_first(
