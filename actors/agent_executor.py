@@ -241,8 +241,6 @@ class AgentExecutor:
         return None if node == "local" else str(node)
 
     def _process_alive(self) -> bool:
-        if self._node() is not None:  # its shell is on another node: the host answers for it
-            return self._agent.shell_healthy()
         if self._agent.shell_stopped:
             # its host stopped this shell before reporting its end: no /proc read
             # (the pid may already name another process), and the receipt names the shell it
@@ -251,6 +249,10 @@ class AgentExecutor:
             if current is not None:
                 self._pid = current
             return False
+        if self._node() is not None:
+            # its shell is on another node: the host answers for it (checked after the
+            # in-order stop, which it also calls healthy: observable, not running)
+            return self._agent.shell_healthy()
         if not self._closed:  # a rollback replaces the host: follow the current pid
             current = self._agent.shell_pid()
             if current is not None:

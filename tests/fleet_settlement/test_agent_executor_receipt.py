@@ -100,3 +100,19 @@ def test_a_shell_not_stopped_in_order_and_still_running_is_not_reported_destroye
     finally:
         shell.kill()
         shell.wait()
+
+
+def test_a_shell_its_host_on_another_node_stopped_in_order_is_destroyed_not_alive(
+    tmp_path: Path,
+) -> None:
+    """A Ray-hosted agent's host stopped its shell before ``Ended``: its host answers for it
+    (a local pid says nothing about another machine), and a shell stopped in order is gone --
+    the receipt read "still running after close" while the host called it healthy."""
+    agent = EndedInOrder(SessionDir.at(tmp_path), shell_pid=4242)
+    agent.node = "node-1"
+    executor = AgentExecutor(agent, stop_shell=lambda _agent: None)
+    executor.execute(ExecutionSpec(node_id="kid"))
+    agent.end(shell_pid=4243)
+    receipt = executor.teardown(1.0)
+    assert receipt.state is EnvironmentState.DESTROYED, receipt.detail
+    assert receipt.destroyed and receipt.pid == 4243

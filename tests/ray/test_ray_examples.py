@@ -77,6 +77,14 @@ def _check(cluster: Cluster, session: Path) -> dict[str, Any]:
     return report
 
 
+def _all_destroyed(session: Path, children: int) -> None:
+    """Every child's teardown receipt says its environment was destroyed (its host on a node
+    stopped its shell in order: not "still running after close")."""
+    journal = _records(session, "spawn-journal.jsonl")
+    receipts = [r for r in journal if r["kind"] == "environment-teardown"]
+    assert len(receipts) == children and all(r["destroyed"] for r in receipts), receipts
+
+
 def test_fanout_example_lands_on_both_nodes_replies_and_ships_every_file_to_the_driver(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -102,6 +110,7 @@ def test_fanout_example_lands_on_both_nodes_replies_and_ships_every_file_to_the_
     assert wrote[0] and wrote[1]
     commits = [r for r in _records(session, "record.jsonl") if r["kind"] == "Commit"]
     assert {r["agent"] for r in commits} == set(agents)
+    _all_destroyed(session, 2)  # each child's host stopped its shell on its node
     _check(cluster, session)
     assert cluster.agent_processes() == []
 
@@ -509,6 +518,7 @@ def test_ctrl_c_of_a_ray_run_cancels_the_evals_running_on_both_nodes_and_settles
     journal = _records(session, "spawn-journal.jsonl")
     terminal = {r["id"]: r["kind"] for r in journal if r["kind"] in ("settled", "cancelled")}
     assert terminal == {"a": "cancelled", "b": "cancelled"}, journal
+    _all_destroyed(session, 2)
     assert _result(session)["fleetYield"]["neverSettled"] == 0
     _check(cluster, session)
     wait_for(lambda: cluster.agent_processes() == [], START_TIMEOUT, "no host left on any node")
