@@ -145,6 +145,13 @@ class AgentExecutor:
                     EnvironmentState.ALIVE_UNDELETABLE,
                     "shell process still running after close",
                 )
+            kept = getattr(self._agent, "scratch_kept", None)
+            if kept is not None:  # its host on a node stopped its shell but kept its scratch
+                return self._receipt(
+                    False,
+                    EnvironmentState.ALIVE_UNDELETABLE,
+                    f"its host on node {self._node()} could not remove its scratch there: {kept}",
+                )
             if gone_before:
                 node = self._node()
                 return self._receipt(
@@ -157,7 +164,7 @@ class AgentExecutor:
                     "be confirmed destroyed",
                 )
             try:
-                _remove_scratch(self.scratch)
+                remove_scratch(self.scratch)
             except FileNotFoundError:
                 pass
             except OSError as e:
@@ -285,7 +292,7 @@ def _running(pid: int) -> bool:
     return state not in (b"Z", b"X", b"")
 
 
-def _remove_scratch(scratch: Path) -> None:
+def remove_scratch(scratch: Path) -> None:
     """Remove a scratch directory: one ``rmdir`` when it is empty (most agents write nothing
     there; ``shutil.rmtree``'s walk cost ~0.1 ms of the control process's settle per agent),
     else the whole tree."""

@@ -276,6 +276,8 @@ class ProcessAgent:
         self._closing = False
         self._launched = False
         self._shell_stopped = False
+        self.scratch_kept: str | None = None
+        """Why its host on another node kept its scratch there at its end (``EndReport``)."""
         self.host_lost = False
         """Its last host died (a crash) and no restart took its place: the agent ended down,
         and whatever that host left on its node (shell, scratch) is out of reach."""
@@ -449,6 +451,7 @@ class ProcessAgent:
     def _ended(self, host: _Host, report: EndReport) -> None:
         self.stats = report.stats
         self._shell_stopped = report.shell_stopped
+        self.scratch_kept = report.scratch_kept
         if report.shell_pid is not None:  # after a rollback: not the shell Born named
             host.shell_pid = report.shell_pid
         self.reply_value = report.reply_value

@@ -52,6 +52,7 @@ from typing import Any
 import pykka
 
 from actors.agent import Agent, AgentOutcome, AgentSpec, AgentStats
+from actors.agent_executor import remove_scratch
 from actors.agent_shell import (
     WorkerCount,
     agent_resources,
@@ -193,6 +194,9 @@ class EndReport:
     shell_pid: int | None = None
     """Its shell host's pid at its end: a rollback replaced the one ``Born`` named, and the
     executor settles (and tears down) the current one."""
+    scratch_kept: str | None = None
+    """A host on another node removes its agent's scratch there once its shell stopped in
+    order; why it could not (None: removed, or on this machine, where the teardown does it)."""
 
 
 def unpickle(data: bytes) -> Any:
@@ -394,6 +398,7 @@ class AgentProcess:
                 # the settlement then finds the environment stopped (the 100-agent cascade
                 # waited on each process's exit before, docs/benchmarks.md)
                 shell_pid, stopped, dying = _end_shell(agent)
+                kept = self._remove_node_scratch() if stopped and self.node != "local" else None
                 report = EndReport(
                     agent.outcome or AgentOutcome.FAILED,
                     agent.terminated,
@@ -402,6 +407,7 @@ class AgentProcess:
                     agent.stats,
                     shell_stopped=stopped,
                     shell_pid=shell_pid,
+                    scratch_kept=kept,
                 )
                 self.flush()
                 self.channel.try_send(Ended(self.name, pickle.dumps(report)))
@@ -417,6 +423,18 @@ class AgentProcess:
             self._closing = True
             self.channel.close()
             self._pending.set()  # the flusher sees the channel closed and ends
+
+    def _remove_node_scratch(self) -> str | None:
+        """Remove this agent's scratch directory on this node (its shell stopped in order):
+        the driver's teardown removes only its own copy. None once removed (or never made),
+        else why it is kept -- the teardown receipt then says so."""
+        try:
+            remove_scratch(self.boot.session.scratch(self.name))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            return str(e)
+        return None
 
     def _after_restart(self, agent: Agent) -> None:
         """The per-agent half of ``resume``: pending calls settled, then a nudge to go on."""

@@ -26,6 +26,7 @@ class EndedInOrder:
         self.node = "local"
         self.pid_now: int | None = shell_pid
         self.stopped = False
+        self.scratch_kept: str | None = None
 
     @property
     def shell_stopped(self) -> bool:
@@ -116,3 +117,18 @@ def test_a_shell_its_host_on_another_node_stopped_in_order_is_destroyed_not_aliv
     receipt = executor.teardown(1.0)
     assert receipt.state is EnvironmentState.DESTROYED, receipt.detail
     assert receipt.destroyed and receipt.pid == 4243
+
+
+def test_a_scratch_its_host_on_another_node_could_not_remove_is_not_reported_destroyed(
+    tmp_path: Path,
+) -> None:
+    agent = EndedInOrder(SessionDir.at(tmp_path), shell_pid=4242)
+    agent.node = "node-1"
+    agent.scratch_kept = "[Errno 13] Permission denied"  # what its EndReport said
+    executor = AgentExecutor(agent, stop_shell=lambda _agent: None)
+    executor.execute(ExecutionSpec(node_id="kid"))
+    agent.end(shell_pid=4243)
+    receipt = executor.teardown(1.0)
+    assert receipt.state is EnvironmentState.ALIVE_UNDELETABLE
+    assert not receipt.destroyed
+    assert "node-1" in receipt.detail and "Permission denied" in receipt.detail

@@ -111,6 +111,9 @@ def test_fanout_example_lands_on_both_nodes_replies_and_ships_every_file_to_the_
     commits = [r for r in _records(session, "record.jsonl") if r["kind"] == "Commit"]
     assert {r["agent"] for r in commits} == set(agents)
     _all_destroyed(session, 2)  # each child's host stopped its shell on its node
+    # and removed its scratch there (the driver's teardown removes only its own copy)
+    for i in (0, 1):
+        assert list(cluster.node_sessions(i).glob("*/scratch/*")) == []
     _check(cluster, session)
     assert cluster.agent_processes() == []
 
@@ -519,6 +522,8 @@ def test_ctrl_c_of_a_ray_run_cancels_the_evals_running_on_both_nodes_and_settles
     terminal = {r["id"]: r["kind"] for r in journal if r["kind"] in ("settled", "cancelled")}
     assert terminal == {"a": "cancelled", "b": "cancelled"}, journal
     _all_destroyed(session, 2)
+    for i in (0, 1):  # each cancelled child's scratch removed on its node too
+        assert not [p for p in cluster.node_sessions(i).glob("*/scratch/*") if p.name in ("a", "b")]
     assert _result(session)["fleetYield"]["neverSettled"] == 0
     _check(cluster, session)
     wait_for(lambda: cluster.agent_processes() == [], START_TIMEOUT, "no host left on any node")
