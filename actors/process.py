@@ -70,11 +70,30 @@ _ctx_lock = threading.Lock()
 _ctx: BaseContext | None = None
 
 
+_stdlib_flags = util._args_from_interpreter_flags  # type: ignore[attr-defined]
+
+
+def _flags_without_cwd() -> list[str]:
+    """The interpreter flags the stdlib gives a helper interpreter it starts with ``-c`` (the
+    fork server, the resource tracker), plus ``-P``: without it the helper's ``sys.path``
+    starts with the working directory, and a file there named like a standard module
+    (``inspect.py``, ``signal.py``) replaced that module in the fork server and in every
+    process forked from it: a run started from such a directory ended in a traceback
+    ("cannot start: unexpected EOF"). The command itself is found through its installation,
+    never through the working directory."""
+    args: list[str] = _stdlib_flags()
+    return args if "-P" in args or "-I" in args else [*args, "-P"]
+
+
 def process_context() -> BaseContext:
-    """The forkserver context with :data:`PRELOAD` set (once per control process)."""
+    """The forkserver context with :data:`PRELOAD` set (once per control process), its
+    helpers started without the working directory on their path (:func:`_flags_without_cwd`;
+    multiprocessing's own hook for their flags, private to CPython 3.8-3.13 like
+    :func:`use_fork_server`'s)."""
     global _ctx
     with _ctx_lock:
         if _ctx is None:
+            util._args_from_interpreter_flags = _flags_without_cwd  # type: ignore[attr-defined]
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(PRELOAD)
             _ctx = ctx

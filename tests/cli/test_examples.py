@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +98,28 @@ def test_a_headless_example_prints_what_it_documents_and_leaves_nothing_outside_
     assert session.parent == cwd / ".exarch" / "sessions"
     assert _leftovers(cwd) == [".exarch"]
     assert _leftovers(cwd / ".exarch" / "sessions") == [session.name]
+
+
+def test_the_fanout_example_runs_from_a_directory_whose_files_shadow_standard_modules(
+    tmp_path: Path,
+) -> None:
+    """The installed command, started where an ``inspect.py`` and a ``signal.py`` lie: its fork
+    server and every process forked from it import the standard modules, not these (they
+    imported ``inspect.py`` from the working directory, and the run ended in a traceback)."""
+    command = Path(sys.executable).with_name("exarch-actors")
+    assert command.exists(), "the README's set-up installs the command"
+    for module in ("inspect", "signal"):
+        (tmp_path / f"{module}.py").write_text("raise SystemExit('shadowed')\n")
+    p = subprocess.run(
+        [str(command), "run", str(ROOT / "examples" / "fanout.toml"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["reply"] == "499500"
 
 
 def test_the_chat_example_answers_its_first_message_and_leaves_nothing_behind(
