@@ -627,7 +627,8 @@ class AgentProcess:
 
 SHELL_STOP_TIMEOUT = 15.0
 """Seconds an agent's end waits for its shell actor to stop (its close gives the shell host a
-1 s grace before the kill, and reaps it)."""
+1 s grace before the kill, and reaps it), and after ``Ended`` for a host killed behind the
+living to be reaped."""
 
 
 def _end_shell(agent: Agent) -> tuple[int | None, bool, ChildProcess | None]:
