@@ -118,8 +118,16 @@ def test_an_info_line_fades_on_its_own_and_an_error_does_not(tmp_path: Path) -> 
     async def scenario() -> None:
         async with chat(tmp_path, ONE_REPLY) as c:
             c.app.info_secs = 0.3
+            shown: list[tuple[str, bool]] = []  # every line, seen even if it fades between polls
+            show = c.app._show
+
+            def seen(text: str, *, error: bool) -> None:
+                shown.append((text, error))
+                show(text, error=error)
+
+            c.app._show = seen  # type: ignore[method-assign]
             await c.pilot.press("escape")
-            await c.until(lambda: c.app.info_text != "", what="the Esc line")
+            await c.until(lambda: any(not error for _, error in shown), what="the Esc line")
             await c.until(lambda: c.app.info_text == "", what="the Esc line to fade")
             await c.say("/frobnicate")
             await c.until(lambda: "frobnicate" in c.app.error_text, what="the error")
