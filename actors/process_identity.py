@@ -21,17 +21,35 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 HAS_PROC = os.path.isdir("/proc/self")
 
 
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (its state first); None if
+    it cannot be read (the process is gone, or there is no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def exited(pid: int) -> bool:
+    """Whether ``pid`` has exited: gone, or a zombie (its memory reclaimed, not yet reaped).
+    One read of its ``/proc`` state (``psutil.Process(pid).status()`` read it twice, with the
+    boot time)."""
+    fields = stat_fields(pid)
+    return not fields or fields[0] in (b"Z", b"X")
+
+
 def start_ticks(pid: int) -> int | None:
     """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat``'s ``starttime``);
     None if it is gone or there is no ``/proc``. With the pid, an identity no later process
     shares, unmoved by clock changes: the one psutil checks (``is_running``) before it signals
     a process, read without building a ``psutil.Process`` (~60 us of each sleeper's reap in
     the 100-agent cascade, for the ``sleep`` it had adopted)."""
+    fields = stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        return int(data[data.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
+        return int(fields[19]) if fields else None
+    except (ValueError, IndexError):
         return None
 
 

@@ -56,6 +56,7 @@ from actors.agent_process import ProcessAgent
 from actors.agent_site import SpawnRequest
 from actors.fleet import Fleet, FleetConfig
 from actors.process import ensure_fork_server
+from actors.process_identity import exited
 from runtime.cancel import CancelScope
 from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
@@ -361,12 +362,7 @@ def _all_gone(pids: list[int | None]) -> Any:
 
     def gone() -> bool:
         while left:
-            try:
-                with open(f"/proc/{left[-1]}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                stat = b") X"
-            if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X"):
+            if not exited(left[-1]):
                 return False
             left.pop()
         return True

@@ -13,6 +13,8 @@ from typing import Any
 
 import psutil
 
+from actors.process_identity import exited, stat_fields
+
 HANG_GUARD = 10.0
 """Seconds a test waits for something that should be prompt (a cancel, a kill, a wake) before
 calling it hung. Only a guard against hangs, never a latency claim: the suite must pass on a
@@ -63,16 +65,13 @@ def killed_or_gone(pid: int) -> bool:
     """Whether ``pid`` can run no instruction of its own again: gone, a zombie, exiting
     (``PF_EXITING`` in its ``/proc`` flags), or with a SIGKILL delivered and not yet acted on
     (pending for its main thread or its whole group). Linux only."""
+    fields = stat_fields(pid)
+    if exited(pid) or fields is None or int(fields[6]) & 0x4:  # PF_EXITING
+        return True
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
         with open(f"/proc/{pid}/status") as f:
             status = f.read()
     except OSError:
-        return True
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    state, flags = fields[0], int(fields[6])
-    if state in (b"Z", b"X") or flags & 0x4:  # PF_EXITING
         return True
     pending = 0
     for line in status.splitlines():
