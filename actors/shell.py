@@ -530,6 +530,10 @@ class ShellActor(QuotaActor):
                 host.data.send("answer", id=eid, **self._workers.spawn(f, self._epoch))
             elif op == "await":
                 self._workers.await_(host, eid, str(f["worker"]), got.awaits, self._epoch)
+            elif op == "settled":
+                host.data.send(
+                    "answer", id=eid, **self._workers.settled(str(f["worker"]), self._epoch)
+                )
             elif op == "cancel":
                 host.data.send(
                     "answer", id=eid, **self._workers.cancel(str(f["worker"]), self._epoch)

@@ -474,6 +474,14 @@ class _EnquiryWorkers:
             return "", ""
         return claimed[1], claimed[2]
 
+    def settled(self, handle: Any) -> bool:
+        from runtime.ral.errors import RalError
+
+        answer = self._core.enquire("settled", worker=handle.id)
+        if answer.get("error"):
+            raise RalError(str(answer["error"]))
+        return bool(answer["value"])
+
     def cancel(self, handle: Any) -> None:
         from runtime.ral.errors import RalError
 

@@ -282,6 +282,17 @@ class WorkerPool:
             else:
                 host.data.try_send("answer", id=eid, value=out.value, **io)
 
+    def settled(self, wid: str, epoch: int) -> dict[str, Any]:
+        """A ``settled`` enquiry: whether the worker finished, claiming nothing. Like ``await``
+        it is a use of the worker (renews its idle bound); a worker lost with an earlier control
+        process will never run again, so it counts as settled."""
+        self.sync_settled()
+        if self.registry.get(wid) is None:
+            return {"error": str(UnknownWorker(wid))}
+        self.registry.touch(wid, epoch)
+        link = self._links.get(wid)
+        return {"value": link is None or link.done.is_set()}
+
     def cancel(self, wid: str, epoch: int) -> dict[str, Any]:
         if self.registry.get(wid) is None:
             return {"error": str(UnknownWorker(wid))}

@@ -64,6 +64,11 @@ class WorkerBackend(Protocol):
         """The worker's value; re-raises its ral error; raises Cancelled if ``scope`` trips."""
         ...
 
+    def settled(self, handle: WorkerHandle) -> bool:
+        """Whether the worker has finished (value, error or cancellation), without waiting and
+        without claiming it: its result is still ``await``'s, or still told at the turn's end."""
+        ...
+
     def cancel(self, handle: WorkerHandle) -> None: ...
 
 

@@ -520,6 +520,14 @@ def _await(it: Interp, a: list[Any]) -> Any:
                 it.err.append(err)
 
 
+@native("settled", 1, doc="settled HANDLE -> true once the worker has finished (claims nothing)")
+def _settled(it: Interp, a: list[Any]) -> Any:
+    h = _handle(a[0], "settled")
+    if it.workers is None:
+        raise RalError("settled: this shell has no workers")
+    return it.workers.settled(h)
+
+
 @native("cancel", 1, doc="cancel HANDLE: stop a worker")
 def _cancel(it: Interp, a: list[Any]) -> Any:
     h = _handle(a[0], "cancel")

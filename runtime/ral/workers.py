@@ -126,6 +126,9 @@ class ThreadWorkers:
             self._claimed_output = None
         return claimed[1], claimed[2]
 
+    def settled(self, handle: WorkerHandle) -> bool:
+        return self._entry(handle, "settled").done.is_set()
+
     def cancel(self, handle: WorkerHandle) -> None:
         self._entry(handle, "cancel").scope.cancel("cancelled")
 

@@ -104,17 +104,16 @@ FLOOD = INBOX_SOURCE_CAP + 2
 def test_surfaced_results_beyond_the_inbox_quota_are_rejected_and_recorded(
     live_fleet: Callable[..., Live],
 ) -> None:
-    # Every worker has settled before the turn ends (the script waits for their files, then
-    # for the last value to come back), so the park surfaces all of them at once into an inbox
-    # whose surface quota holds 64: the last two are refused and recorded, never dropped. They
-    # are spawned in two halves, so no more than half run at once (a shell's live-worker cap).
+    # Every worker has settled before the turn ends (the script waits until `settled` is true
+    # of each, which claims none), so the park surfaces all of them at once into an inbox whose
+    # surface quota holds 64: the last two are refused and recorded, never dropped. They are
+    # spawned in two halves, the second once the first has settled, so no more than half run
+    # at once (a shell's live-worker cap).
     half = FLOOD // 2
     setup = (
-        "let dir = (env EXARCH_SCRATCH); "
-        "let spawn_range = { |a, b| for i in (range $a $b) "
-        '{ spawn { write-text \\"$dir/$i\\" x; $i } } }; '
-        "let rec wait = { |n| if (lt (len (lines (explore-dir $dir))) $n) "
-        "{ sleep 0.05; wait $n } else { 'all written' } }"
+        "let spawn_range = { |a, b| map { |i| spawn { $i } } (range $a $b) }; "
+        "let rec wait = { |hs| if (gt (len (filter { |h| not (settled $h) } $hs)) 0) "
+        "{ sleep 0.05; wait $hs } else { 'all settled' } }"
     )
     live = live_fleet(
         f"""
@@ -124,8 +123,8 @@ def test_surfaced_results_beyond_the_inbox_quota_are_rejected_and_recorded(
         [[agents.trunk]]
         ral = [
           "{setup}",
-          "spawn_range 0 {half}; wait {half}",
-          "spawn_range {half} {FLOOD}; wait {FLOOD}; sleep 1",
+          "wait (spawn_range 0 {half})",
+          "wait (spawn_range {half} {FLOOD})",
         ]
 
         [[agents.trunk]]

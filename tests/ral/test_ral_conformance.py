@@ -391,6 +391,21 @@ def test_cancel_stops_a_worker_and_await_reports_it(session: Session) -> None:
     assert r.error is not None and "cancelled" in r.error.message
 
 
+def test_settled_is_false_while_a_worker_runs_true_once_it_finished_and_claims_nothing(
+    session: Session,
+) -> None:
+    assert ok(session, "let slow = spawn { sleep 10 }; settled $slow") is False
+    ok(session, "let quick = spawn { add 40 2 }")
+    ok(session, "let rec until = { |h| if (settled $h) { 'done' } else { sleep 0.01; until $h } }")
+    assert ok(session, "until $quick; until $quick") == "done"
+    assert ok(session, "await $quick") == 42, "settled claimed nothing"
+    ok(session, "cancel $slow; until $slow")
+    r = session.run("settled $quick")
+    assert r.error is not None and "no worker" in r.error.message, "await claimed it"
+    r = session.run("settled 3")
+    assert r.error is not None and "expected a worker handle" in r.error.message
+
+
 def test_a_worker_closure_sees_only_its_captures(session: Session) -> None:
     assert ok(session, "let base = 10; await (spawn { add $base 5 })") == 15
 

@@ -41,6 +41,20 @@ def test_a_claimed_worker_is_gone_and_a_second_await_names_why(start_shell) -> N
     assert r.error is not None and "already claimed" in r.error
 
 
+def test_settled_tells_a_running_worker_from_a_finished_one_without_claiming_its_value(
+    start_shell,
+) -> None:
+    shell = start_shell().proxy()
+    r = shell.run("let h = spawn { sleep 10 }; let q = spawn { add 40 2 }; settled $h").get()
+    assert r.error is None and r.value == "false"
+    shell.run("let rec until = { |w| if (settled $w) { 1 } else { sleep 0.01; until $w } }").get()
+    assert shell.run("until $q; settled $q").get().value == "true"
+    assert shell.run("await $q").get().value == "42", "settled claimed nothing"
+    r = shell.run("settled $q").get()
+    assert r.error is not None and "already claimed" in r.error
+    assert shell.run("cancel $h; until $h; settled $h").get().value == "true"
+
+
 def test_a_settled_worker_is_reaped_after_exactly_256_calls_unclaimed_not_255(
     start_shell, tmp_path: Path, notices
 ) -> None:
