@@ -533,9 +533,13 @@ class AgentProcess:
 
     def _trip(self, cause: str) -> None:
         """The registry's cascade reached this agent: its token, its shell's eval root (not
-        the trunk's: its session outlives a cancel, as in the thread backend), its inbox."""
-        self.token.cancel(cause)
+        the trunk's: its session outlives a cancel, as in the thread backend), its inbox. The
+        cascade ends the agent, so the root is made terminal first: its busy host is SIGKILLed
+        rather than asked to unwind (:meth:`EvalRoot.make_terminal`)."""
         agent = self.agent
+        if agent is not None and agent.parent is not None:
+            agent.eval_root.make_terminal()  # before the token: see EvalRoot.make_terminal
+        self.token.cancel(cause)
         if agent is not None:
             if agent.parent is not None:
                 agent.eval_root.cancel(cause)

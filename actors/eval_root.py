@@ -7,6 +7,12 @@ Invariants:
   ``interrupt`` stops only the run in flight. A host that does not stop within
   :data:`actors.shell.CANCEL_GRACE` is killed and the call rolled back (the shell actor's pump
   enforces it from :meth:`EvalRoot._cancel_requested_at`).
+- Once :meth:`EvalRoot.make_terminal` was called (its agent is ending), a cancel of the run in
+  flight SIGKILLs its host instead of asking it to stop: nothing will run on that host again,
+  so its cancelled answer (the interpreter's unwind, the boundary snapshot, the checkpoint of
+  it) is work nobody reads. The shell actor's pump sees :meth:`EvalRoot.killed` and answers
+  the call as cancelled without waiting for the host's exit (which includes the kernel's
+  reclaim of its memory, behind the living at :data:`actors.process.DYING_NICE`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class EvalRoot:
         self._run_id: int | None = None
         self._cancel_at: float | None = None
         self._wake: Callable[[], None] | None = None
+        self._terminal = False
+        self._killed: ChildProcess | None = None
         self.scope.on_cancel(self._on_root_cancelled)
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -42,6 +50,25 @@ class EvalRoot:
 
     def interrupt(self, reason: str = "interrupt") -> None:
         self._cancel_run(reason)
+
+    def make_terminal(self) -> None:
+        """From now on a cancel of the run in flight kills its host (see the module docstring).
+        Set before the agent's token is cancelled, so that an interrupt the agent re-sends on
+        seeing its token (``await_run``) already kills rather than asks. Never undone: only an
+        agent that is ending is made terminal."""
+        with self._lock:
+            self._terminal = True
+
+    def end(self, reason: str = "cancelled") -> None:
+        """A terminal cancel: :meth:`make_terminal`, then :meth:`cancel` (the registry's
+        cascade into an in-process agent, which ends it)."""
+        self.make_terminal()
+        self.cancel(reason)
+
+    def killed(self, host: ChildProcess) -> bool:
+        """Whether ``host`` was killed by a terminal cancel (it runs no instruction more)."""
+        with self._lock:
+            return self._killed is host
 
     @property
     def cancelled(self) -> bool:
@@ -68,7 +95,13 @@ class EvalRoot:
             if self._cancel_at is None:
                 self._cancel_at = time.monotonic()
             wake = self._wake
-        host.ctl.try_send("cancel", run=run_id, reason=reason)
+            kill = self._terminal and self._killed is not host
+            if kill:
+                self._killed = host
+        if kill:
+            host.kill_behind()
+        elif self._killed is not host:
+            host.ctl.try_send("cancel", run=run_id, reason=reason)
         if wake is not None:
             # The pump blocks on the host's data pipe; a host spinning in C code never writes
             # to it, so the pump must be woken to start counting the cancellation grace.

@@ -281,7 +281,8 @@ class Fleet:
                 on_cancel=agent.send_cancel,
             )
         else:
-            root = None if spec.parent is None else agent.eval_root
+            # a cascade ends the agent: its busy host is killed, not asked (EvalRoot.end)
+            root = None if spec.parent is None else agent.eval_root.end
             self.registry.attach(spec.name, eval_root=root, interrupt=agent.interrupt)
         with self._lock:
             self.hosted[spec.name] = agent

@@ -299,7 +299,7 @@ class ChildProcess:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError, OSError):
                 pass
-        for pid, identity in self._known.items():
+        for pid, identity in list(self._known.items()):  # a terminal cancel's thread too
             kill_program(pid, identity)
         if exited:
             return

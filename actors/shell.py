@@ -32,7 +32,9 @@ Invariants:
   resurrect a pruned name.
 - **Cancel.** :class:`EvalRoot` bypasses the mailbox: it writes to the host's control path and
   cancels every worker (their scopes are its children). A host that does not stop within
-  :data:`CANCEL_GRACE` is killed and the call rolled back.
+  :data:`CANCEL_GRACE` is killed and the call rolled back. A terminal root (an ending agent's,
+  :meth:`EvalRoot.make_terminal`) kills the busy host instead of asking: the call is answered
+  ``cancelled`` at once, never rolled back, and no host replaces it.
 - **One thread in the actor at a time** (the caller's run, :func:`run_call`). Every message the
   actor thread serves, and ``on_start``/``on_stop``/``on_failure``, holds the actor's lock; a
   caller may run a call on its own thread instead of the actor's only while holding that lock,
@@ -411,10 +413,14 @@ class ShellActor(QuotaActor):
                 host.data.send_fields("run", fields)
             except ChannelClosed:
                 self.eval_root._detach()
+                if self.eval_root.killed(host):
+                    return self._cancelled_by_kill(host, epoch)
                 return self._rollback(self._death_reason(host), epoch)
             got = self._pump(host)
         finally:
             self.eval_root._detach()
+        if got.result is None and self.eval_root.killed(host):
+            return self._cancelled_by_kill(host, epoch)
         if got.panic is not None or got.result is None:
             reason = got.panic or "the shell host stopped answering"
             renewed = got.harvested | referenced_names(script)
@@ -436,6 +442,20 @@ class ShellActor(QuotaActor):
             compiled=bool(r.get("compiled", True)),
             epoch=epoch,
             notices=tuple(self._host_notices(raw)) if raw else (),
+            host_pid=host.pid,
+            host_started_at=host.started_at,
+        )
+
+    def _cancelled_by_kill(self, host: ChildProcess, epoch: int) -> CallResult:
+        """The call a terminal cancel reached (:meth:`EvalRoot.make_terminal`): cancelled, as
+        the host would have answered, its host killed rather than rolled back (its agent is
+        ending). What the call bound before the kill is not committed, as in a rollback."""
+        return CallResult(
+            value="",
+            error=f"cancelled: {self.eval_root.reason or 'cancelled'}",  # as a run refused
+            error_kind="cancelled",
+            compiled=True,
+            epoch=epoch,
             host_pid=host.pid,
             host_started_at=host.started_at,
         )
@@ -510,6 +530,8 @@ class ShellActor(QuotaActor):
                     return got
             elif host.sentinel in ready:
                 got.panic = self._death_reason(host)
+                return got
+            if self.eval_root.killed(host):  # its agent is ending: no answer is coming
                 return got
             if got.awaits:
                 self._workers.answer_settled_awaits(host, got.awaits)

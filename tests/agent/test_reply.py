@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.state.eventlog import AgentLog, ProtocolState
-from tests.agent.conftest import Run
+from tests.agent.conftest import Live, Run
 from tests.support.waiting import HANG_GUARD, wait_for
 
 
@@ -169,3 +169,34 @@ def test_a_parent_whose_childs_result_came_while_the_child_was_still_registered_
     after = [e["kind"] for e in events[result + 1 : result + 3]]
     assert after == ["assistant", "nudge"], after  # "waiting", then the must-reply nudge
     assert "without calling `reply`" in events[result + 2]["text"]
+
+
+def test_a_cancelled_in_process_child_s_busy_shell_is_killed_and_its_call_answered_with_the_cause(
+    live_fleet: Callable[..., Live],
+) -> None:
+    # the thread backend ends a cancelled agent as an agent process does: its eval root is
+    # terminal, its busy host SIGKILLed rather than asked to unwind (`1:1 cancelled`)
+    live = live_fleet(
+        """
+        [fleet]
+        prompt = "go"
+
+        [[agents.trunk]]
+        ral = ["agent kid 'work'"]
+
+        [[agents.trunk]]
+        text = "waiting for kid"
+        stop = "end_turn"
+
+        [[agents.kid]]
+        ral = ["sleep 60"]
+        """,
+        interactive=True,
+    )
+    kid = wait_for(lambda: live.fleet.agents.get("kid"), 30, "kid born")
+    wait_for(lambda: kid.eval_root.busy, 30, "kid busy in its sleep")
+    live.fleet.registry.cancel("kid", "stop now")
+    assert kid.wait(30), "kid ended"
+    (result,) = [e["message"] for e in live.events("kid") if e["kind"] == "tool_result"]
+    assert result["content"] == "[error]\ncancelled: stop now"
+    assert kid.outcome is not None and kid.outcome.value == "cancelled"

@@ -177,6 +177,26 @@ def test_after_a_cascade_every_slot_is_settled_cancelled_behind_a_destroyed_rece
     assert not [p for p in pids if pid_alive(p)], "every agent process and shell reaped"
 
 
+def test_a_cancelled_agent_s_busy_shell_is_killed_at_the_cancel_and_its_call_answered_cancelled(
+    process_fleet: Callable[[str], Fleet],
+) -> None:
+    # The cancel makes the ending agent's eval root terminal: its busy host is SIGKILLed, not
+    # asked to unwind (it would have answered `1:1 cancelled`, its position in the script),
+    # and the call is answered cancelled with the cascade's cause, no rollback recorded.
+    fleet = process_fleet(_children(1, "sleep 60; reply 1"))
+    wait_for(lambda: _busy(fleet, "s0"), 60, "s0 busy in its sleep")
+    agent = fleet.hosted["s0"]
+    assert isinstance(agent, ProcessAgent)
+    fleet.registry.cancel("s0", "stop now")
+    assert agent.wait(60), "s0 settled"
+    events = [json.loads(x) for x in fleet.session.events("s0").read_text().splitlines()]
+    (result,) = [e["message"] for e in events if e["kind"] == "tool_result"]
+    assert result["is_error"] and result["content"] == "[error]\ncancelled: stop now"
+    record = fleet.session.record
+    kept = read_jsonl(record).records if record.exists() else []
+    assert [r for r in kept if r["kind"] == "Rollback"] == []
+
+
 def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its_process_reaped_after(  # noqa: E501
     process_fleet: Callable[[str], Fleet],
 ) -> None:

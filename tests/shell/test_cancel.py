@@ -7,11 +7,13 @@ assert that the run comes back ``cancelled`` and its programs die, ``HANG_GUARD`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psutil
 
-from tests.support.waiting import HANG_GUARD, wait_for
+from runtime.state.durable import read_jsonl
+from tests.support.waiting import HANG_GUARD, killed_or_gone, wait_for
 
 
 def _cancel(future: Any, cancel: Any) -> Any:
@@ -42,6 +44,47 @@ def test_interrupting_an_external_program_kills_it_and_returns_cancelled(start_s
     r = _cancel(future, lambda: root.interrupt())
     assert r.error_kind == "cancelled"
     wait_for(lambda: not program.is_running(), HANG_GUARD, "the program killed")
+
+
+def test_a_terminal_cancel_kills_a_host_spinning_in_c_at_once_cancelled_not_rolled_back(
+    start_shell, tmp_path: Path
+) -> None:
+    # A plain cancel of `fault spin` (C code holding the GIL, no poll point) waits out the
+    # 2 s grace, kills the host and rolls the call back as a panic with a fresh host. An ending
+    # agent's shell is made terminal: the host is SIGKILLed at the cancel, the call answered
+    # cancelled, no host booted and no rollback recorded; what the call bound is not committed.
+    shell = start_shell().proxy()
+    root = shell.eval_root.get()
+    shell.run("let a = 1").get()
+    pid = shell.host_pid().get()
+    future = shell.run("let b = 2; fault spin")
+    wait_for(lambda: root.busy)
+    root.make_terminal()
+    r = _cancel(future, lambda: root.cancel("parent ended"))
+    assert r.error_kind == "cancelled" and r.error == "cancelled: parent ended"
+    assert not r.rolled_back and r.host_pid == pid
+    assert killed_or_gone(pid)
+    assert shell.host_pid().get() == pid, "no fresh host booted for an ending agent"
+    record = tmp_path / "record.jsonl"
+    assert (
+        not record.exists()
+        or [x for x in read_jsonl(record).records if x["kind"] == "Rollback"] == []
+    )
+    assert set(shell.durable_snapshot().get().bindings) == {"a"}
+    later = shell.run("echo hi").get()
+    assert later.error_kind == "cancelled", "the cancel stays sticky"
+
+
+def test_a_terminal_root_kills_a_host_only_for_a_run_in_flight(start_shell) -> None:
+    # Made terminal while idle, the cancel has no run to reach: the host lives until the
+    # shell is closed (an agent's end kills it behind the living then).
+    shell = start_shell().proxy()
+    root = shell.eval_root.get()
+    pid = shell.host_pid().get()
+    root.make_terminal()
+    root.cancel("parent ended")
+    assert psutil.Process(pid).status() != psutil.STATUS_ZOMBIE and not killed_or_gone(pid)
+    assert shell.run("1").get().error_kind == "cancelled"
 
 
 def test_cancelling_the_root_is_sticky_until_clear(start_shell) -> None:
