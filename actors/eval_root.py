@@ -42,7 +42,11 @@ class EvalRoot:
         self._cancel_at: float | None = None
         self._wake: Callable[[], None] | None = None
         self._terminal = False
+        self._killing: ChildProcess | None = None
+        """The host a terminal cancel is killing (one thread kills it, once)."""
         self._killed: ChildProcess | None = None
+        """That host once its SIGKILL was sent: what :meth:`killed` reads."""
+        self._kill_reason = "cancelled"
         self.scope.on_cancel(self._on_root_cancelled)
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -65,10 +69,12 @@ class EvalRoot:
         self.make_terminal()
         self.cancel(reason)
 
-    def killed(self, host: ChildProcess) -> bool:
-        """Whether ``host`` was killed by a terminal cancel (it runs no instruction more)."""
+    def killed(self, host: ChildProcess) -> str | None:
+        """Why ``host`` was killed by a terminal cancel (it runs no instruction more): the
+        cause the cancel carried, which the root's own reason may not hold yet (the agent's
+        re-sent interrupt can kill before the cascade trips the root); None if it was not."""
         with self._lock:
-            return self._killed is host
+            return self._kill_reason if self._killed is host else None
 
     @property
     def cancelled(self) -> bool:
@@ -95,12 +101,14 @@ class EvalRoot:
             if self._cancel_at is None:
                 self._cancel_at = time.monotonic()
             wake = self._wake
-            kill = self._terminal and self._killed is not host
+            kill = self._terminal and self._killing is not host
             if kill:
-                self._killed = host
+                self._killing = host
         if kill:
             host.kill_behind()
-        elif self._killed is not host:
+            with self._lock:  # only now: the pump answers once the SIGKILL is sent
+                self._killed, self._kill_reason = host, reason
+        elif self._killing is not host:
             host.ctl.try_send("cancel", run=run_id, reason=reason)
         if wake is not None:
             # The pump blocks on the host's data pipe; a host spinning in C code never writes

@@ -218,6 +218,8 @@ class ChildProcess:
         self._known: dict[int, int | psutil.Process] = {}
         """Programs the child started: pid -> its identity (:func:`start_ticks`; a
         ``psutil.Process`` where there is no ``/proc``)."""
+        self._signalled = False
+        """A SIGKILL went to the live child, its group and its programs (:meth:`kill`)."""
         self._pollers: dict[tuple[Any, ...], tuple[select.poll, dict[int, Any]]] = {}
 
     @property
@@ -291,7 +293,11 @@ class ChildProcess:
 
         A child whose exit is known is not signalled itself (it is gone, and its pid may be
         reused); its group and its programs still are: they may outlive it."""
-        exited = self.proc.exitcode is not None
+        if self._signalled:
+            return
+        self._kill(self.proc.exitcode is not None)
+
+    def _kill(self, exited: bool) -> None:
         if not exited:
             self.note_children()
         for pid in (self.pid, *self._known):
@@ -307,6 +313,11 @@ class ChildProcess:
             os.kill(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError, OSError):
             pass
+        # A SIGKILLed process starts nothing more (a fork racing the signal fails), so what
+        # it and its group could run was killed just now: a later kill() has nothing to do
+        # (an ended agent's host was killed by its terminal cancel, then again at its end:
+        # the /proc reads of note_children and the exit poll twice, ~0.2 ms each).
+        self._signalled = True
 
     def kill_behind(self) -> None:
         """:meth:`kill` the child after moving its main thread to :data:`DYING_NICE`. A
@@ -319,10 +330,13 @@ class ChildProcess:
         demoted thread was freeing as it left (its ``wait4``, 16 -> 129 ms of CPU a cascade).
         Reap it afterwards (:meth:`reap`); the nice only defers, never starves it (nice 19
         still gets ~1.5 % of a core against a nice-0 hog)."""
-        if self.proc.exitcode is None:
+        if self._signalled:
+            return
+        exited = self.proc.exitcode is not None
+        if not exited:
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, self.pid, DYING_NICE)
-        self.kill()
+        self._kill(exited)
 
     def reap(self, grace: float = 2.0) -> int | None:
         """Close the channels and join the process, killing it if it outlives ``grace``."""

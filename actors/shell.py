@@ -413,13 +413,13 @@ class ShellActor(QuotaActor):
                 host.data.send_fields("run", fields)
             except ChannelClosed:
                 self.eval_root._detach()
-                if self.eval_root.killed(host):
+                if self.eval_root.killed(host) is not None:
                     return self._cancelled_by_kill(host, epoch)
                 return self._rollback(self._death_reason(host), epoch)
             got = self._pump(host)
         finally:
             self.eval_root._detach()
-        if got.result is None and self.eval_root.killed(host):
+        if got.result is None and self.eval_root.killed(host) is not None:
             return self._cancelled_by_kill(host, epoch)
         if got.panic is not None or got.result is None:
             reason = got.panic or "the shell host stopped answering"
@@ -452,7 +452,7 @@ class ShellActor(QuotaActor):
         ending). What the call bound before the kill is not committed, as in a rollback."""
         return CallResult(
             value="",
-            error=f"cancelled: {self.eval_root.reason or 'cancelled'}",  # as a run refused
+            error=f"cancelled: {self.eval_root.killed(host) or 'cancelled'}",  # as a run refused
             error_kind="cancelled",
             compiled=True,
             epoch=epoch,
@@ -531,7 +531,7 @@ class ShellActor(QuotaActor):
             elif host.sentinel in ready:
                 got.panic = self._death_reason(host)
                 return got
-            if self.eval_root.killed(host):  # its agent is ending: no answer is coming
+            if self.eval_root.killed(host) is not None:  # its agent is ending: no answer comes
                 return got
             if got.awaits:
                 self._workers.answer_settled_awaits(host, got.awaits)

@@ -7,10 +7,13 @@ assert that the run comes back ``cancelled`` and its programs die, ``HANG_GUARD`
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pykka
+import pytest
 
 from runtime.state.durable import read_jsonl
 from tests.support.waiting import HANG_GUARD, killed_or_gone, wait_for
@@ -73,6 +76,40 @@ def test_a_terminal_cancel_kills_a_host_spinning_in_c_at_once_cancelled_not_roll
     assert set(shell.durable_snapshot().get().bindings) == {"a"}
     later = shell.run("echo hi").get()
     assert later.error_kind == "cancelled", "the cancel stays sticky"
+
+
+def test_a_terminal_cancel_answers_the_call_only_once_its_host_is_signalled(
+    start_shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two threads reach the run: the cascade (the root's cancel) and the agent's re-sent
+    # interrupt. The one that kills holds the kill; the other only wakes the pump, which must
+    # not answer `cancelled` while the host can still run.
+    ref = start_shell()
+    shell = ref.proxy()
+    root = shell.eval_root.get()
+    host = ref._actor_weakref()._host
+    gate = threading.Event()
+    kill_behind = host.kill_behind
+
+    def held_kill() -> None:
+        gate.wait(HANG_GUARD)
+        kill_behind()
+
+    monkeypatch.setattr(host, "kill_behind", held_kill)
+    future = shell.run("sleep 60")
+    wait_for(lambda: root.busy)
+    root.make_terminal()
+    killer = threading.Thread(target=root.cancel, args=("parent ended",))
+    killer.start()
+    wait_for(lambda: root._killing is host)
+    root.interrupt("esc")
+    with pytest.raises(pykka.Timeout):
+        future.get(timeout=0.3)
+    assert not killed_or_gone(host.pid)
+    gate.set()
+    r = future.get(timeout=HANG_GUARD)
+    killer.join(HANG_GUARD)
+    assert r.error_kind == "cancelled" and killed_or_gone(host.pid)
 
 
 def test_a_terminal_root_kills_a_host_only_for_a_run_in_flight(start_shell) -> None:

@@ -182,19 +182,41 @@ def test_a_child_killed_behind_the_living_has_its_main_thread_at_the_dying_nice_
 ) -> None:
     child = ChildProcess(_hang, name="hang")
     seen: list[int] = []
-    kill = child.kill
+    kill = child._kill
 
-    def kill_seeing_the_nice() -> None:  # what the child's main thread runs at when signalled
+    def kill_seeing_the_nice(exited: bool) -> None:  # the nice the child is signalled at
         if not seen:  # the first kill (the reap kills again, what the child left)
             seen.append(os.getpriority(os.PRIO_PROCESS, child.pid))
-        kill()
+        kill(exited)
 
-    monkeypatch.setattr(child, "kill", kill_seeing_the_nice)
+    monkeypatch.setattr(child, "_kill", kill_seeing_the_nice)
     assert not killed_or_gone(child.pid)
     child.kill_behind()
     assert killed_or_gone(child.pid)
     assert seen == [DYING_NICE]
     assert child.reap(grace=HANG_GUARD) == -signal.SIGKILL
+
+
+def test_a_child_killed_alive_is_not_searched_for_programs_again_by_a_later_kill(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a SIGKILLed child starts nothing more: a terminal cancel's kill, the end's and the
+    # reap's find nothing new, so only the first reads its children from /proc
+    child = ChildProcess(_hang, name="hang")
+    searched: list[int] = []
+    note = child.note_children
+
+    def note_counted() -> None:
+        searched.append(1)
+        note()
+
+    monkeypatch.setattr(child, "note_children", note_counted)
+    child.kill_behind()
+    child.kill_behind()
+    child.kill()
+    assert killed_or_gone(child.pid)
+    assert child.reap(grace=HANG_GUARD) == -signal.SIGKILL
+    assert searched == [1]
 
 
 def test_a_shell_busy_in_a_call_is_not_closed_on_the_calling_thread(start_shell) -> None:
