@@ -277,6 +277,8 @@ class ProcessAgent:
         self._launched = False
         self._shell_stopped = False
         self.scratch_kept: str | None = None
+        self.eval_stopped_at: float | None = None
+        """When a cancel stopped its shell's running evaluation (its ``EndReport``'s)."""
         """Why its host on another node kept its scratch there at its end (``EndReport``)."""
         self.host_lost = False
         """Its last host died (a crash) and no restart took its place: the agent ended down,
@@ -452,6 +454,7 @@ class ProcessAgent:
         self.stats = report.stats
         self._shell_stopped = report.shell_stopped
         self.scratch_kept = report.scratch_kept
+        self.eval_stopped_at = report.eval_stopped_at
         if report.shell_pid is not None:  # after a rollback: not the shell Born named
             host.shell_pid = report.shell_pid
         self.reply_value = report.reply_value

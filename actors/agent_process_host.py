@@ -197,6 +197,9 @@ class EndReport:
     scratch_kept: str | None = None
     """A host on another node removes its agent's scratch there once its shell stopped in
     order; why it could not (None: removed, or on this machine, where the teardown does it)."""
+    eval_stopped_at: float | None = None
+    """When a terminal cancel stopped its shell's running evaluation (``EvalRoot.killed_at``):
+    the cascade's reach into it, read by the spawn site (None: no evaluation was running)."""
 
 
 def unpickle(data: bytes) -> Any:
@@ -408,6 +411,7 @@ class AgentProcess:
                     shell_stopped=stopped,
                     shell_pid=shell_pid,
                     scratch_kept=kept,
+                    eval_stopped_at=agent.eval_root.killed_at,
                 )
                 self.flush()
                 self.channel.try_send(Ended(self.name, pickle.dumps(report)))
@@ -538,7 +542,8 @@ class AgentProcess:
         rather than asked to unwind (:meth:`EvalRoot.make_terminal`)."""
         agent = self.agent
         if agent is not None and agent.parent is not None:
-            agent.eval_root.make_terminal()  # before the token: see EvalRoot.make_terminal
+            # before the token (see EvalRoot.make_terminal); reaped after Ended (serve)
+            agent.eval_root.make_terminal(behind=True)
         self.token.cancel(cause)
         if agent is not None:
             if agent.parent is not None:

@@ -42,11 +42,15 @@ class EvalRoot:
         self._cancel_at: float | None = None
         self._wake: Callable[[], None] | None = None
         self._terminal = False
+        self._behind = False
         self._killing: ChildProcess | None = None
         """The host a terminal cancel is killing (one thread kills it, once)."""
         self._killed: ChildProcess | None = None
         """That host once its SIGKILL was sent: what :meth:`killed` reads."""
         self._kill_reason = "cancelled"
+        self.killed_at: float | None = None
+        """When (``time.time``) a terminal cancel's SIGKILL reached the run in flight: the
+        instant the cascade stopped this shell's evaluation (None: it stopped none)."""
         self.scope.on_cancel(self._on_root_cancelled)
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -55,13 +59,19 @@ class EvalRoot:
     def interrupt(self, reason: str = "interrupt") -> None:
         self._cancel_run(reason)
 
-    def make_terminal(self) -> None:
+    def make_terminal(self, *, behind: bool = False) -> None:
         """From now on a cancel of the run in flight kills its host (see the module docstring).
         Set before the agent's token is cancelled, so that an interrupt the agent re-sends on
         seeing its token (``await_run``) already kills rather than asks. Never undone: only an
-        agent that is ending is made terminal."""
+        agent that is ending is made terminal.
+
+        ``behind``: the host is killed behind the living (:meth:`ChildProcess.kill_behind`,
+        its reclaim at nice 19), for an owner that reaps it once its end is reported (an agent
+        process). Without it the host exits at its own nice: an in-process agent's end closes
+        its shell and waits for that exit, which at nice 19 on a busy box took seconds."""
         with self._lock:
             self._terminal = True
+            self._behind = behind
 
     def end(self, reason: str = "cancelled") -> None:
         """A terminal cancel: :meth:`make_terminal`, then :meth:`cancel` (the registry's
@@ -105,9 +115,13 @@ class EvalRoot:
             if kill:
                 self._killing = host
         if kill:
-            host.kill_behind()
+            if self._behind:
+                host.kill_behind()
+            else:
+                host.kill()
             with self._lock:  # only now: the pump answers once the SIGKILL is sent
                 self._killed, self._kill_reason = host, reason
+                self.killed_at = time.time()
         elif self._killing is not host:
             host.ctl.try_send("cancel", run=run_id, reason=reason)
         if wake is not None:

@@ -17,8 +17,10 @@ every agent, shell and worker process inherits the pinning):
   now and then sees; the process backend's warm pool is full then, while back-to-back spawns
   take the processes it forks as each spawn takes one);
 - the cancel cascade: N children busy in ``sleep``, all cancelled at once, until every one is
-  settled; its reach (median and last), from the first cancel to each cancelled ``sleep``
-  recorded in its agent's event log (to the millisecond); and the control process's CPU
+  settled; its reach (median and last), from the first cancel to the instant each sleeper's
+  evaluation was stopped (its shell host SIGKILLed by the terminal cancel: ``EvalRoot.killed_at``,
+  reported in the agent's ``EndReport``), and the last cancelled ``sleep`` recorded in its
+  agent's event log (to the millisecond: ``recorded``, an upper bound); the control process's CPU
   (user + system) per agent over that span; also the fan-out alone (the N ``registry.cancel``
   calls going out, wall and the cancelling thread's CPU) and the control CPU over the cascade
   by kind of thread; and when every sleeper's shell host was gone (an agent process SIGKILLs
@@ -293,7 +295,8 @@ def one(
             # kernel reclaims it at nice 19, behind the ends still in flight
             _wait(_all_gone(shells), 300, "shells gone")
             gone = time.perf_counter() - t
-            reach = sorted(_stopped_at(fleet, x) - wall0 for x in names)
+            reach = sorted(_eval_stopped_at(fleet.hosted[x]) - wall0 for x in names)
+            recorded = max(_stopped_at(fleet, x) for x in names) - wall0
             by_kind: dict[str, float] = {}
             for tid, (kind, ns) in threads.items():
                 spent = ns - threads0.get(tid, (kind, 0))[1]
@@ -316,6 +319,7 @@ def one(
         "cascade_shells_gone_ms": gone * 1e3,
         "cascade_reach_median_ms": statistics.median(reach) * 1e3,
         "cascade_reach_max_ms": reach[-1] * 1e3,
+        "cascade_recorded_max_ms": recorded * 1e3,
         "cascade_fanout_cpu_ms": fanout_cpu * 1e3,
         "cascade_ctl_threads_ms": {k: round(v, 1) for k, v in sorted(by_kind.items()) if v >= 1},
         "pss_per_agent_mib": pss / max(len(sampled), 1) / 2**20,
@@ -346,6 +350,15 @@ def _stopped_at(fleet: Fleet, name: str) -> float:
         if line.startswith('{"kind": "tool_result"'):
             at = json.loads(line)["at"]
     return datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+
+
+def _eval_stopped_at(agent: Any) -> float:
+    """When the cascade stopped ``agent``'s running evaluation (``time.time`` scale): the
+    SIGKILL of its busy shell host by the terminal cancel (``EvalRoot.killed_at``)."""
+    at = agent.eval_stopped_at if isinstance(agent, ProcessAgent) else agent.eval_root.killed_at
+    if at is None:
+        raise RuntimeError(f"{agent.name}: the cascade stopped no evaluation of it")
+    return float(at)
 
 
 def _shell_pid(agent: Any) -> int | None:
@@ -434,7 +447,7 @@ def main() -> None:
         print(
             f"{'mode':<8} {'spawn med ms':>12} {'p90':>7} {'spaced ms':>9} {'cascade ms':>10} "
             f"{'ctl ms/agent':>12} {'fan-out ms':>10} {'reach med/max ms':>16} "
-            f"{'shells gone ms':>14}"
+            f"{'recorded':>8} {'shells gone ms':>14}"
         )
         for mode in ("thread", "process"):
             r = _run(mode, 1, 1, hold, both, False, args.subtree)
@@ -443,7 +456,7 @@ def main() -> None:
                 f"{r['spawn_spaced_ms']:>9.1f} {r['cascade_ms']:>10.0f} "
                 f"{r['cascade_ctl_ms_per_agent']:>12.2f} {r['cascade_fanout_ms']:>10.0f} "
                 f"{r['cascade_reach_median_ms']:>8.0f}/{r['cascade_reach_max_ms']:<7.0f} "
-                f"{r['cascade_shells_gone_ms']:>14.0f}",
+                f"{r['cascade_recorded_max_ms']:>8.0f} {r['cascade_shells_gone_ms']:>14.0f}",
                 flush=True,
             )
         return

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -187,8 +188,12 @@ def test_a_cancelled_agent_s_busy_shell_is_killed_at_the_cancel_and_its_call_ans
     wait_for(lambda: _busy(fleet, "s0"), 60, "s0 busy in its sleep")
     agent = fleet.hosted["s0"]
     assert isinstance(agent, ProcessAgent)
+    assert agent.eval_stopped_at is None
+    before = time.time()
     fleet.registry.cancel("s0", "stop now")
     assert agent.wait(60), "s0 settled"
+    # the instant of the kill reaches the spawn site with its end (the cascade's reach)
+    assert agent.eval_stopped_at is not None and before <= agent.eval_stopped_at <= time.time()
     events = [json.loads(x) for x in fleet.session.events("s0").read_text().splitlines()]
     (result,) = [e["message"] for e in events if e["kind"] == "tool_result"]
     assert result["is_error"] and result["content"] == "[error]\ncancelled: stop now"

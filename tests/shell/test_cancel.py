@@ -8,6 +8,7 @@ assert that the run comes back ``cancelled`` and its programs die, ``HANG_GUARD`
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,13 +90,13 @@ def test_a_terminal_cancel_answers_the_call_only_once_its_host_is_signalled(
     root = shell.eval_root.get()
     host = ref._actor_weakref()._host
     gate = threading.Event()
-    kill_behind = host.kill_behind
+    kill = host.kill
 
     def held_kill() -> None:
         gate.wait(HANG_GUARD)
-        kill_behind()
+        kill()
 
-    monkeypatch.setattr(host, "kill_behind", held_kill)
+    monkeypatch.setattr(host, "kill", held_kill)
     future = shell.run("sleep 60")
     wait_for(lambda: root.busy)
     root.make_terminal()
@@ -110,6 +111,33 @@ def test_a_terminal_cancel_answers_the_call_only_once_its_host_is_signalled(
     r = future.get(timeout=HANG_GUARD)
     killer.join(HANG_GUARD)
     assert r.error_kind == "cancelled" and killed_or_gone(host.pid)
+
+
+def test_a_terminal_root_made_behind_kills_the_host_behind_the_living_and_stamps_the_kill(
+    start_shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an agent process reaps its host after its end is reported: the host's reclaim may run
+    # at nice 19 (kill_behind); an in-process agent's close waits for the exit: plain kill
+    ref = start_shell()
+    shell = ref.proxy()
+    root = shell.eval_root.get()
+    host = ref._actor_weakref()._host
+    behind: list[int] = []
+    kill_behind = host.kill_behind
+
+    def seen_behind() -> None:
+        behind.append(host.pid)
+        kill_behind()
+
+    monkeypatch.setattr(host, "kill_behind", seen_behind)
+    future = shell.run("sleep 60")
+    wait_for(lambda: root.busy)
+    assert root.killed_at is None
+    root.make_terminal(behind=True)
+    before = time.time()
+    r = _cancel(future, lambda: root.cancel("parent ended"))
+    assert r.error == "cancelled: parent ended" and behind == [host.pid]
+    assert root.killed_at is not None and before <= root.killed_at <= time.time()
 
 
 def test_a_terminal_root_kills_a_host_only_for_a_run_in_flight(start_shell) -> None:
