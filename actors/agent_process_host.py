@@ -71,6 +71,7 @@ from actors.agent_site import (
 from actors.channel import AgentChannel
 from actors.host_start import HostStart
 from actors.process import (
+    REACHED_NICE,
     ChildProcess,
     become_group_leader,
     die_with_parent,
@@ -543,7 +544,7 @@ class AgentProcess:
         agent = self.agent
         if agent is not None and agent.parent is not None:
             # before the token (see EvalRoot.make_terminal); reaped after Ended (serve)
-            agent.eval_root.make_terminal(behind=True)
+            agent.eval_root.make_terminal(behind=True, after_kill=_stand_back_reached)
         self.token.cancel(cause)
         if agent is not None:
             if agent.parent is not None:
@@ -688,6 +689,11 @@ def _stop_shell_actor(agent: Agent) -> None:
 
 def _no_actor() -> None:
     return None
+
+
+def _stand_back_reached() -> None:
+    """Once this agent's busy shell is killed: its end runs behind the rest of the cascade."""
+    stand_back(REACHED_NICE)
 
 
 HOST_CALLS: dict[str, Callable[..., Any]] = {

@@ -43,6 +43,7 @@ class EvalRoot:
         self._wake: Callable[[], None] | None = None
         self._terminal = False
         self._behind = False
+        self._after_kill: Callable[[], None] | None = None
         self._killing: ChildProcess | None = None
         """The host a terminal cancel is killing (one thread kills it, once)."""
         self._killed: ChildProcess | None = None
@@ -59,7 +60,9 @@ class EvalRoot:
     def interrupt(self, reason: str = "interrupt") -> None:
         self._cancel_run(reason)
 
-    def make_terminal(self, *, behind: bool = False) -> None:
+    def make_terminal(
+        self, *, behind: bool = False, after_kill: Callable[[], None] | None = None
+    ) -> None:
         """From now on a cancel of the run in flight kills its host (see the module docstring).
         Set before the agent's token is cancelled, so that an interrupt the agent re-sends on
         seeing its token (``await_run``) already kills rather than asks. Never undone: only an
@@ -68,10 +71,13 @@ class EvalRoot:
         ``behind``: the host is killed behind the living (:meth:`ChildProcess.kill_behind`,
         its reclaim at nice 19), for an owner that reaps it once its end is reported (an agent
         process). Without it the host exits at its own nice: an in-process agent's end closes
-        its shell and waits for that exit, which at nice 19 on a busy box took seconds."""
+        its shell and waits for that exit, which at nice 19 on a busy box took seconds.
+        ``after_kill``: called on the thread that killed, once the SIGKILL is sent (an agent
+        process stands back there: not before, which demoted a kill in progress)."""
         with self._lock:
             self._terminal = True
             self._behind = behind
+            self._after_kill = after_kill
 
     def end(self, reason: str = "cancelled") -> None:
         """A terminal cancel: :meth:`make_terminal`, then :meth:`cancel` (the registry's
@@ -110,7 +116,7 @@ class EvalRoot:
                 return
             if self._cancel_at is None:
                 self._cancel_at = time.monotonic()
-            wake = self._wake
+            wake, after = self._wake, None
             kill = self._terminal and self._killing is not host
             if kill:
                 self._killing = host
@@ -122,8 +128,11 @@ class EvalRoot:
             with self._lock:  # only now: the pump answers once the SIGKILL is sent
                 self._killed, self._kill_reason = host, reason
                 self.killed_at = time.time()
+                after = self._after_kill
         elif self._killing is not host:
             host.ctl.try_send("cancel", run=run_id, reason=reason)
+        if kill and after is not None:
+            after()
         if wake is not None:
             # The pump blocks on the host's data pipe; a host spinning in C code never writes
             # to it, so the pump must be woken to start counting the cancellation grace.

@@ -522,6 +522,16 @@ def yield_to_control() -> None:
 ENDING_NICE = 10
 """The nice of an agent process whose drive loop a cancel ended (:func:`stand_back`)."""
 
+REACHED_NICE = 19
+"""The nice of an agent process once a terminal cancel has killed its shell's running
+evaluation (:meth:`actors.eval_root.EvalRoot.make_terminal`'s ``after_kill``, on the thread
+that killed): what is left of its end -- the cancelled call recorded, its report -- runs behind
+the agents the cascade has not reached yet, which then get the cores at once. 100 agents busy
+in ``sleep`` cancelled on 2 cores (alternated runs, docs/benchmarks.md): the last reach 125 ->
+56 ms (102 ms at :data:`ENDING_NICE`), the fan-out 99 -> 28 ms, the settlement unchanged (288
+ms). The price: on a box saturated by agents still working at :data:`AGENT_NICE`, an end at 19
+gets ~1/20 of their share of a core, so a cancelled subtree settles later there."""
+
 
 def stand_back(nice: int = ENDING_NICE) -> None:
     """Lower every thread of this process to ``nice`` (never raises; a thread at a higher nice

@@ -23,7 +23,7 @@ import pytest
 
 from actors.agent_process import ProcessAgent
 from actors.fleet import Fleet, FleetConfig
-from actors.process import AGENT_NICE, ENDING_NICE, ChildProcess, stand_back
+from actors.process import AGENT_NICE, ENDING_NICE, REACHED_NICE, ChildProcess, stand_back
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
@@ -194,6 +194,13 @@ def test_a_cancelled_agent_s_busy_shell_is_killed_at_the_cancel_and_its_call_ans
     assert agent.wait(60), "s0 settled"
     # the instant of the kill reaches the spawn site with its end (the cascade's reach)
     assert agent.eval_stopped_at is not None and before <= agent.eval_stopped_at <= time.time()
+    # once its shell was killed it stood back: every thread at the reached nice (the reaper
+    # holds a settled process >= 0.1 s before telling it to exit; one already gone has none)
+    try:
+        nices = _thread_nices(agent.pid)
+    except FileNotFoundError:
+        nices = set()
+    assert nices <= {REACHED_NICE}
     events = [json.loads(x) for x in fleet.session.events("s0").read_text().splitlines()]
     (result,) = [e["message"] for e in events if e["kind"] == "tool_result"]
     assert result["is_error"] and result["content"] == "[error]\ncancelled: stop now"

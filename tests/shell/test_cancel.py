@@ -113,7 +113,7 @@ def test_a_terminal_cancel_answers_the_call_only_once_its_host_is_signalled(
     assert r.error_kind == "cancelled" and killed_or_gone(host.pid)
 
 
-def test_a_terminal_root_made_behind_kills_the_host_behind_the_living_and_stamps_the_kill(
+def test_a_terminal_root_made_behind_kills_the_host_behind_the_living_stamps_the_kill_then_calls_back(  # noqa: E501
     start_shell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # an agent process reaps its host after its end is reported: the host's reclaim may run
@@ -133,11 +133,16 @@ def test_a_terminal_root_made_behind_kills_the_host_behind_the_living_and_stamps
     future = shell.run("sleep 60")
     wait_for(lambda: root.busy)
     assert root.killed_at is None
-    root.make_terminal(behind=True)
+    after: list[tuple[bool, int]] = []
+    root.make_terminal(
+        behind=True,
+        after_kill=lambda: after.append((killed_or_gone(host.pid), threading.get_ident())),
+    )
     before = time.time()
     r = _cancel(future, lambda: root.cancel("parent ended"))
     assert r.error == "cancelled: parent ended" and behind == [host.pid]
     assert root.killed_at is not None and before <= root.killed_at <= time.time()
+    assert after == [(True, threading.get_ident())], "once, after the kill, on the killing thread"
 
 
 def test_a_terminal_root_kills_a_host_only_for_a_run_in_flight(start_shell) -> None:
