@@ -89,8 +89,8 @@ class EvalRoot:
         """Why ``host`` was killed by a terminal cancel (it runs no instruction more): the
         cause the cancel carried, which the root's own reason may not hold yet (the agent's
         re-sent interrupt can kill before the cascade trips the root); None if it was not."""
-        with self._lock:
-            return self._kill_reason if self._killed is host else None
+        # read on every turn of the pump's loop: no lock (the reason is set before the host)
+        return self._kill_reason if self._killed is host else None
 
     @property
     def cancelled(self) -> bool:
@@ -126,7 +126,8 @@ class EvalRoot:
             else:
                 host.kill()
             with self._lock:  # only now: the pump answers once the SIGKILL is sent
-                self._killed, self._kill_reason = host, reason
+                self._kill_reason = reason
+                self._killed = host
                 self.killed_at = time.time()
                 after = self._after_kill
         elif self._killing is not host:
