@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,24 +80,35 @@ def test_a_terminal_cancel_kills_a_host_spinning_in_c_at_once_cancelled_not_roll
     assert later.error_kind == "cancelled", "the cancel stays sticky"
 
 
+def _busy_in_sleep(
+    start_shell: Any, monkeypatch: pytest.MonkeyPatch, kill: str, before: Callable[[], Any]
+) -> tuple[Any, Any, Any]:
+    """A shell, its eval root and its host, whose ``kill`` method (``kill`` or ``kill_behind``)
+    first runs ``before``."""
+    ref = start_shell()
+    shell = ref.proxy()
+    root = shell.eval_root.get()  # the actor has started: its host is up
+    host = ref._actor_weakref()._host
+    method = getattr(host, kill)
+
+    def spied() -> None:
+        before()
+        method()
+
+    monkeypatch.setattr(host, kill, spied)
+    return shell, root, host
+
+
 def test_a_terminal_cancel_answers_the_call_only_once_its_host_is_signalled(
     start_shell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Two threads reach the run: the cascade (the root's cancel) and the agent's re-sent
     # interrupt. The one that kills holds the kill; the other only wakes the pump, which must
     # not answer `cancelled` while the host can still run.
-    ref = start_shell()
-    shell = ref.proxy()
-    root = shell.eval_root.get()
-    host = ref._actor_weakref()._host
     gate = threading.Event()
-    kill = host.kill
-
-    def held_kill() -> None:
-        gate.wait(HANG_GUARD)
-        kill()
-
-    monkeypatch.setattr(host, "kill", held_kill)
+    shell, root, host = _busy_in_sleep(
+        start_shell, monkeypatch, "kill", lambda: gate.wait(HANG_GUARD)
+    )
     future = shell.run("sleep 60")
     wait_for(lambda: root.busy)
     root.make_terminal()
@@ -118,18 +130,10 @@ def test_a_terminal_root_made_behind_kills_the_host_behind_the_living_stamps_the
 ) -> None:
     # an agent process reaps its host after its end is reported: the host's reclaim may run
     # at nice 19 (kill_behind); an in-process agent's close waits for the exit: plain kill
-    ref = start_shell()
-    shell = ref.proxy()
-    root = shell.eval_root.get()
-    host = ref._actor_weakref()._host
     behind: list[int] = []
-    kill_behind = host.kill_behind
-
-    def seen_behind() -> None:
-        behind.append(host.pid)
-        kill_behind()
-
-    monkeypatch.setattr(host, "kill_behind", seen_behind)
+    shell, root, host = _busy_in_sleep(
+        start_shell, monkeypatch, "kill_behind", lambda: behind.append(1)
+    )
     future = shell.run("sleep 60")
     wait_for(lambda: root.busy)
     assert root.killed_at is None
@@ -140,7 +144,7 @@ def test_a_terminal_root_made_behind_kills_the_host_behind_the_living_stamps_the
     )
     before = time.time()
     r = _cancel(future, lambda: root.cancel("parent ended"))
-    assert r.error == "cancelled: parent ended" and behind == [host.pid]
+    assert r.error == "cancelled: parent ended" and behind == [1]
     assert root.killed_at is not None and before <= root.killed_at <= time.time()
     assert after == [(True, threading.get_ident())], "once, after the kill, on the killing thread"
 
