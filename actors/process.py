@@ -535,16 +535,18 @@ gets ~1/20 of their share of a core, so a cancelled subtree settles later there.
 
 def stand_back(nice: int = ENDING_NICE) -> None:
     """Lower every thread of this process to ``nice`` (never raises; a thread at a higher nice
-    keeps it). Called by an agent process whose drive loop a cancel ended: what is left of
-    its end (its shell's kill, its report, the reap) then runs behind the cascade's reach into
+    keeps it). Called by an agent process whose busy shell a terminal cancel killed (at
+    :data:`REACHED_NICE`, on the killing thread), and by one whose drive loop a cancel ended
+    (at :data:`ENDING_NICE`, which changes nothing after the first): what is left of its end
+    (the cancelled call recorded, its report, the reap) then runs behind the cascade's reach into
     the agents and shells it has not reached yet, instead of beside it. In the 100-agent
     cascade (medians of alternated runs, docs/benchmarks.md) the last reach fell from 156 to
     116 ms on 2 cores and from 282 to 207 ms on one; the price is a later settlement, the
     ends' reports arriving together once the reach is done (267 -> 287 ms on 2 cores, 409 ->
-    458 ms on one). Nice 10, not 19 (110 ms): a cancelled agent's settlement waits for this
-    end, and on a saturated box nice 19 gets ~1/20 of a nice-5 agent's share of a core, nice
-    10 ~1/3. Only ever done by a process about to end: an unprivileged process cannot raise
-    its priority back."""
+    458 ms on one). Nice 10 by default, not 19 (110 ms): a cancelled agent's settlement waits
+    for this end, and on a saturated box nice 19 gets ~1/20 of a nice-5 agent's share of a
+    core, nice 10 ~1/3. Only ever done by a process about to end: an unprivileged process
+    cannot raise its priority back."""
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except (OSError, ValueError):
