@@ -12,7 +12,8 @@ Invariants:
   so its cancelled answer (the interpreter's unwind, the boundary snapshot, the checkpoint of
   it) is work nobody reads. The shell actor's pump sees :meth:`EvalRoot.killed` and answers
   the call as cancelled without waiting for the host's exit (which includes the kernel's
-  reclaim of its memory, behind the living at :data:`actors.process.DYING_NICE`).
+  reclaim of its memory: for an agent process's host, behind the living at
+  :data:`actors.process.DYING_NICE`).
 """
 
 from __future__ import annotations
