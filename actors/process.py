@@ -522,15 +522,17 @@ def yield_to_control() -> None:
 ENDING_NICE = 10
 """The nice of an agent process whose drive loop a cancel ended (:func:`stand_back`)."""
 
-REACHED_NICE = 19
+REACHED_NICE = 15
 """The nice of an agent process once a terminal cancel has killed its shell's running
 evaluation (:meth:`actors.eval_root.EvalRoot.make_terminal`'s ``after_kill``, on the thread
 that killed): what is left of its end -- the cancelled call recorded, its report -- runs behind
-the agents the cascade has not reached yet, which then get the cores at once. 100 agents busy
-in ``sleep`` cancelled on 2 cores (alternated runs, docs/benchmarks.md): the last reach 125 ->
-56 ms (102 ms at :data:`ENDING_NICE`), the fan-out 99 -> 28 ms, the settlement unchanged (288
-ms). The price: on a box saturated by agents still working at :data:`AGENT_NICE`, an end at 19
-gets ~1/20 of their share of a core, so a cancelled subtree settles later there."""
+the agents the cascade has not reached yet, which then get the cores at once. Measured on 2
+cores, alternated (docs/benchmarks.md): 100 agents busy in ``sleep``, all cancelled, the last
+reach (median of runs) 90-102 ms at 10 (:data:`ENDING_NICE`; one run 146), 54 at 15, 56-62
+at 19, the settlement 267-287 ms whichever; 10 sleepers cancelled while 20 other agents keep
+both cores busy at :data:`AGENT_NICE`, settled in 136-180 ms at 10, 257-352 at 15 and
+1,170-1,538 at 19 (an end at 19 gets ~1/20 of a working agent's share of a core, at 15 ~1/9).
+15 keeps the reach of 19 and gives back most of what 19 cost a busy box's settlement."""
 
 
 def stand_back(nice: int = ENDING_NICE) -> None:
