@@ -364,14 +364,8 @@ class ShellActor(QuotaActor):
         self._epoch += 1
         epoch = self._epoch
         self._workers.begin_run()
-        if self.eval_root.cancelled:
-            result = CallResult(
-                value="",
-                error=f"cancelled: {self.eval_root.reason or 'cancelled'}",
-                error_kind="cancelled",
-                compiled=False,
-                epoch=epoch,
-            )
+        if self.eval_root.cancelled:  # refused before it ran: nothing compiled
+            result = _cancelled(self.eval_root.reason, epoch, compiled=False)
         else:
             result = self._run_on_host(script, epoch)
         reaps = self._workers.sweep(epoch)
@@ -450,12 +444,10 @@ class ShellActor(QuotaActor):
         """The call a terminal cancel reached (:meth:`EvalRoot.make_terminal`): cancelled, as
         the host would have answered, its host killed rather than rolled back (its agent is
         ending). What the call bound before the kill is not committed, as in a rollback."""
-        return CallResult(
-            value="",
-            error=f"cancelled: {self.eval_root.killed(host) or 'cancelled'}",  # as a run refused
-            error_kind="cancelled",
+        return _cancelled(
+            self.eval_root.killed(host),
+            epoch,
             compiled=True,
-            epoch=epoch,
             host_pid=host.pid,
             host_started_at=host.started_at,
         )
@@ -819,6 +811,19 @@ def run_call(shell: Any, script: str, watch: CancelScope | None = None) -> pykka
             return _Answered(result)
     answer: pykka.Future[CallResult] = shell.run(script)
     return answer
+
+
+def _cancelled(reason: str | None, epoch: int, *, compiled: bool, **host: Any) -> CallResult:
+    """A call the eval root's cancel stopped without the host's answer: refused before it ran,
+    or its host killed by a terminal cancel (``host``: that host's pid and start time)."""
+    return CallResult(
+        value="",
+        error=f"cancelled: {reason or 'cancelled'}",
+        error_kind="cancelled",
+        compiled=compiled,
+        epoch=epoch,
+        **host,
+    )
 
 
 def _no_actor() -> None:
