@@ -75,6 +75,7 @@ from actors.process import (
     ChildProcess,
     become_group_leader,
     die_with_parent,
+    stand_aside,
     stand_back,
     use_fork_server,
     yield_to_control,
@@ -416,6 +417,8 @@ class AgentProcess:
                 )
                 self.flush()
                 self.channel.try_send(Ended(self.name, pickle.dumps(report)))
+                if self.node == "local":  # a Ray worker's threads are Ray's, not ours to demote
+                    stand_aside()  # the rest is housekeeping: behind every end still to come
                 if dying is not None:  # killed behind the living: reaped after the report
                     dying.reap(grace=SHELL_STOP_TIMEOUT)
                 _stop_shell_actor(agent)
@@ -646,7 +649,7 @@ def _end_shell(agent: Agent) -> tuple[int | None, bool, ChildProcess | None]:
     one ``Born`` named), whether the shell was stopped, and its host if it is left to reap
     once ``Ended`` is sent. An idle shell actor (an ended agent's) is closed on this thread
     and its host killed behind the living (:meth:`ShellActor.end_here`: SIGKILLed, its
-    memory's reclaim at nice 19; the 100-agent cascade settled in 281 ms against 318 when
+    memory's reclaim in the idle class; the 100-agent cascade settled in 281 ms against 318 when
     each end waited for that reclaim, docs/benchmarks.md; pykka's
     ``ActorRef._actor_weakref`` reaches the actor, as :func:`actors.shell.run_call` does):
     no hand-off to the actor thread and back; the actor itself is stopped after ``Ended``

@@ -12,8 +12,8 @@ Invariants:
   so its cancelled answer (the interpreter's unwind, the boundary snapshot, the checkpoint of
   it) is work nobody reads. The shell actor's pump sees :meth:`EvalRoot.killed` and answers
   the call as cancelled without waiting for the host's exit (which includes the kernel's
-  reclaim of its memory: for an agent process's host, behind the living at
-  :data:`actors.process.DYING_NICE`).
+  reclaim of its memory: for an agent process's host, behind the living, its main thread in
+  the idle class, :func:`actors.process.to_idle_class`).
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ class EvalRoot:
         agent that is ending is made terminal.
 
         ``behind``: the host is killed behind the living (:meth:`ChildProcess.kill_behind`,
-        its reclaim at nice 19), for an owner that reaps it once its end is reported (an agent
+        its reclaim in the idle class), for an owner that reaps it once its end is reported (an agent
         process). Without it the host exits at its own nice: an in-process agent's end closes
-        its shell and waits for that exit, which at nice 19 on a busy box took seconds.
+        its shell and waits for that exit, which behind the living on a busy box took seconds.
         ``after_kill``: called on the thread that killed, once the SIGKILL is sent (an agent
         process stands back there: not before, which demoted a kill in progress)."""
         with self._lock:

@@ -64,7 +64,8 @@ module), so ``tests/agent_host/test_spawn_path.py`` checks what a child inherits
 
 
 DYING_NICE = 19
-"""The nice of a child killed behind the living (:meth:`ChildProcess.kill_behind`)."""
+"""The nice of a thread sent to the idle class (:func:`to_idle_class`) where the platform has
+no ``SCHED_IDLE``."""
 
 _ctx_lock = threading.Lock()
 _ctx: BaseContext | None = None
@@ -295,7 +296,7 @@ class ChildProcess:
         reused); its group and its programs still are: they may outlive it."""
         if self._signalled:
             return
-        self._kill(self.proc.exitcode is not None)
+        self._kill(self._wait_exit(0) is not None)
 
     def _kill(self, exited: bool) -> None:
         if not exited:
@@ -320,22 +321,23 @@ class ChildProcess:
         self._signalled = True
 
     def kill_behind(self) -> None:
-        """:meth:`kill` the child after moving its main thread to :data:`DYING_NICE`. A
-        SIGKILLed process runs no instruction of its own again, but the kernel's reclaim of
-        its memory runs in its name and at its priority: for a shell host, unmapping what it
-        inherited from the fork server, 0.7-0.8 ms of CPU each (perf, 100-agent cascade),
-        which at the agents' nice took its share of the cores from the agents still ending.
-        The main thread is the one that usually unmaps the memory (the last to leave it);
-        demoting every thread made the fork server's reap wait on the ``/proc`` entries that a
-        demoted thread was freeing as it left (its ``wait4``, 16 -> 129 ms of CPU a cascade).
-        Reap it afterwards (:meth:`reap`); the nice only defers, never starves it (nice 19
-        still gets ~1.5 % of a core against a nice-0 hog)."""
+        """:meth:`kill` the child after moving its main thread to the idle class
+        (:func:`to_idle_class`). A SIGKILLed process runs no instruction of its own again,
+        but the kernel's reclaim of its memory runs in its name and at its priority: for a
+        shell host, unmapping what it inherited from the fork server, 0.7-0.8 ms of CPU each
+        (perf, 100-agent cascade), which at the agents' nice took its share of the cores from
+        the agents still ending. At nice 19 it still took ~30 % of a core against an ending
+        agent at :data:`REACHED_NICE` (weights 15 against 36): 55-82 ms of reclaim inside the
+        cascade's window. The main thread is the one that usually unmaps the memory (the last
+        to leave it); demoting every thread made the fork server's reap wait on the ``/proc``
+        entries that a demoted thread was freeing as it left (its ``wait4``, 16 -> 129 ms of
+        CPU a cascade). Reap it afterwards (:meth:`reap`); the idle class only defers, never
+        starves it (its weight is 3 against a nice-0 thread's 1,024)."""
         if self._signalled:
             return
-        exited = self.proc.exitcode is not None
+        exited = self._wait_exit(0) is not None  # not ``exitcode``: a selector built per call
         if not exited:
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, self.pid, DYING_NICE)
+            to_idle_class(self.pid)
         self._kill(exited)
 
     def reap(self, grace: float = 2.0) -> int | None:
@@ -557,6 +559,35 @@ def stand_back(nice: int = ENDING_NICE) -> None:
         with contextlib.suppress(OSError):
             if os.getpriority(os.PRIO_PROCESS, tid) < nice:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
+
+
+def to_idle_class(tid: int = 0) -> None:
+    """Move thread ``tid`` (0: the calling one) to ``SCHED_IDLE``, the class that runs when no
+    other thread wants the core; where the platform has none, to :data:`DYING_NICE`. Never
+    raises (a thread gone is left alone). One way: an unprivileged thread cannot leave the
+    idle class again, so only what is killed or done (:func:`stand_aside`) is moved."""
+    with contextlib.suppress(OSError):
+        if hasattr(os, "SCHED_IDLE"):
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+        else:
+            os.setpriority(os.PRIO_PROCESS, tid, DYING_NICE)
+
+
+def stand_aside() -> None:
+    """Move every thread of this process to the idle class (:func:`to_idle_class`). Called by
+    an agent process once its end is reported (``Ended``): what is left of it -- its killed
+    shell reaped, its threads stopped, the wait to be told to exit, its exit -- is no one's
+    wait, so it runs when the cores have nothing else to do, not beside the agents still
+    ending and the control process settling them. 100 agents busy in ``sleep``, all
+    cancelled, 2 cores, alternated in one sitting (docs/benchmarks.md): settled in 200-263 ms
+    (median 209) with this and the killed shells in the idle class, against 264-289 ms
+    (median 279) with neither."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except (OSError, ValueError):
+        tids = [0]
+    for tid in tids:
+        to_idle_class(tid)
 
 
 _inherited_memory_limit: tuple[int, int] | None = None

@@ -24,7 +24,7 @@ every agent, shell and worker process inherits the pinning):
   (user + system) per agent over that span; also the fan-out alone (the N ``registry.cancel``
   calls going out, wall and the cancelling thread's CPU) and the control CPU over the cascade
   by kind of thread; and when every sleeper's shell host was gone (an agent process SIGKILLs
-  its shell at its end, and the kernel reclaims it at nice 19 behind the ends in flight);
+  its shell at its end, and the kernel reclaims it in the idle class behind the ends in flight);
 - PSS per agent (agent process + its shell, psutil's full memory info) with N agents live,
   read on the first 10.
 
@@ -292,7 +292,7 @@ def one(
             cascade_cpu = sum(me.cpu_times()[:2]) - cascade_cpu0
             threads = _thread_cpu()
             # then every shell host gone: an agent process SIGKILLs its shell at its end and the
-            # kernel reclaims it at nice 19, behind the ends still in flight
+            # kernel reclaims it in the idle class, behind the ends still in flight
             _wait(_all_gone(shells), 300, "shells gone")
             gone = time.perf_counter() - t
             reach = sorted(_eval_stopped_at(fleet.hosted[x]) - wall0 for x in names)

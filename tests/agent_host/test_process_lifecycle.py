@@ -23,7 +23,14 @@ import pytest
 
 from actors.agent_process import ProcessAgent
 from actors.fleet import Fleet, FleetConfig
-from actors.process import AGENT_NICE, ENDING_NICE, REACHED_NICE, ChildProcess, stand_back
+from actors.process import (
+    AGENT_NICE,
+    ENDING_NICE,
+    REACHED_NICE,
+    ChildProcess,
+    stand_aside,
+    stand_back,
+)
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
@@ -116,6 +123,21 @@ def _nices_of_threads_left(pid: int) -> set[int]:
     return nices
 
 
+def _policies_of_threads_left(pid: int) -> set[int]:
+    """The scheduling policy of each thread of an ending process (one gone is left out)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return set()
+    policies: set[int] = set()
+    for tid in tids:
+        try:
+            policies.add(os.sched_getscheduler(int(tid)))
+        except ProcessLookupError:
+            pass
+    return policies
+
+
 def test_every_thread_of_an_agent_process_and_of_its_shell_runs_at_the_agent_nice_below_the_control(
     process_fleet: Callable[[str], Fleet],
 ) -> None:
@@ -166,6 +188,39 @@ def test_standing_back_lowers_every_thread_to_the_ending_nice_and_none_above_it(
         before, nices = json.loads(child.data.conn.recv_bytes())
         low = max(before, ENDING_NICE)
         assert nices == [low, low, max(before, 15)]
+    finally:
+        child.reap(grace=HANG_GUARD)
+
+
+def _stand_aside_and_tell(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
+    """A child with one more thread that stands aside and sends the policy of each of its
+    threads (its own first), before and after."""
+    done = threading.Event()
+    ready = threading.Barrier(2)
+
+    def wait() -> None:
+        ready.wait()
+        done.wait()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    ready.wait()
+    tids = [threading.get_native_id(), thread.native_id or 0]
+    before = [os.sched_getscheduler(t) for t in tids]
+    stand_aside()
+    after = [os.sched_getscheduler(t) for t in tids]
+    data.send_bytes(json.dumps([before, after]).encode())
+    done.set()
+    thread.join()
+
+
+def test_standing_aside_moves_every_thread_from_the_normal_class_to_the_idle_class() -> None:
+    child = ChildProcess(_stand_aside_and_tell, name="stand-aside")
+    try:
+        assert child.data.conn.poll(HANG_GUARD)
+        before, after = json.loads(child.data.conn.recv_bytes())
+        assert before == [os.SCHED_OTHER, os.SCHED_OTHER]
+        assert after == [os.SCHED_IDLE, os.SCHED_IDLE]
     finally:
         child.reap(grace=HANG_GUARD)
 
@@ -221,6 +276,35 @@ def test_a_cancelled_agent_s_busy_shell_is_killed_at_the_cancel_and_its_call_ans
     assert [r for r in kept if r["kind"] == "Rollback"] == []
 
 
+def test_an_agent_process_whose_end_is_reported_runs_what_is_left_of_it_in_the_idle_class(
+    process_fleet: Callable[[str], Fleet], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # its shell's reap, its threads' stop, the wait to be told to exit and its exit are no
+    # one's wait: they run when the cores have nothing else to do. The settled process is
+    # held here (not handed to the reaper, which would tell it to exit) while it is read.
+    held: list[tuple[ProcessAgent, Any]] = []
+    release = ProcessAgent.release
+    monkeypatch.setattr(ProcessAgent, "release", lambda agent, reaper: held.append((agent, reaper)))
+    fleet = process_fleet(_children(2, "sleep 30; reply 1"))
+    wait_for(lambda: _busy(fleet, "s0") and _busy(fleet, "s1"), 60, "both busy in their sleep")
+    agent, other = fleet.hosted["s0"], fleet.hosted["s1"]
+    assert isinstance(agent, ProcessAgent) and isinstance(other, ProcessAgent)
+    assert _policies_of_threads_left(agent.pid) == {os.SCHED_OTHER}
+    try:
+        fleet.registry.cancel("s0", "stop now")
+        assert agent.wait(60), "s0 settled"
+        # stood aside right after sending its end, which the settlement may overtake
+        wait_for(
+            lambda: _policies_of_threads_left(agent.pid) == {os.SCHED_IDLE},
+            30,
+            "s0 in the idle class",
+        )
+        assert _policies_of_threads_left(other.pid) == {os.SCHED_OTHER}, "s1 still busy"
+    finally:
+        for ended, reaper in held:  # the reaper collects them, as the fleet's close waits for
+            release(ended, reaper)
+
+
 def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its_process_reaped_after(  # noqa: E501
     process_fleet: Callable[[str], Fleet],
 ) -> None:
@@ -231,7 +315,7 @@ def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its
     assert shell is not None
     assert agent.wait(60), "s0 settled"
     # the settlement ran after the agent process had stopped its own shell: SIGKILLed (it
-    # runs no instruction more), its reclaim at nice 19 left to the agent process to reap
+    # runs no instruction more), its reclaim in the idle class left to the agent process to reap
     assert agent.shell_stopped
     assert killed_or_gone(shell)
     records = _journal(fleet, "s0")

@@ -129,7 +129,7 @@ def test_a_terminal_root_made_behind_kills_the_host_behind_the_living_stamps_the
     start_shell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # an agent process reaps its host after its end is reported: the host's reclaim may run
-    # at nice 19 (kill_behind); an in-process agent's close waits for the exit: plain kill
+    # in the idle class (kill_behind); an in-process agent's close waits for the exit: plain kill
     behind: list[int] = []
     shell, root, host = _busy_in_sleep(
         start_shell, monkeypatch, "kill_behind", lambda: behind.append(1)

@@ -16,7 +16,7 @@ import pykka
 import pytest
 
 from actors.call_result import ShellClosed
-from actors.process import DYING_NICE, ChildProcess
+from actors.process import ChildProcess
 from actors.process_identity import create_time, start_ticks
 from actors.shell import ShellActor, run_call
 from actors.shell_host import host_main
@@ -177,23 +177,24 @@ def test_an_idle_shell_ended_on_the_calling_thread_has_its_host_sigkilled_and_le
     _closed_and_stopped(ref, shell)
 
 
-def test_a_child_killed_behind_the_living_has_its_main_thread_at_the_dying_nice_first(
+def test_a_child_killed_behind_the_living_has_its_main_thread_in_the_idle_class_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     child = ChildProcess(_hang, name="hang")
     seen: list[int] = []
     kill = child._kill
 
-    def kill_seeing_the_nice(exited: bool) -> None:  # the nice the child is signalled at
+    def kill_seeing_the_policy(exited: bool) -> None:  # the class the child is signalled in
         if not seen:  # the first kill (the reap kills again, what the child left)
-            seen.append(os.getpriority(os.PRIO_PROCESS, child.pid))
+            seen.append(os.sched_getscheduler(child.pid))
         kill(exited)
 
-    monkeypatch.setattr(child, "_kill", kill_seeing_the_nice)
+    monkeypatch.setattr(child, "_kill", kill_seeing_the_policy)
     assert not killed_or_gone(child.pid)
+    assert os.sched_getscheduler(child.pid) == os.SCHED_OTHER
     child.kill_behind()
     assert killed_or_gone(child.pid)
-    assert seen == [DYING_NICE]
+    assert seen == [os.SCHED_IDLE]
     assert child.reap(grace=HANG_GUARD) == -signal.SIGKILL
 
 
