@@ -70,9 +70,10 @@ class EvalRoot:
         agent that is ending is made terminal.
 
         ``behind``: the host is killed behind the living (:meth:`ChildProcess.kill_behind`,
-        its reclaim in the idle class), for an owner that reaps it once its end is reported (an agent
-        process). Without it the host exits at its own nice: an in-process agent's end closes
-        its shell and waits for that exit, which behind the living on a busy box took seconds.
+        its reclaim in the idle class), for an owner that reaps it once its end is reported
+        (an agent process). Without it the host exits at its own nice: an in-process agent's
+        end closes its shell and waits for that exit, which behind the living on a busy box
+        took seconds.
         ``after_kill``: called on the thread that killed, once the SIGKILL is sent (an agent
         process stands back there: not before, which demoted a kill in progress)."""
         with self._lock:

@@ -550,7 +550,14 @@ def stand_back(nice: int = ENDING_NICE) -> None:
     458 ms on one). Nice 10 by default, not 19 (110 ms): a cancelled agent's settlement waits
     for this end, and on a saturated box nice 19 gets ~1/20 of a nice-5 agent's share of a
     core, nice 10 ~1/3. Only ever done by a process about to end: an unprivileged process
-    cannot raise its priority back."""
+    cannot raise its priority back. A call at a nice no higher than an earlier call's does
+    nothing, not even read ``/proc``: every thread is there already, and a thread started since
+    inherited its starter's nice (an agent whose busy shell was killed stood back at
+    :data:`REACHED_NICE`, then again at :data:`ENDING_NICE` when its drive loop returned)."""
+    global _stood_back_at
+    if _stood_back_at is not None and nice <= _stood_back_at:
+        return
+    _stood_back_at = nice
     try:
         tids = [int(t) for t in os.listdir("/proc/self/task")]
     except (OSError, ValueError):
@@ -559,6 +566,10 @@ def stand_back(nice: int = ENDING_NICE) -> None:
         with contextlib.suppress(OSError):
             if os.getpriority(os.PRIO_PROCESS, tid) < nice:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
+
+
+_stood_back_at: int | None = None
+"""The nice of this process's last :func:`stand_back` (None: it never stood back)."""
 
 
 def to_idle_class(tid: int = 0) -> None:

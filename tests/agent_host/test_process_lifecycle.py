@@ -192,6 +192,40 @@ def test_standing_back_lowers_every_thread_to_the_ending_nice_and_none_above_it(
         child.reap(grace=HANG_GUARD)
 
 
+def _stand_back_twice_and_tell(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
+    """A child that stands back at 15, then at the ending nice (below it), then at 17, and
+    sends how many times each call read its threads from ``/proc`` and its nice after each."""
+    import actors.process as process
+
+    reads: list[int] = []
+    listdir = os.listdir
+
+    def counted(path: str) -> list[str]:
+        if path == "/proc/self/task":
+            reads[-1] += 1
+        return listdir(path)
+
+    process.os.listdir = counted  # type: ignore[assignment]  # this child only
+    out = []
+    for nice in (15, ENDING_NICE, 17):
+        reads.append(0)
+        stand_back(nice)
+        out.append([reads[-1], os.getpriority(os.PRIO_PROCESS, 0)])
+    data.send_bytes(json.dumps(out).encode())
+
+
+def test_standing_back_again_at_a_nice_no_higher_than_before_reads_nothing() -> None:
+    child = ChildProcess(_stand_back_twice_and_tell, name="stand-back-twice")
+    try:
+        assert child.data.conn.poll(HANG_GUARD)
+        first, again, lower = json.loads(child.data.conn.recv_bytes())
+        assert first == [1, 15]
+        assert again == [0, 15]  # ENDING_NICE (10) is below 15: nothing to do
+        assert lower == [1, 17]
+    finally:
+        child.reap(grace=HANG_GUARD)
+
+
 def _stand_aside_and_tell(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
     """A child with one more thread that stands aside and sends the policy of each of its
     threads (its own first), before and after."""
