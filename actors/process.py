@@ -327,7 +327,7 @@ class ChildProcess:
         shell host, unmapping what it inherited from the fork server, 0.7-0.8 ms of CPU each
         (perf, 100-agent cascade), which at the agents' nice took its share of the cores from
         the agents still ending. At nice 19 it still took ~30 % of a core against an ending
-        agent at :data:`REACHED_NICE` (weights 15 against 36): 55-82 ms of reclaim inside the
+        agent at nice 15 (weights 15 against 36): 55-82 ms of reclaim inside the
         cascade's window. The main thread is the one that usually unmaps the memory (the last
         to leave it); demoting every thread made the fork server's reap wait on the ``/proc``
         entries that a demoted thread was freeing as it left (its ``wait4``, 16 -> 129 ms of
@@ -524,7 +524,7 @@ def yield_to_control() -> None:
 ENDING_NICE = 10
 """The nice of an agent process whose drive loop a cancel ended (:func:`stand_back`)."""
 
-REACHED_NICE = 15
+REACHED_NICE = 12
 """The nice of an agent process once a terminal cancel has killed its shell's running
 evaluation (:meth:`actors.eval_root.EvalRoot.make_terminal`'s ``after_kill``, on the thread
 that killed): what is left of its end -- the cancelled call recorded, its report -- runs behind
@@ -534,7 +534,12 @@ reach (median of runs) 90-102 ms at 10 (:data:`ENDING_NICE`; one run 146), 54 at
 at 19, the settlement 267-287 ms whichever; 10 sleepers cancelled while 20 other agents keep
 both cores busy at :data:`AGENT_NICE`, settled in 136-180 ms at 10, 257-352 at 15 and
 1,170-1,538 at 19 (an end at 19 gets ~1/20 of a working agent's share of a core, at 15 ~1/9).
-15 keeps the reach of 19 and gives back most of what 19 cost a busy box's settlement."""
+15 kept the reach of 19 and gave back most of what 19 cost a busy box's settlement. Once what
+is left after ``Ended`` moved to the idle class (:func:`stand_aside`) the idle-class work
+summed over a hundred dying processes took its share from ends at 15 (weight 36 each against 3
+each): at 12, alternated in one sitting, the partial cancel settled in 112-184 ms against
+289-340 at 15, the 100-agent cascade in 171-234 (median 208) against 195-226 (201), its last
+reach 48-79 ms against 48-80."""
 
 
 def stand_back(nice: int = ENDING_NICE) -> None:
