@@ -173,11 +173,14 @@ def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled
             os.kill(pid, signal.SIGSTOP)
         proc.send_signal(signal.SIGKILL)
         proc.wait(HANG_GUARD)
-        wait_for(
-            lambda: not [p for p in watched.values() if _alive(p)],
-            timeout=3 * HANG_GUARD,  # ten processes woken by SIGKILL on a loaded box
-            what="every host, shell and worker of the killed control process to end",
-        )
+        try:
+            wait_for(
+                lambda: not [p for p in watched.values() if _alive(p)],
+                timeout=3 * HANG_GUARD,  # ten processes woken by SIGKILL on a loaded box
+                what="every host, shell and worker of the killed control process to end",
+            )
+        except AssertionError as e:  # say which outlived it (it failed once, passed on rerun)
+            raise AssertionError(f"{e}; still alive: {_described(watched, pids)}") from None
     finally:
         proc.kill()
         proc.wait(10)
@@ -186,6 +189,22 @@ def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled
         for p in watched.values():  # survivors of a failed run are no longer our children
             with contextlib.suppress(psutil.Error):
                 p.kill()
+
+
+def _described(watched: dict[int, psutil.Process], stopped: list[int]) -> list[str]:
+    """Each process still alive: pid, name, state, parent, and whether it was SIGSTOPped."""
+    out = []
+    for pid, p in watched.items():
+        if not _alive(p):
+            continue
+        try:
+            out.append(
+                f"{pid} {p.name()} {p.status()} ppid={p.ppid()}"
+                f"{' (stopped here)' if pid in stopped else ''}"
+            )
+        except psutil.Error:
+            out.append(f"{pid} (gone while read)")
+    return out
 
 
 def _at_least(tree: list[psutil.Process], n: int) -> list[psutil.Process] | None:
