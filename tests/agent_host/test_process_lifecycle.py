@@ -107,35 +107,28 @@ def _thread_nices(pid: int) -> set[int]:
     return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
 
 
-def _nices_of_threads_left(pid: int) -> set[int]:
-    """:func:`_thread_nices` of a process that is ending: a thread (or the process) gone
+def _of_threads_left(pid: int, read: Callable[[int], int]) -> set[int]:
+    """``read`` of each thread of a process that is ending: a thread (or the process) gone
     between the listing and the read is left out."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
         return set()
-    nices: set[int] = set()
+    out: set[int] = set()
     for tid in tids:
         try:
-            nices.add(os.getpriority(os.PRIO_PROCESS, int(tid)))
+            out.add(read(int(tid)))
         except ProcessLookupError:
             pass
-    return nices
+    return out
+
+
+def _nices_of_threads_left(pid: int) -> set[int]:
+    return _of_threads_left(pid, lambda tid: os.getpriority(os.PRIO_PROCESS, tid))
 
 
 def _policies_of_threads_left(pid: int) -> set[int]:
-    """The scheduling policy of each thread of an ending process (one gone is left out)."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return set()
-    policies: set[int] = set()
-    for tid in tids:
-        try:
-            policies.add(os.sched_getscheduler(int(tid)))
-        except ProcessLookupError:
-            pass
-    return policies
+    return _of_threads_left(pid, os.sched_getscheduler)
 
 
 def test_every_thread_of_an_agent_process_and_of_its_shell_runs_at_the_agent_nice_below_the_control(
@@ -181,15 +174,20 @@ def _stand_back_and_tell(data: Connection, ctl: Connection, memory_bytes: int | 
         t.join()
 
 
-def test_standing_back_lowers_every_thread_to_the_ending_nice_and_none_above_it() -> None:
-    child = ChildProcess(_stand_back_and_tell, name="stand-back")
+def _child_tells(target: Callable[[Connection, Connection, int | None], None], name: str) -> Any:
+    """Run ``target`` in a child process, reap it, and return the JSON it sent."""
+    child = ChildProcess(target, name=name)
     try:
         assert child.data.conn.poll(HANG_GUARD)
-        before, nices = json.loads(child.data.conn.recv_bytes())
-        low = max(before, ENDING_NICE)
-        assert nices == [low, low, max(before, 15)]
+        return json.loads(child.data.conn.recv_bytes())
     finally:
         child.reap(grace=HANG_GUARD)
+
+
+def test_standing_back_lowers_every_thread_to_the_ending_nice_and_none_above_it() -> None:
+    before, nices = _child_tells(_stand_back_and_tell, "stand-back")
+    low = max(before, ENDING_NICE)
+    assert nices == [low, low, max(before, 15)]
 
 
 def _stand_back_twice_and_tell(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
@@ -215,15 +213,10 @@ def _stand_back_twice_and_tell(data: Connection, ctl: Connection, memory_bytes: 
 
 
 def test_standing_back_again_at_a_nice_no_higher_than_before_reads_nothing() -> None:
-    child = ChildProcess(_stand_back_twice_and_tell, name="stand-back-twice")
-    try:
-        assert child.data.conn.poll(HANG_GUARD)
-        first, again, lower = json.loads(child.data.conn.recv_bytes())
-        assert first == [1, 15]
-        assert again == [0, 15]  # ENDING_NICE (10) is below 15: nothing to do
-        assert lower == [1, 17]
-    finally:
-        child.reap(grace=HANG_GUARD)
+    first, again, lower = _child_tells(_stand_back_twice_and_tell, "stand-back-twice")
+    assert first == [1, 15]
+    assert again == [0, 15]  # ENDING_NICE (10) is below 15: nothing to do
+    assert lower == [1, 17]
 
 
 def _stand_aside_and_tell(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
@@ -249,14 +242,9 @@ def _stand_aside_and_tell(data: Connection, ctl: Connection, memory_bytes: int |
 
 
 def test_standing_aside_moves_every_thread_from_the_normal_class_to_the_idle_class() -> None:
-    child = ChildProcess(_stand_aside_and_tell, name="stand-aside")
-    try:
-        assert child.data.conn.poll(HANG_GUARD)
-        before, after = json.loads(child.data.conn.recv_bytes())
-        assert before == [os.SCHED_OTHER, os.SCHED_OTHER]
-        assert after == [os.SCHED_IDLE, os.SCHED_IDLE]
-    finally:
-        child.reap(grace=HANG_GUARD)
+    before, after = _child_tells(_stand_aside_and_tell, "stand-aside")
+    assert before == [os.SCHED_OTHER, os.SCHED_OTHER]
+    assert after == [os.SCHED_IDLE, os.SCHED_IDLE]
 
 
 def test_after_a_cascade_every_slot_is_settled_cancelled_behind_a_destroyed_receipt_and_every_process_is_reaped(  # noqa: E501
