@@ -43,6 +43,7 @@ from typing import Any
 import psutil
 
 from actors.channel import AgentChannel
+from actors.priority import yield_to_control
 from actors.process import (
     become_group_leader,
     die_with_parent,
@@ -50,7 +51,6 @@ from actors.process import (
     process_context,
     start_process,
     use_fork_server,
-    yield_to_control,
 )
 from actors.shell import ShellActor
 from runtime.errors import ExarchError, InboxFull

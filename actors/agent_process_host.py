@@ -70,15 +70,17 @@ from actors.agent_site import (
 )
 from actors.channel import AgentChannel
 from actors.host_start import HostStart
-from actors.process import (
+from actors.priority import (
     REACHED_NICE,
+    stand_aside,
+    stand_back,
+    yield_to_control,
+)
+from actors.process import (
     ChildProcess,
     become_group_leader,
     die_with_parent,
-    stand_aside,
-    stand_back,
     use_fork_server,
-    yield_to_control,
 )
 from actors.shell import ShellActor
 from runtime.cancel import CancelScope

@@ -13,7 +13,7 @@ Invariants:
   it) is work nobody reads. The shell actor's pump sees :meth:`EvalRoot.killed` and answers
   the call as cancelled without waiting for the host's exit (which includes the kernel's
   reclaim of its memory: for an agent process's host, behind the living, its main thread in
-  the idle class, :func:`actors.process.to_idle_class`).
+  the idle class, :func:`actors.priority.to_idle_class`).
 """
 
 from __future__ import annotations

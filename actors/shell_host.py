@@ -36,13 +36,13 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from actors.frames import Channel, ChannelClosed, Frame
+from actors.priority import yield_to_control
 from actors.process import (
     CancelListener,
     become_group_leader,
     die_with_parent,
     limit_memory,
     report_programs,
-    yield_to_control,
 )
 from runtime.cancel import POLL_INTERVAL, Cancelled
 from runtime.ral.values import render

@@ -32,6 +32,7 @@ from typing import Any
 
 from actors.frames import Channel, ChannelClosed
 from actors.mailbox import QuotaActor
+from actors.priority import yield_to_control
 from actors.process import (
     CancelListener,
     ChildProcess,
@@ -39,7 +40,6 @@ from actors.process import (
     die_with_parent,
     limit_memory,
     report_programs,
-    yield_to_control,
 )
 from actors.shell_host import error_fields, frame_error_text
 from runtime.cancel import POLL_INTERVAL

@@ -101,7 +101,7 @@ class GateFile(Provider):
 GATE_POLL = 0.02
 """Seconds between an agent's looks at the gate: at 2 ms, 200 agents waiting on one core
 (``--agents 200``, pinned) woke 100,000 times a second, which starved the agents still booting
-(at nice 5, :data:`actors.process.AGENT_NICE`, like the waiting ones) for minutes; at 20 ms the
+(at nice 5, :data:`actors.priority.AGENT_NICE`, like the waiting ones) for minutes; at 20 ms the
 start is at most 20 ms late on a wall of 1-13 s."""
 
 

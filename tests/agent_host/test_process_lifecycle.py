@@ -23,14 +23,14 @@ import pytest
 
 from actors.agent_process import ProcessAgent
 from actors.fleet import Fleet, FleetConfig
-from actors.process import (
+from actors.priority import (
     AGENT_NICE,
     ENDING_NICE,
     REACHED_NICE,
-    ChildProcess,
     stand_aside,
     stand_back,
 )
+from actors.process import ChildProcess
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
@@ -193,7 +193,7 @@ def test_standing_back_lowers_every_thread_to_the_ending_nice_and_none_above_it(
 def _stand_back_twice_and_tell(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
     """A child that stands back at 15, then at the ending nice (below it), then at 17, and
     sends how many times each call read its threads from ``/proc`` and its nice after each."""
-    import actors.process as process
+    import actors.priority as priority
 
     reads: list[int] = []
     listdir = os.listdir
@@ -203,7 +203,7 @@ def _stand_back_twice_and_tell(data: Connection, ctl: Connection, memory_bytes: 
             reads[-1] += 1
         return listdir(path)
 
-    process.os.listdir = counted  # type: ignore[assignment]  # this child only
+    priority.os.listdir = counted  # type: ignore[assignment]  # this child only
     out = []
     for nice in (15, ENDING_NICE, 17):
         reads.append(0)
@@ -355,7 +355,7 @@ def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its
 POOL_SCRIPT = """
 import sys, time
 from actors.fleet import Fleet, FleetConfig
-from actors.process import AGENT_NICE
+from actors.priority import AGENT_NICE
 from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.session_dir import SessionDir
