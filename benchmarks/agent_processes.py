@@ -384,8 +384,18 @@ def _all_gone(pids: list[int | None]) -> Any:
 
 
 def _sleeping(fleet: Fleet, name: str) -> bool:
+    """Whether ``name``'s shell is running its ``sleep``: its call is in its event log, and
+    its eval root busy (read in its process for an agent process). The log alone was not
+    enough: the call is recorded before the run reaches the shell, and a cancel in between
+    stops no evaluation (a ``--quick`` smoke run on a loaded box cancelled one so)."""
     path = fleet.session.events(name)
-    return path.exists() and b'"assistant"' in path.read_bytes()
+    if not (path.exists() and b'"assistant"' in path.read_bytes()):
+        return False
+    agent = fleet.hosted[name]
+    if isinstance(agent, ProcessAgent):
+        live = agent.live()
+        return live is not None and live.running_eval
+    return bool(agent.eval_root.busy)
 
 
 def _run(
