@@ -23,6 +23,7 @@ from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
+from tests.support.busy import busy_in_its_call
 from tests.support.waiting import pid_alive, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,11 +146,6 @@ def _sleepers(n: int, seconds: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _busy(fleet: Fleet, name: str) -> bool:
-    path = fleet.session.events(name)
-    return path.exists() and b'"assistant"' in path.read_bytes()
-
-
 def test_a_full_inbox_in_an_agent_process_rejects_the_65th_message_to_its_producer(
     process_fleet: Callable[..., Fleet],
 ) -> None:
@@ -157,7 +153,7 @@ def test_a_full_inbox_in_an_agent_process_rejects_the_65th_message_to_its_produc
     from runtime.errors import InboxFull
 
     fleet = process_fleet(_sleepers(1, 30))
-    wait_for(lambda: _busy(fleet, "s0"), 60, "s0 busy in its sleep")
+    wait_for(lambda: busy_in_its_call(fleet, "s0"), 60, "s0 busy in its sleep")
     accepted, rejected = 0, []
     for i in range(INBOX_SOURCE_CAP + 5):
         try:
@@ -174,7 +170,7 @@ def test_cancelling_the_trunk_stops_every_busy_agent_process_and_settles_each_ca
 ) -> None:
     fleet = process_fleet(_sleepers(5, 60))
     names = [f"s{i}" for i in range(5)]
-    wait_for(lambda: all(_busy(fleet, n) for n in names), 60, "every sleeper busy")
+    wait_for(lambda: all(busy_in_its_call(fleet, n) for n in names), 60, "every sleeper busy")
     fleet.cancel_all("test")
     wait_for(lambda: fleet.wait_empty(0), 30, "the fleet empty")
     assert all(fleet.hosted[n].outcome is not None for n in names)

@@ -35,6 +35,7 @@ from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
+from tests.support.busy import busy_in_its_call
 from tests.support.waiting import HANG_GUARD, killed_or_gone, pid_alive, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,11 +75,6 @@ def _children(n: int, script: str) -> str:
             f'ral = ["{script}"]',
         ]
     )
-
-
-def _busy(fleet: Fleet, name: str) -> bool:
-    path = fleet.session.events(name)
-    return path.exists() and b'"assistant"' in path.read_bytes()
 
 
 def _journal(fleet: Fleet, name: str) -> list[dict[str, Any]]:
@@ -136,7 +132,7 @@ def test_every_thread_of_an_agent_process_and_of_its_shell_runs_at_the_agent_nic
 ) -> None:
     control = os.getpriority(os.PRIO_PROCESS, 0)
     fleet = process_fleet(_children(1, "sleep 30; reply 1"))
-    wait_for(lambda: _busy(fleet, "s0"), 60, "s0 busy in its sleep")
+    wait_for(lambda: busy_in_its_call(fleet, "s0"), 60, "s0 busy in its sleep")
     agent = fleet.hosted["s0"]
     assert isinstance(agent, ProcessAgent)
     shell = agent.shell_pid()
@@ -253,7 +249,9 @@ def test_after_a_cascade_every_slot_is_settled_cancelled_behind_a_destroyed_rece
     n = 8
     fleet = process_fleet(_children(n, "sleep 60; reply 1"))
     names = [f"s{i}" for i in range(n)]
-    wait_for(lambda: all(_busy(fleet, x) for x in names), 90, "every child busy in its sleep")
+    wait_for(
+        lambda: all(busy_in_its_call(fleet, x) for x in names), 90, "every child busy in its sleep"
+    )
     agents = [a for a in (fleet.hosted[x] for x in names) if isinstance(a, ProcessAgent)]
     assert len(agents) == n
     pids = [p for a in agents for p in (a.pid, a.shell_pid())]
@@ -278,7 +276,7 @@ def test_a_cancelled_agent_s_busy_shell_is_killed_at_the_cancel_and_its_call_ans
     # asked to unwind (it would have answered `1:1 cancelled`, its position in the script),
     # and the call is answered cancelled with the cascade's cause, no rollback recorded.
     fleet = process_fleet(_children(1, "sleep 60; reply 1"))
-    wait_for(lambda: _busy(fleet, "s0"), 60, "s0 busy in its sleep")
+    wait_for(lambda: busy_in_its_call(fleet, "s0"), 60, "s0 busy in its sleep")
     agent = fleet.hosted["s0"]
     assert isinstance(agent, ProcessAgent)
     assert agent.eval_stopped_at is None
@@ -308,7 +306,11 @@ def test_an_agent_process_whose_end_is_reported_runs_what_is_left_of_it_in_the_i
     release = ProcessAgent.release
     monkeypatch.setattr(ProcessAgent, "release", lambda agent, reaper: held.append((agent, reaper)))
     fleet = process_fleet(_children(2, "sleep 30; reply 1"))
-    wait_for(lambda: _busy(fleet, "s0") and _busy(fleet, "s1"), 60, "both busy in their sleep")
+    wait_for(
+        lambda: busy_in_its_call(fleet, "s0") and busy_in_its_call(fleet, "s1"),
+        60,
+        "both busy in their sleep",
+    )
     agent, other = fleet.hosted["s0"], fleet.hosted["s1"]
     assert isinstance(agent, ProcessAgent) and isinstance(other, ProcessAgent)
     assert _policies_of_threads_left(agent.pid) == {os.SCHED_OTHER}
@@ -414,7 +416,11 @@ def test_a_settled_childs_scratch_is_removed_whether_empty_or_holding_files(
 ) -> None:
     fleet = process_fleet(_children(2, "sleep 60; reply 1"))
     names = ["s0", "s1"]
-    wait_for(lambda: all(_busy(fleet, x) for x in names), 90, "both children busy in their sleep")
+    wait_for(
+        lambda: all(busy_in_its_call(fleet, x) for x in names),
+        90,
+        "both children busy in their sleep",
+    )
     full = fleet.session.scratch("s1")
     (full / "made" / "deeper").mkdir(parents=True)
     (full / "made" / "deeper" / "notes.txt").write_text("kept until the settlement")
@@ -433,7 +439,7 @@ def test_a_child_whose_shell_a_rollback_replaced_reports_the_new_shell_stopped_a
     process_fleet: Callable[[str], Fleet],
 ) -> None:
     fleet = process_fleet(_children(1, "sleep 60") + '\n[[agents."s*"]]\nral = ["reply 1"]\n')
-    wait_for(lambda: _busy(fleet, "s0"), 90, "s0 busy in its sleep")
+    wait_for(lambda: busy_in_its_call(fleet, "s0"), 90, "s0 busy in its sleep")
     agent = fleet.hosted["s0"]
     assert isinstance(agent, ProcessAgent)
     first = agent.shell_pid()

@@ -21,6 +21,7 @@ from runtime.providers.scenario import parse_scenario
 from runtime.providers.scripted import ScenarioPlayback
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
+from tests.support.busy import busy_in_its_call
 from tests.support.waiting import wait_for
 
 CALLS = 6
@@ -145,11 +146,6 @@ ral = ["sleep 60; reply 1"]
 """
 
 
-def _busy(fleet: Fleet, name: str) -> bool:
-    path = fleet.session.events(name)
-    return path.exists() and b'"assistant"' in path.read_bytes()
-
-
 def test_a_process_agent_reads_its_own_standing_without_asking_and_ends_with_the_first_cause(
     tmp_path: Path,
 ) -> None:
@@ -159,7 +155,11 @@ def test_a_process_agent_reads_its_own_standing_without_asking_and_ends_with_the
     )
     try:
         fleet.start_trunk(playback.scenario.prompt, interactive=True)
-        wait_for(lambda: _busy(fleet, "s0") and _busy(fleet, "s1"), 60, "both busy sleeping")
+        wait_for(
+            lambda: busy_in_its_call(fleet, "s0") and busy_in_its_call(fleet, "s1"),
+            60,
+            "both busy sleeping",
+        )
         fleet.registry.cancel("s0", "first")
         fleet.cancel_all("second")  # reaches s0 again: the registry keeps its first cause
         agents = [fleet.hosted["s0"], fleet.hosted["s1"]]
