@@ -51,7 +51,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from actors.agent import AgentOutcome, AgentStats
+from actors.agent import Agent, AgentOutcome, AgentStats
 from actors.agent_process_host import (
     CALL_TIMEOUT,
     Charge,
@@ -534,6 +534,16 @@ class ProcessAgent:
                 self.call("launch")
             except (PeerGone, ChannelClosed):  # killed again at once: its end of file is
                 pass  # the next crash, handled once this restart returns
+
+
+def evaluating(agent: Agent | ProcessAgent) -> bool:
+    """Whether ``agent``'s shell is evaluating a ral call now, wherever it runs: read in its
+    process for an agent process (False once that process is gone). What a cancel of the call
+    reaches; a call already in the agent's event log may not have reached its shell yet."""
+    if isinstance(agent, ProcessAgent):
+        live = agent.live()
+        return live is not None and live.running_eval
+    return agent.eval_root.busy
 
 
 class _Host:

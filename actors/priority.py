@@ -88,11 +88,7 @@ def stand_back(nice: int = ENDING_NICE) -> None:
     if _stood_back_at is not None and nice <= _stood_back_at:
         return
     _stood_back_at = nice
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except (OSError, ValueError):
-        tids = [0]
-    for tid in tids:
+    for tid in _own_threads():
         with contextlib.suppress(OSError):
             if os.getpriority(os.PRIO_PROCESS, tid) < nice:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
@@ -123,9 +119,13 @@ def stand_aside() -> None:
     cancelled, 2 cores, alternated in one sitting (docs/benchmarks.md): settled in 200-263 ms
     (median 209) with this and the killed shells in the idle class, against 264-289 ms
     (median 279) with neither."""
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except (OSError, ValueError):
-        tids = [0]
-    for tid in tids:
+    for tid in _own_threads():
         to_idle_class(tid)
+
+
+def _own_threads() -> list[int]:
+    """This process's threads' ids (``[0]``, the calling thread, where ``/proc`` has none)."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except (OSError, ValueError):
+        return [0]

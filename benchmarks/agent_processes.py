@@ -54,7 +54,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.agent_process import ProcessAgent
+from actors.agent_process import ProcessAgent, evaluating
 from actors.agent_site import SpawnRequest
 from actors.fleet import Fleet, FleetConfig
 from actors.process import ensure_fork_server
@@ -385,17 +385,13 @@ def _all_gone(pids: list[int | None]) -> Any:
 
 def _sleeping(fleet: Fleet, name: str) -> bool:
     """Whether ``name``'s shell is running its ``sleep``: its call is in its event log, and
-    its eval root busy (read in its process for an agent process). The log alone was not
+    its shell evaluating (:func:`actors.agent_process.evaluating`). The log alone was not
     enough: the call is recorded before the run reaches the shell, and a cancel in between
     stops no evaluation (a ``--quick`` smoke run on a loaded box cancelled one so)."""
     path = fleet.session.events(name)
     if not (path.exists() and b'"assistant"' in path.read_bytes()):
         return False
-    agent = fleet.hosted[name]
-    if isinstance(agent, ProcessAgent):
-        live = agent.live()
-        return live is not None and live.running_eval
-    return bool(agent.eval_root.busy)
+    return evaluating(fleet.hosted[name])
 
 
 def _run(

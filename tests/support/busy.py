@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from actors.agent_process import ProcessAgent
+from actors.agent_process import evaluating
 from actors.fleet import Fleet
 
 
 def busy_in_its_call(fleet: Fleet, name: str) -> bool:
     """Whether ``name``'s shell is evaluating its call: the call is in its event log and its
-    eval root is busy (read in its process for an agent process). The log alone is not
+    shell is evaluating (:func:`actors.agent_process.evaluating`). The log alone is not
     enough: the call is recorded before the run reaches the shell, and a cancel in between
     stops no evaluation (a benchmark's smoke run on a loaded box cancelled one so)."""
     path = fleet.session.events(name)
     if not (path.exists() and b'"assistant"' in path.read_bytes()):
         return False
     agent = fleet.hosted.get(name)
-    if isinstance(agent, ProcessAgent):
-        live = agent.live()
-        return live is not None and live.running_eval
-    return agent is not None and bool(agent.eval_root.busy)
+    return agent is not None and evaluating(agent)
