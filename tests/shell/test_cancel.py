@@ -18,7 +18,7 @@ import pykka
 import pytest
 
 from runtime.state.durable import read_jsonl
-from tests.support.waiting import HANG_GUARD, killed_or_gone, wait_for
+from tests.support.waiting import HANG_GUARD, ended, killed_or_gone, wait_for
 
 
 def _cancel(future: Any, cancel: Any) -> Any:
@@ -183,8 +183,8 @@ def test_a_root_cancel_kills_a_busy_workers_program_and_the_worker(start_shell) 
     program = wait_for(lambda: next((p for p in me.children(recursive=True) if _is_sleep(p)), None))
     worker = program.parent()
     root.cancel("cascade")
-    wait_for(lambda: not program.is_running() or program.status() == psutil.STATUS_ZOMBIE)
-    wait_for(lambda: not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE)
+    wait_for(lambda: ended(program))
+    wait_for(lambda: ended(worker))
 
 
 def test_cancel_verb_stops_a_busy_worker_and_await_reports_it(start_shell) -> None:

@@ -9,7 +9,7 @@ import psutil
 
 from actors.shell import CANCEL_GRACE
 from runtime.state.durable import read_jsonl
-from tests.support.waiting import wait_for
+from tests.support.waiting import ended, wait_for
 
 
 def _spinning(pid: int) -> bool:
@@ -33,7 +33,7 @@ def test_interrupting_a_host_spinning_in_c_code_kills_it_and_rolls_the_call_back
     r = future.get(timeout=CANCEL_GRACE + 30)
     assert r.rolled_back and r.error_kind == "panic"
     assert "did not stop within" in (r.error or "")
-    wait_for(lambda: not spinner.is_running() or spinner.status() == psutil.STATUS_ZOMBIE)
+    wait_for(lambda: ended(spinner))
     assert shell.host_pid().get() != spinner.pid
     assert shell.run("add $kept 1").get().value == "42"
     assert shell.run("echo $lost").get().error == "1:6 undefined variable lost"
@@ -52,6 +52,6 @@ def test_cancelling_the_root_of_a_spinning_host_leaves_the_shell_cancelled_and_n
     root.cancel("agent-cancel")
     r = future.get(timeout=CANCEL_GRACE + 30)
     assert r.rolled_back
-    wait_for(lambda: not spinner.is_running() or spinner.status() == psutil.STATUS_ZOMBIE)
+    wait_for(lambda: ended(spinner))
     later = shell.run("echo hi").get()
     assert later.error_kind == "cancelled" and "agent-cancel" in (later.error or "")

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from runtime.state.durable import read_jsonl
-from tests.support.waiting import wait_for
+from tests.support.waiting import ended, wait_for
 
 
 def _records(tmp_path: Path, kind: str) -> list[dict]:
@@ -50,7 +50,7 @@ def test_an_external_sigkill_of_the_host_mid_program_rolls_back_and_kills_the_pr
     assert r.rolled_back
     assert shell.run("echo $kept").get().stdout == "1\n"
     assert shell.run("echo $lost").get().error == "1:6 undefined variable lost"
-    wait_for(lambda: not sleeper.is_running() or sleeper.status() == psutil.STATUS_ZOMBIE)
+    wait_for(lambda: ended(sleeper))
     assert len(_records(tmp_path, "Rollback")) == 1
 
 

@@ -11,7 +11,7 @@ from runtime.ral.codec import encode_value
 from runtime.ral.context import DynamicContext
 from runtime.ral.session import Session
 from runtime.state.durable import read_jsonl
-from tests.support.waiting import HANG_GUARD, wait_for
+from tests.support.waiting import HANG_GUARD, ended, wait_for
 
 
 def _reaps(tmp_path: Path) -> list[dict]:
@@ -90,7 +90,7 @@ def test_a_running_worker_past_its_idle_bound_is_reaped_and_killed(
     shell.run("1").get()  # epoch 4: untouched for 3 calls
     (rec,) = _reaps(tmp_path)
     assert rec["reason"] == "idle"
-    wait_for(lambda: not program.is_running() or program.status() == psutil.STATUS_ZOMBIE)
+    wait_for(lambda: ended(program))
 
 
 def test_clear_cancels_every_worker_before_the_fresh_shell(start_shell) -> None:
@@ -99,7 +99,7 @@ def test_clear_cancels_every_worker_before_the_fresh_shell(start_shell) -> None:
     me = psutil.Process()
     program = wait_for(lambda: next((p for p in me.children(True) if p.name() == "sleep"), None))
     shell.clear().get()
-    assert not program.is_running() or program.status() == psutil.STATUS_ZOMBIE
+    assert ended(program)
     assert shell.run("echo $a").get().error == "1:6 undefined variable a"
     assert shell.probe().get().running_workers == 0
 

@@ -61,6 +61,16 @@ def pid_alive(pid: int | None) -> bool:
         return False
 
 
+def ended(p: psutil.Process) -> bool:
+    """Whether the process ``p`` names has ended: gone (its pid not reused: psutil checks the
+    start time), a zombie, or gone between the two reads (reaped meanwhile: a wait's condition
+    raised ``NoSuchProcess`` once in CI)."""
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def killed_or_gone(pid: int) -> bool:
     """Whether ``pid`` can run no instruction of its own again: gone, a zombie, exiting
     (``PF_EXITING`` in its ``/proc`` flags), or with a SIGKILL delivered and not yet acted on
