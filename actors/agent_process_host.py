@@ -732,7 +732,7 @@ class HostSite:
 
     def __init__(self, host: AgentProcess) -> None:
         self._host = host
-        self._record = host.boot.session.record  # a Path built once, not once per ral call
+        self._commits = host.boot.session.commits(host.name)  # built once, not once per ral call
 
     @property
     def session(self) -> SessionDir:
@@ -769,7 +769,7 @@ class HostSite:
 
     def run_shell(self, name: str, script: str) -> ShellOutput:
         self._host.before_wait()
-        return run_agent_shell(self._agent(), self._record, script)
+        return run_agent_shell(self._agent(), self._commits, script)
 
     def before_wait(self) -> None:
         self._host.before_wait()

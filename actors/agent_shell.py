@@ -9,8 +9,8 @@ callbacks they are given.
 Invariants:
 - A surfaced worker completion reaches the agent's inbox only through ``deliver`` (the
   registry's rule: quota-checked, generation-guarded, recorded when refused).
-- Every call that committed (no error, no rollback) appends one ``Commit`` record, which the
-  drill checker reads (docs/drills.md).
+- Every call that committed (no error, no rollback) appends one ``Commit`` record to the
+  agent's own ``commits.jsonl``, which the drill checker reads (docs/drills.md).
 - Stopping is idempotent: a shell already stopped is the state wanted.
 """
 
@@ -85,13 +85,14 @@ def start_agent_shell(
     return ShellParts(root, ref.proxy(), surfaces)
 
 
-def run_agent_shell(agent: Agent, record: Path, script: str) -> ShellOutput:
-    """One ral call in ``agent``'s shell, digested as the model sees it."""
+def run_agent_shell(agent: Agent, commits: Path, script: str) -> ShellOutput:
+    """One ral call in ``agent``'s shell, digested as the model sees it; a clean call's
+    ``Commit`` record goes to ``commits``, the agent's own file (``SessionDir.commits``)."""
     with durability.each_acknowledged():  # a spawn's journal record is acknowledged before
         result = agent.await_run(run_call(agent.shell, script, agent.token))  # its child runs
     if result.error is None and not result.rolled_back:  # drills: what this call committed
         pid = result.host_pid if result.host_pid is not None else agent.shell_pid()
-        append_jsonl(record, commit_record(agent.name, result, pid))
+        append_jsonl(commits, commit_record(agent.name, result, pid))
     notes: list[str] = []  # a rollback already says so in its error text
     content = digest_tool_result(
         result.value if result.error is None else None,

@@ -529,7 +529,7 @@ class Fleet:
         return agent
 
     def run_shell(self, name: str, script: str) -> ShellOutput:
-        return run_agent_shell(self._local(name), self.session.record, script)
+        return run_agent_shell(self._local(name), self.session.commits(name), script)
 
     def stop_shell(self, agent: Hosted) -> None:
         """Idempotent: a shell already stopped is the state wanted. An agent process that

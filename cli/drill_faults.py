@@ -137,7 +137,8 @@ def live_shells(session: SessionDir) -> dict[str, psutil.Process]:
     ]
     recs += [
         (str(r.get("agent")), r)
-        for r in read_jsonl(session.record).records
+        for p in session.record_files()
+        for r in read_jsonl(p).records
         if r.get("kind") == "Commit"
     ]
     for agent, r in recs:

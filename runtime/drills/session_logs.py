@@ -49,7 +49,7 @@ class SessionLogs:
 
     @property
     def record(self) -> list[dict[str, Any]]:
-        return self.jsonl(self.session.record, RECORD_SHAPE)
+        return [r for p in self.session.record_files() for r in self.jsonl(p, RECORD_SHAPE)]
 
     @property
     def journal(self) -> list[dict[str, Any]]:
@@ -69,9 +69,9 @@ class SessionLogs:
         session = self.session
         shapes: dict[Path, Shape | None] = {
             session.transcript: TRANSCRIPT_SHAPE,
-            session.record: RECORD_SHAPE,
             session.journal: None,
         }
+        shapes.update((p, RECORD_SHAPE) for p in session.record_files())
         for agent in session.agent_names():
             shapes.update((p, EVENT_SHAPE) for p in session.event_logs(agent))
         for path, shape in shapes.items():

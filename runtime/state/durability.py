@@ -297,12 +297,13 @@ unless that process was preempted or stopped mid-write)."""
 def _file_lock(fd: int) -> Iterator[None]:
     """The file's lock across processes (``flock``) for one torn-tail check and its append.
 
-    Several processes append to one file (each agent process its commit records to the
-    session's ``record.jsonl``); ``O_APPEND`` keeps their lines whole, but a line still being
-    written -- its writer preempted between two pages, the size already grown -- looks torn to
-    another writer's check, which would cut it. Under the lock no line is in flight; a writer
-    that dies mid-append releases it, so its torn tail is still repaired. Threads of one
-    process share the open file (flock does not exclude them): the writer's own lock does.
+    Several processes append to one file (each agent process its shell's Rollback, Reap and
+    Prune records to the session's ``record.jsonl``); ``O_APPEND`` keeps their lines whole,
+    but a line still being written -- its writer preempted between two pages, the size
+    already grown -- looks torn to another writer's check, which would cut it. Under the lock
+    no line is in flight; a writer that dies mid-append releases it, so its torn tail is still
+    repaired. Threads of one process share the open file (flock does not exclude them): the
+    writer's own lock does.
 
     The wait is bounded (:data:`FILE_LOCK_WAIT`): a holder stopped mid-append (SIGSTOP) must
     not stall every other writer, so past the bound the append goes ahead as it did before

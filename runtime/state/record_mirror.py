@@ -1,8 +1,8 @@
 """Shipping an agent host's durable writes to the session directory on another machine.
 
 An agent host on a Ray node (``actors/ray_backend.py``) writes its durable files -- its event
-log, snapshot base and binding log, the ``Commit`` records of ``record.jsonl`` -- into a
-session directory *local to its node*, and every one of those writes is also shipped, as a
+log, snapshot base and binding log, its ``Commit`` records, its shell's ``record.jsonl`` lines
+-- into a session directory *local to its node*, and every one of those writes is also shipped, as a
 :class:`ShippedRecord`, to the driver, which applies it to the real session directory
 (:func:`apply_shipped`). So the session directory on the driver's machine is complete whether
 or not the nodes share a file system, and ``check`` and ``resume`` read it alone.

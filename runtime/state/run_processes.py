@@ -1,11 +1,10 @@
 """The processes a run named, and which of them still run.
 
 A session names every process it started: the environment records of the spawn journal
-(``execution-admitted``: a child's shell) and the ``Commit`` records of ``record.jsonl`` (the
-shell that ran each clean call, ``runtime/state/session_records.py``). Each carries the pid *and*
-its
-create time, so a pid the kernel reused for some other process is never blamed (or killed).
-``resume`` kills what is left before it rebuilds; the invariant checker reports it.
+(``execution-admitted``: a child's shell) and each agent's ``Commit`` records (the shell that
+ran each clean call, ``SessionDir.commits``). Each carries the pid *and* its create time, so a
+pid the kernel reused for some other process is never blamed (or killed). ``resume`` kills
+what is left before it rebuilds; the invariant checker reports it.
 """
 
 from __future__ import annotations
@@ -43,7 +42,8 @@ def run_processes(session: SessionDir) -> list[RunProcess]:
             st = r.get("pidStartedAt")
             key = (r["pid"], st if isinstance(st, int | float) else None)
             out.setdefault(key, RunProcess(f"{r.get('id')} (journal)", key[0], key[1]))
-    for r in read_jsonl(session.record, RECORD_SHAPE).records:
+    commits = (r for p in session.record_files() for r in read_jsonl(p, RECORD_SHAPE).records)
+    for r in commits:
         if r.get("kind") == "Commit" and isinstance(r.get("pid"), int):
             st = r.get("pidStartedAt")
             key = (r["pid"], st if isinstance(st, int | float) else None)

@@ -100,9 +100,16 @@ class SessionDir:
 
     @property
     def record(self) -> Path:
-        """Forensic records: Commit, Prune, Rollback, Reap
-        (``runtime/state/session_records.py``)."""
+        """Forensic records: Prune, Rollback, Reap (``runtime/state/session_records.py``);
+        each agent's ``Commit`` records are in its own :meth:`commits`."""
         return self.root / _RECORD
+
+    def record_files(self) -> list[Path]:
+        """Every file of forensic records: ``record.jsonl``, then each agent's
+        :meth:`commits` that exists (sorted by agent). Readers of Commit records read them all;
+        the order of records across files is their ``at``, not their place."""
+        own = [self.commits(name) for name in self.agent_names()]
+        return [self.record, *(p for p in own if p.exists())]
 
     @property
     def journal(self) -> Path:
@@ -156,6 +163,15 @@ class SessionDir:
 
     def snapshot(self, name: str) -> Path:
         return self._agent_dir(name) / "snapshot.msgpack"
+
+    def commits(self, name: str) -> Path:
+        """``name``'s ``Commit`` records, one per clean ral call, written by its host alone.
+
+        Not in the shared ``record.jsonl``: with agents as processes, 200 hosts appending one
+        line a call to one file met under its ``flock`` on ~28% of appends, each waiter
+        sleeping 0.1-10 ms and then re-checking the tail another writer moved; the 200-agent
+        benchmark ran 1,392-1,568 calls/s so against 1,540-1,864 with no commit record."""
+        return self._agent_dir(name) / "commits.jsonl"
 
     def scratch(self, name: str) -> Path:
         return self.root / "scratch" / _safe(name)

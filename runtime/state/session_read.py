@@ -97,7 +97,7 @@ def read_session(session: SessionDir) -> SessionFiles:
         raise NothingToResume(f"{root}: {session.result.name} exists, the run already ended")
     run = read_run(session)
     transcript = _trusted(session, session.transcript, TRANSCRIPT_SHAPE)
-    record = _trusted(session, session.record, RECORD_SHAPE)
+    record = [r for p in session.record_files() for r in _trusted(session, p, RECORD_SHAPE)]
     events: dict[str, list[dict[str, Any]]] = {
         name: [r for p in session.event_logs(name) for r in _trusted(session, p, EVENT_SHAPE)]
         for name in session.agent_names()
@@ -145,7 +145,7 @@ def _require_journal_covers_born(
 
 def load_snapshot(files: SessionFiles, agent: str) -> MobileSnapshot | None:
     """The snapshot ``agent`` is rebuilt from. None when it never checkpointed; refused when it
-    is corrupt, or missing although ``record.jsonl`` shows the agent committed bindings (its
+    is corrupt, or missing although its ``commits.jsonl`` shows the agent committed bindings (its
     shell would come back empty: every committed binding lost)."""
     path = files.session.snapshot(agent)
     rel = path.relative_to(files.session.root)
@@ -154,8 +154,8 @@ def load_snapshot(files: SessionFiles, agent: str) -> MobileSnapshot | None:
     except SnapshotMissing:
         if agent not in files.committed:
             return None
-        record = files.session.record.name
-        problem = f"{rel}: missing, but {record} shows {agent} committed bindings"
+        commits = files.session.commits(agent).relative_to(files.session.root)
+        problem = f"{rel}: missing, but {commits} shows {agent} committed bindings"
     except SnapshotRefused as e:
         problem = f"{rel}: {e}"
     raise DamagedSession(

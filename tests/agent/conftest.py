@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +54,11 @@ class Run:
 
     def kinds(self, name: str, kind: str) -> list[dict[str, Any]]:
         return [r for r in self.jsonl(name) if r.get("kind") == kind]
+
+    def commits(self) -> list[dict[str, Any]]:
+        """Every agent's ``Commit`` records (each in its own ``commits.jsonl``)."""
+        files = SessionDir(self.session).record_files()
+        return [r for p in files for r in read_records(p) if r.get("kind") == "Commit"]
 
     def nudges(self, agent: str = "trunk") -> list[str]:
         return [e["nudge"] for e in self.events(agent) if e["kind"] == "nudge"]

@@ -44,7 +44,7 @@ def test_run_refuses_a_big_binding_and_a_second_worker_under_its_flags_and_check
         "maxWorkers": 1,
         "maxBindingBytes": 1024,
     }
-    committed = {n for r in run.kinds("record.jsonl", "Commit") for n in r["defined"]}
+    committed = {n for r in run.commits() for n in r["defined"]}
     assert "big" not in committed and "small" in committed
     check = exarch(["check", "--json", str(run.session)], cwd=run.session.parent)
     report = json.loads(check.stdout)

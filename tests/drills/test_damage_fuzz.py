@@ -153,8 +153,10 @@ def test_check_and_resume_of_a_damaged_crashed_session_never_traceback(
 
 def test_the_fuzzed_session_has_every_kind_of_durable_file(crashed: Path) -> None:
     files = _durable_files(crashed)
-    for name in ("transcript.jsonl", "record.jsonl", "spawn-journal.jsonl", "run.json"):
+    for name in ("transcript.jsonl", "spawn-journal.jsonl", "run.json"):
         assert name in files
     for agent in ("trunk", "slow", "quick"):
         assert f"agents/{agent}/events.jsonl" in files
         assert f"agents/{agent}/snapshot.msgpack" in files
+    for agent in ("slow", "quick"):  # the children's ral calls committed
+        assert f"agents/{agent}/commits.jsonl" in files

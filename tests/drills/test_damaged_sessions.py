@@ -161,9 +161,8 @@ def test_a_missing_snapshot_of_an_agent_that_committed_bindings_is_refused(sessi
     (session / "agents" / "slow" / "snapshot.msgpack").unlink()
     res = resume(session)
     assert res.exit_code == 2
-    assert "snapshot.msgpack: missing, but record.jsonl shows slow committed bindings" in (
-        res.output
-    )
+    want = "snapshot.msgpack: missing, but agents/slow/commits.jsonl shows slow committed bindings"
+    assert want in res.output
 
 
 def test_a_corrupt_snapshot_of_an_ended_agent_does_not_stop_resume_and_check_names_it(

@@ -73,7 +73,7 @@ def test_a_damaged_reply_is_repaired_and_the_child_still_replies(tmp_path: Path,
     assert _settled(root, "worker-0")["status"] == "done"
     names = {
         n
-        for c in _kinds(root, "record.jsonl", "Commit")
+        for c in _kinds(root, "agents/worker-0/commits.jsonl", "Commit")
         if c["agent"] == "worker-0"
         for n in c["defined"]
     }

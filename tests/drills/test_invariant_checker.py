@@ -72,9 +72,12 @@ def test_a_clean_fanout_holds_every_invariant_and_records_a_commit_per_clean_cal
     }
     commits = [
         json.loads(line)
-        for line in (healthy / "record.jsonl").read_text().splitlines()
-        if '"Commit"' in line
+        for agent in ("trunk", "kid")
+        for line in (healthy / "agents" / agent / "commits.jsonl").read_text().splitlines()
     ]
+    assert {c["kind"] for c in commits} == {"Commit"}
+    shared = healthy / "record.jsonl"  # each agent's own file: no lock shared by every host
+    assert not shared.exists() or '"Commit"' not in shared.read_text()
     defined = {(c["agent"], n) for c in commits for n in c["defined"]}
     assert {("trunk", "a"), ("kid", "x"), ("kid", "y")} <= defined
     assert all(isinstance(c["pidStartedAt"], float) for c in commits)
@@ -107,7 +110,7 @@ def _kid_loses_y(healthy: Path, *, later_writes_fail: bool, control_died: bool) 
     path = _drop_from_kid_snapshot(healthy, "y")
     commits = [
         r
-        for r in read_jsonl(healthy / "record.jsonl").records
+        for r in read_jsonl(healthy / "agents" / "kid" / "commits.jsonl").records
         if r.get("kind") == "Commit" and r["agent"] == "kid"
     ]
     first = next(i for i, c in enumerate(commits) if "y" in c["defined"])
@@ -182,9 +185,11 @@ def test_an_open_slot_and_a_missing_died_are_violations(healthy: Path) -> None:
     assert any("ghost" in d for d in report.get("settled").details)
 
 
+@pytest.mark.parametrize("where", ["agents/kid/commits.jsonl", "record.jsonl"])
 def test_a_live_process_named_by_the_run_is_a_leftover_and_a_reused_pid_is_not(
-    healthy: Path,
+    healthy: Path, where: str
 ) -> None:
+    # an agent's own commits file, and record.jsonl, where older sessions kept Commit records
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
 
@@ -193,19 +198,19 @@ def test_a_live_process_named_by_the_run_is_a_leftover_and_a_reused_pid_is_not(
             defined = ()
 
         record = commit_record("kid", R(), proc.pid)
-        append_jsonl(healthy / "record.jsonl", record)
+        append_jsonl(healthy / where, record)
         bad = check_session(SessionDir(healthy)).get("no-leftover-processes")
         assert bad.status == "violated" and str(proc.pid) in bad.details[0]
         reused = {**record, "pidStartedAt": psutil.Process(proc.pid).create_time() - 3600}
-        (healthy / "record.jsonl").write_text(
+        (healthy / where).write_text(
             "\n".join(
                 line
-                for line in (healthy / "record.jsonl").read_text().splitlines()
+                for line in (healthy / where).read_text().splitlines()
                 if str(proc.pid) not in line
             )
             + "\n"
         )
-        append_jsonl(healthy / "record.jsonl", reused)
+        append_jsonl(healthy / where, reused)
         assert check_session(SessionDir(healthy)).get("no-leftover-processes").status == "held"
     finally:
         proc.kill()

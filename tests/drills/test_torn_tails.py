@@ -64,7 +64,7 @@ def test_an_append_after_any_torn_prefix_of_a_record_starts_on_a_fresh_line_and_
 
 
 _TORN = {
-    "record.jsonl": b'{"kind": "Commit", "agent": "slow", "epo',
+    "agents/slow/commits.jsonl": b'{"kind": "Commit", "agent": "slow", "epo',
     "transcript.jsonl": b'{"kind": "Io", "agent": "slow", "call_id": "call_slow_1',
     "spawn-journal.jsonl": b'{"kind": "execution-result", "seq": 99, "id": "sl',
     "agents/trunk/events.jsonl": b'{"kind": "assistant", "message": {"role": "assi',

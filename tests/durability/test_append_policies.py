@@ -316,7 +316,8 @@ def test_a_second_journal_append_is_written_while_the_first_waits_on_its_fsync(
 def test_a_line_another_process_is_still_writing_is_not_taken_for_a_torn_tail(
     tmp_path: Path,
 ) -> None:
-    """Every agent process appends its commit records to the session's one ``record.jsonl``. A
+    """Every agent process's shell appends its forensic records (Rollback, Reap, Prune) to the
+    session's one ``record.jsonl``. A
     write in flight (preempted between two pages: the size has grown, the newline is not in
     yet) must not look like a crash's torn tail to another writer, which would cut it: the
     check and the write happen under the file's lock, which a crashed writer no longer holds."""

@@ -58,7 +58,7 @@ def test_a_machine_run_group_commits_the_transcript_journal_event_logs_and_resul
     finally:
         durability.unbind(files)
     names = set(fsync.names)
-    for name in ("transcript.jsonl", "spawn-journal.jsonl", "events.jsonl", "record.jsonl"):
+    for name in ("transcript.jsonl", "spawn-journal.jsonl", "events.jsonl", "commits.jsonl"):
         assert name in names, names
     assert any(n.startswith(".result.json.") for n in names), names  # before its rename
     assert any(n.startswith(".run.json.") for n in names), names

@@ -108,7 +108,8 @@ def test_fanout_example_lands_on_both_nodes_replies_and_ships_every_file_to_the_
         wrote[node].add(agent)
         assert copies[node] == driver  # byte for byte on the driver too
     assert wrote[0] and wrote[1]
-    commits = [r for r in _records(session, "record.jsonl") if r["kind"] == "Commit"]
+    commits = [r for a in agents for r in _records(session, f"agents/{a}/commits.jsonl")]
+    assert commits and {r["kind"] for r in commits} == {"Commit"}
     assert {r["agent"] for r in commits} == set(agents)
     _all_destroyed(session, 2)  # each child's host stopped its shell on its node
     # and removed its scratch there (the driver's teardown removes only its own copy)
