@@ -634,7 +634,7 @@ class AgentProcess:
             model=provider.describe(),
             used_tokens=agent.log.used_tokens,
             window=provider.window_tokens,
-            running_workers=self._workers.read(agent.shell),
+            running_workers=self._workers.read(agent.shell, busy=agent.eval_root.busy),
             running_eval=agent.eval_root.busy,
             stats=agent.stats,
         )
@@ -655,10 +655,9 @@ def _end_shell(agent: Agent) -> tuple[int | None, bool, ChildProcess | None]:
     each end waited for that reclaim, docs/benchmarks.md; pykka's
     ``ActorRef._actor_weakref`` reaches the actor, as :func:`actors.shell.run_call` does):
     no hand-off to the actor thread and back; the actor itself is stopped after ``Ended``
-    (:func:`_stop_shell_actor`). Otherwise the pid read and the stop are queued
-    on the shell actor together, so its thread wakes once for both: a pid read, a close and a
-    stop, each waited for in turn, cost 1.4 ms of the agent process's CPU per end
-    (``process_time``, 100-agent cascade)."""
+    (:func:`_stop_shell_actor`). Otherwise (a message still queued) the same end is queued on
+    the actor (:meth:`ShellActor.end_behind`): one hand-off, and the host still reaped after
+    the report."""
     shell = agent.shell
     actor = getattr(getattr(shell, "actor_ref", None), "_actor_weakref", _no_actor)()
     if isinstance(actor, ShellActor):  # idle, as an ended agent's shell is: closed right here
@@ -666,21 +665,13 @@ def _end_shell(agent: Agent) -> tuple[int | None, bool, ChildProcess | None]:
         if closed:
             return (host_pid if host_pid is not None else agent.last_shell_pid), True, dying
     try:
-        pid_read = shell.host_pid()
-        stop = shell.actor_ref.stop(block=False)
+        pid, dying = shell.end_behind().get(timeout=SHELL_STOP_TIMEOUT)
     except pykka.ActorDeadError:
         return agent.last_shell_pid, True, None
-    pid: int | None = None
-    try:
-        pid = pid_read.get(timeout=SHELL_STOP_TIMEOUT)
-    except Exception:
-        log.exception("reading %s's shell pid at its end failed", agent.name)
-    try:
-        stopped = bool(stop.get(timeout=SHELL_STOP_TIMEOUT))
     except Exception:
         log.exception("stopping %s's shell at its end failed", agent.name)
-        stopped = False
-    return (pid if pid is not None else agent.last_shell_pid), stopped, None
+        return agent.last_shell_pid, False, None
+    return (pid if pid is not None else agent.last_shell_pid), True, dying
 
 
 def _stop_shell_actor(agent: Agent) -> None:

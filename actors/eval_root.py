@@ -25,6 +25,11 @@ from collections.abc import Callable
 from actors.process import ChildProcess
 from runtime.cancel import CancelScope
 
+KILL_RECORD_WAIT = 5.0
+"""Seconds a pump that saw its host die waits for a terminal cancel's kill of it, under way,
+to be recorded (a SIGKILL and a read of the host's children from /proc: microseconds, unless
+the killing thread is preempted)."""
+
 
 class EvalRoot:
     """The shell's durable cancel root: a thread-safe handle the registry trips directly.
@@ -49,6 +54,8 @@ class EvalRoot:
         """The host a terminal cancel is killing (one thread kills it, once)."""
         self._killed: ChildProcess | None = None
         """That host once its SIGKILL was sent: what :meth:`killed` reads."""
+        self._kill_recorded = threading.Event()
+        """Set once the kill of :attr:`_killing` is recorded (:meth:`killed_when_dead`)."""
         self._kill_reason = "cancelled"
         self.killed_at: float | None = None
         """When (``time.time``) a terminal cancel's SIGKILL reached the run in flight: the
@@ -94,6 +101,19 @@ class EvalRoot:
         # read on every turn of the pump's loop: no lock (the reason is set before the host)
         return self._kill_reason if self._killed is host else None
 
+    def killed_when_dead(self, host: ChildProcess) -> str | None:
+        """:meth:`killed`, for a pump that saw ``host`` die: the SIGKILL of a terminal cancel
+        is recorded only once sent, so the pump can see the death first, and answered a
+        cancelled call as a panic (rolled back; 1 run in 40 of a `/bin/sleep` so cancelled,
+        its program killed before the host). While that kill is under way this waits for its
+        record (at most :data:`KILL_RECORD_WAIT`)."""
+        with self._lock:
+            underway = self._killing is host and self._killed is not host
+            recorded = self._kill_recorded
+        if underway:
+            recorded.wait(KILL_RECORD_WAIT)
+        return self.killed(host)
+
     @property
     def cancelled(self) -> bool:
         return self.scope.cancelled
@@ -122,6 +142,7 @@ class EvalRoot:
             kill = self._terminal and self._killing is not host
             if kill:
                 self._killing = host
+                self._kill_recorded = threading.Event()
         if kill:
             if self._behind:
                 host.kill_behind()
@@ -132,6 +153,7 @@ class EvalRoot:
                 self._killed = host
                 self.killed_at = time.time()
                 after = self._after_kill
+                self._kill_recorded.set()
         elif self._killing is not host:
             host.ctl.try_send("cancel", run=run_id, reason=reason)
         if kill and after is not None:

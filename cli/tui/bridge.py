@@ -276,7 +276,7 @@ def live_figures(agent: Agent | ProcessAgent, workers: WorkerCount) -> LiveFigur
         model=provider.describe(),
         used_tokens=agent.log.used_tokens,
         window=provider.window_tokens,
-        running_workers=workers.read(agent.shell),
+        running_workers=workers.read(agent.shell, busy=agent.eval_root.busy),
         running_eval=agent.eval_root.busy,
         stats=agent.stats,
     )

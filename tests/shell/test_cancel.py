@@ -51,6 +51,31 @@ def test_interrupting_an_external_program_kills_it_and_returns_cancelled(start_s
     wait_for(lambda: not program.is_running(), HANG_GUARD, "the program killed")
 
 
+def test_a_terminal_cancel_whose_kill_is_recorded_after_the_pump_saw_the_death_is_cancelled(
+    start_shell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the killing thread preempted between the SIGKILL and its record: the pump sees the host
+    # die first, and must still answer cancelled, not a panic rolled back (1 run in 40 did)
+    ref = start_shell()
+    shell = ref.proxy()
+    root = shell.eval_root.get()
+    actor = ref._actor_weakref()
+    host = actor._host
+    kill = host.kill
+
+    def kill_then_preempted(*args: Any, **kwargs: Any) -> None:
+        kill(*args, **kwargs)
+        wait_for(lambda: not host.proc.is_alive(), HANG_GUARD, "the host's death seen")
+        time.sleep(0.2)  # the pump has read the closed channel by now
+
+    monkeypatch.setattr(host, "kill", kill_then_preempted)
+    running = shell.run("/bin/sleep 30")
+    wait_for(lambda: root.busy)
+    root.make_terminal()
+    r = _cancel(running, lambda: root.cancel("parent ended"))
+    assert (r.error_kind, r.error, r.rolled_back) == ("cancelled", "cancelled: parent ended", False)
+
+
 def test_a_terminal_cancel_kills_a_host_spinning_in_c_at_once_cancelled_not_rolled_back(
     start_shell, tmp_path: Path
 ) -> None:

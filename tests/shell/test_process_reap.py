@@ -15,7 +15,9 @@ import psutil
 import pykka
 import pytest
 
+from actors.agent_shell import WorkerCount
 from actors.call_result import ShellClosed
+from actors.mailbox import QuotaMailbox
 from actors.process import ChildProcess
 from actors.process_identity import create_time, start_ticks
 from actors.shell import ShellActor, run_call
@@ -292,3 +294,47 @@ def test_a_tripped_watch_still_interrupts_a_run_whose_eval_root_stands(start_she
     caller.join(HANG_GUARD)
     result = answer[0].get(timeout=HANG_GUARD)
     assert result.error_kind == "cancelled" and not root.cancelled
+
+
+def test_a_shell_ended_through_its_mailbox_behind_a_queued_probe_leaves_its_host_to_reap(
+    start_shell,
+) -> None:
+    # an agent's end that finds a message still queued on its shell goes through the mailbox,
+    # and still does not wait for the killed host's exit (reaped after the end's report)
+    ref = start_shell()
+    shell = ref.proxy()
+    pid = shell.host_pid().get()
+    root = shell.eval_root.get()
+    running = shell.run("sleep 30")
+    wait_for(lambda: root.busy, HANG_GUARD, "the call to start")
+    probe = shell.probe()  # queued behind the call, as a live view's was
+    assert _actor(ref).end_here() == (False, None, None)
+    ending = shell.end_behind()
+    root.make_terminal()
+    root.cancel("parent ended")
+    assert running.get(timeout=HANG_GUARD).error_kind == "cancelled"
+    assert probe.get(timeout=HANG_GUARD).host_pid == pid
+    host_pid, host = ending.get(timeout=HANG_GUARD)
+    assert host is not None and host_pid == host.pid == pid
+    assert killed_or_gone(pid)
+    assert host.reap(grace=HANG_GUARD) == -signal.SIGKILL  # killed, not asked to exit
+    _closed_and_stopped(ref, shell)
+
+
+def test_a_live_views_worker_count_asks_no_probe_of_a_shell_busy_in_a_call(start_shell) -> None:
+    ref = start_shell()
+    shell = ref.proxy()
+    assert shell.run("let w = spawn { sleep 30 }").get().error is None
+    count = WorkerCount()
+    assert count.read(shell) is None  # asked; answered at the shell's next turn
+    assert wait_for(lambda: count.read(shell) == 1, HANG_GUARD, "the probe answered") == 1
+    root = shell.eval_root.get()
+    running = shell.run("sleep 30")
+    wait_for(lambda: root.busy, HANG_GUARD, "the call to start")
+    for _ in range(3):
+        assert count.read(shell, busy=True) == 1  # the last figure; nothing queued
+    mailbox = _actor(ref).actor_inbox
+    assert isinstance(mailbox, QuotaMailbox)
+    assert mailbox.qsize() == 0  # only the call, in hand: no probe behind it
+    root.interrupt("test over")
+    assert running.get(timeout=HANG_GUARD).error_kind == "cancelled"
