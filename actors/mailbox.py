@@ -18,8 +18,10 @@ pykka 4.5 builds an actor's inbox with ``_create_actor_inbox()`` and only ever c
 pykka's stop keeps pykka's contract: it travels the work lane in FIFO order (source ``stop``,
 never quota-checked, never coalesced), so it is served after every message queued before it,
 and it trips no token (a stop is not a cancel: send :class:`Cancel` first to abort the work).
-What is queued behind a stop is settled when it is served (``QuotaActor._stop``). pykka's own
-suite runs against this mailbox in ours (``tests/pykka_contract/``).
+What is queued behind a stop is settled when it is served (``QuotaActor._stop``), and once the
+actor's thread has settled its last envelope the mailbox is closed: an ask put later is
+answered ``ActorDeadError`` at once, never left waiting. pykka's own suite runs against this
+mailbox in ours (``tests/pykka_contract/``).
 
 Subclass :class:`QuotaActor` instead of ``pykka.ThreadingActor``.
 """
@@ -78,6 +80,17 @@ class Coalesced:
     outcome: PushEffect
 
 
+def _refuse(envelope: Envelope[Any]) -> None:
+    """An envelope put after its actor's mailbox closed: an ask is answered ``ActorDeadError``
+    (what pykka raises for a put to a dead actor), a tell is logged (the actor's
+    ``on_undelivered`` has run its last)."""
+    if envelope.reply_to is not None:
+        dead = pykka.ActorDeadError("the actor stopped before the message was put")
+        envelope.reply_to.set_exception(exc_info=(pykka.ActorDeadError, dead, None))
+    elif not isinstance(envelope.message, (*_CONTROL_TYPES, _ActorStop)):  # those: moot
+        log.warning("a stopped actor's closed mailbox refused %r", envelope.message)
+
+
 def _resolve_absorbed(envelopes: tuple[Any, ...], outcome: PushEffect) -> None:
     for env in envelopes:
         reply_to = getattr(env, "reply_to", None)
@@ -104,6 +117,18 @@ class QuotaMailbox:
         self._classify: Callable[[Any], str] = default_classify
         self._on_control: Callable[[Any], None] | None = None
         self._on_full: Callable[[Envelope[Any], InboxFull], bool] | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        """Admit nothing more: the owner's thread settles what is queued after this and ends.
+
+        pykka checks that an actor is alive before it puts a message; a sender preempted
+        between that check and its put (an agent process's threads are in the idle class
+        after its end) put an ask after the actor's last settle, and waited its whole timeout
+        (10 s, a shell's close) for an answer nobody would give. After this, every put is
+        refused at once (:func:`_refuse`)."""
+        with self._cond:
+            self._closed = True
 
     def bind(
         self,
@@ -130,8 +155,11 @@ class QuotaMailbox:
         message = envelope.message
         if isinstance(message, _ActorStop):  # never refused, never reordered: pykka's contract
             with self._cond:
-                self._rule.push_exempt(message, source=STOP, tag=envelope)
-                self._cond.notify()
+                if not self._closed:
+                    self._rule.push_exempt(message, source=STOP, tag=envelope)
+                    self._cond.notify()
+                    return
+            _refuse(envelope)
             return
         lane = self._classify(message)
         if lane == CONTROL:
@@ -142,18 +170,27 @@ class QuotaMailbox:
                 except Exception:  # the hook must never stop the control message itself
                     log.exception("control hook failed for %r", message)
             with self._cond:
-                self._control.append(envelope)
-                self._cond.notify()
+                if not self._closed:
+                    self._control.append(envelope)
+                    self._cond.notify()
+                    return
+            _refuse(envelope)
             return
         try:
             with self._cond:
-                pushed = self._rule.push(message, source=lane, tag=envelope)
-                self._cond.notify()
+                if self._closed:
+                    pushed = None
+                else:
+                    pushed = self._rule.push(message, source=lane, tag=envelope)
+                    self._cond.notify()
         except InboxFull as full:
             handler = self._on_full
             if handler is not None and handler(envelope, full):
                 return
             raise
+        if pushed is None:
+            _refuse(envelope)
+            return
         if pushed.absorbed:
             _resolve_absorbed(pushed.absorbed, pushed.outcome)
 
@@ -357,5 +394,7 @@ class QuotaActor(pykka.ThreadingActor):
                 log.exception("on_undelivered failed in %s", self)
 
     def _actor_loop_teardown(self) -> None:
-        """Anything put between the stop and the thread's exit is settled the same way."""
+        """Anything put between the stop and the thread's exit is settled the same way; the
+        mailbox is closed first, so nothing put later waits for this thread."""
+        self.mailbox.close()
         self._settle_queued()

@@ -9,6 +9,7 @@ from typing import Any
 import pykka
 import pytest
 from pykka import messages as pykka_messages
+from pykka._envelope import Envelope
 
 from actors.mailbox import Cancel, Coalesced, Interrupt, QuotaActor, QuotaMailbox
 from runtime.cancel import CancelScope
@@ -221,3 +222,21 @@ def test_coalescing_sources_are_never_refused_and_an_absorbed_ask_is_answered(
         ScheduledWakeup("tick", "p"),
         UserSteering("a\n\nb"),
     ]
+
+
+def test_an_ask_put_after_the_actor_thread_ended_is_answered_actor_dead_at_once() -> None:
+    # pykka checks that the actor is alive, then puts: a sender preempted between the two
+    # (an agent process's idle-class thread at its end) puts after the thread's last settle
+    before = set(threading.enumerate())
+    ref = Worker.start()
+    (thread,) = set(threading.enumerate()) - before
+    inbox = ref.actor_inbox
+    assert ref.ask("work", timeout=5) == 1
+    ref.stop(block=True, timeout=5)
+    thread.join(5)
+    assert not thread.is_alive()
+    for message in ("late", pykka_messages._ActorStop()):
+        future: pykka.ThreadingFuture[Any] = pykka.ThreadingFuture()
+        inbox.put(Envelope(message, reply_to=future))
+        with pytest.raises(pykka.ActorDeadError):
+            future.get(timeout=5)  # at once: before, nothing ever answered it
