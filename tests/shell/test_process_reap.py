@@ -222,13 +222,19 @@ def test_a_child_killed_alive_is_not_searched_for_programs_again_by_a_later_kill
     assert searched == [1]
 
 
-def test_a_shell_busy_in_a_call_is_not_closed_on_the_calling_thread(start_shell) -> None:
+def _busy_shell(start_shell: Any, script: str) -> tuple[Any, Any, int, Any, Any]:
+    """A started shell busy in ``script``: its ref, proxy, host pid, eval root and the run."""
     ref = start_shell()
     shell = ref.proxy()
     pid = shell.host_pid().get()
     root = shell.eval_root.get()
-    running = shell.run("/bin/sleep 30")
+    running = shell.run(script)
     wait_for(lambda: root.busy, HANG_GUARD, "the call to start")
+    return ref, shell, pid, root, running
+
+
+def test_a_shell_busy_in_a_call_is_not_closed_on_the_calling_thread(start_shell) -> None:
+    ref, _, pid, root, running = _busy_shell(start_shell, "/bin/sleep 30")
     assert _actor(ref).close_here() == (False, None)
     assert _actor(ref).end_here() == (False, None, None)
     assert pid_alive(pid)
@@ -301,12 +307,7 @@ def test_a_shell_ended_through_its_mailbox_behind_a_queued_probe_leaves_its_host
 ) -> None:
     # an agent's end that finds a message still queued on its shell goes through the mailbox,
     # and still does not wait for the killed host's exit (reaped after the end's report)
-    ref = start_shell()
-    shell = ref.proxy()
-    pid = shell.host_pid().get()
-    root = shell.eval_root.get()
-    running = shell.run("sleep 30")
-    wait_for(lambda: root.busy, HANG_GUARD, "the call to start")
+    ref, shell, pid, root, running = _busy_shell(start_shell, "sleep 30")
     probe = shell.probe()  # queued behind the call, as a live view's was
     assert _actor(ref).end_here() == (False, None, None)
     ending = shell.end_behind()
