@@ -60,6 +60,7 @@ from actors.fleet import Fleet, FleetConfig
 from actors.process import ensure_fork_server
 from actors.process_identity import exited
 from runtime.cancel import CancelScope
+from runtime.constants import MAX_STEPS
 from runtime.messages import AssistantMessage, TranscriptItem
 from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from runtime.providers.scenario import parse_scenario
@@ -238,6 +239,12 @@ def one(
             _wait(lambda: not fleet.registry.live_descendants("trunk"), 900, "throughput")
             wall = time.perf_counter() - t0
             cpu = sum(me.cpu_times()[:2]) - cpu0
+            done = sum(a.stats.ral_calls for a in workers)
+            if done != n * (calls + 1):  # each worker's calls and its reply
+                raise RuntimeError(
+                    f"the workers made {done} ral calls, not {n * (calls + 1)}: a turn is capped "
+                    f"at {MAX_STEPS} provider round-trips, so --calls must stay below that"
+                )
             work = max(n * calls, 1)
             split_ms: dict[str, float] = {}
             if sampler is not None:
