@@ -59,15 +59,20 @@ def test_a_terminal_cancel_whose_kill_is_recorded_after_the_pump_saw_the_death_i
     ref = start_shell()
     shell = ref.proxy()
     root = shell.eval_root.get()
-    actor = ref._actor_weakref()
-    host = actor._host
+    host = ref._actor_weakref()._host
     kill = host.kill
+    asked = threading.Event()  # the pump, the host's death seen, asks whether it was killed
+    killed_when_dead = root.killed_when_dead
+
+    def asking(dead: Any) -> str | None:
+        asked.set()
+        return killed_when_dead(dead)
 
     def kill_then_preempted(*args: Any, **kwargs: Any) -> None:
         kill(*args, **kwargs)
-        wait_for(lambda: not host.proc.is_alive(), HANG_GUARD, "the host's death seen")
-        time.sleep(0.2)  # the pump has read the closed channel by now
+        asked.wait(HANG_GUARD)  # preempted until the pump has seen the death and asks
 
+    monkeypatch.setattr(root, "killed_when_dead", asking)
     monkeypatch.setattr(host, "kill", kill_then_preempted)
     running = shell.run("/bin/sleep 30")
     wait_for(lambda: root.busy)
