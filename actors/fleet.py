@@ -31,7 +31,7 @@ import pykka
 
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
-from actors.agent_process import HostBackend, HostBoot, HostReaper, ProcessAgent
+from actors.agent_process import HostBackend, HostBoot, ProcessAgent
 from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
 from actors.agent_site import (
     BranchRequest,
@@ -43,6 +43,7 @@ from actors.agent_site import (
 )
 from actors.bus import start_bus
 from actors.host_pool import HostPool
+from actors.host_reaper import HostReaper
 from actors.mailbox import Cancel, QuotaActor
 from actors.registry import start_registry
 from runtime.constants import SCRATCH_ENV, TRUNK_NAME

@@ -1,5 +1,5 @@
 """The host reaper: settled agents' processes are told to exit once no other end follows, and
-every one handed over is collected (``actors/agent_process.py``, :class:`HostReaper`).
+every one handed over is collected (``actors/host_reaper.py``, :class:`HostReaper`).
 
 The hosts here record what the reaper asks of them: the reaper's rule is when it asks, and
 that it asks every one; the real processes' reaping is in ``test_process_lifecycle.py``."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from actors.agent_process import HostReaper
+from actors.host_reaper import HostReaper
 from tests.support.waiting import wait_for
 
 
