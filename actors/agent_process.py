@@ -47,6 +47,7 @@ from concurrent.futures import Executor
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
@@ -537,10 +538,15 @@ class ProcessAgent:
                 pass  # the next crash, handled once this restart returns
 
 
-def evaluating(agent: Agent | ProcessAgent) -> bool:
+def evaluating(agent: Agent | ProcessAgent, events: Path | None = None) -> bool:
     """Whether ``agent``'s shell is evaluating a ral call now, wherever it runs: read in its
     process for an agent process (False once that process is gone). What a cancel of the call
-    reaches; a call already in the agent's event log may not have reached its shell yet."""
+    reaches; a call already in the agent's event log may not have reached its shell yet.
+
+    ``events``: the agent's event log, read first: no call in it, no question asked of the
+    agent's process (a poller of a hundred booting agents asks none of them)."""
+    if events is not None and not (events.exists() and b'"assistant"' in events.read_bytes()):
+        return False
     if isinstance(agent, ProcessAgent):
         live = agent.live()
         return live is not None and live.running_eval

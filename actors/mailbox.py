@@ -85,10 +85,15 @@ def _refuse(envelope: Envelope[Any]) -> None:
     (what pykka raises for a put to a dead actor), a tell is logged (the actor's
     ``on_undelivered`` has run its last)."""
     if envelope.reply_to is not None:
-        dead = pykka.ActorDeadError("the actor stopped before the message was put")
-        envelope.reply_to.set_exception(exc_info=(pykka.ActorDeadError, dead, None))
+        _answer_dead(envelope.reply_to, "the actor stopped before the message was put")
     elif not isinstance(envelope.message, (*_CONTROL_TYPES, _ActorStop)):  # those: moot
         log.warning("a stopped actor's closed mailbox refused %r", envelope.message)
+
+
+def _answer_dead(reply_to: Any, why: str) -> None:
+    """Answer an ask ``ActorDeadError``, as pykka does for an actor that is gone."""
+    dead = pykka.ActorDeadError(why)
+    reply_to.set_exception(exc_info=(pykka.ActorDeadError, dead, None))
 
 
 def _resolve_absorbed(envelopes: tuple[Any, ...], outcome: PushEffect) -> None:
@@ -385,8 +390,7 @@ class QuotaActor(pykka.ThreadingActor):
                 if not isinstance(message, _CONTROL_TYPES):
                     untold.append(message)
                 continue
-            dead = pykka.ActorDeadError(f"{self.actor_ref} stopped before handling the message")
-            envelope.reply_to.set_exception(exc_info=(pykka.ActorDeadError, dead, None))
+            _answer_dead(envelope.reply_to, f"{self.actor_ref} stopped before handling the message")
         if untold:
             try:
                 self.on_undelivered(untold)

@@ -395,10 +395,7 @@ def _sleeping(fleet: Fleet, name: str) -> bool:
     its shell evaluating (:func:`actors.agent_process.evaluating`). The log alone was not
     enough: the call is recorded before the run reaches the shell, and a cancel in between
     stops no evaluation (a ``--quick`` smoke run on a loaded box cancelled one so)."""
-    path = fleet.session.events(name)
-    if not (path.exists() and b'"assistant"' in path.read_bytes()):
-        return False
-    return evaluating(fleet.hosted[name])
+    return evaluating(fleet.hosted[name], fleet.session.events(name))
 
 
 def _run(

@@ -11,8 +11,5 @@ def busy_in_its_call(fleet: Fleet, name: str) -> bool:
     shell is evaluating (:func:`actors.agent_process.evaluating`). The log alone is not
     enough: the call is recorded before the run reaches the shell, and a cancel in between
     stops no evaluation (a benchmark's smoke run on a loaded box cancelled one so)."""
-    path = fleet.session.events(name)
-    if not (path.exists() and b'"assistant"' in path.read_bytes()):
-        return False
     agent = fleet.hosted.get(name)
-    return agent is not None and evaluating(agent)
+    return agent is not None and evaluating(agent, fleet.session.events(name))
