@@ -282,9 +282,15 @@ class Fleet:
                 on_cancel=agent.send_cancel,
             )
         else:
-            # a cascade ends the agent: its busy host is killed, not asked (EvalRoot.end)
-            root = None if spec.parent is None else agent.eval_root.end
-            self.registry.attach(spec.name, eval_root=root, interrupt=agent.interrupt)
+            # a cascade ends the agent: its busy host is killed, not asked (EvalRoot.end), the
+            # root made terminal before the agent's token trips (the registry's ending hook)
+            child = spec.parent is not None
+            self.registry.attach(
+                spec.name,
+                eval_root=agent.eval_root.end if child else None,
+                interrupt=agent.interrupt,
+                ending=agent.eval_root.make_terminal if child else None,
+            )
         with self._lock:
             self.hosted[spec.name] = agent
             if isinstance(agent, Agent):

@@ -82,6 +82,9 @@ class _Handles:
     inbox: AgentInbox
     interrupt: Callable[[str], None] | None
     on_cancel: Callable[[str], None] | None = None
+    ending: Callable[[], None] | None = None
+    """Run before any token of the cascade trips: the node learns it is ending before anything
+    watching its token can act on the trip (an in-process agent's eval root made terminal)."""
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,7 @@ class FleetRegistry:
         inbox: AgentInbox | None = None,
         interrupt: Callable[[str], None] | None = None,
         on_cancel: Callable[[str], None] | None = None,
+        ending: Callable[[], None] | None = None,
     ) -> None:
         """Replace an entry's handles after registration (the agent and its shell are built
         after the name is reserved). An entry already cancelled (a cancel that arrived
@@ -203,6 +207,8 @@ class FleetRegistry:
                 h.interrupt = interrupt
             if on_cancel is not None:
                 h.on_cancel = on_cancel
+            if ending is not None:
+                h.ending = ending
             cause = node.cancel_cause
         if cause is not None:
             self._trip_all([h], cause)
@@ -332,14 +338,27 @@ class FleetRegistry:
 
     @staticmethod
     def _trip_all(handles: list[_Handles], cause: str, recorded: list[str] | None = None) -> None:
-        """Trip ``handles``: every token first (the cheap, cooperative layer reaches every node
-        soonest), then each eval root, ``on_cancel`` hook and inbox.
+        """Trip ``handles``: every ``ending`` hook, then every token (the cheap, cooperative
+        layer reaches every node soonest), then each eval root, ``on_cancel`` hook and inbox.
+
+        The ``ending`` hooks go first because a token's trip wakes whoever watches it: an
+        in-process agent's shell, busy in a call, re-sent the trip to its host as a plain
+        interrupt when it woke before the cascade reached its eval root, and the host unwound
+        the call (``1:1 cancelled``) instead of being killed with the cascade's cause (1 run in
+        25 of ``tests/agent/test_reply.py``'s cancelled child). An agent process orders the
+        same two steps in its own process (its cancel frame).
 
         An ``on_cancel`` hook gets the cause the registry recorded for its node (``recorded``,
         read under the lock: the first cause, which a later cascade's own does not replace), so
         a hook that forwards it (a process agent's cancel frame) needs no registry read of its
         own per node: the hundred reads of a 100-agent cascade each took the registry lock
         against the settlements of the agents already ended."""
+        for h in handles:
+            if h.ending is not None:
+                try:
+                    h.ending()
+                except Exception:  # one broken hook must not stop the rest of the cascade
+                    log.exception("ending hook %r failed", h.ending)
         for h in handles:
             h.token.cancel(cause)
         for i, h in enumerate(handles):

@@ -411,3 +411,23 @@ def test_a_result_for_an_inbox_in_another_process_is_sent_without_waiting_and_a_
     assert [(d.agent, d.reason, d.cap, d.sender) for d in dropped] == [
         ("remote", "inbox full", 64, "c2")
     ]
+
+
+def test_the_cascade_runs_every_ending_hook_before_it_trips_any_token() -> None:
+    # a token's trip wakes whoever watches it; an in-process agent's shell must already know
+    # its agent is ending by then (else it asked its host to unwind instead of being killed)
+    core = FleetRegistry()
+    order: list[str] = []
+    core.register(TRUNK_NAME, returns=False, interactive=True)
+
+    def noting(what: str) -> Callable[[], None]:
+        return lambda: order.append(what)
+
+    for name, parent in (("parent", TRUNK_NAME), ("child", "parent")):
+        token = CancelScope()
+        token.on_cancel(noting(f"token {name}"))
+        core.register(name, parent, returns=True, token=token)
+        core.attach(name, ending=noting(f"ending {name}"))
+    assert set(core.cancel("parent", "stop")) == {"parent", "child"}
+    assert order[:2] == ["ending parent", "ending child"]
+    assert sorted(order[2:]) == ["token child", "token parent"]
