@@ -280,11 +280,19 @@ class SnapshotKeeper:
         its rename). One shell writes these names, and this keeper's first compaction has just
         replaced both files, so any other process's temp here is a dead writer's litter."""
         mine = f".{os.getpid()}."
-        for pattern in (f".{self.path.name}.*.tmp", f".{log_path(self.path).name}.*.tmp"):
-            for p in self.path.parent.glob(pattern):
-                if mine not in p.name[len(self.path.name) + 1 :]:
-                    with contextlib.suppress(OSError):
-                        p.unlink()
+        stems = (f".{self.path.name}.", f".{log_path(self.path).name}.")
+        try:  # names, not a glob: a glob compiled two patterns in every agent process
+            with os.scandir(self.path.parent) as entries:
+                names = [e.name for e in entries]
+        except OSError:
+            return
+        for name in names:
+            stem = next((x for x in stems if name.startswith(x)), None)
+            if stem is None or not name.endswith(".tmp") or len(name) < len(stem) + 4:
+                continue
+            if mine not in name[len(self.path.name) + 1 :]:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path.parent / name)
 
     def _failed(self, text: str) -> None:
         self._notify(
