@@ -73,6 +73,7 @@ from runtime.fleet.nudge import (
     Verdict,
     classify,
     decide,
+    waiting_matters,
 )
 from runtime.fleet.park import Construction, ParkMode, park_mode, returns_for
 from runtime.messages import AssistantMessage, ToolCall, ToolResult, admit_with_report
@@ -348,15 +349,25 @@ class Agent:
         return outcome
 
     def _nudge_inputs(self, loop: Outcome) -> NudgeInputs:
-        """The nudge rules' inputs now, for a turn that ended ``loop``."""
+        """The nudge rules' inputs now, for a turn that ended ``loop``; what is still running
+        is read only when the rules would look at it (:func:`waiting_matters`)."""
+        returns = self.returns and not self.spec.chat
+        headless_trunk = self.parent is None and not self.interactive
+        read = waiting_matters(
+            loop,
+            self.latches,
+            replied=self.replied,
+            returns=returns,
+            headless_trunk=headless_trunk,
+        )
         return NudgeInputs(
             outcome=loop,
-            returns=self.returns and not self.spec.chat,
+            returns=returns,
             replied=self.replied,
             pins=tuple(f"{k}: {v}" for k, v in self.pins.items()),
-            live_descendants=self.site.park_reads(self.name).live_descendants,
-            live_workers=self._workers_pending(),
-            headless_trunk=self.parent is None and not self.interactive,
+            live_descendants=read and self.site.park_reads(self.name).live_descendants,
+            live_workers=read and self._workers_pending(),
+            headless_trunk=headless_trunk,
         )
 
     def _resume_suspended(self) -> InboxNudge | AgentOutcome | None:

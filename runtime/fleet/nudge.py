@@ -212,6 +212,26 @@ class NudgeDecision:
 _NO_RULE = frozenset({Outcome.CAPPED, Outcome.CANCELLED, Outcome.PROVIDER_ERROR})
 
 
+def waiting_matters(
+    outcome: Outcome,
+    latches: NudgeLatches,
+    *,
+    replied: bool,
+    returns: bool,
+    headless_trunk: bool,
+) -> bool:
+    """Whether :func:`decide` reads ``live_descendants`` and ``live_workers`` for inputs with
+    these other facts: not for a terminal outcome, nor for a reply it honours whatever is still
+    running. A driver reads them only when they matter: each is a round trip for an agent
+    process (the registry's park reads, its shell's worker count), ~0.5 ms of CPU at the end
+    of every returning child (docs/benchmarks.md)."""
+    if outcome in _NO_RULE:
+        return False
+    if replied:
+        return headless_trunk and returns and not latches.self_verified
+    return True
+
+
 def decide(inputs: NudgeInputs, latches: NudgeLatches) -> NudgeDecision:
     """Apply the react rule set. Pure; see the module docstring for the invariants."""
     if inputs.outcome in _NO_RULE:

@@ -103,6 +103,16 @@ def test_without_a_budget_every_round_trip_reaches_the_fleets_spend_and_none_wai
     assert [a.site_calls["charge"] for a in workers] == [0, 0, 0]
 
 
+def test_a_returning_childs_reply_ends_it_without_asking_the_registry_what_still_runs(
+    fleet_of: Callable[..., Fleet],
+) -> None:
+    fleet = fleet_of(2)
+    workers = _workers(fleet, 2)
+    assert all(a.outcome is not None and a.outcome.value == "replied" for a in workers)
+    # the reply is honoured whatever runs (runtime.fleet.nudge.waiting_matters): no park read
+    assert [a.site_calls["park_reads"] for a in workers] == [0, 0]
+
+
 def test_with_a_budget_each_round_trip_waits_for_the_fleets_answer(
     fleet_of: Callable[..., Fleet],
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +24,7 @@ from runtime.fleet.nudge import (
     classify,
     decide,
     pinned_reminder_text,
+    waiting_matters,
 )
 from runtime.shell.ledger import LargeBinding
 
@@ -262,6 +265,42 @@ def test_no_nudge_is_ever_posted_while_descendants_or_workers_live(
         d = decide(i, lt)
         assert d.nudges == ()
         assert d.latches == lt
+
+
+def _matters(i: NudgeInputs, lt: NudgeLatches) -> bool:
+    return waiting_matters(
+        i.outcome, lt, replied=i.replied, returns=i.returns, headless_trunk=i.headless_trunk
+    )
+
+
+@given(inputs_st, latches_st)
+def test_what_is_still_running_changes_no_decision_where_waiting_does_not_matter(
+    i: NudgeInputs, lt: NudgeLatches
+) -> None:
+    if not _matters(i, lt):
+        decisions = [
+            decide(replace(i, live_descendants=d, live_workers=w), lt)
+            for d in (False, True)
+            for w in (False, True)
+        ]
+        assert all(d == decisions[0] for d in decisions)
+
+
+@given(inputs_st, latches_st)
+def test_waiting_matters_exactly_where_a_live_child_would_suspend_the_agent(
+    i: NudgeInputs, lt: NudgeLatches
+) -> None:
+    suspended = decide(replace(i, live_descendants=True), lt).verdict is Verdict.SUSPENDED
+    assert _matters(i, lt) == suspended
+
+
+def test_a_returning_childs_honoured_reply_needs_no_read_of_what_still_runs() -> None:
+    assert not waiting_matters(
+        Outcome.END_TURN, FRESH, replied=True, returns=True, headless_trunk=False
+    )
+    assert waiting_matters(
+        Outcome.END_TURN, FRESH, replied=False, returns=True, headless_trunk=False
+    )
 
 
 @given(inputs_st, latches_st)
