@@ -73,7 +73,7 @@ from actors.host_reaper import HostReaper
 from actors.process import fork_server_address, process_context, start_process
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
-from runtime.events import InboxRejected, Notice
+from runtime.events import Event, InboxRejected, Notice
 from runtime.fleet.agent_channel import (
     BornFrame,
     Call,
@@ -650,13 +650,18 @@ class _Host:
             self._born.set()
         elif isinstance(msg, PublishFrame):
             site = self._agent.site
+            events: list[Event] = []
             for event in unpickle(msg.payload) or ():
                 if isinstance(event, Charge):
                     site.charge(event.agent, event.cost)
                 elif isinstance(event, InboxRejected):
+                    site.publish_queued(events)  # queued first: written before the rejection
+                    events = []
                     site.record_rejected(event)
                 else:
-                    site.publish(event)
+                    events.append(event)
+            if events:
+                site.publish_queued(events)
         elif isinstance(msg, RecordFrame):
             try:
                 self._record(msg)

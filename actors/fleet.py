@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -477,6 +477,11 @@ class Fleet:
 
     def publish(self, event: Event) -> None:
         self.bus.publish(event)
+
+    def publish_queued(self, events: Iterable[Event]) -> None:
+        """An agent process's event batch, from its channel's reader: queued for the bus
+        thread, never written on the reader (:meth:`BusHandle.publish_queued`)."""
+        self.bus.publish_queued(events)
 
     def record_rejected(self, rejection: InboxRejected) -> None:
         self.bus.record_rejected(rejection)

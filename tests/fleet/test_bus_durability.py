@@ -9,8 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from actors.bus import BusCore
-from runtime.events import Notice
+from runtime.events import Died, InboxRejected, Notice
+from runtime.fleet.inbox import AgentResult
 from runtime.state import durability
 from runtime.state.durability import Durability
 from runtime.state.durable import read_jsonl
@@ -141,3 +144,76 @@ def test_under_machine_the_bus_thread_writes_and_the_producer_does_not_wait(
             gate.set()
             bus.stop()
             durability.unbind(files)
+
+
+def test_a_queued_batch_waits_for_the_bus_thread_and_is_written_before_what_follows_it(
+    tmp_path: Path,
+) -> None:
+    with _holding_bus() as held:
+        bus, files, gate = _stalled_bus(tmp_path, Durability.PROCESS)
+        sub = bus.subscribe()
+        try:
+            assert held.wait(HANG_GUARD)
+            bus.publish_queued([Notice("w1", text=str(i)) for i in range(3)])
+            # queued, not written on the producer's thread (a channel reader's)
+            assert read_jsonl(tmp_path / "transcript.jsonl").records == []
+            # an inline write after it -- the agent's Died, a rejection -- drains it first
+            bus.record_rejected(
+                InboxRejected.of(
+                    "trunk", AgentResult("w1", "v"), reason="inbox full", cap=64, sender="w1"
+                )
+            )
+            bus.publish(Died("w1"))
+            records = read_jsonl(tmp_path / "transcript.jsonl").records
+            assert [r.get("text", r["kind"]) for r in records] == [
+                "0",
+                "1",
+                "2",
+                "InboxRejected",
+                "Died",
+            ]
+            assert [getattr(e, "text", e.kind) for e in sub.drain()] == ["0", "1", "2", "Died"]
+        finally:
+            gate.set()
+            bus.stop()
+            durability.unbind(files)
+
+
+def test_queueing_never_waits_behind_a_write_in_progress(tmp_path: Path) -> None:
+    files = durability.bind(tmp_path, Durability.PROCESS)
+    core = BusCore(tmp_path / "transcript.jsonl")
+    try:
+        with core._lock:  # a writer holds the bus (its write(2) between two GIL turns)
+            queued = threading.Thread(target=core.submit, args=(Notice("a", text="q"),))
+            queued.start()
+            queued.join(HANG_GUARD)
+            assert not queued.is_alive(), "queueing waited for the write in progress"
+        assert core.drain() == 1
+        assert [r["text"] for r in read_jsonl(tmp_path / "transcript.jsonl").records] == ["q"]
+    finally:
+        core.close()
+        durability.unbind(files)
+
+
+def test_a_drain_whose_write_fails_loses_nothing_and_the_next_writes_it_all_in_order(
+    tmp_path: Path,
+) -> None:
+    """A real failed write: the transcript pointed at ``/dev/full`` (every write ENOSPC)."""
+    transcript = tmp_path / "transcript.jsonl"
+    core = BusCore(transcript)
+    sub = core.subscribe()
+    try:
+        for i in range(3):
+            assert core.submit(Notice("a", text=str(i)))
+        core.transcript = Path("/dev/full")
+        with pytest.raises(OSError):
+            core.publish(Notice("a", text="3"))
+        assert core.published == 0 and sub.drain() == []
+        core.transcript = transcript
+        core.publish(Notice("a", text="4"))
+        texts = [r["text"] for r in read_jsonl(transcript).records]
+        assert texts == ["0", "1", "2", "4"]  # the failed publish raised to its producer
+        assert [e.text for e in sub.drain()] == texts  # type: ignore[attr-defined]
+    finally:
+        core.transcript = transcript
+        core.close()
