@@ -18,11 +18,16 @@ bus), at most 3 times in 60 s; past that the agent ends ``failed`` (its slot set
 with the cause (a ``Down`` notice), and its parent is told as for any other end.
 
 Invariants:
-- Control-side handlers never run on a channel's reader thread (they may wait on another
-  host's reply): requests and ends are served by the fleet's pool of threads.
-- The agent process's events (``PublishFrame``) are put on the bus in the order they were sent,
-  before any request that followed them is answered; the charges in a batch (no ``--budget``)
-  are added to the fleet's spend in that same order.
+- Control-side handlers never run on a channel's reader (they may wait on another host's
+  reply): requests, ends and a host lost without ``Ended`` are served by the fleet's pool of
+  threads. A local host's channel is read by the fleet's one hub thread
+  (:mod:`actors.channel_hub`), which must never wait: one reader per host process left ~200
+  threads competing for the GIL in a 200-agent fleet, seconds behind under load.
+- The agent process's events (``PublishFrame``) are queued on the bus in the order they were
+  sent, before any request that followed them is answered, and written by the bus thread or
+  by the next write of the bus, whichever comes first (:meth:`BusHandle.publish_queued`): a
+  ``Died`` or a rejection is written after them. The charges in a batch (no ``--budget``) are
+  added to the fleet's spend in that same order.
 - No orphans: the host dies with the fork server (``PR_SET_PDEATHSIG``) and so with the control
   process; its shell sees end of file when its host dies; :meth:`ProcessAgent.shutdown` kills
   whatever of either is left.
@@ -67,6 +72,7 @@ from actors.agent_process_host import (
     unpickle,
 )
 from actors.channel import AgentChannel, Then
+from actors.channel_hub import ChannelHub
 from actors.frames import ChannelClosed
 from actors.host_pool import HostPool
 from actors.host_reaper import HostReaper
@@ -236,6 +242,7 @@ class ProcessAgent:
         backend: HostBackend | None = None,
         recorder: RecordSink | None = None,
         host_pool: HostPool | None = None,
+        hub: ChannelHub | None = None,
     ) -> None:
         spec = boot.spec
         self.recorder = recorder
@@ -245,6 +252,8 @@ class ProcessAgent:
         self.host_pool = host_pool
         """Warm agent processes of this machine's fork server (``actors/host_pool.py``), taken
         before a cold start."""
+        self.hub = hub
+        """The reader thread of its local hosts' channels (None: a thread each)."""
         self.site = site
         self.spec = spec
         self.name = spec.name
@@ -579,7 +588,8 @@ class _Host:
             on_notify=self._notify,
             on_eof=self._eof,
         )
-        self.channel.start()
+        # a local host's frames are read by the fleet's one hub thread (actors/channel_hub.py)
+        self.channel.start(hub=agent.hub if self._remote is None else None)
 
     def _fork(self, boot: HostBoot) -> Connection:
         """A warm process from the pool, or a new one; either way the boot, pickled once,
@@ -680,17 +690,22 @@ class _Host:
         apply_shipped(self._agent.site.session, self._agent.name, record)
 
     def _eof(self, detail: str) -> None:
+        """On the reader (the hub's thread for a local host): never waits. A host that ended
+        without reporting is supervised from the pool, where its exit is waited for."""
         self._gone.set()
         if not self.ended and self._born.is_set():
-            code = None
-            with contextlib.suppress(Exception):
-                self.proc.join(2.0)
-                code = self.proc.exitcode
-            if code is not None and code < 0:
-                cause = f"the agent process died (signal {-code})"
-            else:
-                cause = f"the agent process ended without reporting (exit code {code})"
-            self._agent._pool.submit(self._agent._crashed, self, cause)
+            self._agent._pool.submit(self._lost)
+
+    def _lost(self) -> None:
+        code = None
+        with contextlib.suppress(Exception):
+            self.proc.join(2.0)
+            code = self.proc.exitcode
+        if code is not None and code < 0:
+            cause = f"the agent process died (signal {-code})"
+        else:
+            cause = f"the agent process ended without reporting (exit code {code})"
+        self._agent._crashed(self, cause)
 
     def ask_to_exit(self, reason: str) -> None:
         self.channel.try_send(Shutdown(reason))

@@ -2,7 +2,9 @@
 ``runtime/fleet/agent_channel.py``).
 
 One :class:`AgentChannel` per end of the duplex ``Connection`` between the control process and
-an agent host. It owns one **reader thread** and a locked writer:
+an agent host. It has one **reader** -- a thread of its own, or, for the control side of a
+local agent process, the fleet's hub thread that reads every such channel
+(:mod:`actors.channel_hub`) -- and a locked writer:
 
 - a reply (``reply_to`` set) wakes the thread waiting in :meth:`AgentChannel.request`;
 - a **control frame** (steer, interrupt, cancel, shutdown) is handed to ``on_control`` on the
@@ -19,7 +21,7 @@ that needs to run work queues it); every request ends in exactly one of a reply,
 :class:`ReplyTimeout` or :class:`PeerGone` -- none is ever dropped in silence; a frame that
 cannot be decoded is counted and reported to ``on_bad_frame`` and the reader carries on (it
 names no request, so nothing else can be done with it). Threads: exactly one (the reader),
-which exits at end of file or :meth:`close`.
+which exits at end of file or :meth:`close`; none on a hub.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
+from actors.channel_hub import ChannelHub
 from actors.frames import Channel, ChannelClosed
 from runtime.fleet.agent_channel import (
     CONTROL_KINDS,
@@ -110,10 +113,21 @@ class AgentChannel:
         self.bad_frames = 0
         self.timeouts = 0
         self._reader = threading.Thread(target=self._read, name=f"channel-{peer}", daemon=True)
+        self._hub: ChannelHub | None = None
+        self._eof_detail = "end of file"
 
-    def start(self) -> AgentChannel:
-        self._reader.start()
+    def start(self, hub: ChannelHub | None = None) -> AgentChannel:
+        """Start reading: on a reader thread of its own, or on ``hub``'s
+        (:mod:`actors.channel_hub`: the control side of local agent processes)."""
+        if hub is not None:
+            self._hub = hub
+            hub.add(self)
+        else:
+            self._reader.start()
         return self
+
+    def fileno(self) -> int:
+        return self._ch.fileno()
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -201,14 +215,37 @@ class AgentChannel:
             except ChannelClosed as e:
                 detail = str(e)
                 break
-            try:
-                env = decode(data)
-            except ChannelProtocolError as e:
-                self.bad_frames += 1
-                self._call(self._on_bad_frame, e)
-                continue
-            self._dispatch(env)
+            self._handle(data)
         self._finish(detail)
+
+    def _pump(self) -> bool:
+        """On the hub's thread, this socket readable: dispatch the whole frames one read
+        brings (none while a frame is still partial); False at end of file."""
+        try:
+            bodies = self._ch.recv_ready()
+        except ChannelClosed as e:
+            self._eof_detail = str(e)
+            return False
+        for data in bodies:
+            self._handle(data)
+        return True
+
+    def _finish_pumped(self) -> None:
+        """The hub unregistered this channel at its end of file."""
+        self._finish(self._eof_detail)
+
+    def _lost_before_read(self, detail: str) -> None:
+        """The hub could not register this channel (closed before its first read)."""
+        self._finish(detail)
+
+    def _handle(self, data: bytes) -> None:
+        try:
+            env = decode(data)
+        except ChannelProtocolError as e:
+            self.bad_frames += 1
+            self._call(self._on_bad_frame, e)
+            return
+        self._dispatch(env)
 
     def _dispatch(self, env: Envelope) -> None:
         msg = env.message
@@ -272,10 +309,20 @@ class AgentChannel:
                 fd = self._ch.fileno()
                 with socket.socket(fileno=os.dup(fd)) as s:
                     s.shutdown(socket.SHUT_RDWR)
+        hub = self._hub
+        # a callback closing its own channel: the hub unregisters it here, its reader
+        if hub is not None and hub.is_reader() and hub.forget(self):
+            self._finish("closed locally")
         self.join(5.0)
         self._ch.close()
 
     def join(self, timeout: float | None = None) -> None:
+        """Wait for the reader to see the end of file (its own thread, or the hub's)."""
+        hub = self._hub
+        if hub is not None:
+            if not hub.is_reader():
+                self.closed.wait(timeout)
+            return
         if self._reader.is_alive() and self._reader is not threading.current_thread():
             self._reader.join(timeout)
 

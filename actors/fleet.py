@@ -42,6 +42,7 @@ from actors.agent_site import (
     Standing,
 )
 from actors.bus import start_bus
+from actors.channel_hub import ChannelHub
 from actors.host_pool import HostPool
 from actors.host_reaper import HostReaper
 from actors.mailbox import Cancel, QuotaActor
@@ -192,6 +193,9 @@ class Fleet:
         self._reaper: HostReaper | None = None
         self.host_pool: HostPool | None = None
         """Warm agent processes for spawns to take (the process backend on this machine)."""
+        self.hub = ChannelHub("channel-hub")
+        """The one thread reading every local agent process's channel (its thread starts with
+        the first)."""
         if self.config.agents == "process":
             self._pool = ThreadPoolExecutor(HOST_CALL_THREADS, thread_name_prefix="site")
             self._reaper = HostReaper()
@@ -325,6 +329,7 @@ class Fleet:
             backend=self.config.backend,
             recorder=recorder,
             host_pool=self.host_pool,
+            hub=self.hub,
         )
 
     def _as_recorded(self, parent: str, provider: Provider) -> Provider:
@@ -422,6 +427,7 @@ class Fleet:
             self._reaper.close()
         if self.host_pool is not None:
             self.host_pool.close()
+        self.hub.close()  # after every host's shutdown: their ends of file are read on it
         try:
             self._registry.stop()
             self.bus.stop()

@@ -290,6 +290,29 @@ class Channel:
                 raise ChannelClosed("receive failed: end of file")
             buf += chunk
 
+    def recv_ready(self) -> list[bytes]:
+        """The frame bodies one ``read(2)`` completes, for a reader that knows the socket is
+        readable (a selector said so): the read does not block. A frame still partial stays
+        buffered for the next call ([] then); :class:`ChannelClosed` at end of file."""
+        if self._closed:
+            raise ChannelClosed("channel closed locally")
+        buf = self._buf
+        try:
+            chunk = os.read(self._fd, max(_READ, _needed(buf)) if buf else _READ)
+        except BlockingIOError:
+            return []
+        except (OSError, ValueError) as e:
+            raise ChannelClosed(f"receive failed: {e}") from None
+        if not chunk:
+            raise ChannelClosed("receive failed: end of file")
+        buf += chunk
+        bodies: list[bytes] = []
+        while (got := _frame_in(buf)) is not None:
+            start, end = got
+            bodies.append(bytes(buf[start:end]))
+            del buf[:end]
+        return bodies
+
     def has_frame(self) -> bool:
         """A whole frame is already read (the next :meth:`recv` takes no system call)."""
         buf = self._buf

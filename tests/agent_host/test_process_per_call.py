@@ -7,6 +7,7 @@ spend, its transcript).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -111,6 +112,16 @@ def test_a_returning_childs_reply_ends_it_without_asking_the_registry_what_still
     assert all(a.outcome is not None and a.outcome.value == "replied" for a in workers)
     # the reply is honoured whatever runs (runtime.fleet.nudge.waiting_matters): no park read
     assert [a.site_calls["park_reads"] for a in workers] == [0, 0]
+
+
+def test_every_agent_processs_channel_is_read_by_the_fleets_one_hub_thread(
+    fleet_of: Callable[..., Fleet],
+) -> None:
+    fleet = fleet_of(3)
+    assert isinstance(fleet.hosted["trunk"], ProcessAgent)  # live: its channel still read
+    names = [t.name for t in threading.enumerate()]
+    assert names.count("channel-hub") == 1
+    assert not [n for n in names if n.startswith("channel-agent process")]
 
 
 def test_with_a_budget_each_round_trip_waits_for_the_fleets_answer(
