@@ -218,7 +218,7 @@ class AgentChannel:
             self._handle(data)
         self._finish(detail)
 
-    def _pump(self) -> bool:
+    def pump(self) -> bool:
         """On the hub's thread, this socket readable: dispatch the whole frames one read
         brings (none while a frame is still partial); False at end of file."""
         try:
@@ -230,11 +230,11 @@ class AgentChannel:
             self._handle(data)
         return True
 
-    def _finish_pumped(self) -> None:
+    def finish_pumped(self) -> None:
         """The hub unregistered this channel at its end of file."""
         self._finish(self._eof_detail)
 
-    def _lost_before_read(self, detail: str) -> None:
+    def lost_before_read(self, detail: str) -> None:
         """The hub could not register this channel (closed before its first read)."""
         self._finish(detail)
 

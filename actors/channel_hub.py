@@ -34,27 +34,43 @@ import os
 import selectors
 import threading
 from collections import deque
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from actors.channel import AgentChannel
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
 
+class Pumped(Protocol):
+    """What the hub reads: :class:`actors.channel.AgentChannel` on a hub."""
+
+    peer: str
+
+    def fileno(self) -> int: ...
+
+    def pump(self) -> bool:
+        """Dispatch the whole frames one read of the readable socket brings; False at end of
+        file (the hub then unregisters it and calls :meth:`finish_pumped`)."""
+        ...
+
+    def finish_pumped(self) -> None: ...
+
+    def lost_before_read(self, detail: str) -> None:
+        """The hub could not register it (closed before its first read)."""
+        ...
+
+
 class ChannelHub:
-    """The reader thread shared by many :class:`AgentChannel` (see the module docstring)."""
+    """The reader thread shared by many channels (see the module docstring)."""
 
     def __init__(self, name: str = "channel-hub") -> None:
         self.name = name
         self._lock = threading.Lock()
-        self._adds: deque[AgentChannel] = deque()
+        self._adds: deque[Pumped] = deque()
         self._closed = False
         self._thread: threading.Thread | None = None
         self._selector: selectors.BaseSelector | None = None
         self._wake_r = self._wake_w = -1
 
-    def add(self, channel: AgentChannel) -> None:
+    def add(self, channel: Pumped) -> None:
         """Read ``channel`` from now on (its reader, until its end of file)."""
         with self._lock:
             if self._closed:
@@ -68,7 +84,7 @@ class ChannelHub:
         """Whether the calling thread is this hub's (a callback closing its own channel)."""
         return self._thread is threading.current_thread()
 
-    def forget(self, channel: AgentChannel) -> bool:
+    def forget(self, channel: Pumped) -> bool:
         """On the hub's thread only: stop reading ``channel`` now (it is being closed by one of
         the hub's own callbacks); whether it was still read."""
         assert self.is_reader()
@@ -118,14 +134,14 @@ class ChannelHub:
         try:
             while True:
                 for key, _ in selector.select():
-                    channel: AgentChannel | None = key.data
+                    channel: Pumped | None = key.data
                     if channel is None:
                         if not self._woken(selector):
                             return
-                    elif not channel._pump():  # end of file: it is done with the hub
+                    elif not channel.pump():  # end of file: it is done with the hub
                         with contextlib.suppress(KeyError, ValueError, OSError):
                             selector.unregister(key.fd)
-                        channel._finish_pumped()
+                        channel.finish_pumped()
         finally:
             selector.close()
             os.close(self._wake_r)
@@ -146,5 +162,5 @@ class ChannelHub:
                 selector.register(channel.fileno(), selectors.EVENT_READ, channel)
             except (KeyError, ValueError, OSError) as e:  # closed before it was registered
                 log.debug("%s: %s not read: %s", self.name, channel.peer, e)
-                channel._lost_before_read(str(e))
+                channel.lost_before_read(str(e))
         return True
