@@ -110,23 +110,31 @@ def _holding_bus() -> Iterator[threading.Event]:
         Bus.on_receive = inner  # type: ignore[method-assign]
 
 
-def test_under_process_a_producer_writes_its_event_itself_while_the_bus_thread_is_busy(
-    tmp_path: Path,
-) -> None:
+@contextlib.contextmanager
+def _held_process_bus(tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+    """A bus under ``process`` whose thread is parked in a handler, and a subscriber: what
+    is written meanwhile was written by the producer's own thread."""
     with _holding_bus() as held:
         bus, files, gate = _stalled_bus(tmp_path, Durability.PROCESS)
         sub = bus.subscribe()
         try:
             assert held.wait(HANG_GUARD)
-            for i in range(3):
-                bus.publish(Notice("a", text=str(i)))
-            # written and handed out before publish returned, with the bus thread still held
-            assert len(read_jsonl(tmp_path / "transcript.jsonl").records) == 3
-            assert [e.text for e in sub.drain()] == ["0", "1", "2"]
+            yield bus, sub
         finally:
             gate.set()
             bus.stop()
             durability.unbind(files)
+
+
+def test_under_process_a_producer_writes_its_event_itself_while_the_bus_thread_is_busy(
+    tmp_path: Path,
+) -> None:
+    with _held_process_bus(tmp_path) as (bus, sub):
+        for i in range(3):
+            bus.publish(Notice("a", text=str(i)))
+        # written and handed out before publish returned, with the bus thread still held
+        assert len(read_jsonl(tmp_path / "transcript.jsonl").records) == 3
+        assert [e.text for e in sub.drain()] == ["0", "1", "2"]
 
 
 def test_under_machine_the_bus_thread_writes_and_the_producer_does_not_wait(
@@ -149,34 +157,21 @@ def test_under_machine_the_bus_thread_writes_and_the_producer_does_not_wait(
 def test_a_queued_batch_waits_for_the_bus_thread_and_is_written_before_what_follows_it(
     tmp_path: Path,
 ) -> None:
-    with _holding_bus() as held:
-        bus, files, gate = _stalled_bus(tmp_path, Durability.PROCESS)
-        sub = bus.subscribe()
-        try:
-            assert held.wait(HANG_GUARD)
-            bus.publish_queued([Notice("w1", text=str(i)) for i in range(3)])
-            # queued, not written on the producer's thread (a channel reader's)
-            assert read_jsonl(tmp_path / "transcript.jsonl").records == []
-            # an inline write after it -- the agent's Died, a rejection -- drains it first
-            bus.record_rejected(
-                InboxRejected.of(
-                    "trunk", AgentResult("w1", "v"), reason="inbox full", cap=64, sender="w1"
-                )
+    with _held_process_bus(tmp_path) as (bus, sub):
+        bus.publish_queued([Notice("w1", text=str(i)) for i in range(3)])
+        # queued, not written on the producer's thread (a channel reader's)
+        assert read_jsonl(tmp_path / "transcript.jsonl").records == []
+        # an inline write after it -- the agent's Died, a rejection -- drains it first
+        bus.record_rejected(
+            InboxRejected.of(
+                "trunk", AgentResult("w1", "v"), reason="inbox full", cap=64, sender="w1"
             )
-            bus.publish(Died("w1"))
-            records = read_jsonl(tmp_path / "transcript.jsonl").records
-            assert [r.get("text", r["kind"]) for r in records] == [
-                "0",
-                "1",
-                "2",
-                "InboxRejected",
-                "Died",
-            ]
-            assert [getattr(e, "text", e.kind) for e in sub.drain()] == ["0", "1", "2", "Died"]
-        finally:
-            gate.set()
-            bus.stop()
-            durability.unbind(files)
+        )
+        bus.publish(Died("w1"))
+        records = read_jsonl(tmp_path / "transcript.jsonl").records
+        kinds = [r.get("text", r["kind"]) for r in records]
+        assert kinds == ["0", "1", "2", "InboxRejected", "Died"]
+        assert [getattr(e, "text", e.kind) for e in sub.drain()] == ["0", "1", "2", "Died"]
 
 
 def test_queueing_never_waits_behind_a_write_in_progress(tmp_path: Path) -> None:
