@@ -22,7 +22,8 @@ Invariants:
 - each channel's frames are dispatched in the order they were sent; at end of file the channel
   is unregistered before its ``on_eof`` runs, and :meth:`AgentChannel.close` waits for that
   before it closes the socket (a reused fd number never reaches the wrong channel);
-- a callback that raises is logged and the hub carries on (as a channel's own reader does);
+- a callback that raises is logged and the hub carries on (as a channel's own reader does); a
+  read that raises ends that channel alone, as an end of file;
 - threads: exactly one, a daemon, from the first :meth:`add` until :meth:`close`.
 """
 
@@ -138,7 +139,7 @@ class ChannelHub:
                     if channel is None:
                         if not self._woken(selector):
                             return
-                    elif not channel.pump():  # end of file: it is done with the hub
+                    elif not self._pumped(channel):  # end of file: done with the hub
                         with contextlib.suppress(KeyError, ValueError, OSError):
                             selector.unregister(key.fd)
                         channel.finish_pumped()
@@ -146,6 +147,15 @@ class ChannelHub:
             selector.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
+
+    def _pumped(self, channel: Pumped) -> bool:
+        """``channel.pump()``; a read that raises (a bug, never a peer's bytes: those are
+        typed refusals) ends that channel as if its peer had gone, and the hub reads on."""
+        try:
+            return channel.pump()
+        except Exception:
+            log.exception("%s: reading %s failed; it is treated as ended", self.name, channel.peer)
+            return False
 
     def _woken(self, selector: selectors.BaseSelector) -> bool:
         """Register what was added; False once the hub is closed."""

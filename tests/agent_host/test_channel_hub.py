@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import struct
 import threading
 from collections.abc import Iterator
@@ -153,3 +154,43 @@ def test_a_closed_hub_takes_no_more_channels(hub: ChannelHub) -> None:
     finally:
         c.close()
         d.close()
+
+
+def test_a_read_that_raises_ends_that_channel_alone_and_the_hub_reads_on(hub: ChannelHub) -> None:
+    class Broken:
+        """A channel whose read has a bug (never a peer's bytes: those are typed refusals)."""
+
+        peer = "broken"
+
+        def __init__(self) -> None:
+            self.mine, self.theirs = socket.socketpair()
+            self.ended = threading.Event()
+
+        def fileno(self) -> int:
+            return self.mine.fileno()
+
+        def pump(self) -> bool:
+            raise RuntimeError("a bug in the read")
+
+        def finish_pumped(self) -> None:
+            self.ended.set()
+
+        def lost_before_read(self, detail: str) -> None:
+            self.ended.set()
+
+    broken = Broken()
+    a, b = multiprocessing.Pipe(duplex=True)
+    got: list[ChannelMessage] = []
+    live = AgentChannel(a, peer="live", on_notify=got.append).start(hub=hub)
+    sender = AgentChannel(b, peer="control").start()
+    try:
+        hub.add(broken)
+        broken.theirs.send(b"x")  # readable: its read raises
+        assert broken.ended.wait(HANG_GUARD)
+        sender.send(Pong(3, 0))
+        wait_for(lambda: got == [Pong(3, 0)], what="the live channel read after the broken one")
+    finally:
+        live.close()
+        sender.close()
+        broken.mine.close()
+        broken.theirs.close()
