@@ -204,11 +204,11 @@ def test_a_ray_worker_killed_mid_run_is_restarted_and_the_fleet_finishes_settled
         os.kill(launcher.pid, signal.SIGKILL)  # the Ray worker w's host was forked from
         _, err = run.communicate(timeout=START_TIMEOUT)
     assert run.returncode == 0, err
-    lines = (session / "transcript.jsonl").read_text().splitlines()
-    restarted = [
-        r for r in map(json.loads, lines) if r.get("notice") == "Restarted" and r["agent"] == "w"
-    ]
-    assert len(restarted) == 1 and restarted[0]["data"]["pid"] != born["pid"]
+    records = [json.loads(line) for line in (session / "transcript.jsonl").read_text().splitlines()]
+    restarted = [r for r in records if r.get("notice") == "Restarted" and r["agent"] == "w"]
+    # what w's transcript says if not (a flake seen once in CI: no Restarted, the run still 0)
+    w_said = [r for r in records if r.get("agent") == "w" and r.get("kind") != "Io"]
+    assert len(restarted) == 1 and restarted[0]["data"]["pid"] != born["pid"], w_said
     assert restarted[0]["data"]["node"] in cluster.nodes()
     fy = _result(session)["fleetYield"]
     assert (fy["spawned"], fy["neverSettled"]) == (1, 0)
