@@ -20,6 +20,10 @@ Invariants:
   median 0.39 against 0.335 ms per binding-changing call through the whole stack writing
   inline (eight alternating pairs, docs/benchmarks.md); under ``machine`` the bus thread waits
   out the group commit instead of the producer;
+- an agent process's event batch, handed over by the channel's reader
+  (:meth:`BusHandle.publish_queued`), is queued for the bus thread under every policy: the
+  reader never waits on another producer's write, and every write of the bus (a ``Died``, a
+  rejection) drains the queue first, so the transcript's order is still the order of events;
 - the bus actor's own mailbox is quota-checked like every actor's (its messages count as
   ``surface``); a refused proxy ``publish`` is written in the producer's thread instead;
 - :func:`record_rejected` writes an ``InboxRejected`` straight to the transcript, not through
@@ -224,7 +228,9 @@ class BusCore:
         across many of them, each waiting for the GIL to come back among the control
         process's threads, held every inline publisher (a ``Died``) for 59 ms on average,
         up to 2.4 s, at the end of a 200-agent run. A write that fails puts the queue back
-        as it was (nothing of it counted as published) and raises."""
+        as it was (nothing of it counted as published) and raises; one that failed midway
+        (``ENOSPC``) may have left whole lines of it in the file, which the retry writes
+        again: a duplicate line, never a lost one."""
         with self._queue:
             batch, self._pending = self._pending, deque()
         events = [*batch, event] if event is not None else list(batch)

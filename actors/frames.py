@@ -154,6 +154,17 @@ def _frame_in(buf: bytearray) -> tuple[int, int] | None:
     return (start, end) if len(buf) >= end else None
 
 
+def _take_frame(buf: bytearray) -> bytes | None:
+    """Remove the whole frame at the front of ``buf`` and return its body; None if partial."""
+    got = _frame_in(buf)
+    if got is None:
+        return None
+    start, end = got
+    body = bytes(buf[start:end])
+    del buf[:end]
+    return body
+
+
 def _needed(buf: bytearray) -> int:
     """Bytes still missing from the frame at the front of ``buf`` (at least its header)."""
     if len(buf) < 4:
@@ -273,11 +284,8 @@ class Channel:
                 return chunk[4:]
             buf += chunk
         while True:
-            got = _frame_in(buf)
-            if got is not None:
-                start, end = got
-                body = bytes(buf[start:end])
-                del buf[:end]
+            body = _take_frame(buf)
+            if body is not None:
                 return body
             need = _needed(buf)
             if self._closed:  # its fd number may name another file by now
@@ -307,10 +315,8 @@ class Channel:
             raise ChannelClosed("receive failed: end of file")
         buf += chunk
         bodies: list[bytes] = []
-        while (got := _frame_in(buf)) is not None:
-            start, end = got
-            bodies.append(bytes(buf[start:end]))
-            del buf[:end]
+        while (body := _take_frame(buf)) is not None:
+            bodies.append(body)
         return bodies
 
     def has_frame(self) -> bool:
