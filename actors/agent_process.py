@@ -77,6 +77,7 @@ from actors.frames import ChannelClosed
 from actors.host_pool import HostPool
 from actors.host_reaper import HostReaper
 from actors.process import fork_server_address, process_context, start_process
+from actors.traffic_gate import ADMIT, NOTICES, serve_admit, serve_notice
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 from runtime.events import Event, InboxRejected, Notice
@@ -640,6 +641,9 @@ class _Host:
         if isinstance(msg, RecordFrame):  # on the reader: before this host's next frame
             answer_call(self.channel, rid, lambda: self._record(msg))
             return
+        if isinstance(msg, Call) and msg.method == ADMIT:  # answered when granted, never waited on
+            serve_admit(site.config.traffic, self.channel, rid, msg.payload)
+            return
         table = SITE_CALLS
         if isinstance(msg, Call) and msg.method in RECORD_CALLS and self._agent.recorder:
             site, table = self._agent.recorder, RECORD_CALLS
@@ -652,7 +656,9 @@ class _Host:
         self._agent._pool.submit(answer_call, self.channel, rid, lambda: fn(site, *args))
 
     def _notify(self, msg: ChannelMessage) -> None:
-        if isinstance(msg, BornFrame):
+        if isinstance(msg, Call) and msg.method in NOTICES:
+            serve_notice(self._agent.site.config.traffic, msg.method, msg.payload)
+        elif isinstance(msg, BornFrame):
             self.born = msg
             self.shell_pid = msg.shell_pid
             if self._remote is not None:

@@ -83,6 +83,7 @@ from actors.process import (
     use_fork_server,
 )
 from actors.shell import ShellActor
+from actors.traffic_gate import RemoteGate
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
 from runtime.events import Event, InboxRejected, Resources
@@ -103,6 +104,7 @@ from runtime.fleet.agent_channel import (
 from runtime.fleet.inbox import Inbox, InboxMsg, PushEffect, Surface, UserSteering
 from runtime.messages import AssistantMessage
 from runtime.providers.base import Provider
+from runtime.providers.governor import install_gate
 from runtime.providers.prices import PriceTable
 from runtime.replay.provider import RecordingProvider, unrecorded
 from runtime.shell.limits import ShellLimits
@@ -372,6 +374,7 @@ class AgentProcess:
             on_notify=self._notify,
             on_eof=self._eof,
         )
+        install_gate(RemoteGate(self.channel))  # the run's traffic governor, over the channel
 
     def serve(self) -> None:
         self._drive_thread = threading.get_ident()

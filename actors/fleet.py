@@ -54,6 +54,7 @@ from runtime.fleet.inbox import AgentResult, Surface
 from runtime.fleet.park import Construction
 from runtime.fleet.registry import Entry
 from runtime.providers.base import Provider
+from runtime.providers.governor import Governor
 from runtime.providers.prices import PriceTable
 from runtime.ral.context import DynamicContext
 from runtime.ral.errors import DeskRefusal
@@ -124,6 +125,10 @@ class FleetConfig:
     backend: HostBackend | None = None
     """Who starts the agent processes: None for this machine's fork server; a Ray backend
     (``actors/ray_backend.py``) starts each as a Ray actor on the cluster."""
+    traffic: Governor | None = None
+    """The run's traffic governor (``runtime/providers/governor.py``), which its network
+    providers hold: agent processes reach it through their channels (``actors/traffic_gate.py``);
+    the fleet reports its figures. Its owner (the command) closes it."""
 
 
 class _AgentActor(QuotaActor):
@@ -470,7 +475,12 @@ class Fleet:
         )
 
     def write_result(self, outcome: str, reply: str | None, **extra: Any) -> FleetYield:
-        fy = fleet_yield(self.journal.state, self.fleet_cost())
+        traffic = self.config.traffic
+        fy = fleet_yield(
+            self.journal.state,
+            self.fleet_cost(),
+            traffic.figures() if traffic is not None else None,
+        )
         with durability.bound_to(self.session.root, self.config.durability):
             write_result(self.session, outcome, reply, fy, **extra)
         return fy

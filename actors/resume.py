@@ -54,6 +54,7 @@ from runtime.providers import make_provider
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
+from runtime.providers.traffic import TrafficLimits
 from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
 from runtime.settlement.fleet_yield import FleetYield, settlement_status
@@ -327,6 +328,7 @@ def resume_run(
     playback: ScenarioPlayback | None = None
     system: str | None = None
     prompt = run.get("prompt")
+    governor = None
     if run.get("provider") == "scripted":
         scenario = _scenario_of(run)
         playback = ScenarioPlayback(scenario)
@@ -342,10 +344,14 @@ def resume_run(
         if run.get("windowTokens") is not None:
             options["window_tokens"] = run["windowTokens"]
         given = {"model": run.get("model"), "base_url": run.get("baseUrl"), **(connection or {})}
+        if given.get("traffic") is None:  # the limits the run was given (learned ones relearn)
+            given["traffic"] = TrafficLimits(**run.get("traffic") or {})
         try:
             base = make_provider(str(run["provider"]), **given, **options)
         except (ExarchError, ValueError) as e:
             raise ResumeRefused(f"cannot rebuild the {run['provider']} provider: {e}") from None
+
+        governor = getattr(base, "governor", None)
 
         def provider_for(name: str) -> Provider:
             return base.for_agent(name)
@@ -382,6 +388,7 @@ def resume_run(
             durability=policy,
             agents=hosts,
             backend=backend,
+            traffic=governor,
         ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), plan.trunk_reply
@@ -447,6 +454,8 @@ def resume_run(
                 reply = render(value)
     finally:
         fleet.close()
+        if governor is not None:
+            governor.close()
     fy = fleet.write_result(outcome, reply, resumed=True, **extra)
     return ResumeOutcome(outcome, reply, fy, session, plan)
 

@@ -10,6 +10,7 @@ and closes the fleet; ``result.json`` records the trunk's outcome.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 
 import click
@@ -29,6 +30,7 @@ from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, provider_options
 from cli.recording import open_recording, record_option
 from cli.runner import RunSpec, open_session, provider_factory, read_scenario, session_path
+from runtime.providers.base import Provider
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
 
@@ -117,7 +119,7 @@ def chat_command(
     )
     grants = fleet_policy(grant_exec, grant_root, spec.scenario)
     try:
-        factory = provider_factory(spec)  # a bad flag or a missing key fails before the screen
+        made = provider_factory(spec)  # a bad flag or a missing key fails before the screen
     except click.UsageError as e:
         if scenario is not None:
             raise
@@ -125,6 +127,7 @@ def chat_command(
             f"{e.message}\n(no model at hand? a scripted conversation needs no network: "
             "exarch-actors chat examples/chat.toml)"
         ) from None
+    factory: Callable[[str], Provider] = made
     prompt = loaded.prompt if send_prompt and loaded is not None else None
     system = loaded.system if loaded is not None else None
     session = open_session(session_dir)
@@ -145,6 +148,7 @@ def chat_command(
                 durability=durability,
                 agents="process" if hosts is not None else agents,
                 backend=hosts,
+                traffic=made.governor,
             ),
         )
         app = ChatApp(
@@ -161,6 +165,8 @@ def chat_command(
             hosts.close()
         if recording is not None:
             recording.close()
+        if made.governor is not None:
+            made.governor.close()
     trunk = fleet.trunk
     outcome = (
         trunk.outcome.value if trunk is not None and trunk.outcome is not None else "cancelled"

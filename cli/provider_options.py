@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import click
 
 from runtime.providers import PROVIDER_NAMES
+from runtime.providers.traffic import TrafficLimits
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,24 +38,57 @@ class ProviderChoice:
     api_key: str | None = None
     timeout: float | None = None
     retries: int | None = None
+    rpm: float | None = None
+    input_tpm: float | None = None
+    output_tpm: float | None = None
+    tpm: float | None = None
+    max_inflight: int | None = None
+    rate_wait: float | None = None
 
     @property
     def network_flags(self) -> tuple[str, ...]:
         """The network-only flags that were given (for refusing them on ``scripted``)."""
-        given = (("--timeout", self.timeout), ("--retries", self.retries))
+        given = (
+            ("--timeout", self.timeout),
+            ("--retries", self.retries),
+            ("--rpm", self.rpm),
+            ("--input-tpm", self.input_tpm),
+            ("--output-tpm", self.output_tpm),
+            ("--tpm", self.tpm),
+            ("--max-inflight", self.max_inflight),
+            ("--rate-wait", self.rate_wait),
+        )
         return tuple(flag for flag, value in given if value is not None)
 
-    def network_options(self, provider: str) -> tuple[tuple[str, float | int], ...]:
-        """``--timeout`` / ``--retries`` as provider options; refused for the scripted provider,
-        which has no network (a flag that silently did nothing would hide a mistake)."""
-        options: list[tuple[str, float | int]] = []
+    @property
+    def traffic(self) -> TrafficLimits:
+        """The traffic governor's limits as given; what is not given is learned from the wire."""
+        wait = TrafficLimits().max_wait if self.rate_wait is None else self.rate_wait
+        return TrafficLimits(
+            self.rpm, self.input_tpm, self.output_tpm, self.tpm, self.max_inflight, wait
+        )
+
+    def network_options(self, provider: str) -> tuple[tuple[str, Any], ...]:
+        """The network flags as provider options (``traffic``: the run's governor's limits,
+        always present for a network provider, so every run of one is governed); refused for
+        the scripted provider, which has no network (a flag that silently did nothing would
+        hide a mistake)."""
+        if provider == "scripted":
+            flags = self.network_flags
+            if flags:
+                verb = "applies" if len(flags) == 1 else "apply"
+                raise click.UsageError(
+                    f"{', '.join(flags[:-1])}{' and ' if len(flags) > 1 else ''}{flags[-1]} "
+                    f"{verb} to the network providers only"
+                )
+            return ()
+        options: list[tuple[str, Any]] = []
         if self.timeout is not None:
             options.append(("read_timeout", self.timeout))
             options.append(("connect_timeout", self.timeout))
         if self.retries is not None:
             options.append(("max_retries", self.retries))
-        if options and provider == "scripted":
-            raise click.UsageError("--timeout and --retries apply to the network providers only")
+        options.append(("traffic", self.traffic))
         return tuple(options)
 
 
@@ -92,8 +126,45 @@ def provider_options(provider_help: str | None) -> Callable[[F], F]:
         click.option(
             "--retries",
             type=click.IntRange(min=0),
-            help="Network providers: extra attempts on 408/429/5xx and transport failures "
-            "(default 4; 401/403 and other 4xx are never retried).",
+            help="Network providers: extra attempts on 408/5xx and transport failures "
+            "(default 4; 401/403 and other 4xx are never retried; a 429 is a wait, not an "
+            "attempt: see --rpm).",
+        ),
+        click.option(
+            "--rpm",
+            type=click.FloatRange(min=0, min_open=True),
+            help="Traffic governor: requests per minute for the whole fleet, per endpoint and "
+            "model (default: learned from the server's rate-limit headers).",
+        ),
+        click.option(
+            "--input-tpm",
+            type=click.FloatRange(min=0, min_open=True),
+            help="Traffic governor: input tokens per minute for the whole fleet "
+            "(default: learned).",
+        ),
+        click.option(
+            "--output-tpm",
+            type=click.FloatRange(min=0, min_open=True),
+            help="Traffic governor: output tokens per minute for the whole fleet (default: "
+            "learned).",
+        ),
+        click.option(
+            "--tpm",
+            type=click.FloatRange(min=0, min_open=True),
+            help="Traffic governor: input and output tokens per minute together (OpenAI's TPM; "
+            "default: learned).",
+        ),
+        click.option(
+            "--max-inflight",
+            type=click.IntRange(min=1),
+            help="Traffic governor: requests in flight at once for the whole fleet (default: "
+            "no cap).",
+        ),
+        click.option(
+            "--rate-wait",
+            type=click.FloatRange(min=0),
+            help="Seconds one request may wait for the rate limit in all before it fails "
+            "(default 600).",
         ),
     ]
 

@@ -29,6 +29,7 @@ from cli.recording import open_recording
 from runtime.errors import ScenarioError
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
+from runtime.providers.governor import Governor
 from runtime.providers.prices import PriceTable
 from runtime.providers.scenario import Scenario, load_scenario
 from runtime.providers.scripted import ScenarioPlayback
@@ -170,12 +171,26 @@ def spec_for(
     )
 
 
-def provider_factory(spec: RunSpec) -> Callable[[str], Provider]:
+class ProviderFactory:
+    """Each agent's provider by name, and the run's traffic governor (``None`` for a scripted
+    run: it has no network), which the command hands to the fleet and closes at the end."""
+
+    def __init__(self, make: Callable[[str], Provider], governor: Governor | None = None) -> None:
+        self._make = make
+        self.governor = governor
+
+    def __call__(self, name: str) -> Provider:
+        return self._make(name)
+
+
+def provider_factory(spec: RunSpec) -> ProviderFactory:
     if spec.provider == "scripted":
         if spec.scenario is None:
             raise click.UsageError("the scripted provider needs a scenario file")
         playback = ScenarioPlayback(spec.scenario)
-        return lambda name: make_provider("scripted", scenario=playback, agent_name=name)
+        return ProviderFactory(
+            lambda name: make_provider("scripted", scenario=playback, agent_name=name)
+        )
     options: dict[str, Any] = {}
     if spec.window_tokens is not None:
         options["window_tokens"] = spec.window_tokens
@@ -190,7 +205,7 @@ def provider_factory(spec: RunSpec) -> Callable[[str], Provider]:
         )
     except Exception as e:
         raise click.UsageError(str(e)) from None
-    return lambda name: base.for_agent(name)
+    return ProviderFactory(base.for_agent, getattr(base, "governor", None))
 
 
 class Interruption:
@@ -275,7 +290,9 @@ def run_headless(
             f"--budget needs a price for model {name!r}: add --price {name}=INPUT,OUTPUT or "
             f"--prices FILE (dollars per million tokens; docs/cost.md)"
         )
-    factory = provider_factory(spec)
+    made = provider_factory(spec)
+    governor = made.governor
+    factory: Callable[[str], Provider] = made
     check_backend(spec.backend, spec.ray_address, spec.placement)
     session = open_session(spec.session_dir)
     write_run_spec(session, spec, grants)
@@ -297,6 +314,7 @@ def run_headless(
             budget=spec.budget,
             agents="process" if backend is not None else spec.agents,
             backend=backend,
+            traffic=governor,
         ),
     )
     outcome = "failed"
@@ -331,6 +349,8 @@ def run_headless(
                 backend.close()
             if recording is not None:
                 recording.close()
+            if governor is not None:
+                governor.close()
             if observer is not None:
                 observer.detach()
     fy = fleet.write_result(outcome, reply)
@@ -368,6 +388,9 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "durability": spec.durability.value,
         "agents": "process" if spec.backend == "ray" else spec.agents,
     }
+    traffic = dict(spec.provider_options).get("traffic")
+    if traffic is not None:
+        data["traffic"] = traffic.to_dict()  # resume governs with the limits the run was given
     with durability.bound_to(session.root, spec.durability):
         atomic_write_bytes(session.run_spec, json.dumps(data, indent=2).encode())
 

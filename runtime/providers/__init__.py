@@ -42,8 +42,16 @@ def make_provider(
     ``anthropic`` need ``model``; ``options`` go to their constructors (``connect_timeout``,
     ``read_timeout``, ``max_retries``, ``backoff_base``, ``backoff_max``, ``max_tokens``,
     ``window_tokens``, ...). With no key (``api_key``, else the provider's variable) for the
-    hosted service they raise :class:`UnknownProvider` at once.
+    hosted service they raise :class:`UnknownProvider` at once. ``traffic`` (a
+    :class:`~runtime.providers.traffic.TrafficLimits`) gives the provider a traffic governor of
+    its own (``runtime/providers/governor.py``), shared by every agent it is handed to: a run
+    makes its base provider once, so that is one governor per run.
     """
+    traffic = options.pop("traffic", None)
+    if traffic is not None and name != "scripted":
+        from runtime.providers.governor import Governor
+
+        options["governor"] = Governor(traffic)
     if name == "scripted":
         if scenario is None:
             raise UnknownProvider("the scripted provider needs a scenario file")

@@ -109,7 +109,19 @@ class StreamReset:
         return {"event": "stream_reset", "attempt": self.attempt, "reason": self.reason}
 
 
-StreamEvent = TextDelta | ToolCallDelta | StreamReset
+@dataclass(frozen=True)
+class RateWait:
+    """The request waits in the fleet's traffic governor for the rate limit (``since``: the wall
+    clock when it began); ``waited`` is set when the wait is over: it was let through."""
+
+    since: float
+    waited: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": "rate_wait", "since": self.since, "waited": self.waited}
+
+
+StreamEvent = TextDelta | ToolCallDelta | StreamReset | RateWait
 OnEvent = Callable[[StreamEvent], None]
 
 

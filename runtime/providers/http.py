@@ -58,6 +58,7 @@ from runtime.providers.base import (
     ProviderError,
     ProviderTimeout,
     RateLimited,
+    RateWait,
     RequestRejected,
     StreamEvent,
     StreamReset,
@@ -65,7 +66,9 @@ from runtime.providers.base import (
     TransportError,
 )
 from runtime.providers.endpoints import api_key_required
+from runtime.providers.governor import Gate
 from runtime.providers.proxy import proxy_for
+from runtime.providers.traffic import RATE_LIMIT_STATUSES, Cost, parse_rate_headers
 from runtime.providers.windows import window_for
 
 CONNECT_POLL = 0.05
@@ -217,8 +220,12 @@ class HttpStreamingProvider(Provider):
         extra_headers: dict[str, str] | None = None,
         ca_file: str | None = None,
         proxy_env: Mapping[str, str] | None = None,
+        governor: Gate | None = None,
     ) -> None:
         self.model = model
+        self.governor = governor
+        """The run's traffic governor (``runtime/providers/governor.py``): every request waits
+        there before it is sent; ``None``: ungoverned (a provider built outside a run)."""
         self.base_url = (
             base_url or os.environ.get(self.base_url_env) or self.default_base_url
         ).rstrip("/")
@@ -360,22 +367,93 @@ class HttpStreamingProvider(Provider):
             **headers,
             **self.extra_headers,
         }
+        if self.governor is not None:
+            return self._governed(self.governor, path, headers, payload, cancel, on_event)
         attempt = 0
         while True:
             cancel.check()
             try:
                 return self._attempt(path, headers, payload, cancel, on_event)
             except Retryable as r:
-                err = r.error
-                err.attempts = attempt + 1
-                if attempt >= self.max_retries:
-                    raise err from None
-                delay = self._delay(attempt, r.retry_after)
-                if on_event is not None:
-                    on_event(StreamReset(attempt + 1, f"{err}; retrying in {delay:.2f}s"))
-                if cancel.wait(delay):
-                    raise Cancelled(cancel.reason or "cancelled") from None
-                attempt += 1
+                attempt = self._retry_or_raise(r, attempt, cancel, on_event)
+
+    def _retry_or_raise(
+        self, r: Retryable, attempt: int, cancel: CancelScope, on_event: OnEvent | None
+    ) -> int:
+        """Back off before the next transport attempt (its number returned), or raise the error
+        once ``max_retries`` are spent."""
+        err = r.error
+        err.attempts = attempt + 1
+        if attempt >= self.max_retries:
+            raise err from None
+        delay = self._delay(attempt, r.retry_after)
+        if on_event is not None:
+            on_event(StreamReset(attempt + 1, f"{err}; retrying in {delay:.2f}s"))
+        if cancel.wait(delay):
+            raise Cancelled(cancel.reason or "cancelled") from None
+        return attempt + 1
+
+    def _governed(
+        self,
+        gate: Gate,
+        path: str,
+        headers: dict[str, str],
+        payload: bytes,
+        cancel: CancelScope,
+        on_event: OnEvent | None,
+    ) -> AssistantMessage:
+        """The round trip through the fleet's governor: each attempt waits for its grant; a
+        429/529 is reported to the governor and waits again, in its first place, without
+        spending a transport retry (``max_retries`` stays for broken connections and 5xx)."""
+        first = time.monotonic()
+        waited = 0.0
+        attempt = 0
+        key = (self.base_url, self.model)
+
+        def on_wait(waiting: bool, seconds: float) -> None:
+            if on_event is not None:
+                since = time.time() - seconds if not waiting else time.time()
+                on_event(RateWait(since, None if waiting else seconds))
+
+        while True:
+            cancel.check()
+            ticket, seconds = gate.admit(
+                key,
+                len(payload),
+                self.max_tokens,
+                cancel,
+                age=time.monotonic() - first,
+                waited=waited,
+                on_wait=on_wait,
+            )
+            waited += seconds
+
+            def observe(status: int, reply_headers: Mapping[str, str], t: str = ticket) -> None:
+                gate.observe(t, status, parse_rate_headers(reply_headers))
+
+            try:
+                msg = self._attempt(path, headers, payload, cancel, on_event, observe)
+            except Retryable as r:
+                gate.finish(ticket, None)
+                if (
+                    ticket  # a process with no gate installed is ungoverned: retries as before
+                    and isinstance(r.error, RateLimited)
+                    and (r.error.status is None or r.error.status in RATE_LIMIT_STATUSES)
+                ):
+                    if on_event is not None:
+                        on_event(StreamReset(attempt + 1, f"{r.error}; waiting for the rate limit"))
+                    continue
+                attempt = self._retry_or_raise(r, attempt, cancel, on_event)
+                continue
+            except BaseException:
+                gate.finish(ticket, None)
+                raise
+            usage = msg.usage
+            gate.finish(
+                ticket,
+                Cost(usage.input_tokens, usage.output_tokens) if usage is not None else None,
+            )
+            return msg
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -390,6 +468,7 @@ class HttpStreamingProvider(Provider):
         payload: bytes,
         cancel: CancelScope,
         on_event: OnEvent | None,
+        on_headers: Callable[[int, Mapping[str, str]], None] | None = None,
     ) -> AssistantMessage:
         scope = cancel.child()
         guard = threading.Lock()
@@ -438,6 +517,8 @@ class HttpStreamingProvider(Provider):
                 headers = {**headers, **self.proxy.headers}
             conn.request("POST", target, body=payload, headers=headers)
             resp = conn.getresponse()
+            if on_headers is not None:
+                on_headers(resp.status, resp.msg)  # type: ignore[arg-type]
             if resp.status != 200:
                 raise self._status_error(resp)
             return self.read_stream(sse_events(resp), emit, scope)

@@ -111,6 +111,16 @@ class FleetYield:
     never_settled_ids: tuple[str, ...] = ()
     spend: dict[str, NodeSpend] = field(default_factory=dict)
     cost: FleetCost | None = None
+    reasons: dict[str, int] = field(default_factory=dict)
+    """Settled children by terminal reason (``replied``, ``failed``, ``cancelled``, ...)."""
+    traffic: dict[str, Any] | None = None
+    """The traffic governor's figures (``runtime/providers/governor.py``): requests, waits and
+    their seconds, 429s seen, limits per lane; ``None`` for a run without network providers."""
+
+    @property
+    def failed_children(self) -> int:
+        """Children that ended neither replied, quiesced, nor cancelled."""
+        return sum(n for r, n in self.reasons.items() if r not in (*NORMAL_ENDS, "cancelled"))
 
     def to_json(self) -> dict[str, Any]:
         known = [s for s in self.spend.values() if s.tokens_known]
@@ -133,8 +143,11 @@ class FleetYield:
             },
             "spend": {k: v.to_json() for k, v in self.spend.items()},
         }
+        doc["byReason"] = dict(sorted(self.reasons.items()))
         if self.cost is not None:
             doc["cost"] = self.cost.to_json()
+        if self.traffic is not None:
+            doc["traffic"] = self.traffic
         return doc
 
 
@@ -162,12 +175,19 @@ def _spend(raw: Any, source: str) -> NodeSpend:
     )
 
 
-def fleet_yield(state: SettlementState, cost: FleetCost | None = None) -> FleetYield:
+def fleet_yield(
+    state: SettlementState,
+    cost: FleetCost | None = None,
+    traffic: dict[str, Any] | None = None,
+) -> FleetYield:
     done = down = cancelled = unconfirmed = released = 0
     spend: dict[str, NodeSpend] = {}
+    reasons: dict[str, int] = {}
     for n in state.nodes.values():
         t = n.terminal
         if t is not None:
+            reason = str(t.get("reason") or t["kind"])
+            reasons[reason] = reasons.get(reason, 0) + 1
             if t["kind"] == "cancelled":
                 cancelled += 1
             elif t["status"] == "done":
@@ -194,6 +214,8 @@ def fleet_yield(state: SettlementState, cost: FleetCost | None = None) -> FleetY
         open_ids,
         spend,
         cost,
+        reasons,
+        traffic,
     )
 
 

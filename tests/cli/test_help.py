@@ -88,7 +88,7 @@ def test_chat_refuses_network_flags_on_a_scripted_conversation_before_the_screen
     example = str(ROOT / "examples" / "chat.toml")
     result = CliRunner().invoke(main, ["chat", example, "--timeout", "5"])
     assert result.exit_code == 2
-    assert "--timeout and --retries apply to the network providers only" in result.output
+    assert "--timeout applies to the network providers only" in result.output
 
 
 INVOKED_ALONE_FIRST = """
