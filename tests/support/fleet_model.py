@@ -147,7 +147,9 @@ class FleetModel:
 
     # -- the model -----------------------------------------------------------------------------
 
-    def answer(self, body: dict[str, Any]) -> list[bytes]:
+    def answer(self, body: dict[str, Any], cost: int) -> list[bytes]:
+        """The reply's chunks; its usage says ``cost`` input tokens, as the limiter counted."""
+        usage = (cost, 20)
         texts = _user_texts(body, self.dialect)
         first = texts[0] if texts else ""
         calls_made = _tool_results(body, self.dialect)
@@ -155,26 +157,25 @@ class FleetModel:
         if child is not None:
             i = int(child.group(1))
             script = f"reply {i}" if calls_made + 1 >= self.calls else f"let x{calls_made} = {i}"
-            return self._call(f"call_{calls_made}", script)
+            return self._call(f"call_{calls_made}", script, usage)
         results = {m.group(1): int(m.group(3)) for t in texts for m in RESULT.finditer(t)}
         if calls_made == 0:
             script = "; ".join(f"agent c{i} 'child {i}'" for i in range(self.children))
-            return self._call("call_spawn", script)
+            return self._call("call_spawn", script, usage)
         if len(results) >= self.children:
-            return self._call(f"call_r{calls_made}", f"reply {sum(results.values())}")
-        return self._text(f"{len(results)} of {self.children} results in; waiting.")
+            return self._call(f"call_r{calls_made}", f"reply {sum(results.values())}", usage)
+        return self._text(f"{len(results)} of {self.children} results in; waiting.", usage)
 
-    def _call(self, call_id: str, script: str) -> list[bytes]:
+    def _call(self, call_id: str, script: str, usage: tuple[int, int]) -> list[bytes]:
         args = json.dumps({"script": script})
-        usage = (100, 20)
         if self.dialect == "openai":
             return openai_chunks(tool_calls=[(call_id, "ral", args)], usage=usage)
         return anthropic_chunks(tool_calls=[(call_id, "ral", args)], usage=usage)
 
-    def _text(self, text: str) -> list[bytes]:
+    def _text(self, text: str, usage: tuple[int, int]) -> list[bytes]:
         if self.dialect == "openai":
-            return openai_chunks(text=text, usage=(100, 20))
-        return anthropic_chunks(text=text, usage=(100, 20))
+            return openai_chunks(text=text, usage=usage)
+        return anthropic_chunks(text=text, usage=usage)
 
 
 def _user_texts(body: dict[str, Any], dialect: str) -> list[str]:
@@ -220,7 +221,8 @@ def serving(model: FleetModel) -> Iterator[str]:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
             self.close_connection = True
-            wait, headers = model.admit(max(1, len(raw) // 4))
+            cost = max(1, len(raw) // 4)
+            wait, headers = model.admit(cost)
             if wait > 0:
                 payload = json.dumps({"error": {"type": "rate_limit_error"}}).encode()
                 self.send_response(429)
@@ -233,7 +235,7 @@ def serving(model: FleetModel) -> Iterator[str]:
                 return
             if model.latency:
                 time.sleep(model.latency)
-            chunks = model.answer(json.loads(raw))
+            chunks = model.answer(json.loads(raw), cost)
             self.send_response(200)
             for k, v in headers.items():
                 self.send_header(k, v)
