@@ -28,7 +28,14 @@ from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, provider_options
 from cli.recording import open_recording, record_option
-from cli.runner import RunSpec, open_session, provider_factory, read_scenario, session_path
+from cli.runner import (
+    RunSpec,
+    open_session,
+    provider_factory,
+    read_scenario,
+    secret_policy,
+    session_path,
+)
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
 
@@ -145,6 +152,7 @@ def chat_command(
                 durability=durability,
                 agents="process" if hosts is not None else agents,
                 backend=hosts,
+                secrets=secret_policy(connection.secret_env, loaded, connection.api_key),
             ),
         )
         app = ChatApp(
