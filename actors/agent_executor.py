@@ -38,6 +38,7 @@ from runtime.settlement.executor import (
     Receipt,
 )
 from runtime.settlement.fleet_yield import settlement_status
+from runtime.state.private import private_dirs
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -103,7 +104,7 @@ class AgentExecutor:
         """Provision: the shell host is already up (built with the agent); the spawn site
         launches the drive loop only after the journal has recorded ``dispatched``, so a fast
         child can never settle before its admission is complete."""
-        self.scratch.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.scratch)
         self._pid = self._agent.shell_pid()
         started_at = None
         try:

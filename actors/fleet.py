@@ -46,8 +46,10 @@ from actors.channel_hub import ChannelHub
 from actors.host_pool import HostPool
 from actors.host_reaper import HostReaper
 from actors.mailbox import Cancel, QuotaActor
+from actors.process import keep_secrets_from_forks
 from actors.registry import start_registry
-from runtime.constants import SCRATCH_ENV, TRUNK_NAME
+from runtime.constants import SCRATCH_ENV, SESSION_ENV, TRUNK_NAME
+from runtime.credentials import SecretPolicy
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Resources, SystemNote
 from runtime.fleet.inbox import AgentResult, Surface
@@ -83,6 +85,7 @@ from runtime.state import durability
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability, DurableFiles
 from runtime.state.journal import SpawnJournal
+from runtime.state.private import private_dirs
 from runtime.state.session_dir import SessionDir
 from runtime.state.snapshot import MobileSnapshot
 
@@ -129,6 +132,9 @@ class FleetConfig:
     """The run's traffic governor (``runtime/providers/governor.py``), which its network
     providers hold: agent processes reach it through their channels (``actors/traffic_gate.py``);
     the fleet reports its figures. Its owner (the command) closes it."""
+    secrets: SecretPolicy = field(default_factory=SecretPolicy)
+    """The variables no shell sees (``runtime/credentials.py``): every agent's environment is
+    scrubbed by it where its grants are decided, and the fork server starts without them."""
 
 
 class _AgentActor(QuotaActor):
@@ -166,6 +172,9 @@ class Fleet:
     ) -> None:
         self.session = session
         self.config = config or FleetConfig()
+        keep_secrets_from_forks(self.config.secrets)
+        self._session_marker = str(session.root.resolve())
+        """``$EXARCH_SESSION`` in every agent's shell (``runtime/constants.py``)."""
         self._provider_for = provider_for
         self._files: DurableFiles | None = durability.bind(session.root, self.config.durability)
         self.bus = start_bus(session.transcript)
@@ -220,7 +229,7 @@ class Fleet:
     ) -> Hosted:
         ctx = DynamicContext(cwd=self.config.cwd or os.getcwd())
         ctx.env[SCRATCH_ENV] = self._scratch_for(name)
-        self.session.scratch(name).mkdir(parents=True, exist_ok=True)
+        private_dirs(self.session.scratch(name))
         spec = AgentSpec(
             name=name,
             construction=Construction.TRUNK,
@@ -248,7 +257,10 @@ class Fleet:
         as its shell reports them) and with whatever its snapshot carries. A meet of meets, so
         never wider than the parent, the command line or any matching scenario table. The
         grants go into both the initial context and the snapshot, so a shell rebuilt from
-        either (a rollback, ``/clear``) keeps them."""
+        either (a rollback, ``/clear``) keeps them. So does the environment, scrubbed here of
+        the run's secrets (``FleetConfig.secrets``) whatever it came from (the control
+        process's, a parent's live scope, a snapshot an older version wrote), and marked with
+        the session (``SESSION_ENV``)."""
         parent = self._granted.get(spec.parent) if spec.parent is not None else None
         grants = self.config.grants.for_agent(spec.name, parent)
         snap = spec.snapshot
@@ -258,7 +270,9 @@ class Fleet:
         if base is None:
             base = DynamicContext(cwd=self.config.cwd or os.getcwd())
         grants = grants.meet(base.grants)
-        ctx = DynamicContext(base.cwd, dict(base.env), grants)
+        env = self.config.secrets.scrub(base.env)
+        env[SESSION_ENV] = self._session_marker
+        ctx = DynamicContext(base.cwd, env, grants)
         if snap is not None and snap.context:
             snap = replace(snap, context=ctx.to_dict())
         self._granted[spec.name] = grants

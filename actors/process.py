@@ -11,7 +11,13 @@ Invariants:
 
 - A child makes itself a process-group leader first thing (:func:`become_group_leader`), and
   every external program it starts dies with it (``PR_SET_PDEATHSIG``) and is announced to the
-  control side (:func:`report_programs`), so :meth:`ChildProcess.kill` leaves nothing running.
+  control side (:func:`report_programs`); the child is a child subreaper, so whatever its
+  programs leave running, detached or not, stays its descendant and dies with it
+  (``actors/descendants.py``). :meth:`ChildProcess.kill` leaves nothing running.
+- No fork-server child holds a credential: the fork server (and so every host, worker and
+  agent process forked from it) starts with the secrets of :func:`keep_secrets_from_forks`'s
+  policy out of its environment (``runtime/credentials.py``); an agent process gets its key
+  in its provider object, never from the environment.
 - Nothing outlives the control process, however it ends (:func:`die_with_parent`): the fork
   server exits when the control process's end of its ``alive`` pipe closes, every host and
   worker dies with the fork server, and multiprocessing's resource tracker exits once the last
@@ -42,10 +48,18 @@ from typing import Any
 
 import psutil
 
+from actors.descendants import (
+    become_subreaper,
+    end_descendants,
+    freeze_descendants,
+    reap_adopted,
+)
 from actors.frames import Channel, ChannelClosed, FrameError
 from actors.priority import to_idle_class
-from actors.process_identity import HAS_PROC, children_of, create_time, kill_program, start_ticks
+from actors.process_identity import HAS_PROC, create_time, kill_program, start_ticks
 from runtime.cancel import POLL_INTERVAL
+from runtime.credentials import DEFAULT as DEFAULT_SECRETS
+from runtime.credentials import SecretPolicy
 
 PRELOAD = [
     "actors.shell_host",
@@ -92,10 +106,43 @@ def process_context() -> BaseContext:
     with _ctx_lock:
         if _ctx is None:
             util._args_from_interpreter_flags = _flags_without_cwd  # type: ignore[attr-defined]
+            util.spawnv_passfds = _spawn_without_secrets
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(PRELOAD)
             _ctx = ctx
         return _ctx
+
+
+_stdlib_spawnv = util.spawnv_passfds
+_fork_secrets: SecretPolicy = DEFAULT_SECRETS
+_env_lock = threading.Lock()
+
+
+def keep_secrets_from_forks(policy: SecretPolicy) -> None:
+    """Start the fork server (if it is not running yet) without ``policy``'s secrets in its
+    environment, and so every process forked from it: a shell host's ``/proc/PID/environ``
+    (which any program it runs can read) is the fork server's. The fork server of a process
+    starts once; a later policy applies to the shells' environments (``Fleet``), not to it."""
+    global _fork_secrets
+    with _env_lock:
+        _fork_secrets = policy
+
+
+def _spawn_without_secrets(path: Any, args: Any, passfds: Any) -> int:
+    """``util.spawnv_passfds`` (how the stdlib starts the fork server and its resource tracker,
+    with this process's C environment) run with the secrets out of that environment: each is
+    unset for the call and put back after it, under a lock, so this process's own
+    ``os.environ`` never changes."""
+    with _env_lock:
+        hidden = {k: os.environ[k] for k in _fork_secrets.secret_names(os.environ)}
+        for name in hidden:
+            os.unsetenv(name)
+        try:
+            pid: int = _stdlib_spawnv(path, args, passfds)
+        finally:
+            for name, value in hidden.items():
+                os.putenv(name, value)
+        return pid
 
 
 class _NoMainPopen(popen_forkserver.Popen):
@@ -282,8 +329,10 @@ class ChildProcess:
         # else already gone
 
     def note_children(self) -> None:
-        """Adopt the child's current children (a live child, about to be killed)."""
-        for pid in children_of(self.pid):
+        """Stop and adopt every descendant of the live child, about to be killed: a program
+        that detached (``setsid``) is the child's own child (it is a subreaper) or a
+        descendant of one (:func:`actors.descendants.freeze_descendants`)."""
+        for pid in freeze_descendants(self.pid):
             self.adopt_program(pid)
 
     def kill(self) -> None:
@@ -297,6 +346,8 @@ class ChildProcess:
 
     def _kill(self, exited: bool) -> None:
         if not exited:
+            with contextlib.suppress(OSError):  # it starts nothing more while it is walked
+                os.kill(self.pid, signal.SIGSTOP)
             self.note_children()
         for pid in (self.pid, *self._known):
             try:
@@ -390,12 +441,17 @@ def report_programs(data: Channel) -> None:
     - it gets back the memory limit this process had before :func:`limit_memory` (the shell's
       limit bounds ral values, not a compiler the script runs);
     - its pid is announced with a ``notice`` frame, so the control side can also kill the
-      program's own process group (its children) at a rollback.
+      program's own process group (its children) at a rollback;
+    - this process is made a child subreaper, so what a program leaves running when it
+      detaches stays its descendant (killed with it: :func:`end_programs`), and the ones of
+      those that exited are reaped before the next program starts (a zombie holds a pid).
     """
     import subprocess
 
     base = subprocess.Popen
     die_with_parent = _pdeathsig_setter()
+    become_subreaper(_prctl())
+    owned = _owned_programs
 
     def preexec() -> None:
         if _inherited_memory_limit is not None:
@@ -407,10 +463,25 @@ def report_programs(data: Channel) -> None:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             if kwargs.get("preexec_fn") is None:
                 kwargs["preexec_fn"] = preexec
+            reap_adopted(owned)
             super().__init__(*args, **kwargs)
+            owned.add(self.pid)
             data.try_send("notice", program=self.pid)
 
     subprocess.Popen = _Reported  # type: ignore[misc]
+
+
+_owned_programs: set[int] = set()
+"""The programs this host or worker started through ``Popen`` (each reaped by its own
+``Popen``): what :func:`actors.descendants.reap_adopted` leaves alone."""
+
+
+def end_programs() -> None:
+    """In a host or worker: kill everything its programs left running, detached or not (a
+    cancelled call, the process's own end). Programs started through ``Popen`` are killed by
+    their caller first, so all that is left here is what no one waits for."""
+    end_descendants()
+    _owned_programs.clear()
 
 
 _PR_SET_PDEATHSIG = 1

@@ -46,6 +46,7 @@ import psutil
 from actors.agent_process_host import HostBoot, agent_host_connect_main
 from actors.process import ensure_fork_server, fork_server_address, start_process
 from runtime.constants import SCRATCH_ENV
+from runtime.state.private import private_dirs
 from runtime.state.record_mirror import seed
 from runtime.state.run_processes import RunProcess, still_running
 from runtime.state.session_dir import SessionDir
@@ -71,7 +72,7 @@ def on_node(boot: HostBoot, local: SessionDir) -> HostBoot:
     (and in its snapshot's) pointing at this node's scratch directory, which it makes."""
     name = boot.spec.name
     scratch = local.scratch(name)
-    scratch.mkdir(parents=True, exist_ok=True)
+    private_dirs(scratch)
     where = str(scratch.resolve())
     spec = boot.spec
     if spec.context is not None and SCRATCH_ENV in spec.context.env:

@@ -45,6 +45,7 @@ from typing import Any, Literal
 from actors.agent import Agent, AgentSpec
 from actors.agent_process import ProcessAgent
 from runtime.constants import TRUNK_NAME
+from runtime.credentials import SecretPolicy
 from runtime.errors import ExarchError
 from runtime.events import Died, InboxRejected, SystemNote
 from runtime.fleet.inbox import AgentResult, UserSteering
@@ -302,6 +303,7 @@ def resume_run(
     durability: Durability | None = None,
     agents: Literal["thread", "process"] | None = None,
     backend: Any = None,
+    secret_env: tuple[str, ...] = (),
 ) -> ResumeOutcome:
     """Resume the run in ``session`` to its end (see the module docstring).
 
@@ -315,7 +317,10 @@ def resume_run(
     rebuilt in a process of its own settles its pending calls and takes its nudge there
     (:meth:`actors.agent_process.ProcessAgent.recover`). ``backend`` (a ``HostBackend``:
     ``actors/ray_backend.py``) starts each rebuilt agent's process (implies ``process``); its
-    host begins from the driver's copy of the agent's files."""
+    host begins from the driver's copy of the agent's files. ``secret_env`` marks more
+    variables secret besides those ``run.json`` names (and is then written to it); the key in
+    use, from ``connection`` or the provider's variable, is kept out of every shell as in the
+    run (``runtime/credentials.py``)."""
     from actors.fleet import Fleet, FleetConfig
 
     plan = plan_resume(session)
@@ -362,11 +367,18 @@ def resume_run(
         if backend is not None
         else agents or ("process" if run.get("agents") == "process" else "thread")
     )
-    changed = {}
+    changed: dict[str, Any] = {}
     if durability is not None and policy.value != run.get("durability"):
         changed["durability"] = policy.value
     if agents is not None and agents != run.get("agents"):
         changed["agents"] = agents
+    secrets = (
+        SecretPolicy.from_json(run.get("secretEnv"))
+        .marking(secret_env)
+        .holding([(connection or {}).get("api_key")])
+    )
+    if secrets.to_json() != SecretPolicy.from_json(run.get("secretEnv")).to_json():
+        changed["secretEnv"] = secrets.to_json()
     if changed:
         kept = json.dumps({**run, **changed}, indent=2).encode()
         with bound_to(session.root, policy):  # what the run now keeps, for resume and check
@@ -389,6 +401,7 @@ def resume_run(
             agents=hosts,
             backend=backend,
             traffic=governor,
+            secrets=secrets,
         ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), plan.trunk_reply

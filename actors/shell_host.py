@@ -41,6 +41,7 @@ from actors.process import (
     CancelListener,
     become_group_leader,
     die_with_parent,
+    end_programs,
     limit_memory,
     report_programs,
 )
@@ -69,6 +70,7 @@ def host_main(data_conn: Connection, ctl_conn: Connection, memory_bytes: int | N
     try:
         core.serve()
     finally:
+        end_programs()  # nothing a program left running outlives its shell
         os._exit(0)
 
 
@@ -202,11 +204,18 @@ class HostCore:
         try:
             rr = self.session.run(str(f["source"]), show=render)
         except Cancelled as c:  # the contract reports cancellation in RunResult; be safe
-            self.listener.end()
+            self._end_run()
             self._finish_run(None, c.reason, sink)
             return
-        self.listener.end()
+        self._end_run()
         self._finish_run(rr, None, sink)
+
+    def _end_run(self) -> None:
+        """The run is over: a cancelled one's programs were killed, and so is whatever they
+        left running detached (``actors/descendants.py``); a clean run's keep running."""
+        if self.listener.event.is_set():
+            end_programs()
+        self.listener.end()
 
     def _finish_run(self, rr: Any, cancelled: str | None, sink: bool) -> None:
         """One ``result`` frame carries the boundary's snapshot delta too: one write and one
@@ -363,6 +372,7 @@ class HostCore:
                     return frame
                 continue  # stale: the answer to an abandoned enquiry
             if frame.kind == "shutdown":
+                end_programs()
                 os._exit(0)
             raise RuntimeError(f"unexpected {frame.kind!r} frame while awaiting enquiry {eid}")
 

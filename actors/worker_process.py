@@ -38,6 +38,7 @@ from actors.process import (
     ChildProcess,
     become_group_leader,
     die_with_parent,
+    end_programs,
     limit_memory,
     report_programs,
 )
@@ -128,6 +129,7 @@ def worker_main(
     except BaseException as e:  # an internal fault of the worker's evaluator
         data.try_send("result", error=[f"worker panicked: {type(e).__name__}: {e}", 0, 0, "panic"])
     finally:
+        end_programs()  # nothing a program left running outlives its worker
         os._exit(0)
 
 

@@ -29,7 +29,14 @@ from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options
 from cli.provider_options import ProviderChoice, provider_options
 from cli.recording import open_recording, record_option
-from cli.runner import RunSpec, open_session, provider_factory, read_scenario, session_path
+from cli.runner import (
+    RunSpec,
+    open_session,
+    provider_factory,
+    read_scenario,
+    secret_policy,
+    session_path,
+)
 from runtime.providers.base import Provider
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
@@ -149,6 +156,7 @@ def chat_command(
                 agents="process" if hosts is not None else agents,
                 backend=hosts,
                 traffic=made.governor,
+                secrets=secret_policy(connection.secret_env, loaded, connection.api_key),
             ),
         )
         app = ChatApp(

@@ -2,7 +2,8 @@
 ``resume``), declared once as a click decorator so the commands cannot drift apart.
 
 :func:`provider_options` adds ``--provider``, ``--model``, ``--base-url``, ``--api-key``,
-``--timeout`` and ``--retries`` and hands them to the command as one frozen
+``--timeout``, ``--retries`` and ``--secret-env`` (the variables kept from every shell with the
+provider's keys) and hands them to the command as one frozen
 :class:`ProviderChoice` (keyword ``connection``), so a command's signature does not grow with
 every provider flag. Where a value comes from when a flag is absent is the provider's own rule
 (``runtime/providers/http.py``): the key from ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``, the
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 import click
 
+from runtime.credentials import valid_name
 from runtime.providers import PROVIDER_NAMES
 from runtime.providers.traffic import TrafficLimits
 
@@ -26,6 +28,20 @@ F = TypeVar("F", bound=Callable[..., Any])
 KEY_HELP = (
     "API key (else OPENAI_API_KEY / ANTHROPIC_API_KEY; a local server at --base-url needs none)."
 )
+
+
+SECRET_HELP = (
+    "Keep environment variable NAME out of every agent's shell and the programs it runs "
+    "(repeatable). The provider's keys (OPENAI_API_KEY, ANTHROPIC_API_KEY, any *_API_KEY, the "
+    "--api-key value wherever it appears) are always kept out."
+)
+
+
+def _secret_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    bad = [n for n in names if not valid_name(n)]
+    if bad:
+        raise click.UsageError(f"--secret-env {bad[0]!r}: not an environment variable's name")
+    return tuple(names)
 
 
 @dataclass(frozen=True)
@@ -44,6 +60,9 @@ class ProviderChoice:
     tpm: float | None = None
     max_inflight: int | None = None
     rate_wait: float | None = None
+    secret_env: tuple[str, ...] = ()
+    """``--secret-env NAME`` (repeatable): variables no shell may see besides the provider's
+    keys (``runtime/credentials.py``)."""
 
     @property
     def network_flags(self) -> tuple[str, ...]:
@@ -168,10 +187,21 @@ def provider_options(provider_help: str | None) -> Callable[[F], F]:
         ),
     ]
 
+    options.append(
+        click.option(
+            "--secret-env",
+            multiple=True,
+            metavar="NAME",
+            help=SECRET_HELP,
+        )
+    )
+
     def decorate(f: F) -> F:
         @functools.wraps(f)
         def command(*args: Any, **kwargs: Any) -> Any:
-            choice = ProviderChoice(**{name: kwargs.pop(name, None) for name in _FIELDS})
+            given = {name: kwargs.pop(name, None) for name in _FIELDS}
+            given["secret_env"] = _secret_names(given.get("secret_env") or ())
+            choice = ProviderChoice(**given)
             return f(*args, connection=choice, **kwargs)
 
         wrapped: Any = command

@@ -100,6 +100,7 @@ def resume_command(
                 durability=durability,
                 agents=agents,
                 backend=hosts,
+                secret_env=connection.secret_env,
             )
         except ResumeRefused as e:
             raise Refused(str(e)) from None

@@ -26,6 +26,7 @@ import click
 
 from cli.backend_options import check_backend, make_backend
 from cli.recording import open_recording
+from runtime.credentials import SecretPolicy
 from runtime.errors import ScenarioError
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
@@ -114,6 +115,14 @@ class RunSpec:
     ray_address: str | None = None
     placement: str | None = None
     """``--placement``: None is ``spread``."""
+    secret_env: tuple[str, ...] = ()
+    """``--secret-env``: variables kept out of every shell besides the provider's keys."""
+
+    @property
+    def secrets(self) -> SecretPolicy:
+        """What no shell of the run sees (``runtime/credentials.py``): the marked names (flags
+        and the scenario's ``[fleet] secret_env``) and the ``--api-key`` value."""
+        return secret_policy(self.secret_env, self.scenario, self.api_key)
 
 
 @dataclass(frozen=True)
@@ -167,8 +176,17 @@ def spec_for(
         api_key=connection.api_key,
         chat=chat,
         provider_options=connection.network_options(provider),
+        secret_env=connection.secret_env,
         **settings,
     )
+
+
+def secret_policy(
+    names: tuple[str, ...], scenario: Scenario | None, api_key: str | None
+) -> SecretPolicy:
+    """The run's :class:`SecretPolicy`: ``names`` and the scenario's marked, ``api_key`` held."""
+    marked = (*names, *(scenario.secret_env if scenario is not None else ()))
+    return SecretPolicy().marking(marked).holding([api_key])
 
 
 class ProviderFactory:
@@ -315,6 +333,7 @@ def run_headless(
             agents="process" if backend is not None else spec.agents,
             backend=backend,
             traffic=governor,
+            secrets=spec.secrets,
         ),
     )
     outcome = "failed"
@@ -387,6 +406,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "grants": (grants or GrantPolicy()).to_dict(),
         "durability": spec.durability.value,
         "agents": "process" if spec.backend == "ray" else spec.agents,
+        "secretEnv": spec.secrets.to_json(),  # names only: a key is never written
     }
     traffic = dict(spec.provider_options).get("traffic")
     if traffic is not None:

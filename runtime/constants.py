@@ -42,3 +42,9 @@ SCRATCH_ENV = "EXARCH_SCRATCH"
 """The shell variable naming an agent's own scratch directory (``scratch/<name>/`` of the
 session): temporary files go there, not to /tmp, so a run leaves nothing outside its session
 directory (a child's is removed with its environment)."""
+
+SESSION_ENV = "EXARCH_SESSION"
+"""Set in every agent's shell to its session directory (absolute), so every program the shell
+starts inherits it however it detaches: ``check`` finds a program that outlived its run by it
+(``runtime/drills/invariant_check.py``). A marker, not the guarantee (a program may unset it):
+the guarantee is that a shell host reaps every descendant (docs/security.md)."""

@@ -23,7 +23,9 @@ violation:
 - ``no-leftover-processes`` — no pid the run named (journal environment records, ``Commit``
   records) still runs: matched with ``psutil`` *and* its create time, so a reused pid is not
   blamed. Looked for on this machine, or on every node of a Ray cluster (``check
-  --ray-address``: each node's launcher looks on its own, ``actors/ray_launcher.py``).
+  --ray-address``: each node's launcher looks on its own, ``actors/ray_launcher.py``); nor
+  does any program whose environment marks it as the run's (``EXARCH_SESSION``, inherited
+  from its shell, looked for on this machine): one that detached and outlived its shell.
 - ``files-parse`` — every JSON-lines file reads; a torn last line is reported, not a violation
   (the expected shape of a crash mid-append), and so is a ``.torn`` side file (a torn tail the
   next append set aside); a corrupt inner line, a record without the shape its readers rely
@@ -52,6 +54,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from runtime.constants import SESSION_ENV
 from runtime.drills.session_logs import SessionLogs
 from runtime.errors import ExarchError, SnapshotRefused
 from runtime.settlement.fleet_yield import read_result
@@ -59,7 +62,12 @@ from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import PROMISES, Durability, parse_durability
 from runtime.state.durable import read_jsonl
 from runtime.state.journal import replay
-from runtime.state.run_processes import LocalProcesses, ProcessTable, run_processes
+from runtime.state.run_processes import (
+    LocalProcesses,
+    ProcessTable,
+    marked_processes,
+    run_processes,
+)
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_read import ResumeRefused, read_run
 from runtime.state.session_records import CONTROL_DIED, born_children
@@ -351,10 +359,13 @@ def _check_registry_empty(s: SessionLogs) -> InvariantResult:
 def _check_processes(s: SessionLogs, table: ProcessTable) -> InvariantResult:
     procs = run_processes(s.session)
     bad = [f"{p.owner}: pid {p.pid} still running" for p in table.running(procs)]
+    named = {p.pid for p in procs}
+    marked = [p for p in marked_processes(s.session) if p.pid not in named]
+    bad += [f"{p.owner}: pid {p.pid} outlived its shell ({SESSION_ENV})" for p in marked]
     unverifiable = sum(1 for p in procs if p.started_at is None)
     notes = [f"{unverifiable} pids without a recorded start time"] if unverifiable else []
     if table.where != LocalProcesses.where:
-        notes.append(f"looked for on {table.where}")
+        notes.append(f"looked for on {table.where}; programs by {SESSION_ENV} on this machine")
     return _result("no-leftover-processes", len(procs), bad, notes)
 
 

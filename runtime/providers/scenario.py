@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runtime.credentials import valid_name
 from runtime.errors import GrantUnresolvable, ScenarioError
 from runtime.messages import StopReason
 from runtime.ral.grants import Grants
@@ -54,7 +55,7 @@ _MESSAGE_KEYS = frozenset(
     }
 )
 _CALL_KEYS = frozenset({"id", "name", "arguments"})
-_FLEET_KEYS = frozenset({"prompt", "window_tokens", "system"})
+_FLEET_KEYS = frozenset({"prompt", "window_tokens", "system", "secret_env"})
 _GRANT_KEYS = ("exec", "roots")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
@@ -101,6 +102,9 @@ class FleetTable:
     prompt: str | None = None
     window_tokens: int | None = None
     system: str | None = None
+    secret_env: tuple[str, ...] = ()
+    """Variables kept out of every shell besides the provider's keys (``runtime/credentials.py``),
+    as ``--secret-env`` marks them."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,10 @@ class Scenario:
     @property
     def system(self) -> str | None:
         return self.fleet.system
+
+    @property
+    def secret_env(self) -> tuple[str, ...]:
+        return self.fleet.secret_env
 
     def entries_for(self, agent_name: str) -> tuple[ScriptedMessage, ...]:
         """The entries scripted for ``agent_name``: an exact name wins, else the first matching
@@ -369,7 +377,18 @@ class _Parser:
                 "fleet.window_tokens",
                 _expected("a positive integer", window),
             )
-        return FleetTable(prompt=prompt, window_tokens=window, system=system)
+        secret_env = table.get("secret_env", [])
+        if not isinstance(secret_env, list) or not all(
+            isinstance(n, str) and valid_name(n) for n in secret_env
+        ):
+            raise self.fail(
+                self._key_line(line, "secret_env"),
+                "fleet.secret_env",
+                _expected("a list of variable names", secret_env),
+            )
+        return FleetTable(
+            prompt=prompt, window_tokens=window, system=system, secret_env=tuple(secret_env)
+        )
 
     def agent(self, name: str, entries: Any) -> tuple[ScriptedMessage, ...]:
         path = f"agents.{_quote(name)}"

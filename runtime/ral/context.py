@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from runtime.cancel import CancelScope
+from runtime.credentials import DEFAULT as DEFAULT_SECRETS
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.grants import Grants
 from runtime.ral.values import Closure, WorkerHandle
@@ -21,10 +22,13 @@ from runtime.ral.values import Closure, WorkerHandle
 
 @dataclass
 class DynamicContext:
-    """cwd, environment and grants: mutated by ``cd``/``setenv``, kept between runs."""
+    """cwd, environment and grants: mutated by ``cd``/``setenv``, kept between runs.
+
+    The environment starts as this process's without its secrets (``runtime/credentials.py``:
+    the provider's keys never reach a shell, its programs or its snapshot)."""
 
     cwd: str = field(default_factory=os.getcwd)
-    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    env: dict[str, str] = field(default_factory=lambda: DEFAULT_SECRETS.scrub(os.environ))
     grants: Grants = field(default_factory=lambda: Grants.ALL)
 
     def copy(self) -> DynamicContext:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.messages import AssistantMessage, ToolCall
+from runtime.state.private import FILE_MODE, private_dirs
 
 RECORDED_ERRORS = ("rate_limit", "transport", "truncated", "timeout", "malformed", "rejected")
 """Provider failure kinds a scenario can play (``runtime.providers.scenario.ERROR_KINDS``); a
@@ -314,9 +315,9 @@ class Recorder:
         """Why the recording stopped before the run ended (a write failed), else None."""
         try:
             for p in self.paths:
-                p.parent.mkdir(parents=True, exist_ok=True)
+                private_dirs(p.parent)
                 flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-                self._fds.append(os.open(p, flags, 0o644))
+                self._fds.append(os.open(p, flags, FILE_MODE))
             self._write(render_header(header))
         except BaseException:
             self.close()

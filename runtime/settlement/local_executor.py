@@ -42,6 +42,7 @@ from runtime.settlement.executor import (
     PreSpawnRefusal,
     Receipt,
 )
+from runtime.state.private import private_dirs
 
 __all__ = ["CANCEL_ACK_TIMEOUT", "KILL_REAP_TIMEOUT", "LocalProcessExecutor"]
 
@@ -123,7 +124,7 @@ class LocalProcessExecutor:
             if self._execution is not None:
                 raise ExecutorMisuse(f"{self._env_id} already executed; one environment per run")
             try:
-                self._scratch_root.mkdir(parents=True, exist_ok=True)
+                private_dirs(self._scratch_root)
                 scratch = Path(tempfile.mkdtemp(prefix=f"{self._env_id}-", dir=self._scratch_root))
             except OSError as e:
                 raise PreSpawnRefusal(self._env_id, f"scratch directory: {e}") from e

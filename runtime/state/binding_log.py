@@ -46,6 +46,7 @@ import msgpack
 
 from runtime.errors import SnapshotRefused
 from runtime.state import durability
+from runtime.state.private import FILE_MODE, private_dirs
 
 FORMAT = "exarch-binding-log"
 VERSION = 1
@@ -183,10 +184,10 @@ class BindingLogWriter:
     def start(self, base: BaseId) -> None:
         """Replace the log with a fresh one extending the base whose identity is ``base``."""
         self.close()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.path.parent)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         frame = encode_log_frame(header(base))
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
             _write_all(fd, frame)
             if self.fsync:

@@ -68,6 +68,7 @@ from pathlib import Path, PurePath
 from typing import Literal
 
 from runtime.errors import ExarchError
+from runtime.state.private import FILE_MODE, private_dirs
 
 log = logging.getLogger(__name__)
 
@@ -244,8 +245,8 @@ class AppendFile:
             except FileNotFoundError:
                 pass
             self._retire_fd()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        private_dirs(self.path.parent)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
         self._ino = os.fstat(self._fd).st_ino
         self._end = -1
         return self._fd, -1
@@ -276,9 +277,9 @@ class AppendFile:
 
 def _one_shot(path: Path, data: bytes, sync: FsyncFn) -> None:
     """Append to a file no bound directory holds open: open, append, ``sync``, close."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
     with _one_shot_lock(path):
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
         try:
             with _file_lock(fd):
                 start_on_a_fresh_line(path, fd, sync)

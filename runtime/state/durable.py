@@ -34,6 +34,7 @@ from typing import Any
 
 from runtime.state import durability
 from runtime.state.durability import TORN_SUFFIX, set_aside_torn, torn_path, write_all
+from runtime.state.private import FILE_MODE, private_dirs
 
 __all__ = [
     "TORN_SUFFIX",
@@ -266,9 +267,9 @@ def read_jsonl(path: str | os.PathLike[str], shape: Shape | None = None) -> Json
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically, durable under ``path``'s policy."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(p.parent)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     sync = durability.sync_for(p)
     try:
         try:

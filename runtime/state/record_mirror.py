@@ -43,6 +43,7 @@ from runtime.errors import ExarchError
 from runtime.state import durability
 from runtime.state.durability import OPS, ShippedRecord, write_all
 from runtime.state.durable import atomic_write_bytes
+from runtime.state.private import FILE_MODE, private_dirs
 from runtime.state.session_dir import SessionDir
 
 __all__ = ["RecordRefused", "ShippedRecord", "agent_files", "apply_shipped", "seed"]
@@ -69,13 +70,17 @@ def seed(session: SessionDir, name: str, files: dict[str, bytes]) -> None:
     """Make agent ``name``'s directory in ``session`` hold exactly ``files`` (from
     :func:`agent_files`): a host restarted on another node starts from the driver's copy."""
     directory = session.events(name).parent
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dirs(directory)
     for p in directory.iterdir():
         if p.is_file():
             p.unlink()
     for rel, data in files.items():
         target = _allowed(session, name, rel)
-        target.write_bytes(data)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        try:
+            write_all(fd, data)
+        finally:
+            os.close(fd)
 
 
 def _allowed(session: SessionDir, agent: str, rel: str) -> Path:
@@ -112,8 +117,8 @@ def apply_shipped(session: SessionDir, agent: str, record: ShippedRecord) -> Non
 
 def _append_bytes(path: Path, data: bytes) -> None:
     """One raw append (a binding-log frame: no line discipline), durable under the policy."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    private_dirs(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
         write_all(fd, data)
         durability.sync_for(path)(fd)

@@ -5,16 +5,23 @@ A session names every process it started: the environment records of the spawn j
 ran each clean call, ``SessionDir.commits``). Each carries the pid *and* its create time, so a
 pid the kernel reused for some other process is never blamed (or killed). ``resume`` kills
 what is left before it rebuilds; the invariant checker reports it.
+
+A program a shell started is named nowhere, and one that detached (``setsid``, a double fork)
+outlives the shell's kill unless the shell reaped it (``actors/descendants.py``). Every program
+inherits ``EXARCH_SESSION`` from its shell (``runtime/constants.py``), so
+:func:`marked_processes` finds those on this machine by their environment.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import psutil
 
+from runtime.constants import SESSION_ENV
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_records import RECORD_SHAPE
@@ -64,9 +71,30 @@ def still_running(proc: RunProcess) -> bool:
         return False
 
 
+def marked_processes(session: SessionDir) -> list[RunProcess]:
+    """Processes on this machine (not this one) whose environment says they belong to
+    ``session`` (``EXARCH_SESSION``, which every program a shell of the run started inherits),
+    zombies aside. Only environments this user may read are looked at."""
+    marker = str(session.root.resolve())
+    me = os.getpid()
+    out: list[RunProcess] = []
+    for p in psutil.process_iter():
+        if p.pid == me:
+            continue
+        try:
+            if p.environ().get(SESSION_ENV) != marker or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            out.append(RunProcess(f"{p.name()} (marked)", p.pid, p.create_time()))
+        except psutil.Error:
+            continue
+    return out
+
+
 def leftover_processes(session: SessionDir) -> list[RunProcess]:
-    """The processes ``session`` named that still run."""
-    return [p for p in run_processes(session) if still_running(p)]
+    """The processes ``session`` named, or that its environment marks, that still run."""
+    named = [p for p in run_processes(session) if still_running(p)]
+    seen = {p.pid for p in named}
+    return named + [p for p in marked_processes(session) if p.pid not in seen]
 
 
 class ProcessTable(Protocol):

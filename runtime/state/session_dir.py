@@ -18,6 +18,7 @@ from pathlib import Path
 
 from runtime.errors import ExarchError
 from runtime.state.durable import TORN_SUFFIX
+from runtime.state.private import DIR_MODE, make_private, private_dirs
 
 _RUN_SPEC = "run.json"
 _TRANSCRIPT = "transcript.jsonl"
@@ -53,7 +54,9 @@ class SessionDirInUse(ExarchError):
 
 @dataclass(frozen=True)
 class SessionDir:
-    """Paths of one session directory. Creating the object creates nothing on disk."""
+    """Paths of one session directory. Creating the object creates nothing on disk; what a
+    run creates in it is private to the user (``runtime/state/private.py``: directories
+    ``0700``, files ``0600``)."""
 
     root: Path
 
@@ -63,7 +66,8 @@ class SessionDir:
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         parent = Path(base) if base is not None else Path.cwd() / ".exarch" / "sessions"
         root = parent / f"{stamp}-{secrets.token_hex(3)}"
-        root.mkdir(parents=True, exist_ok=False)
+        private_dirs(parent)
+        root.mkdir(DIR_MODE)
         return cls(root)
 
     @classmethod
@@ -80,7 +84,8 @@ class SessionDir:
         """Use ``path`` (created if missing), whatever it holds. Readers of an existing session
         (``check``, ``resume``, ``replay``) use ``SessionDir(path)``, which creates nothing."""
         root = Path(path)
-        root.mkdir(parents=True, exist_ok=True)
+        private_dirs(root)
+        make_private(root)
         return cls(root)
 
     def holds_a_run(self) -> bool:
