@@ -54,7 +54,7 @@ from runtime.events import InboxRejected, Io, Notice, ProviderFailed, SystemNote
 from runtime.fleet.compaction import compaction_due
 from runtime.fleet.digest import Section, clip_agent_reply, clip_section
 from runtime.fleet.diskwarn import DiskWarn
-from runtime.fleet.fanin import HELD_NOTICE_ID
+from runtime.fleet.fanin import is_held_notice
 from runtime.fleet.inbox import (
     SURFACE,
     AgentMessage,
@@ -545,8 +545,10 @@ class Agent:
             self.log.append_user(
                 f"[message from agent {item.sender}]\n{item.text}", source="agent_message"
             )
-        elif isinstance(item, ScheduledWakeup) and item.schedule_id == HELD_NOTICE_ID:
+        elif is_held_notice(item):
+            assert isinstance(item, ScheduledWakeup)
             self.log.append_user(f"[held replies]\n{item.prompt}", source="held_replies")
+            return True
         elif isinstance(item, ScheduledWakeup):
             self.log.append_user(
                 f"[scheduled wakeup {item.schedule_id}]\n{item.prompt}", source="wakeup"
@@ -556,6 +558,9 @@ class Agent:
         else:
             self._note(f"unknown inbox item {type(item).__name__} ignored")
             return False
+        for notice in self.inbox.take(is_held_notice):  # told with this turn, not 64 later
+            assert isinstance(notice, ScheduledWakeup)
+            self.log.append_user(f"[held replies]\n{notice.prompt}", source="held_replies")
         return True
 
     # --- apply ------------------------------------------------------------------------------

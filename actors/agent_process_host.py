@@ -854,8 +854,8 @@ class HostSite:
     def give_back(self, parent: str, ends: tuple[ChildEnd, ...]) -> None:
         self._host.call("give_back", parent, ends)
 
-    def read_result(self, parent: str, child: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._host.call("read_result", parent, child)
+    def read_result(self, parent: str, child: str) -> tuple[dict[str, Any], int]:
+        result: tuple[dict[str, Any], int] = self._host.call("read_result", parent, child)
         return result
 
     def spawn(self, request: SpawnRequest) -> dict[str, Any]:

@@ -233,8 +233,9 @@ class AgentSite(Protocol):
         """Ends an answered wait's caller never took: delivered to ``parent``'s inbox."""
         ...
 
-    def read_result(self, parent: str, child: str) -> dict[str, Any]:
-        """``agent-result``: one child's end as a ral map; a held reply is read here."""
+    def read_result(self, parent: str, child: str) -> tuple[dict[str, Any], int]:
+        """``agent-result``: one child's end as a ral map (a held reply is read here), and how
+        many replies stay held for ``parent``."""
         ...
 
     # --- the spawn site ---------------------------------------------------------------------

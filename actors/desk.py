@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from actors.agent_site import SpawnRequest
 from actors.desk_wait import PendingWait, wait_arguments
 from runtime.errors import ExarchError
+from runtime.fleet.fanin import is_held_notice
 from runtime.fleet.inbox import AgentResult
 from runtime.prompt import advertised_verbs
 from runtime.ral.errors import DeskRefusal
@@ -159,9 +160,11 @@ class AgentDesk:
         result queued in the inbox is taken: read here, it is never a turn too."""
         _arity(verb, args, 1)
         child = render(args[0])
-        end = self._agent.site.read_result(self._agent.name, child)
+        end, held = self._agent.site.read_result(self._agent.name, child)
         if end.get("outcome") != "running":
             self._agent.inbox.take(lambda i: isinstance(i, AgentResult) and i.child == child)
+        if not held:  # nothing left to tell
+            self._agent.inbox.take(is_held_notice)
         return end
 
     def _reply(self, verb: str, args: list[Any]) -> Any:

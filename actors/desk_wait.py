@@ -28,8 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import ExarchError
-from runtime.fleet.fanin import HELD_NOTICE_ID, RUNNING_END, WaitAnswer
-from runtime.fleet.inbox import AgentResult, ScheduledWakeup
+from runtime.fleet.fanin import RUNNING_END, WaitAnswer, is_held_notice
+from runtime.fleet.inbox import AgentResult
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.values import render
 
@@ -163,7 +163,7 @@ class PendingWait:
         taken = inbox.take(lambda i: isinstance(i, AgentResult) and i.child in children)
         queued = {i.child for i in taken if isinstance(i, AgentResult)}
         if answer.held == 0:
-            inbox.take(lambda i: isinstance(i, ScheduledWakeup) and i.schedule_id == HELD_NOTICE_ID)
+            inbox.take(is_held_notice)
         seen = self._owner.results_seen
         out: dict[str, Any] = {}
         for end in answer.ends:

@@ -118,20 +118,22 @@ class FanInSite:
         """An answer its caller never took (cancelled as it came): delivered to the inbox."""
         self.state.give_back(parent, ends, lambda e: self._deliver(parent, e))
 
-    def read_result(self, parent: str, child: str) -> dict[str, Any]:
+    def read_result(self, parent: str, child: str) -> tuple[dict[str, Any], int]:
         """``agent-result NAME``: the child's end as a ral map (``[outcome: running]`` while it
-        runs). A child settled before this control process (``resume``) is read from the
-        spawn journal: its reply as the journal holds it, rendered."""
+        runs), and how many replies stay held for the parent. A child settled before this
+        control process (``resume``) is read from the spawn journal: its reply as the journal
+        holds it, rendered."""
         try:
             end = self.state.read(parent, child)
         except NotAChild:
             end = self._from_journal(parent, child)
+        held = len(self.state.held_names(parent))
         if end is None:
-            return {"outcome": "running"}
+            return {"outcome": "running"}, held
         self._publish(
             Notice(parent, notice="Collected", data={"children": [child], "via": "agent-result"})
         )
-        return end.to_ral()
+        return end.to_ral(), held
 
     def _from_journal(self, parent: str, child: str) -> ChildEnd | None:
         node = self._journal.state.nodes.get(child)

@@ -523,7 +523,7 @@ class Fleet:
     def give_back(self, parent: str, ends: tuple[ChildEnd, ...]) -> None:
         self.fanin.give_back(parent, ends)
 
-    def read_result(self, parent: str, child: str) -> dict[str, Any]:
+    def read_result(self, parent: str, child: str) -> tuple[dict[str, Any], int]:
         return self.fanin.read_result(parent, child)
 
     def before_wait(self) -> None:

@@ -253,6 +253,11 @@ class FanIn:
                 self._give_back(parent, self._waits.pop(key).ends.values(), deliver)
 
 
+def is_held_notice(item: object) -> bool:
+    """Whether an inbox item is the held-replies notice."""
+    return isinstance(item, ScheduledWakeup) and item.schedule_id == HELD_NOTICE_ID
+
+
 def held_notice(names: list[str]) -> ScheduledWakeup:
     """The one coalesced notice of a parent's held-back replies (:data:`HELD_NOTICE_ID`)."""
     shown = ", ".join(names[:HELD_NAMES_SHOWN])
