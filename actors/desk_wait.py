@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime.errors import ExarchError
 from runtime.fleet.fanin import RUNNING_END, WaitAnswer, is_held_notice
@@ -34,7 +34,18 @@ from runtime.ral.errors import DeskRefusal
 from runtime.ral.values import render
 
 if TYPE_CHECKING:
-    from actors.desk import DeskOwner
+    from actors.agent_site import AgentSite
+    from runtime.fleet.inbox import Inbox
+
+
+class WaitOwner(Protocol):
+    """The parts of an agent a wait touches (:class:`actors.desk.DeskOwner` has them)."""
+
+    name: str
+    site: AgentSite
+    inbox: Inbox
+    results_seen: set[str]
+
 
 WAIT_OPTIONS = ("timeout",)
 """The keys ``agent-wait``'s options map accepts."""
@@ -77,7 +88,7 @@ class PendingWait:
 
     def __init__(
         self,
-        owner: DeskOwner,
+        owner: WaitOwner,
         names: tuple[str, ...] | None,
         timeout: float | None,
         wake: Callable[[], None],
