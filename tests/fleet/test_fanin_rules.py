@@ -27,13 +27,16 @@ def fan(*children: str) -> FanIn:
 
 
 def test_an_end_with_no_wait_pending_on_it_is_delivered_to_the_inbox() -> None:
-    f, inbox = fan("a"), []
+    f = fan("a")
+    inbox: list[ChildEnd] = []
     assert f.settle("p", replied("a", 1), inbox.append) is None
     assert inbox == [replied("a", 1)]
 
 
 def test_an_end_a_wait_is_pending_on_goes_to_the_wait_and_never_to_the_inbox() -> None:
-    f, inbox, answers = fan("a", "b"), [], []
+    f = fan("a", "b")
+    inbox: list[ChildEnd] = []
+    answers: list[WaitAnswer] = []
     assert f.begin_wait("p", "w", None, answers.append) is None
     assert f.settle("p", replied("a", 1), inbox.append) is None  # b still runs
     done = f.settle("p", replied("b", 2), inbox.append)
@@ -44,7 +47,8 @@ def test_an_end_a_wait_is_pending_on_goes_to_the_wait_and_never_to_the_inbox() -
 
 
 def test_a_wait_on_ends_already_delivered_or_held_answers_at_once_and_collects_them() -> None:
-    f, inbox = fan("a", "b"), []
+    f = fan("a", "b")
+    inbox: list[ChildEnd] = []
     f.settle("p", replied("a", 1), inbox.append)
     f.settle("p", replied("b", 2), inbox.append)
     assert f.held("p", "b")  # the inbox refused b's result
@@ -72,7 +76,8 @@ def test_a_timed_out_wait_answers_what_settled_and_names_the_rest_running() -> N
 
 
 def test_a_withdrawn_wait_gives_back_what_it_collected_to_the_inbox() -> None:
-    f, inbox = fan("a", "b"), []
+    f = fan("a", "b")
+    inbox: list[ChildEnd] = []
     f.begin_wait("p", "w", None, lambda _: None)
     f.settle("p", replied("a", 1), inbox.append)
     assert inbox == []
