@@ -54,6 +54,7 @@ from runtime.events import InboxRejected, Io, Notice, ProviderFailed, SystemNote
 from runtime.fleet.compaction import compaction_due
 from runtime.fleet.digest import Section, clip_agent_reply, clip_section
 from runtime.fleet.diskwarn import DiskWarn
+from runtime.fleet.fanin import is_held_notice
 from runtime.fleet.inbox import (
     SURFACE,
     AgentMessage,
@@ -150,6 +151,9 @@ class AgentStats:
     """Tokens by kind and cost in money, per round trip at its model's price."""
     state: str = "starting"
     in_flight: list[dict[str, Any]] = field(default_factory=list)
+    end_reason: str | None = None
+    """Why the agent ended without a reply, when no cancel says it (a provider failure, the
+    step cap, a bug): what its parent's ``agent-wait`` reports as ``reason``."""
 
 
 class Agent:
@@ -202,6 +206,9 @@ class Agent:
         agent ends without replying again (nothing the model delivered is lost)."""
         self._reply_lock = threading.Lock()
         self._generation_floor = 0
+        self.results_seen: set[str] = set()
+        """Children whose result this agent admitted as a turn: ``agent-wait`` with no name
+        leaves them out (it returns only ends the agent has not had yet)."""
         self.desk = AgentDesk(self)
         self.disk_warn = DiskWarn(
             site.disk_warn_bytes,
@@ -340,7 +347,8 @@ class Agent:
             outcome = AgentOutcome.CANCELLED
         except Exception as e:  # a bug must end this agent cleanly, never strand the fleet
             outcome = AgentOutcome.FAILED
-            self._note(f"agent failed: {type(e).__name__}: {e}")
+            self.stats.end_reason = f"agent failed: {type(e).__name__}: {e}"
+            self._note(self.stats.end_reason)
         finally:
             self._ended_cause = self.terminated
             self._exit()
@@ -528,6 +536,7 @@ class Agent:
             )
             return False
         elif isinstance(item, AgentResult):
+            self.results_seen.add(item.child)
             text = clip_agent_reply(render(item.value))
             self.log.append_user(
                 f"[agent {item.child} finished: {item.status}]\n{text}", source="agent_result"
@@ -536,6 +545,10 @@ class Agent:
             self.log.append_user(
                 f"[message from agent {item.sender}]\n{item.text}", source="agent_message"
             )
+        elif is_held_notice(item):
+            assert isinstance(item, ScheduledWakeup)
+            self.log.append_user(f"[held replies]\n{item.prompt}", source="held_replies")
+            return True
         elif isinstance(item, ScheduledWakeup):
             self.log.append_user(
                 f"[scheduled wakeup {item.schedule_id}]\n{item.prompt}", source="wakeup"
@@ -545,6 +558,9 @@ class Agent:
         else:
             self._note(f"unknown inbox item {type(item).__name__} ignored")
             return False
+        for notice in self.inbox.take(is_held_notice):  # told with this turn, not 64 later
+            assert isinstance(notice, ScheduledWakeup)
+            self.log.append_user(f"[held replies]\n{notice.prompt}", source="held_replies")
         return True
 
     # --- apply ------------------------------------------------------------------------------
@@ -567,6 +583,7 @@ class Agent:
                 return Outcome.CANCELLED
             if turn.steps >= MAX_STEPS:
                 self._note(f"turn capped after {MAX_STEPS} provider round-trips")
+                self.stats.end_reason = f"capped after {MAX_STEPS} provider round-trips"
                 return Outcome.CAPPED
             turn.steps += 1
             self.stats.steps += 1
@@ -586,6 +603,7 @@ class Agent:
                 raw = t.partial
             except ProviderError as e:
                 self.site.publish(ProviderFailed(self.name, error=e.kind, message=str(e)))
+                self.stats.end_reason = f"provider {e.kind}: {e}"
                 return Outcome.PROVIDER_ERROR
             empty = raw.is_empty
             msg, unencodable = admit_with_report(raw)  # X2/X7 at the commit boundary

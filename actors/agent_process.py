@@ -67,6 +67,7 @@ from actors.agent_process_host import (
     SiteRefused,
     agent_process_main,
     answer_call,
+    pickled_error,
     request_call,
     returned,
     unpickle,
@@ -95,6 +96,7 @@ from runtime.fleet.agent_channel import (
     ReturnFrame,
     Shutdown,
 )
+from runtime.fleet.fanin import WaitAnswer
 from runtime.fleet.inbox import InboxFull, InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
@@ -133,6 +135,11 @@ SITE_CALLS: dict[str, Callable[..., Any]] = {
     "branch": lambda site, request: site.branch(request),
     "charge": lambda site, name, cost: site.charge(name, cost),
     "lease_figures": lambda site, name: site.lease_figures(name),
+    "stop_wait": lambda site, parent, wait_id, give_back: site.stop_wait(
+        parent, wait_id, give_back
+    ),
+    "give_back": lambda site, parent, ends: site.give_back(parent, ends),
+    "read_result": lambda site, parent, child: site.read_result(parent, child),
 }
 """What a host may ask of the fleet, by name: the fleet's half of :class:`AgentSite`."""
 
@@ -644,6 +651,10 @@ class _Host:
         if isinstance(msg, Call) and msg.method == ADMIT:  # answered when granted, never waited on
             serve_admit(site.config.traffic, self.channel, rid, msg.payload)
             return
+        if isinstance(msg, Call) and msg.method == "wait_children":
+            self._agent.site_calls[msg.method] += 1
+            self._agent._pool.submit(self._wait_children, rid, unpickle(msg.payload))
+            return
         table = SITE_CALLS
         if isinstance(msg, Call) and msg.method in RECORD_CALLS and self._agent.recorder:
             site, table = self._agent.recorder, RECORD_CALLS
@@ -654,6 +665,27 @@ class _Host:
         fn = table[msg.method]
         self._agent.site_calls[msg.method] += 1  # the reader thread is its only writer
         self._agent._pool.submit(answer_call, self.channel, rid, lambda: fn(site, *args))
+
+    def _wait_children(self, rid: int, args: tuple[str, str, tuple[str, ...] | None]) -> None:
+        """``agent-wait``, answered late: registered here (the pool thread returns at once),
+        replied to by the settlement that completes it. A wait answered to a host that is
+        gone gives what it carried back to its parent's inbox (a restarted host's, or
+        recorded as undelivered)."""
+        site: Any = self._agent.site
+        parent = args[0]
+        channel = self.channel
+
+        def answer(value: WaitAnswer) -> None:
+            if not channel.reply(rid, ReturnFrame(pickle.dumps(value))) and value.ends:
+                self._agent.off_reader(site.give_back, parent, value.ends)
+
+        try:
+            now = site.wait_children(*args, answer)
+        except Exception as e:  # a refusal (NotAChild) crosses as itself
+            channel.reply(rid, ReturnFrame(error=pickled_error(e)))
+            return
+        if now is not None:
+            answer(now)
 
     def _notify(self, msg: ChannelMessage) -> None:
         if isinstance(msg, Call) and msg.method in NOTICES:

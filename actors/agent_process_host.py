@@ -101,6 +101,7 @@ from runtime.fleet.agent_channel import (
     ReturnFrame,
     Shutdown,
 )
+from runtime.fleet.fanin import ChildEnd, WaitAnswer
 from runtime.fleet.inbox import Inbox, InboxMsg, PushEffect, Surface, UserSteering
 from runtime.messages import AssistantMessage
 from runtime.providers.base import Provider
@@ -117,6 +118,10 @@ log = logging.getLogger(__name__)
 
 CALL_TIMEOUT = 120.0
 """Seconds a site call may wait for its answer (a spawn waits for its child's ``BornFrame``)."""
+
+WAIT_TIMEOUT = float("inf")
+"""An ``agent-wait`` request waits for its answer as long as its children run: its caller's
+cancel (the pump's ``abandon``) or the channel's end is what stops it."""
 
 FLUSH_EVERY = 0.005
 """Seconds a buffered bus event may wait for the rest of its batch while the drive thread waits
@@ -817,6 +822,44 @@ class HostSite:
 
     def message(self, sender: str, target: str, text: str) -> None:
         self._host.call("message", sender, target, text)
+
+    def wait_children(
+        self,
+        parent: str,
+        wait_id: str,
+        names: tuple[str, ...] | None,
+        then: Callable[[WaitAnswer | BaseException], None],
+    ) -> WaitAnswer | None:
+        """Answered late by the control side (its ``DEFERRED_CALLS``): ``then`` runs on this
+        process's channel reader when the reply comes (or the channel ends)."""
+
+        def answered(reply: ChannelMessage | None, error: BaseException | None) -> None:
+            if error is not None or reply is None:
+                then(error or SiteRefused("agent-wait: no answer"))
+                return
+            try:
+                then(returned("wait_children", reply))
+            except Exception as e:  # the control side's refusal (NotAChild), re-raised here
+                then(e)
+
+        self._host.flush()
+        self._host.channel.begin(
+            Call("wait_children", pickle.dumps((parent, wait_id, names))),
+            WAIT_TIMEOUT,
+            then=answered,
+        )
+        return None
+
+    def stop_wait(self, parent: str, wait_id: str, give_back: bool) -> WaitAnswer | None:
+        result: WaitAnswer | None = self._host.call("stop_wait", parent, wait_id, give_back)
+        return result
+
+    def give_back(self, parent: str, ends: tuple[ChildEnd, ...]) -> None:
+        self._host.call("give_back", parent, ends)
+
+    def read_result(self, parent: str, child: str) -> tuple[dict[str, Any], int]:
+        result: tuple[dict[str, Any], int] = self._host.call("read_result", parent, child)
+        return result
 
     def spawn(self, request: SpawnRequest) -> dict[str, Any]:
         portable = replace(request, provider=unrecorded(request.provider))

@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from actors.eval_root import EvalRoot
     from actors.shell_workers import WorkerSurfaces
     from runtime.events import Event, InboxRejected, Notice, Resources
+    from runtime.fleet.fanin import ChildEnd, WaitAnswer
     from runtime.fleet.inbox import Surface
     from runtime.providers.base import Provider
     from runtime.providers.prices import PriceTable
@@ -206,6 +208,34 @@ class AgentSite(Protocol):
     def message(self, sender: str, target: str, text: str) -> None:
         """``message NAME TEXT``: renews nothing; ``InboxFull`` / ``UnknownAgent`` reach the
         sender."""
+        ...
+
+    # --- fan-in (actors/fanin_site.py) ------------------------------------------------------
+
+    def wait_children(
+        self,
+        parent: str,
+        wait_id: str,
+        names: tuple[str, ...] | None,
+        then: Callable[[WaitAnswer | BaseException], None],
+    ) -> WaitAnswer | None:
+        """``agent-wait``: register a wait of ``parent`` on ``names`` (None: every child whose
+        end it has not had). The answer now, or None and ``then`` called once (any thread,
+        never blocking) with the answer or the refusal; no thread is held meanwhile."""
+        ...
+
+    def stop_wait(self, parent: str, wait_id: str, give_back: bool) -> WaitAnswer | None:
+        """End a pending wait early: its partial answer (a timeout), or with ``give_back`` (a
+        cancelled caller) what it collected is delivered to the inbox; None once answered."""
+        ...
+
+    def give_back(self, parent: str, ends: tuple[ChildEnd, ...]) -> None:
+        """Ends an answered wait's caller never took: delivered to ``parent``'s inbox."""
+        ...
+
+    def read_result(self, parent: str, child: str) -> tuple[dict[str, Any], int]:
+        """``agent-result``: one child's end as a ral map (a held reply is read here), and how
+        many replies stay held for ``parent``."""
         ...
 
     # --- the spawn site ---------------------------------------------------------------------

@@ -19,7 +19,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actors.agent_site import SpawnRequest
+from actors.desk_wait import PendingWait, wait_arguments
 from runtime.errors import ExarchError
+from runtime.fleet.fanin import is_held_notice
+from runtime.fleet.inbox import AgentResult
 from runtime.prompt import advertised_verbs
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.values import UNIT, render
@@ -27,6 +30,7 @@ from runtime.ral.values import UNIT, render
 if TYPE_CHECKING:
     from actors.agent_site import AgentSite
     from actors.schedules import Schedules
+    from runtime.fleet.inbox import Inbox
     from runtime.providers.base import ProviderHandle
     from runtime.state.eventlog import AgentLog
     from runtime.state.snapshot import MobileSnapshot
@@ -70,6 +74,8 @@ class DeskOwner(Protocol):
     provider: ProviderHandle
     schedules: Schedules
     pins: dict[str, str]
+    inbox: Inbox
+    results_seen: set[str]
 
     def record_reply(self, value: Any) -> None: ...
 
@@ -88,11 +94,26 @@ class AgentDesk:
     def verbs(self) -> frozenset[str]:
         return self._verbs
 
+    def deferred_verbs(self) -> frozenset[str]:
+        """The verbs answered late (:meth:`begin`): the shell actor's pump holds them."""
+        return DEFERRED_VERBS & self._verbs
+
+    def begin(self, verb: str, args: list[Any], wake: Callable[[], None]) -> PendingWait:
+        """Start a deferred verb (``agent-wait``); ``wake`` is called from any thread when its
+        answer is ready (:class:`actors.desk_wait.PendingWait`). A bad argument is refused at
+        once (:class:`DeskRefusal`)."""
+        if verb not in self.deferred_verbs():
+            raise DeskRefusal(f"{verb} is not available to this agent")
+        names, timeout = wait_arguments(list(args))
+        return PendingWait(self._agent, names, timeout, wake)
+
     def call(self, verb: str, args: list[Any], fork: MobileSnapshot | None = None) -> Any:
         """Answer ``verb``. ``fork`` is the parent's live scope at the fork point (the shell host
         sends it with ``agent``), so a child inherits bindings made earlier in the same run."""
         if verb not in self._verbs:
             raise DeskRefusal(f"{verb} is not available to this agent")
+        if verb in DEFERRED_VERBS:  # answered late, by the shell actor's pump (begin)
+            raise DeskRefusal(f"{verb} is answered only in an agent's shell")
         try:
             with self._lock:
                 if verb == "agent":
@@ -134,6 +155,18 @@ class AgentDesk:
         _arity(verb, args, 1)
         return self._agent.site.cancel_descendant(self._agent.name, render(args[0]))
 
+    def _agent_result(self, verb: str, args: list[Any]) -> Any:
+        """One child's end (``[outcome: running]`` while it runs), a held reply included; its
+        result queued in the inbox is taken: read here, it is never a turn too."""
+        _arity(verb, args, 1)
+        child = render(args[0])
+        end, held = self._agent.site.read_result(self._agent.name, child)
+        if end.get("outcome") != "running":
+            self._agent.inbox.take(lambda i: isinstance(i, AgentResult) and i.child == child)
+        if not held:  # nothing left to tell
+            self._agent.inbox.take(is_held_notice)
+        return end
+
     def _reply(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 1)
         self._agent.record_reply(args[0])
@@ -142,6 +175,8 @@ class AgentDesk:
     def _schedule(self, verb: str, args: list[Any]) -> Any:
         _arity(verb, args, 3)
         sid, seconds, prompt = render(args[0]), args[1], render(args[2])
+        if sid.startswith("runtime:"):
+            raise DeskRefusal(f"schedule: ids starting with runtime: are reserved, got {sid!r}")
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
             raise DeskRefusal("schedule SECONDS must be a non-negative number")
         self._agent.schedules.arm(sid, float(seconds), prompt)
@@ -164,10 +199,15 @@ class AgentDesk:
 _VERBS: dict[str, _Verb] = {
     "message": AgentDesk._message,
     "agent-cancel": AgentDesk._agent_cancel,
+    "agent-result": AgentDesk._agent_result,
     "reply": AgentDesk._reply,
     "schedule": AgentDesk._schedule,
     "unschedule": AgentDesk._unschedule,
     "pin": AgentDesk._pin,
     "unpin": AgentDesk._unpin,
 }
-"""Every verb but ``agent`` (which also takes the fork scope), by its ral name."""
+"""Every verb answered at once but ``agent`` (which also takes the fork scope), by its ral
+name."""
+
+DEFERRED_VERBS = frozenset({"agent-wait"})
+"""The verbs answered late, through :meth:`AgentDesk.begin`."""

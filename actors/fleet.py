@@ -43,6 +43,7 @@ from actors.agent_site import (
 )
 from actors.bus import start_bus
 from actors.channel_hub import ChannelHub
+from actors.fanin_site import FanInSite
 from actors.host_pool import HostPool
 from actors.host_reaper import HostReaper
 from actors.mailbox import Cancel, QuotaActor
@@ -52,7 +53,8 @@ from runtime.constants import SCRATCH_ENV, SESSION_ENV, TRUNK_NAME
 from runtime.credentials import SecretPolicy
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Resources, SystemNote
-from runtime.fleet.inbox import AgentResult, Surface
+from runtime.fleet.fanin import ChildEnd, WaitAnswer
+from runtime.fleet.inbox import Surface
 from runtime.fleet.park import Construction
 from runtime.fleet.registry import Entry
 from runtime.providers.base import Provider
@@ -183,10 +185,13 @@ class Fleet:
             lease["lease_bound"] = self.config.lease_bound
         if self.config.clock is not None:
             lease["clock"] = self.config.clock
-        self._registry = start_registry(on_dropped=self.bus.record_rejected, **lease)
+        self._registry = start_registry(on_dropped=self._rejected, **lease)
         self.registry = self._registry.core
         """The registry's thread-safe core: reads and the cascade never wait on a mailbox."""
         self.journal, _ = SpawnJournal.in_session(session)
+        self.fanin = FanInSite(self.registry, self.journal, self.publish)
+        """Where each child's end goes (a wait of its parent, or its inbox) and where a parent
+        reads a reply its full inbox refused (``actors/fanin_site.py``)."""
         self._lock = threading.Lock()
         self.agents: dict[str, Agent] = {}
         """The agents driven in this process (the thread backend): what the live views read."""
@@ -401,6 +406,8 @@ class Fleet:
             self.trunk = agent
         else:
             self._executors[spec.name] = AgentExecutor(agent, self.stop_shell)
+            if not spec.interactive:  # a returning child: its end is its parent's to collect
+                self.fanin.spawned(spec.parent, spec.name)
         return agent
 
     def launch_adopted(self, agent: Hosted) -> None:
@@ -515,6 +522,33 @@ class Fleet:
 
     def record_rejected(self, rejection: InboxRejected) -> None:
         self.bus.record_rejected(rejection)
+
+    def _rejected(self, rejection: InboxRejected) -> None:
+        """The registry's record of a delivery it could not make: written, then a child's
+        result refused by a full inbox is held for its parent to read (``fanin``)."""
+        self.bus.record_rejected(rejection)
+        self.fanin.refused(rejection)
+
+    # --- fan-in (actors/fanin_site.py) ------------------------------------------------------
+
+    def wait_children(
+        self,
+        parent: str,
+        wait_id: str,
+        names: tuple[str, ...] | None,
+        then: Callable[[WaitAnswer], None],
+    ) -> WaitAnswer | None:
+        """``agent-wait``: the answer now, or None and ``then`` called when it completes."""
+        return self.fanin.wait_children(parent, wait_id, names, then)
+
+    def stop_wait(self, parent: str, wait_id: str, give_back: bool) -> WaitAnswer | None:
+        return self.fanin.stop_wait(parent, wait_id, give_back)
+
+    def give_back(self, parent: str, ends: tuple[ChildEnd, ...]) -> None:
+        self.fanin.give_back(parent, ends)
+
+    def read_result(self, parent: str, child: str) -> tuple[dict[str, Any], int]:
+        return self.fanin.read_result(parent, child)
 
     def before_wait(self) -> None:
         """Nothing to send: an agent in this process publishes on the bus directly."""
@@ -677,6 +711,7 @@ class Fleet:
         except BaseException as e:  # cancellation: clean up, never swallow it
             self._abandon_spawn(agent, executor, e)
             raise
+        self.fanin.spawned(parent, name)
         self._launch(agent)
         receipt = {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent}
         return {**receipt, "memory": True} if request.memory is not None else receipt
@@ -747,6 +782,7 @@ class Fleet:
                 self._settle_child(agent, outcome)
         finally:
             self.stop_shell(agent)  # idempotent: a child's teardown already closed it
+            self.fanin.parent_ended(agent.name)
             self.registry.cancel_descendants(agent.name, "parent ended")
             self.registry.deregister(agent.name)
             agent.record_leftovers()  # delivered between the agent's exit and deregister
@@ -774,6 +810,7 @@ class Fleet:
             snapshot=executor.snapshot_at_end(),
             outcome=outcome.value,
             reply=render(agent.reply_value) if agent.replied else None,
+            reason=None if agent.replied else self._end_reason(agent, outcome),
             eventLog=executor.event_log,
         )
         if outcome is AgentOutcome.CANCELLED:
@@ -793,14 +830,26 @@ class Fleet:
             if not observable:
                 with self._lock:
                     self._retained.append(RetainedChild(agent.name, executor))
-        value = agent.reply_value if agent.replied else None
-        result = AgentResult(
+        replied = agent.replied and agent.reply_value is not None
+        end = ChildEnd(
             agent.name,
-            value if value is not None else "(no reply)",
-            status=outcome.value,
+            outcome.value,
+            agent.reply_value if replied else None,
+            None if replied else self._end_reason(agent, outcome),
             generation=agent.spec.generation,
         )
         parent = agent.parent
         assert parent is not None
-        # No synchronous caller is left: a refusal is recorded in transcript.jsonl by deliver.
-        self.registry.deliver(parent, result, sender=agent.name)
+        # To a wait of the parent, else its inbox; no synchronous caller is left there: a
+        # refusal is recorded in transcript.jsonl by deliver, and held for the parent to read.
+        self.fanin.settle(parent, end)
+
+    @staticmethod
+    def _end_reason(agent: Hosted, outcome: AgentOutcome) -> str:
+        """Why a child ended without a reply, as its parent reads it."""
+        cause = agent.terminated
+        if cause is not None:
+            return cause if outcome is not AgentOutcome.CANCELLED else f"cancelled: {cause}"
+        if agent.stats.end_reason is not None:
+            return agent.stats.end_reason
+        return "ended without a reply" if outcome is AgentOutcome.QUIESCED else outcome.value

@@ -114,7 +114,7 @@ BOOT_TIMEOUT = 30.0
 class _Run:
     """What the pump collected for one run (a slotted class: made once per call)."""
 
-    __slots__ = ("awaits", "harvested", "panic", "result", "snapshot")
+    __slots__ = ("answered", "awaits", "desk_waits", "harvested", "panic", "result", "snapshot")
 
     def __init__(self) -> None:
         self.result: dict[str, Any] | None = None
@@ -122,6 +122,11 @@ class _Run:
         self.snapshot: Mapping[str, Any] | None = None
         self.panic: str | None = None
         self.awaits: dict[int, str] = {}
+        self.desk_waits: dict[int, Any] = {}
+        """Deferred desk verbs (``agent-wait``) by enquiry id, until answered."""
+        self.answered: dict[int, Any] = {}
+        """Deferred desk verbs answered this run: an ``abandon`` that crossed its answer gives
+        back what the answer carried (:meth:`actors.desk_wait.PendingWait.give_back_answer`)."""
         self.harvested: set[str] = set()
         """Names the run's ``use`` compiles referenced (``harvest`` frames): renewed even if
         it panics, with the script's own."""
@@ -197,6 +202,9 @@ class ShellActor(QuotaActor):
         self.record_path: Path = self._dir.record
         self._desk = desk
         self._desk_takes_fork = _accepts_kwarg(getattr(desk, "call", None), "fork")
+        deferred = getattr(desk, "deferred_verbs", None)
+        self._desk_deferred: frozenset[str] = deferred() if callable(deferred) else frozenset()
+        """Desk verbs answered late (``desk.begin``): the pump holds them, never its thread."""
         self._sink = notice_sink
         self._initial_context = _context_dict(context)
         self._boot_snapshot = snapshot
@@ -465,21 +473,27 @@ class ShellActor(QuotaActor):
     def _pump(self, host: ChildProcess) -> _Run:
         """Wait for the run's result, serving enquiries meanwhile; detect a dead host."""
         watch = self._watch
-        if watch is None:
-            return self._pump_watching(host, None)
-        waker = self._workers.wake  # one bound method: the one discarded at the end
+        got = _Run()
         try:
-            return self._pump_watching(host, waker)
+            if watch is None:
+                return self._pump_watching(host, None, got)
+            waker = self._workers.wake  # one bound method: the one discarded at the end
+            try:
+                return self._pump_watching(host, waker, got)
+            finally:
+                watch.discard_callback(waker)
         finally:
-            watch.discard_callback(waker)
+            for pending in got.desk_waits.values():  # the run ended without them: given back
+                pending.withdraw()
 
-    def _pump_watching(self, host: ChildProcess, waker: Callable[[], None] | None) -> _Run:
+    def _pump_watching(
+        self, host: ChildProcess, waker: Callable[[], None] | None, got: _Run
+    ) -> _Run:
         """The pump's loop. With a watch, the wait blocks until a frame or a wake: ``waker``
         rides the watch as a cancel callback (armed while the watch stands clear), so its
         trip ends the wait at once; only a tripped watch is re-read every WATCH_POLL. A timed
         50 ms read instead woke every agent busy in a long call 20 times a second (2,000
         wake-ups a second for 100 sleepers, competing with a cancel cascade)."""
-        got = _Run()
         watch = self._watch
         armed = False
         sent_at = -WATCH_POLL
@@ -503,6 +517,8 @@ class ShellActor(QuotaActor):
                 timeout: float | None = POLL_INTERVAL * 5
             else:
                 timeout = WATCH_POLL if tripped else None
+            if got.desk_waits:
+                timeout = _sooner(timeout, got.desk_waits.values())
             wake = self._workers.wake_r
             ready = host.wait_frame(timeout, extra=(wake,))
             if wake in ready:
@@ -523,7 +539,12 @@ class ShellActor(QuotaActor):
                 elif frame.kind == "enquiry":
                     self._serve_enquiry(host, frame, got)
                 elif frame.kind == "abandon":
-                    got.awaits.pop(int(frame["id"]), None)
+                    eid = int(frame["id"])
+                    got.awaits.pop(eid, None)
+                    if eid in got.desk_waits:  # cancelled before its answer came
+                        got.desk_waits.pop(eid).withdraw()
+                    elif eid in got.answered:  # the answer crossed the abandon: not taken
+                        got.answered.pop(eid).give_back_answer()
                     host.data.try_send("answer", id=frame["id"], abandoned=True)
                 elif frame.kind == "notice" and frame.get("program") is not None:
                     host.adopt_program(int(frame["program"]))
@@ -537,6 +558,8 @@ class ShellActor(QuotaActor):
                 return got
             if got.awaits:
                 self._workers.answer_settled_awaits(host, got.awaits)
+            if got.desk_waits:
+                self._answer_desk_waits(host, got)
             if cancel_at is not None and time.monotonic() - cancel_at > CANCEL_GRACE:
                 host.kill()
                 got.panic = f"the shell did not stop within {CANCEL_GRACE:g} s of a cancel"
@@ -548,7 +571,9 @@ class ShellActor(QuotaActor):
         eid = int(f["id"])
         op = f.get("op")
         try:
-            if op == "desk":
+            if op == "desk" and f.get("verb") in self._desk_deferred:
+                self._begin_desk_wait(host, eid, f, got)
+            elif op == "desk":
                 host.data.send("answer", id=eid, **self._desk_call(f))
             elif op == "spawn":
                 host.data.send("answer", id=eid, **self._workers.spawn(f, self._epoch))
@@ -566,6 +591,33 @@ class ShellActor(QuotaActor):
                 host.data.send("answer", id=eid, error=f"unknown enquiry {op!r}")
         except ChannelClosed:
             pass  # the host died; the pump sees it next
+
+    def _begin_desk_wait(self, host: ChildProcess, eid: int, f: Frame, got: _Run) -> None:
+        """A deferred desk verb: registered with the desk, answered by the pump once ready."""
+        from runtime.ral.codec import decode_value
+        from runtime.ral.errors import DeskRefusal
+
+        try:
+            args = [decode_value(b) for b in f.get("args") or ()]
+            assert self._desk is not None
+            got.desk_waits[eid] = self._desk.begin(str(f["verb"]), args, self._workers.wake)
+        except DeskRefusal as e:
+            host.data.send("answer", id=eid, refusal=e.message)
+        except ExarchError as e:
+            host.data.send("answer", id=eid, refusal=str(e))
+
+    def _answer_desk_waits(self, host: ChildProcess, got: _Run) -> None:
+        """Send each deferred verb's answer that is ready; end each wait whose time is up."""
+        now = time.monotonic()
+        for eid, pending in list(got.desk_waits.items()):
+            if pending.deadline is not None and pending.deadline <= now:
+                pending.expire()
+            fields = pending.ready()
+            if fields is None:
+                continue
+            del got.desk_waits[eid]
+            got.answered[eid] = pending
+            host.data.try_send("answer", id=eid, **fields)
 
     def _desk_call(self, f: Frame) -> dict[str, Any]:
         from runtime.ral.codec import decode_value, encode_value
@@ -867,6 +919,16 @@ def _context_dict(context: Any) -> dict[str, Any]:
     if isinstance(context, dict):
         return dict(context)
     return dict(context.to_dict())
+
+
+def _sooner(timeout: float | None, waits: Any) -> float | None:
+    """``timeout`` shortened to the nearest deadline of a deferred desk verb."""
+    now = time.monotonic()
+    for pending in waits:
+        if pending.deadline is not None:
+            left = max(0.0, pending.deadline - now)
+            timeout = left if timeout is None else min(timeout, left)
+    return timeout
 
 
 def _accepts_kwarg(fn: Any, name: str) -> bool:

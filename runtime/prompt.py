@@ -25,6 +25,8 @@ AGENT_VERBS: tuple[str, ...] = (
     "agent",
     "message",
     "agent-cancel",
+    "agent-wait",
+    "agent-result",
     "reply",
     "schedule",
     "unschedule",
@@ -42,7 +44,7 @@ def advertised_verbs(
     *, returns: bool, allow_schedule: bool = True, allow_pin: bool = True
 ) -> frozenset[str]:
     """The verbs a desk built from these construction bits accepts (the single source of truth)."""
-    verbs = {"agent", "message", "agent-cancel"}
+    verbs = {"agent", "message", "agent-cancel", "agent-wait", "agent-result"}
     if returns:
         verbs.add("reply")
     if allow_schedule:

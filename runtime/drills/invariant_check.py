@@ -16,8 +16,10 @@ violation:
   agent explains it. A rollback explains nothing: it restores the durable snapshot, which holds
   every committed binding.
 - ``rejections`` — no result vanished: each dispatched child's result is in its parent's event
-  log (a user event with source ``agent_result``, any generation) or in ``transcript.jsonl`` as
-  ``InboxRejected``. A child never dispatched never ran: its parent's ``agent`` call failed
+  log (a user event with source ``agent_result``, any generation), in ``transcript.jsonl`` as
+  ``InboxRejected`` (a refused reply stays readable: ``agent-result``), or named by a
+  ``Collected`` notice (returned by ``agent-wait`` or read by ``agent-result``, never
+  delivered as a turn). A child never dispatched never ran: its parent's ``agent`` call failed
   instead (``spawn failed: ...``), so there is no result to find.
 - ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation).
 - ``no-leftover-processes`` — no pid the run named (journal environment records, ``Commit``
@@ -327,6 +329,13 @@ def _check_rejections(s: SessionLogs) -> InvariantResult:
         child = msg.get("child") if isinstance(msg, dict) else None
         if child is not None:
             rejected.add((str(r.get("agent")), str(child)))
+    collected: set[tuple[str, str]] = set()  # returned by agent-wait, read by agent-result
+    for r in _by_kind(s.transcript, "Notice"):
+        data = r.get("data")
+        if r.get("notice") == "Collected" and isinstance(data, dict):
+            children = data.get("children")
+            for child in children if isinstance(children, list) else ():
+                collected.add((str(r.get("agent")), str(child)))
     bad: list[str] = []
     checked = 0
     for nid, node in rep.state.nodes.items():
@@ -334,15 +343,21 @@ def _check_rejections(s: SessionLogs) -> InvariantResult:
         if node.open or not isinstance(parent, str) or "dispatched" not in node.phases:
             continue  # never dispatched: the parent's spawn call failed, it had no result
         checked += 1
-        if (parent, nid) in rejected or _result_logged(s, parent, nid):
+        if (parent, nid) in rejected or (parent, nid) in collected:
             continue
-        bad.append(f"{nid}: its result is neither in {parent}'s event log nor InboxRejected")
+        if _result_logged(s, parent, nid):
+            continue
+        bad.append(
+            f"{nid}: its result is neither in {parent}'s event log, nor InboxRejected, nor "
+            "Collected (agent-wait, agent-result)"
+        )
     bad += [
         f"InboxRejected at {_at(r)} for {r.get('agent')} carries no message"
         for r in _by_kind(s.transcript, "InboxRejected")
         if not r.get("message")
     ]
-    return _result("rejections", checked, bad, [f"{rejected_count} InboxRejected records"])
+    notes = [f"{rejected_count} InboxRejected records", f"{len(collected)} results Collected"]
+    return _result("rejections", checked, bad, notes)
 
 
 def _check_registry_empty(s: SessionLogs) -> InvariantResult:

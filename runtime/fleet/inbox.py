@@ -317,6 +317,21 @@ class InboxRule:
         self._queue = kept
         return taken
 
+    def take(self, wanted: Callable[[Any], bool]) -> list[Any]:
+        """Remove and return the queued items ``wanted`` selects, oldest first; the rest keep
+        their order. A removal frees quota and admits nothing, so the admission rule holds
+        (``agent-wait`` takes the results it returns, never to be delivered twice)."""
+        taken: list[Any] = []
+        kept: deque[_Entry] = deque()
+        for entry in self._queue:
+            if wanted(entry.item):
+                taken.append(entry.item)
+                self._forget(entry)
+            else:
+                kept.append(entry)
+        self._queue = kept
+        return taken
+
     def clear(self) -> list[tuple[Any, Any]]:
         """Remove everything (an inbox being torn down); return what was queued."""
         out = [(e.item, e.tag) for e in self._queue]
@@ -423,6 +438,11 @@ class Inbox:
     def drain_steering(self) -> list[UserSteering]:
         with self._cond:
             return self._rule.drain_steering()
+
+    def take(self, wanted: Callable[[Any], bool]) -> list[InboxMsg]:
+        """Remove and return the queued items ``wanted`` selects (:meth:`InboxRule.take`)."""
+        with self._cond:
+            return self._rule.take(wanted)
 
     def items(self) -> list[InboxMsg]:
         with self._cond:

@@ -77,7 +77,18 @@ class WorkerBackend(Protocol):
 
 
 AGENT_VERBS = frozenset(
-    {"agent", "message", "agent-cancel", "reply", "schedule", "unschedule", "pin", "unpin"}
+    {
+        "agent",
+        "message",
+        "agent-cancel",
+        "agent-wait",
+        "agent-result",
+        "reply",
+        "schedule",
+        "unschedule",
+        "pin",
+        "unpin",
+    }
 )
 """The agent verbs, answered by the desk (docs/language.md, Agent verbs)."""
 

@@ -7,6 +7,7 @@ An example documents itself in its header comment::
     #   exarch-actors run examples/fanout.toml
     #   prints: 499500
     #   fleet yield: spawned 3, done 2, down 1      (optional)
+    #   too large for CI: ... examples/SMALL.toml   (optional: run through its small twin)
 
 The headless examples are run with exactly that command (plus ``--json`` to read the outcome);
 the chat example is driven through its first scripted exchange in the real chat UI.
@@ -71,7 +72,25 @@ def test_every_example_documents_its_command_and_what_it_prints() -> None:
             assert doc.prints, f"{example.name} does not say what it prints"
 
 
-HEADLESS = [e for e in EXAMPLES if "exarch-actors chat" not in e.read_text()]
+LARGE = re.compile(r"^#\s+too large for CI: .*examples/(\S+\.toml)", re.MULTILINE)
+"""An example that names its small twin (``examples/fanin.toml``: 1,000 agents) is run through
+that twin."""
+
+HEADLESS = [
+    e
+    for e in EXAMPLES
+    if "exarch-actors chat" not in e.read_text() and not LARGE.search(e.read_text())
+]
+
+
+def test_a_large_example_has_a_small_twin_that_is_run() -> None:
+    large = [e for e in EXAMPLES if LARGE.search(e.read_text())]
+    for example in large:
+        match = LARGE.search(example.read_text())
+        assert match is not None
+        twin = ROOT / "examples" / match.group(1)
+        assert twin in HEADLESS, f"{example.name}'s twin {twin.name} is not run"
+        assert documented(twin).command == documented(example).command
 
 
 @pytest.mark.parametrize("example", HEADLESS, ids=[e.stem for e in HEADLESS])
