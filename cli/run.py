@@ -68,6 +68,8 @@ def run_command(
       stderr  a live line per agent (on a terminal): turn, ral calls, tokens, last call
       stderr  the trunk's ral errors and notes, as they happen
       stderr  outcome: replied|quiesced|failed|capped|cancelled
+      stderr  children: 3 failed, 37 replied    (children by terminal reason, if any)
+      stderr  rate limit: N of M requests waited (the traffic governor, if any waited)
       stderr  error: WHY (the trunk's last provider error when it did not reply)
       stdout  the reply (a trunk that never called `reply`: its last text, with a note)
 
@@ -78,8 +80,9 @@ def run_command(
     \b
     Exit codes:
       0    the trunk replied, or quiesced (a ral error it could not get past ends it here too)
-      1    the run failed (a provider error: the `error:` line says which), was capped, or
-           reached --budget (outcome `budget`: the tree is cancelled, every child settled)
+      1    the run failed (a provider error: the `error:` line says which), was capped,
+           reached --budget (outcome `budget`: the tree is cancelled, every child settled),
+           or quiesced without a reply while a child failed (`children:` counts them)
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service,
            --backend ray without Ray installed (the message gives the install line)
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -201,6 +202,12 @@ class RunReporter:
     ) -> None:
         """Print the end of the run (see the module docstring); ``extra`` joins the JSON."""
         error = self.error_for(outcome)
+        reasons: dict[str, int] = fleet_yield.get("byReason") or {}
+        failed = sum(n for r, n in reasons.items() if r not in ("replied", "quiesced", "cancelled"))
+        if error is None and outcome == "quiesced" and reply is None and failed:
+            error = (
+                f"the trunk did not reply; {failed} of {sum(reasons.values())} children failed"
+            )
         last = trunk_last_text(self.fleet) if reply is None else None
         if self.as_json:
             record = {
@@ -215,6 +222,17 @@ class RunReporter:
             click.echo(json.dumps(record))
         elif not self.quiet:
             click.echo(f"outcome: {outcome}", err=True)
+            if reasons:
+                counts = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+                click.echo(f"children: {counts}", err=True)
+            waits = (fleet_yield.get("traffic") or {}).get("waits")
+            if waits:
+                t = fleet_yield["traffic"]
+                click.echo(
+                    f"rate limit: {waits} of {t['requests']} requests waited "
+                    f"({t['wait_seconds']:.1f}s in all), {t['throttled']} answered 429",
+                    err=True,
+                )
         if error is not None:
             click.echo(f"error: {error}", err=True)
         if self.as_json:
@@ -292,7 +310,13 @@ def agent_line(report: RunReporter, agent: Any) -> Text:
     flight = s.in_flight  # replaced, never shrunk, by the agent's thread: a stable reference
     latest = flight[-1] if flight else None
     call = report.calls.get(agent.name)
-    if isinstance(latest, dict) and latest.get("event") == "stream_reset":
+    if isinstance(latest, dict) and latest.get("event") == "rate_wait" and not latest.get("waited"):
+        since = float(latest.get("since") or time.time())
+        line.append(
+            f" · waiting for the rate limit ({max(0.0, time.time() - since):.0f}s)",
+            style="yellow",
+        )
+    elif isinstance(latest, dict) and latest.get("event") == "stream_reset":
         line.append(
             f" · retrying: {clip_first_line(str(latest.get('reason', '')))}", style="yellow"
         )
