@@ -30,7 +30,7 @@ from runtime.cancel import CancelScope
 from runtime.fleet.agent_channel import Call, ChannelMessage, ReturnFrame
 from runtime.providers.governor import (
     Governor,
-    Verdict,
+    TrafficVerdict,
     new_ticket_id,
     wait_for_grant,
 )
@@ -64,19 +64,19 @@ class RemoteGate:
         ticket = new_ticket_id()
         args = (ticket, key, payload_bytes, max_tokens, age, waited)
 
-        def submit(then: Callable[[Verdict], None]) -> None:
+        def submit(then: Callable[[TrafficVerdict], None]) -> None:
             def answered(reply: ChannelMessage | None, error: BaseException | None) -> None:
                 if error is None and isinstance(reply, ReturnFrame) and reply.payload:
                     then(pickle.loads(reply.payload))
                 else:  # the control side is gone, or refused: let the request go
-                    then(Verdict(True))
+                    then(TrafficVerdict(True))
 
             try:
                 self._channel.begin(
                     Call(ADMIT, pickle.dumps(args)), timeout=ADMIT_TIMEOUT, then=answered
                 )
             except Exception:
-                then(Verdict(True))
+                then(TrafficVerdict(True))
 
         seconds = wait_for_grant(
             submit, lambda: self._notice("traffic_withdraw", ticket), cancel, on_wait
@@ -99,11 +99,11 @@ def serve_admit(
     """The control side of ``traffic_admit``, on the channel's reader: queued, and answered
     when granted. A run without a governor grants at once."""
 
-    def answer(verdict: Verdict) -> None:
+    def answer(verdict: TrafficVerdict) -> None:
         channel.reply(rid, ReturnFrame(pickle.dumps(verdict)))
 
     if governor is None:
-        answer(Verdict(True))
+        answer(TrafficVerdict(True))
         return
     ticket, key, payload_bytes, max_tokens, age, waited = pickle.loads(payload)
     governor.submit(

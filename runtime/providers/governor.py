@@ -60,7 +60,7 @@ class RateWaitExpired(RateLimited):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class TrafficVerdict:
     """What the governor says of a request: granted, or (``error``) not after the ceiling."""
 
     granted: bool
@@ -74,8 +74,12 @@ class _Ticket:
     cost: Cost
     arrived: float
     deadline: float
-    then: Callable[[Verdict], None]
+    then: Callable[[TrafficVerdict], None]
     queued_at: float
+
+
+_Due = tuple[Callable[[TrafficVerdict], None], TrafficVerdict]
+"""A verdict to hand out, with whom to hand it to (outside the lock)."""
 
 
 class Gate(Protocol):
@@ -115,7 +119,7 @@ def new_ticket_id() -> str:
 
 
 def wait_for_grant(
-    submit: Callable[[Callable[[Verdict], None]], None],
+    submit: Callable[[Callable[[TrafficVerdict], None]], None],
     withdraw: Callable[[], None],
     cancel: CancelScope,
     on_wait: Callable[[bool, float], None] | None,
@@ -123,9 +127,9 @@ def wait_for_grant(
     """Submit one request and wait for its verdict: the seconds waited. Raises
     :class:`Cancelled` (the ticket withdrawn) or :class:`RateWaitExpired`."""
     done = threading.Event()
-    verdict: list[Verdict] = []
+    verdict: list[TrafficVerdict] = []
 
-    def then(v: Verdict) -> None:
+    def then(v: TrafficVerdict) -> None:
         verdict.append(v)
         done.set()
 
@@ -179,7 +183,7 @@ class Governor:
         key: LaneKey,
         payload_bytes: int,
         max_tokens: int | None,
-        then: Callable[[Verdict], None],
+        then: Callable[[TrafficVerdict], None],
         *,
         age: float = 0.0,
         waited: float = 0.0,
@@ -213,7 +217,7 @@ class Governor:
                 self._ensure_thread()
                 self._cond.notify_all()
         if grant_now:
-            then(Verdict(True))
+            then(TrafficVerdict(True))
 
     def withdraw(self, ticket_id: str) -> None:
         """The asker gave up (cancelled): out of the queue, or its unsent grant given back."""
@@ -329,10 +333,10 @@ class Governor:
                 except Exception:  # an asker that is gone: its channel said so already
                     pass
 
-    def _due(self) -> tuple[list[tuple[Callable[[Verdict], None], Verdict]], float | None]:
+    def _due(self) -> tuple[list[_Due], float | None]:
         """Under the lock: every verdict due now, and when the next one may be."""
         now = self._clock()
-        out: list[tuple[Callable[[Verdict], None], Verdict]] = []
+        out: list[_Due] = []
         wake: float | None = None
         for key, queue in self._queues.items():
             lane = self._lanes[key]
@@ -344,7 +348,7 @@ class Governor:
                 out.append(
                     (
                         t.then,
-                        Verdict(
+                        TrafficVerdict(
                             False,
                             f"waited {self.limits.max_wait:g}s in all for the rate limit of "
                             f"{key[0]} ({key[1]}) and was not let through "
@@ -365,7 +369,7 @@ class Governor:
                 self._granted[head.id] = head
                 lane.figures.waits += 1
                 lane.figures.wait_seconds += now - head.queued_at
-                out.append((head.then, Verdict(True)))
+                out.append((head.then, TrafficVerdict(True)))
             if queue:
                 deadline = min(t.deadline for t in queue)
                 wake = deadline if wake is None else min(wake, deadline)

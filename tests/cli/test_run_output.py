@@ -213,7 +213,7 @@ def test_on_a_terminal_run_draws_a_live_line_per_agent_with_turn_calls_tokens_an
     assert "trunk replied · turn 2 · 4 calls · 100 tok · $? · last: reply done" in screen
     assert "kid replied · turn 1 · 2 calls · tok ? · $? · last: reply 5" in screen
     assert "\x1b[" in term.seen, "drawn with terminal control sequences"
-    assert screen.rstrip().endswith("outcome: replied\r\ndone")
+    assert screen.rstrip().endswith("outcome: replied\r\nchildren: 1 replied\r\ndone")
 
 
 def test_unknown_scenario_keys_are_printed_as_warnings_with_their_file_position(

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runtime.cancel import Cancelled, CancelScope
-from runtime.providers.governor import Governor, RateWaitExpired, Verdict
+from runtime.providers.governor import Governor, RateWaitExpired, TrafficVerdict
 from runtime.providers.traffic import (
     Bucket,
     Cost,
@@ -45,7 +45,8 @@ def test_openai_headers_give_the_request_and_token_windows() -> None:
             "retry-after-ms": "250",
         }
     )
-    assert wire.requests == Window(1200.0, 0.0, pytest.approx(0.05))
+    assert (wire.requests.limit, wire.requests.remaining) == (1200.0, 0.0)
+    assert wire.requests.reset == pytest.approx(0.05)
     assert wire.tokens.limit == 90000.0
     assert wire.retry_after == 0.25
 
@@ -138,8 +139,8 @@ def test_the_queue_grants_in_order_of_first_ask_and_a_429_keeps_its_place() -> N
     order: list[str] = []
     done = threading.Event()
 
-    def then_for(ticket: str) -> Callable[[Verdict], None]:
-        def then(v: Verdict) -> None:
+    def then_for(ticket: str) -> Callable[[TrafficVerdict], None]:
+        def then(v: TrafficVerdict) -> None:
             order.append(ticket)
             if len(order) == 3:
                 done.set()
