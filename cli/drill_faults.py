@@ -273,7 +273,7 @@ class LiveNemesis:
         a Ray worker), by a task placed there; the supervisor restarts it elsewhere or settles
         it down. One agent per fault: killing the launcher itself would restart every agent of
         its node on the others, and a later ``node-loss`` would find no agent off the head to
-        take (tests/ray kill a launcher directly)."""
+        take (tests/ray_backend kill a launcher directly)."""
         got = self._ray_host(a, name)
         if got is None:
             return False
