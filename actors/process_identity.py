@@ -1,6 +1,7 @@
 """Which process a pid names, read from ``/proc``: its start time (in clock ticks, and as
-psutil's create time), its direct children, and a SIGKILL that never reaches a process that
-reused a pid.
+psutil's create time), its direct children, a SIGKILL that never reaches a process that
+reused a pid, and the SIGKILL of processes that are not this one's children followed by a
+wait until they are gone (:func:`kill_and_wait`).
 
 Read straight from ``/proc/PID/stat`` rather than through ``psutil.Process``, which reads the
 file twice and costs up to 0.3 ms in a freshly forked agent process: these run on an agent's
@@ -12,7 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
+import time
+from collections.abc import Callable, Sequence
 
 import psutil
 
@@ -109,3 +113,65 @@ def children_of(pid: int) -> list[int]:
         except (OSError, ValueError):
             continue
     return out
+
+
+def kill_and_wait(targets: Sequence[tuple[int, Callable[[], bool]]], timeout: float) -> list[int]:
+    """SIGKILL each ``(pid, is_it)`` whose ``is_it()`` still holds, then wait until every one
+    killed has exited (a zombie counts: only its parent can reap it), at most ``timeout``
+    seconds in all; the pids still running after that.
+
+    The processes need not be this one's children (``resume`` kills a dead run's, adopted by
+    init). A kill is not an exit: a SIGKILLed process with many threads or a large address
+    space under CPU load still ran for a second or more, where ``check`` found it (issue 34).
+    Each pid is pinned by a pidfd before ``is_it`` is asked, so the signal cannot reach a
+    process that reused the pid, and the wait is the pidfd's readability (the kernel's exit
+    notification), not a timed poll. Without ``pidfd_open`` (not Linux) the pid is signalled
+    if ``is_it`` holds and its ``/proc`` state polled."""
+    deadline = time.monotonic() + timeout
+    if not hasattr(os, "pidfd_open"):
+        return _kill_and_poll(targets, deadline)
+    pending: dict[int, int] = {}
+    try:
+        for pid, is_it in targets:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue  # gone already
+            if not is_it():
+                os.close(fd)
+                continue
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                os.close(fd)
+                continue  # exited between the two (ESRCH)
+            pending[fd] = pid
+        poller = select.poll()
+        for fd in pending:
+            poller.register(fd, select.POLLIN)
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for fd, _ in poller.poll(left * 1000):
+                poller.unregister(fd)
+                os.close(fd)
+                del pending[fd]
+        return sorted(pending.values())
+    finally:
+        for fd in pending:
+            os.close(fd)
+
+
+def _kill_and_poll(targets: Sequence[tuple[int, Callable[[], bool]]], deadline: float) -> list[int]:
+    killed = []
+    for pid, is_it in targets:
+        if is_it():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    while True:
+        left = [pid for pid in killed if not exited(pid)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.01)

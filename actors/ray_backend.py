@@ -7,11 +7,11 @@ long-lived Ray actor placed by hard node affinity, made on first use, with a pre
 server). :meth:`RayBackend.launch` opens a one-shot TCP listener on the driver's node address and
 asks the launcher of the node its placement chose (``spread`` or ``pack``) to fork a host there:
 the host connects back, both ends prove they hold the launch's random key
-(``multiprocessing``'s HMAC challenge, both ways), and from then on the channel is the
-agent-channel protocol (``runtime/fleet/agent_channel.py``) over that socket instead of a pipe
--- control frames, verdicts, ``Publish`` batches and site calls unchanged. The host's shell is
-forked from the same fork server; ``Born`` names the Ray node id. The registry, bus, journal and
-spawn site stay in the driver.
+(``multiprocessing``'s HMAC challenge, both ways: ``actors/launch_listener.py``), and from then
+on the channel is the agent-channel protocol (``runtime/fleet/agent_channel.py``) over that
+socket instead of a pipe -- control frames, verdicts, ``Publish`` batches and site calls
+unchanged. The host's shell is forked from the same fork server; ``Born`` names the Ray node id.
+The registry, bus, journal and spawn site stay in the driver.
 
 Placement ``spread`` puts each new host on the alive node that holds the fewest of this run's
 live hosts, ``pack`` on the one that holds the most (ties: Ray's order of nodes), by Ray's node
@@ -26,9 +26,10 @@ start failed, is passed over for ``SUSPECT_SECS`` while another node is alive: a
 a node is lost goes elsewhere even while Ray still lists the lost node as alive.
 
 Invariants:
-- The listener accepts exactly one connection and only within ``BORN_TIMEOUT``, and gives up
-  as soon as the host has ended without connecting; a peer that fails the key challenge is
-  refused (:class:`RayHostFailed`), never served.
+- The listener, bound to the driver's node address only, takes exactly one host and only
+  within ``BORN_TIMEOUT``, and gives up as soon as the host has ended without connecting; a
+  peer that fails the key challenge is logged, closed and passed over, never served, and the
+  listener goes on waiting for the real host (``actors/launch_listener.py``).
 - A launcher found dead (its Ray worker killed) is replaced by a new one on the same node, once
   per launch; the hosts it had forked died with it (their channels' end of file is a crash).
 - No orphans: launchers are ordinary actors of the driver's Ray job (Ray kills them when the job
@@ -58,20 +59,18 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+from multiprocessing.connection import Connection
 from typing import Any, Literal
 
 from actors.agent_process import BORN_TIMEOUT
 from actors.agent_process_host import HostBoot
+from actors.launch_listener import accept_host, open_listener
 from actors.ray_launcher import SHELL_GRACE, NodeLauncher
 from runtime.errors import ExarchError
 from runtime.state.record_mirror import agent_files
 from runtime.state.run_processes import RunProcess
 
 Placement = Literal["spread", "pack"]
-
-ACCEPT_POLL = 0.05
-"""Seconds between looks at whether a host ended before it connected back."""
 
 SUSPECT_SECS = 30.0
 """Seconds a node is passed over after a host died there of a signal (Ray declares a lost node
@@ -100,7 +99,7 @@ class RayUnreachable(ExarchError):
 
 
 class RayHostFailed(ExarchError):
-    """A Ray-hosted agent never connected back, or failed the launch key's challenge."""
+    """A Ray-hosted agent never connected back (its host ended first, or took too long)."""
 
 
 class _LauncherGone(ExarchError):
@@ -302,49 +301,32 @@ class RayBackend:
         launcher = self.launcher(node)
         key = secrets.token_bytes(32)
         host_id = f"{boot.spec.name}#{next(self._ids)}"
-        with socket.create_server((self._host, 0)) as server:
-            server.settimeout(ACCEPT_POLL)
-            files = agent_files(boot.session, boot.spec.name)  # the driver's copy: a restart
+        name = boot.spec.name
+        with open_listener(self._host) as server:
+            files = agent_files(boot.session, name)  # the driver's copy: a restart
             done = launcher.run.remote(host_id, server.getsockname()[:2], key, boot, files)
             handle = RayHostProcess(launcher, host_id, done, node, on_end=self._ended)
-            sock = self._accept(server, handle, boot.spec.name)
+            deadline = time.monotonic() + BORN_TIMEOUT
+            conn = accept_host(server, key, name, lambda: self._watch(handle, name, deadline))
         handle.on_end = self._ended
-        sock.settimeout(None)
-        # Without it a frame written right after another (a Publish batch, then a Call) waits
-        # for the peer's delayed ACK: 45 ms a ral call against 0.9 ms locally (Nagle's rule).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = Connection(sock.detach())
-        try:
-            deliver_challenge(conn, key)
-            answer_challenge(conn, key)
-        except Exception as e:
-            conn.close()
-            handle.kill()
-            raise RayHostFailed(f"agent {boot.spec.name}: refused a peer ({e})") from e
         return conn, handle
 
-    def _accept(self, server: socket.socket, handle: RayHostProcess, name: str) -> socket.socket:
-        deadline = time.monotonic() + BORN_TIMEOUT
-        while True:
+    def _watch(self, handle: RayHostProcess, name: str, deadline: float) -> None:
+        """Give up a launch whose host ended, or has not connected within ``BORN_TIMEOUT``."""
+        ended, _ = self._ray.wait([handle.done], timeout=0)
+        if ended:
             try:
-                sock, _ = server.accept()
-                return sock
-            except TimeoutError:
+                self._ray.get(handle.done)
+            except self._ray.exceptions.RayActorError as e:
+                self._forget(handle.node, handle.launcher)
+                raise _LauncherGone(f"the launcher on node {handle.node} is gone") from e
+            except Exception:
                 pass
-            ended, _ = self._ray.wait([handle.done], timeout=0)
-            if ended:
-                try:
-                    self._ray.get(handle.done)
-                except self._ray.exceptions.RayActorError as e:
-                    self._forget(handle.node, handle.launcher)
-                    raise _LauncherGone(f"the launcher on node {handle.node} is gone") from e
-                except Exception:
-                    pass
-            if ended or time.monotonic() > deadline:
-                cause = "ended" if ended else "stalled"
-                self._suspect[handle.node] = time.monotonic()
-                handle.kill()
-                raise RayHostFailed(f"agent {name}: its host {cause} before it connected")
+        if ended or time.monotonic() > deadline:
+            cause = "ended" if ended else "stalled"
+            self._suspect[handle.node] = time.monotonic()
+            handle.kill()
+            raise RayHostFailed(f"agent {name}: its host {cause} before it connected")
 
     def _place(self) -> str:
         alive = [

@@ -18,8 +18,9 @@ Order, and why:
    died with no parent left to resume it, a slot that never got an environment, a
    retained-pending slot); each scripted agent's playback cursor; which child results never
    reached their parent's log.
-2. **Reap**: any process the dead run named that still runs (pid + create time) is killed, so
-   no stale shell can write next to the rebuilt one.
+2. **Reap**: any process the dead run named that still runs (pid + create time) is killed, and
+   resume waits until it is gone (at most :data:`LEFTOVER_WAIT`), so no stale shell can write
+   next to the rebuilt one and a finished resume leaves none of them running.
 3. **Heal** the slots that will not be rebuilt: every one reaches its terminal record now.
 4. **Rebuild**: a ``Died`` (cause ``control process died``) closes each dead incarnation on the
    bus, then the trunk and the rebuilt children are registered in tree order, each from its
@@ -34,16 +35,17 @@ Order, and why:
 from __future__ import annotations
 
 import json
-import os
+import logging
 import re
-import signal
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from actors.agent import Agent, AgentSpec
 from actors.agent_process import ProcessAgent
+from actors.process_identity import kill_and_wait
 from runtime.constants import TRUNK_NAME
 from runtime.credentials import SecretPolicy
 from runtime.errors import ExarchError
@@ -64,7 +66,7 @@ from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability, bound_to, parse_durability
 from runtime.state.durable import atomic_write_bytes
 from runtime.state.journal import NodeState, SpawnJournal
-from runtime.state.run_processes import leftover_processes
+from runtime.state.run_processes import leftover_processes, still_running
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_read import (
     ResumeRefused,
@@ -81,6 +83,13 @@ RESUME_NOTE = (
     "in flight is marked interrupted; your shell holds every binding of the calls that "
     "completed. Continue where you left off."
 )
+LEFTOVER_WAIT = 30.0
+"""Seconds resume waits at most for the dead run's killed processes to be gone (a hang guard:
+under two CPU hogs one took over a second to exit after its SIGKILL, and ``check`` found it
+still running after the resumed run had ended). One still there after it is logged."""
+
+log = logging.getLogger(__name__)
+
 _CALL_ROUND = re.compile(r"_(\d+)_\d+$")
 
 
@@ -324,11 +333,7 @@ def resume_run(
     from actors.fleet import Fleet, FleetConfig
 
     plan = plan_resume(session)
-    for proc in leftover_processes(session):
-        try:
-            os.kill(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
+    _end_leftovers(session)
     run = plan.run
     playback: ScenarioPlayback | None = None
     system: str | None = None
@@ -471,6 +476,17 @@ def resume_run(
             governor.close()
     fy = fleet.write_result(outcome, reply, resumed=True, **extra)
     return ResumeOutcome(outcome, reply, fy, session, plan)
+
+
+def _end_leftovers(session: SessionDir) -> None:
+    """Kill every process the dead run named that still runs and wait until each is gone."""
+    procs = leftover_processes(session)
+    left = kill_and_wait([(p.pid, partial(still_running, p)) for p in procs], LEFTOVER_WAIT)
+    if left:
+        log.warning(
+            "the dead run's process(es) %s still run %.0f s after SIGKILL",
+            ", ".join(map(str, left)), LEFTOVER_WAIT,
+        )  # fmt: skip
 
 
 def _scenario_of(run: dict[str, Any]) -> Scenario:

@@ -35,7 +35,7 @@ import statistics
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -85,7 +85,7 @@ from runtime.drills.nemesis import (
 )
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability
-from runtime.state.durable import atomic_write_bytes
+from runtime.state.durable import atomic_write_bytes, read_jsonl
 from runtime.state.session_dir import SessionDir
 
 __all__ = [
@@ -132,6 +132,8 @@ class DrillResult:
     skipped: list[Fault]
     interrupted: int | None = None
     """The signal number that stopped the drill early, if one did."""
+    why_not: dict[int, str] = field(default_factory=dict)
+    """Why each fault of ``skipped`` was never applied, by its ``seq``."""
 
     @property
     def violated(self) -> int:
@@ -168,19 +170,28 @@ class DrillResult:
             return 128 + self.interrupted  # 130 for SIGINT, 143 for SIGTERM
         return EXIT_HELD if self.ok else EXIT_FAILED
 
-    def by_kind(self) -> dict[str, dict[str, int]]:
-        """Per requested kind: scheduled, applied (landed), missed (tried, did not land) and
-        not applied (never tried)."""
+    def by_kind(self) -> dict[str, dict[str, Any]]:
+        """Per requested kind: scheduled, aimed (tried on a target), applied (landed), missed
+        (aimed, did not land), not applied (never aimed), and why: each reason a fault of the
+        kind missed or was never applied, with how many."""
         sched, landed = self.scheduled_by_kind(), self.landed_by_kind()
         missed = Counter(a.fault.kind for a in self.applied if not a.landed)
         skipped = Counter(f.kind for f in self.skipped)
+        why: dict[str, Counter[str]] = defaultdict(Counter)
+        for a in self.applied:
+            if not a.landed:
+                why[a.fault.kind][f"missed: {a.detail.get('error') or a.outcome}"] += 1
+        for f in self.skipped:
+            why[f.kind][f"not applied: {self.why_not.get(f.seq, 'not tried')}"] += 1
         kinds = [k for k in KNOWN_KINDS if k in self.config.faults or sched[k]]
         return {
             k: {
                 "scheduled": sched[k],
+                "aimed": landed[k] + missed[k],
                 "applied": landed[k],
                 "missed": missed[k],
                 "notApplied": skipped[k],
+                "why": dict(why[k].most_common()),
             }
             for k in kinds
         }
@@ -299,6 +310,13 @@ def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillRes
     extra: list[InvariantResult] = []
     est = estimated_round_secs(cfg.calls, cfg.call_ms)
     control_secs = 0.0
+    fewest_calls: int | None = None
+    """The fewest ral calls a finished in-process round of the given scenario made: how far
+    into such a round a control-kill may wait and still land (the flags' --agents x --calls
+    described a synthetic round, not the scenario: chain.toml makes 8 calls and every
+    control-kill waiting for a later one missed, drill after drill)."""
+    why_not: dict[int, str] = {}
+    tries: Counter[int] = Counter()
     rnd = 0
     while not stop.is_set() and (rnd == 0 or time.monotonic() - start < cfg.duration):
         t0 = time.monotonic() - start
@@ -308,9 +326,10 @@ def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillRes
         session = SessionDir(cfg.root / f"round-{rnd:03d}")
         scenario_path = cfg.root / f"round-{rnd:03d}.toml"
         placed: list[Placed] = []
-        sure = cfg.agents * cfg.calls  # a given scenario: the flags' estimate of its calls
+        sure = 1  # a given scenario before any round of it finished: its first call
         if cfg.scenario is not None:
             scenario_path.write_bytes(Path(cfg.scenario).read_bytes())
+            sure = fewest_calls or 1
         else:
             placed, later = plan_scripted(mine, cfg.agents, cfg.calls)
             scripted += later
@@ -322,14 +341,20 @@ def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillRes
         before = len(applied)
         if kill is not None:
             control.remove(kill)
+            # each try that ended before the kill halves how far in the next one waits
+            reach = max(1, sure >> tries[kill.seq])
             info, killed = run_killed_and_resumed(
-                scenario_path, session, kill, sure, rnd, feed, stop, cfg.durability
+                scenario_path, session, kill, reach, rnd, feed, stop, cfg.durability
             )
             control_secs += time.monotonic() - start - t0
             if killed.landed:
                 applied.append(killed)
             else:
                 control.append(kill)  # the round ended before the kill: a later round takes it
+                tries[kill.seq] += 1
+                why_not[kill.seq] = (
+                    f"each round it was tried in ({tries[kill.seq]}) ended before the kill"
+                )
         else:
             info = run_in_process(
                 scenario_path,
@@ -341,7 +366,13 @@ def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillRes
                 agents=backend,
                 hosts=cfg.hosts,
             )
-        scripted += _played(placed, session, cfg.calls, rnd, applied)
+        unplayed = _played(placed, session, cfg.calls, rnd, applied)
+        for f in unplayed:
+            why_not[f.seq] = "its agent ended before the scripted message was played"
+        scripted += unplayed
+        if cfg.scenario is not None and kill is None and info.get("outcome") is not None:
+            made = _ral_calls(session)
+            fewest_calls = made if fewest_calls is None else min(fewest_calls, made)
         measure_recovery(applied[before:], session)
         extra += _flood_accounting(applied[before:], rnd)
         try:
@@ -372,7 +403,21 @@ def _run_rounds(cfg: DrillConfig, on_progress: Any, stop: DrillStop) -> DrillRes
         )
     )
     skipped = sorted(feed.pending + scripted + control, key=lambda f: f.seq)
-    result = DrillResult(cfg, schedule, applied, rounds, reports, extra, skipped, stop.signum)
+    elapsed = time.monotonic() - start
+    for f in skipped:
+        if f.seq in why_not:
+            continue
+        if f.at > elapsed:
+            why_not[f.seq] = "not due before the drill ended"
+        elif f.kind in CONTROL:
+            why_not[f.seq] = "control-kill rounds had taken their share of the drill"
+        elif f.kind in SCRIPTED:
+            why_not[f.seq] = "no round placed it"
+        else:
+            why_not[f.seq] = "no live target while it was due"
+    result = DrillResult(
+        cfg, schedule, applied, rounds, reports, extra, skipped, stop.signum, why_not
+    )
     atomic_write_bytes(
         cfg.root / "drill-report.json", (json.dumps(result.to_json(), indent=2) + "\n").encode()
     )
@@ -402,6 +447,11 @@ def _played(
             )
         )
     return missed
+
+
+def _ral_calls(session: SessionDir) -> int:
+    """How many ral calls (``Io`` records) a round's transcript holds."""
+    return sum(1 for r in read_jsonl(session.transcript).records if r.get("kind") == "Io")
 
 
 def _flood_accounting(applied: list[Applied], rnd: int) -> list[InvariantResult]:
@@ -440,7 +490,7 @@ def _wait_no_strays(timeout: float = 3.0) -> list[int]:
 
 def summary_table(result: DrillResult) -> Table:
     t = Table(title=f"drill seed {result.config.seed}: faults and recovery")
-    cols = ("fault", "scheduled", "applied", "missed", "not applied", "recovered")
+    cols = ("fault", "scheduled", "aimed", "applied", "missed", "not applied", "recovered")
     for col in (*cols, "median s", "worst s"):
         t.add_column(col, justify="left" if col == "fault" else "right")
     figs = result.figures()["byKind"]
@@ -451,6 +501,7 @@ def summary_table(result: DrillResult) -> Table:
         t.add_row(
             kind,
             str(n["scheduled"]),
+            str(n["aimed"]),
             applied,
             str(n["missed"]),
             str(n["notApplied"]),
@@ -540,8 +591,9 @@ def drill_command(
 
     Every requested fault kind must land: in a drill of 60 s or more each is scheduled and
     applied at least once, and a kind the schedule held that never landed fails the drill. The
-    table shows scheduled vs applied per kind; drill-report.json in the drill directory holds
-    every fault, round and invariant.
+    table shows per kind how many faults were scheduled, aimed at a target, applied, missed
+    and not applied, with a line for each reason one missed or was not applied;
+    drill-report.json in the drill directory holds every fault, round and invariant.
 
     Ctrl-C (or SIGTERM) settles the current round (cancelled, with its result.json), writes
     the report of the rounds run, marked interrupted, and exits 130 (143).
@@ -613,8 +665,10 @@ def drill_command(
     else:
         out = Console()
         if not out.is_terminal:
-            out = Console(width=120)  # a file or a pipe: the fault table's 8 columns fit whole
+            out = Console(width=120)  # a file or a pipe: the fault table's 9 columns fit whole
         out.print(summary_table(result))
+        for line in _why_lines(result):
+            out.print(line, markup=False, highlight=False)
         out.print(invariant_table(result))
         fig = result.figures()
         out.print(
@@ -625,6 +679,15 @@ def drill_command(
         for line in _verdict(result):
             out.print(line)
     sys.exit(result.exit_code)
+
+
+def _why_lines(result: DrillResult) -> list[str]:
+    """One line per reason a kind's faults missed or were never applied."""
+    return [
+        f"{kind}: {n} {reason}"
+        for kind, row in result.by_kind().items()
+        for reason, n in row["why"].items()
+    ]
 
 
 def _verdict(result: DrillResult) -> list[str]:

@@ -5,8 +5,10 @@ transcript for how fast the affected agent recovered.
 Invariants:
 
 - A live fault targets a live agent (the trunk only for ``shell-kill``); with none live it is
-  not applied (``None``: it stays pending), never aimed at a dead one. A ``write-failure`` waits
-  until its agent's shell has checkpointed once.
+  not applied (``None``: it stays pending), never aimed at a dead one. ``agent-kill`` aims
+  only at children whose agent process runs and has not ended
+  (:meth:`LiveNemesis._live_processes`). A ``write-failure`` waits until its agent's shell has
+  checkpointed once.
 - ``shell-kill`` is a real SIGKILL from outside the fleet: the pid comes from the session files
   alone (:func:`live_shells`: the journal's environment records, the ``Commit`` records) and
   is checked against its recorded create time before psutil kills it, so a reused pid is never
@@ -197,6 +199,17 @@ class LiveNemesis:
             names = sorted(self.fleet.registry.names())
         return [n for n in names if (trunk or n != TRUNK_NAME) and n not in self._cancelled]
 
+    def _live_processes(self) -> list[str]:
+        """The live children that run in an agent process of their own, not yet ended: an
+        agent still registered while it settles has no process to kill (every agent-kill of
+        a drill once missed so, aimed at agents that had already ended)."""
+        hosted = self.fleet.hosted
+        return [
+            n
+            for n in self._live(trunk=False)
+            if hasattr(hosted.get(n), "pids") and not hosted[n].done.is_set()
+        ]
+
     def _live_shells(self) -> dict[str, psutil.Process]:
         shells = live_shells(self.session)
         return {n: p for n, p in shells.items() if p.pid not in self._killed}
@@ -212,6 +225,8 @@ class LiveNemesis:
         if f.kind == "shell-kill":
             self._shells = self._live_shells()
             live = sorted(self._shells)
+        elif f.kind == "agent-kill" and self.fleet.config.agents == "process":
+            live = self._live_processes()
         else:
             live = self._live(trunk=False)
         if not live:
@@ -245,10 +260,12 @@ class LiveNemesis:
     def _agent_kill(self, a: Applied, name: str, _rng: random.Random) -> bool:
         """A real SIGKILL of the agent's own process (``--agents process``), mid-call if a
         call is running; the supervisor restarts it from its files or settles it down."""
-        agent = self.fleet.hosted.get(name)
-        if agent is None or not hasattr(agent, "pids"):
-            a.detail["error"] = "the agent does not run in a process of its own"
+        if self.fleet.config.agents != "process":
+            a.detail["error"] = "the round's agents run as threads (agent-kill needs processes)"
             return False
+        agent = self.fleet.hosted.get(name)
+        if agent is None or agent.done.is_set():
+            raise _NotYet  # it ended since it was picked: aim again at one still running
         pid = agent.pid
         a.detail.update(pid=pid, restartsBefore=agent.restarts)
         try:
@@ -273,7 +290,7 @@ class LiveNemesis:
         a Ray worker), by a task placed there; the supervisor restarts it elsewhere or settles
         it down. One agent per fault: killing the launcher itself would restart every agent of
         its node on the others, and a later ``node-loss`` would find no agent off the head to
-        take (tests/ray kill a launcher directly)."""
+        take (tests/ray_backend kill a launcher directly)."""
         got = self._ray_host(a, name)
         if got is None:
             return False

@@ -9,7 +9,7 @@ import pytest
 
 from cli.drill import DrillConfig, run_drill
 from runtime.drills.invariant_check import check_session
-from runtime.drills.nemesis import Fault, Placed, synthetic_scenario
+from runtime.drills.nemesis import Fault, Placed, fault_schedule, synthetic_scenario
 from runtime.state.durable import read_jsonl
 from tests.drills.conftest import run_scenario_text
 
@@ -123,6 +123,46 @@ def test_sigkill_of_an_agent_process_mid_run_restarts_it_and_it_recovers(tmp_pat
             return
         hits += hit
     pytest.fail(f"no killed agent made a later successful call in 4 drills: {hits}")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_agent_kill_aims_at_children_still_running_and_lands_on_children_that_end_at_once(
+    tmp_path: Path,
+) -> None:
+    """examples/crashing.toml's children end within a call or two: every agent-kill of a drill
+    on it was aimed at agents that had already ended (0 of 30 landed, each missed with "the
+    agent does not run in a process of its own")."""
+    cfg = DrillConfig(
+        7, 3.0, ("agent-kill",), 3.0, scenario=str(ROOT / "examples" / "crashing.toml"),
+        root=tmp_path / "drill",
+    )  # fmt: skip
+    result = run_drill(cfg)
+    row = result.by_kind()["agent-kill"]
+    assert row["applied"] >= 1, row
+    assert not any("does not run" in reason for reason in row["why"]), row
+    assert all(a.detail.get("pid") for a in result.applied if a.landed)
+    assert result.ok and result.exit_code == 0, json.dumps(result.to_json()["rounds"])[:4000]
+
+
+@pytest.mark.slow
+def test_a_control_kill_of_a_given_scenario_waits_only_for_calls_its_rounds_make(
+    tmp_path: Path,
+) -> None:
+    """Seed 13's one control-kill waits for the 10th ral call of a round; examples/chain.toml
+    makes 8. The kill was aimed by the flags' --agents x --calls (15), so it never landed, in
+    any round, drill after drill (requested fault kind(s) never applied: control-kill)."""
+    cfg = DrillConfig(
+        13, 0.5, ("control-kill",), 4.0, scenario=str(ROOT / "examples" / "chain.toml"),
+        root=tmp_path / "drill",
+    )  # fmt: skip
+    assert [f.param % 15 for f in fault_schedule(13, 0.5, ("control-kill",), 4.0)] == [9]
+    result = run_drill(cfg)
+    row = result.by_kind()["control-kill"]
+    assert row["applied"] == 1 and row["aimed"] == 1, row
+    assert result.ok and result.exit_code == 0, json.dumps(result.to_json()["rounds"])[:4000]
 
 
 @pytest.mark.slow

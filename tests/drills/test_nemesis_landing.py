@@ -152,17 +152,31 @@ def _result(tmp: Path, applied: list[Applied], skipped: list[Fault], **kw: objec
     return DrillResult(cfg, sched, applied, [], [], [], skipped, **kw)  # type: ignore[arg-type]
 
 
-def test_the_report_shows_scheduled_vs_applied_per_kind_and_a_kind_never_applied_fails(
+def test_the_report_shows_per_kind_aimed_applied_missed_and_why_and_a_kind_never_applied_fails(
     tmp_path: Path,
 ) -> None:
     kill = Applied(_f(0, "shell-kill", 1.0), 0, "trunk", 0.0)
-    missed = Applied(_f(1, "cancel-storm", 2.0), 0, "worker-0", 0.0, landed=False)
-    result = _result(tmp_path, [kill, missed], [_f(2, "cancel-storm", 3.0)])
+    missed = Applied(
+        _f(1, "cancel-storm", 2.0), 0, "worker-0", 0.0, {"error": "AgentEnded: gone"},
+        outcome="did not land", landed=False,
+    )  # fmt: skip
+    result = _result(
+        tmp_path, [kill, missed], [_f(2, "cancel-storm", 3.0)],
+        why_not={2: "no live target while it was due"},
+    )  # fmt: skip
     report = result.to_json()
     assert report["faultsByKind"] == {
-        "shell-kill": {"scheduled": 1, "applied": 1, "missed": 0, "notApplied": 0},
-        "cancel-storm": {"scheduled": 2, "applied": 0, "missed": 1, "notApplied": 1},
-    }
+        "shell-kill": {
+            "scheduled": 1, "aimed": 1, "applied": 1, "missed": 0, "notApplied": 0, "why": {},
+        },
+        "cancel-storm": {
+            "scheduled": 2, "aimed": 1, "applied": 0, "missed": 1, "notApplied": 1,
+            "why": {
+                "missed: AgentEnded: gone": 1,
+                "not applied: no live target while it was due": 1,
+            },
+        },
+    }  # fmt: skip
     assert report["coverage"] == {"required": True, "neverApplied": ["cancel-storm"]}
     assert report["ok"] is False and result.exit_code == 1
     assert report["injectedByKind"] == {"shell-kill": 1}

@@ -220,10 +220,20 @@ class Cluster:
 
 
 def _skip_reason() -> str | None:
+    """Why this suite cannot run here, or None. Ray counts as installed only if ``import ray``
+    finds a module with a file and the ``ray`` command is beside this interpreter: a folder
+    named ``ray`` without ``__init__.py`` anywhere on ``sys.path`` imports as an empty
+    namespace package (this folder was once named ``tests/ray`` and did exactly that, so the
+    suite errored at ``ray start`` instead of skipping)."""
     try:
-        import ray  # noqa: F401
+        import ray
     except ImportError:
         return "ray is not installed (pip install -e '.[ray]')"
+    if getattr(ray, "__file__", None) is None:
+        where = ", ".join(getattr(ray, "__path__", []))
+        return f"ray is not installed (pip install -e '.[ray]'); 'import ray' found only {where}"
+    if not Path(_ray_bin()).exists():
+        return f"the ray command is not beside {sys.executable} (pip install -e '.[ray]')"
     for tool in ("unshare", "nsenter", "ip"):
         if shutil.which(tool) is None:
             return f"{tool} is not available"

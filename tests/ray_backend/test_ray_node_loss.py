@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.ray.conftest import START_TIMEOUT, Cluster
+from tests.ray_backend.conftest import START_TIMEOUT, Cluster
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]

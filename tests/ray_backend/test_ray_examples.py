@@ -22,7 +22,7 @@ import pytest
 
 from runtime.state.durable import append_jsonl
 from runtime.state.session_records import commit_record
-from tests.ray.conftest import ROOT, START_TIMEOUT, Cluster
+from tests.ray_backend.conftest import ROOT, START_TIMEOUT, Cluster
 from tests.support.terminal import Terminal
 from tests.support.waiting import wait_for
 
