@@ -10,6 +10,7 @@ would also narrow the files agents' programs write in the user's tree).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def private_dirs(path: str | os.PathLike[str]) -> None:
     for d in reversed(missing):
         with contextlib.suppress(FileExistsError):  # another writer made it meanwhile
             d.mkdir(DIR_MODE)
+        if not d.is_dir():  # a file in the way: refused, as mkdir -p refuses it
+            raise FileExistsError(errno.EEXIST, "exists and is not a directory", str(d))
 
 
 def make_private(path: str | os.PathLike[str]) -> None:
