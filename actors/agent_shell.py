@@ -133,7 +133,7 @@ def agent_resources(
     agent: Agent,
     session: SessionDir,
     disk_ceiling: int | None,
-    lease: dict[str, float | None],
+    lease: dict[str, Any],
 ) -> Resources:
     """The probe fold for ``/resources``: read-only, renews nothing, never model-facing."""
     probe = agent.shell.probe().get()
@@ -163,6 +163,7 @@ def agent_resources(
         lease_demote_secs=lease.get("bound_secs"),
         spend=agent.stats.spend.read().to_json(),
         prices_date=agent.site.prices().date,
+        traffic=lease.get("traffic"),
     )
     rows, card = resources(figures, title=f"resources of {agent.name}")
     return Resources(agent.name, rows=event_rows(rows), card=card)

@@ -634,8 +634,9 @@ class Fleet:
         lease = self.lease_figures(name)
         return agent_resources(agent, self.session, self.config.disk_warn_bytes, lease)
 
-    def lease_figures(self, name: str) -> dict[str, float | None]:
-        """Idle-lease rows for /resources: nearest time-to-reap among leased descendants."""
+    def lease_figures(self, name: str) -> dict[str, Any]:
+        """The fleet's rows of /resources: nearest time-to-reap among leased descendants, and
+        the traffic governor's figures (``traffic``; absent for a run without one)."""
         now = self.registry.tree.clock()
         nearest: float | None = None
         for child in self.registry.live_descendants(name):
@@ -643,7 +644,13 @@ class Fleet:
             if entry is not None and entry.lease is not None:
                 left = entry.lease.remaining(now)
                 nearest = left if nearest is None else min(nearest, left)
-        return {"nearest_reap_secs": nearest, "bound_secs": self.registry.tree.lease_bound}
+        figures: dict[str, Any] = {
+            "nearest_reap_secs": nearest,
+            "bound_secs": self.registry.tree.lease_bound,
+        }
+        if self.config.traffic is not None:
+            figures["traffic"] = self.config.traffic.figures()
+        return figures
 
     # --- spawn and settle -------------------------------------------------------------------
 

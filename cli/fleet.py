@@ -59,7 +59,29 @@ def render_tree(report: RunReporter) -> Tree:
             add(node.add(label(name)), name)
 
     add(root, None)
+    governor = getattr(fleet.config, "traffic", None)
+    if governor is not None:
+        root.add(traffic_line(governor.figures()))
     return root
+
+
+def traffic_line(figures: dict[str, Any]) -> Text:
+    """The governor under the tree: each lane's limits and where they came from, what is in
+    flight and queued, and the 429s seen."""
+    line = Text("traffic", style="bold")
+    for lane, d in (figures.get("lanes") or {}).items():
+        limits = ", ".join(
+            f"{v['per_minute']:g} {k}/min {v['source']}" for k, v in (d.get("limits") or {}).items()
+        )
+        line.append(
+            f" · {lane.rsplit(' ', 1)[-1]}: {limits or 'no limit known'} · "
+            f"{d.get('inflight', 0)} in flight · {d.get('queued', 0)} queued"
+        )
+    line.append(
+        f" · {figures.get('waits', 0)} waited · {figures.get('throttled', 0)}×429",
+        style="dim",
+    )
+    return line
 
 
 def yield_table(fy: dict[str, Any]) -> Table:

@@ -59,6 +59,9 @@ class ResourceFigures:
     dollars."""
     prices_date: str | None = None
     """The date of the price table the dollars come from."""
+    traffic: Figures | None = None
+    """The run's traffic governor (:meth:`runtime.providers.governor.Governor.figures`): the
+    fleet's, not the agent's -- every agent's requests wait in the same queue."""
 
 
 def _as_map(figures: Figures | Any | None) -> dict[str, Any] | None:
@@ -167,6 +170,39 @@ def resource_rows(f: ResourceFigures) -> list[ResourceRow]:
     rows.append(ResourceRow("lease.demote_secs", f.lease_demote_secs, _secs(f.lease_demote_secs)))
     if f.spend is not None:
         rows += _spend_rows(f.spend, f.prices_date)
+    if f.traffic is not None:
+        rows += traffic_rows(f.traffic)
+    return rows
+
+
+def traffic_rows(traffic: Figures) -> list[ResourceRow]:
+    """The governor's rows: each lane's limits (set or learned) and pace, what is in flight and
+    queued, and the fleet's requests, waits and 429s."""
+    rows: list[ResourceRow] = []
+    lanes: dict[str, Any] = traffic.get("lanes") or {}
+    for lane, d in lanes.items():
+        model = lane.rsplit(" ", 1)[-1]
+        for budget, limit in (d.get("limits") or {}).items():
+            rows.append(
+                ResourceRow(
+                    f"traffic.{model}.{budget}_per_min",
+                    limit.get("per_minute"),
+                    f"{limit.get('source')}; pace {d.get('pace')}",
+                )
+            )
+        if not d.get("limits"):
+            rows.append(ResourceRow(f"traffic.{model}.limits", None, "none known: not paced"))
+        rows.append(ResourceRow(f"traffic.{model}.inflight", d.get("inflight")))
+        rows.append(ResourceRow(f"traffic.{model}.queued", d.get("queued")))
+    rows.append(ResourceRow("traffic.requests", traffic.get("requests"), "the whole fleet"))
+    rows.append(
+        ResourceRow(
+            "traffic.waits",
+            traffic.get("waits"),
+            f"{float(traffic.get('wait_seconds') or 0):.1f} s in all",
+        )
+    )
+    rows.append(ResourceRow("traffic.throttled", traffic.get("throttled"), "answered 429/529"))
     return rows
 
 
