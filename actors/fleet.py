@@ -302,6 +302,24 @@ class Fleet:
         except BaseException:
             self.registry.deregister(spec.name)
             raise
+        try:
+            self._attach(spec, agent)
+        except BaseException:
+            # its name left the registry while it was built (a /clear or /close of an
+            # ancestor reaps the subtree at once): the shell just started must not outlive
+            # it. Left running, an idle shell actor's thread held a drill's exit for more
+            # than 5 minutes, its host blocked reading a pipe nobody would close (issue 34).
+            self.stop_shell(agent)
+            self.registry.deregister(spec.name)
+            raise
+        with self._lock:
+            self.hosted[spec.name] = agent
+            if isinstance(agent, Agent):
+                self.agents[spec.name] = agent
+        return agent
+
+    def _attach(self, spec: AgentSpec, agent: Hosted) -> None:
+        """Hand the registry the built agent's handles (AgentEnded if its name left meanwhile)."""
         if isinstance(agent, ProcessAgent):
             self.registry.attach(
                 spec.name,
@@ -319,11 +337,6 @@ class Fleet:
                 interrupt=agent.interrupt,
                 ending=agent.eval_root.make_terminal if child else None,
             )
-        with self._lock:
-            self.hosted[spec.name] = agent
-            if isinstance(agent, Agent):
-                self.agents[spec.name] = agent
-        return agent
 
     def _build_process(
         self, spec: AgentSpec, provider: Provider, entry: Entry, restarted: str | None = None

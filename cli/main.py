@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from cli import HELP_SETTINGS
+from cli import HELP_SETTINGS, exit_guard
 
 _SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     # name: (module, attribute, one-line help)
@@ -36,6 +36,19 @@ _SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
 
 
 class _LazyGroup(click.Group):
+    def main(self, args: Any = None, *rest: Any, **kw: Any) -> Any:
+        """The command, run as a process (``args`` None: ``sys.argv``) with the exit guard:
+        once it is done the process ends promptly, whatever its threads still do
+        (``cli/exit_guard.py``)."""
+        if args is not None:  # a caller's list (a test runner): the process is not ours to end
+            return super().main(args, *rest, **kw)
+        exit_guard.install()
+        try:
+            return super().main(args, *rest, **kw)
+        except SystemExit as e:
+            exit_guard.exiting_with(e.code)
+            raise
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(n for n in _SUBCOMMANDS if self._available(n))
 

@@ -138,3 +138,32 @@ def test_run_into_an_existing_empty_directory_is_a_fresh_run(tmp_path: Path) -> 
     session.mkdir()
     assert _run_cli(session, scenario)[0] == 0
     assert (session / "result.json").exists()
+
+
+def test_a_child_cleared_away_while_it_is_built_has_its_shell_stopped_and_nothing_outlives_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forces the interleaving a drill's clear-storm hit (2 drills in 7 of examples/chain.toml):
+    ``/clear`` reaps the subtree at once, so a child still being built loses its name after its
+    shell started and before the registry took its handles. That shell's actor was never
+    stopped: its thread held the drill's exit for more than 5 minutes, and its host, blocked
+    reading its pipe, was the drill's stray child (``no-stray-children``)."""
+    import pykka
+
+    from actors.fleet import Fleet
+    from actors.shell import ShellActor
+
+    start_shell = Fleet.start_shell
+
+    def start_then_clear(self: Fleet, name: str, *args: object, **kw: object) -> object:
+        parts = start_shell(self, name, *args, **kw)  # type: ignore[arg-type]
+        if name == "lo":
+            self.registry.clear_subtree("trunk")  # what /clear at the trunk does to lo
+        return parts
+
+    monkeypatch.setattr(Fleet, "start_shell", start_then_clear)
+    out = _finish_or_fail(tmp_path, ONE_CHILD)
+    assert out.outcome == "replied" and out.reply == "done"
+    assert any("AgentEnded" in v or "ended" in v for v in _io_values(out.session.root))
+    assert pykka.ActorRegistry.get_by_class(ShellActor) == []
+    # and the conftest's check: no child process, no non-daemon thread (the actor's) left

@@ -1,0 +1,91 @@
+"""A command exits promptly once it is done, whatever its threads and children still do.
+
+Python joins every non-daemon thread before it exits, however long that takes. A pykka actor's
+thread is one: an actor that its owner lost (a shell never stopped) kept a drill's process
+waiting on a futex for more than 5 minutes after its report, its shell host blocked reading a
+pipe nobody would close (issue 34). The guard runs at the start of the interpreter's shutdown,
+before that join (``threading._register_atexit``, as ``concurrent.futures`` does):
+
+1. every pykka actor still running is named on stderr and stopped -- its ``on_stop`` closes
+   what it owns (a shell reaps its host);
+2. the non-daemon threads get :data:`EXIT_GRACE` seconds in all to end;
+3. any still running are named on stderr and the process exits at once (``os._exit``) with the
+   command's own exit status, its output flushed.
+
+Installed only for a command run as a process (:func:`install`, from the entry point with
+``sys.argv``): in a test runner the process is not the command's to end.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+EXIT_GRACE = 10.0
+"""Seconds the non-daemon threads left at exit get to end (a hang guard: an actor stopped here
+closes its shell within its own 1 s grace)."""
+
+_state: dict[str, Any] = {"installed": False, "code": 0}
+
+
+def install() -> None:
+    """Run :func:`_at_exit` before the interpreter joins its threads. Idempotent."""
+    if _state["installed"]:
+        return
+    _state["installed"] = True
+    threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
+
+
+def exiting_with(code: object) -> None:
+    """The status the command exits with (``SystemExit.code``), for :func:`_at_exit`."""
+    if code is None:
+        _state["code"] = 0
+    elif isinstance(code, int):
+        _state["code"] = code
+    else:
+        _state["code"] = 1  # a message: sys.exit printed it and exits 1
+
+
+def _at_exit() -> None:
+    if "pykka" in sys.modules:  # never imported (``ral -c``): no actor to stop
+        _stop_actors()
+    deadline = time.monotonic() + EXIT_GRACE
+    for t in _non_daemon():
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in _non_daemon() if t.is_alive()]
+    if not stuck:
+        return
+    _warn(f"{len(stuck)} thread(s) still running {EXIT_GRACE:g} s after the command ended "
+          f"({', '.join(stuck)}); exiting without them")  # fmt: skip
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(_state["code"])
+
+
+def _stop_actors() -> None:
+    import pykka
+
+    for ref in pykka.ActorRegistry.get_all():
+        _warn(f"{ref} was still running at exit; stopping it")
+        try:
+            ref.stop(block=False)
+        except pykka.ActorDeadError:
+            pass
+
+
+def _non_daemon() -> list[threading.Thread]:
+    me = threading.current_thread()
+    return [t for t in threading.enumerate() if not t.daemon and t is not me and t.is_alive()]
+
+
+def _warn(text: str) -> None:
+    try:
+        print(f"exarch-actors: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,67 @@
+"""A command exits once it is done, whatever its threads still do (``cli/exit_guard.py``).
+
+Each test runs the real entry point in a subprocess that first leaves something behind that
+Python would otherwise wait for at exit: a shell actor nobody stopped (with its host), or a
+thread that never ends. A drill's process so waited on a futex for more than 5 minutes after
+its report (issue 34); here the process would never end, and ``subprocess.run``'s timeout is
+only a hang guard."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.waiting import HANG_GUARD
+
+ROOT = Path(__file__).resolve().parents[2]
+
+LEAKED_SHELL = """
+import sys
+from actors.shell import ShellActor
+from cli import exit_guard
+from cli.main import main
+from runtime.state.session_dir import SessionDir
+
+ref = ShellActor.start(name="leaked", session=SessionDir.at(sys.argv[1]))
+print("host", ref.proxy().host_pid().get(), flush=True)
+sys.argv = ["exarch-actors", "ral", "-c", "echo done"]
+main()
+"""
+
+STUCK_THREAD = """
+import sys, threading
+from cli import exit_guard
+from cli.main import main
+
+exit_guard.EXIT_GRACE = 0.2
+threading.Thread(target=threading.Event().wait, name="never-ends").start()
+sys.argv = ["exarch-actors", "ral", "-c", "nosuchcommand_x"]
+main()
+"""
+
+
+def _run(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True, text=True, cwd=ROOT, timeout=6 * HANG_GUARD,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+def test_a_shell_actor_left_running_is_named_stopped_and_the_command_exits_with_its_status(
+    tmp_path: Path,
+) -> None:
+    p = _run(LEAKED_SHELL, str(tmp_path / "session"))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == "done"
+    assert "ShellActor" in p.stderr and "was still running at exit; stopping it" in p.stderr
+    assert "thread(s) still running" not in p.stderr  # the stop closed it: nothing forced
+
+
+def test_a_thread_that_never_ends_is_named_and_the_command_exits_with_its_own_status() -> None:
+    p = _run(STUCK_THREAD)
+    assert p.returncode == 1, p.stderr  # the ral error's status, not the guard's
+    assert "unknown command nosuchcommand_x" in p.stderr
+    assert "1 thread(s) still running 0.2 s after the command ended (never-ends)" in p.stderr
