@@ -528,3 +528,41 @@ def test_ctrl_c_of_a_ray_run_cancels_the_evals_running_on_both_nodes_and_settles
     assert _result(session)["fleetYield"]["neverSettled"] == 0
     _check(cluster, session)
     wait_for(lambda: cluster.agent_processes() == [], START_TIMEOUT, "no host left on any node")
+
+
+def test_a_two_node_fleet_shares_one_traffic_budget_and_the_server_sees_its_limit_kept(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The run's one governor is in the driver: hosts on both nodes wait in its queue through
+    their channels, so a server allowing 20 requests a second (burst 10) sees the limit kept
+    across both nodes -- 20 children x 5 calls, every child replied, at most a tenth refused
+    (with one budget per node, each would send at the full rate: twice the limit)."""
+    server = subprocess.Popen(
+        cluster._cmd(
+            [sys.executable, "-m", "tests.support.fleet_model", "--children", "20", "--rate", "20"]
+        ),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=cluster._env(),
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None and server.stdin is not None
+        url = server.stdout.readline().strip()
+        session = tmp_path / "governed"
+        p = cluster.exarch(
+            "run", "--provider", "openai", "--base-url", url, "--model", "m", "--api-key", "k",
+            "--backend", "ray", "--ray-address", cluster.address, "--session-dir", str(session),
+            "--json", "fan out",
+        )  # fmt: skip
+        out = json.loads(p.stdout)
+        server.stdin.close()
+        served = json.loads(server.stdout.readline())
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert out["reply"] == str(sum(range(20)))
+    assert out["fleetYield"]["byReason"] == {"replied": 20}
+    nodes = {r["node"] for r in _records(session, "transcript.jsonl") if r["kind"] == "Born"}
+    assert len(nodes) == 2, nodes  # children on both nodes
+    assert served["refused"] <= 0.10 * (served["ok"] + served["refused"]), served
+    assert out["fleetYield"]["traffic"]["requests"] == served["ok"] + served["refused"]

@@ -260,3 +260,28 @@ def serving(model: FleetModel) -> Iterator[str]:
         httpd.shutdown()
         httpd.server_close()
         thread.join(5.0)
+
+
+def main() -> None:
+    """``python -m tests.support.fleet_model [--dialect D] [--rate R] ...``: serve until standard
+    input closes (for a server inside a network namespace: the Ray tests'); prints the base URL
+    on its first line, and what it answered as one JSON line at the end."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dialect", default="openai")
+    ap.add_argument("--rate", type=float, default=20.0)
+    ap.add_argument("--burst", type=float, default=10.0)
+    ap.add_argument("--children", type=int, default=40)
+    ap.add_argument("--calls", type=int, default=5)
+    a = ap.parse_args()
+    model = FleetModel(a.dialect, a.rate, a.burst, children=a.children, calls=a.calls)
+    with serving(model) as url:
+        print(url, flush=True)
+        sys.stdin.read()
+    print(json.dumps({"ok": model.ok, "refused": model.refused}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
