@@ -123,3 +123,17 @@ def test_a_wait_past_rate_wait_fails_the_run_and_says_so(tmp_path: Path) -> None
     assert out["outcome"] == "failed"
     assert "--rate-wait 1" in (out["error"] or ""), out["error"]
     assert out["fleetYield"]["traffic"]["expired"] >= 1
+
+
+def test_a_recorded_run_that_waited_for_the_rate_limit_replays_without_divergence(
+    tmp_path: Path,
+) -> None:
+    # one agent, a server that allows a request every 2 s and says nothing but 429:
+    # the run meets a refusal, waits, and replies; its recording plays back offline
+    model = FleetModel(dialect="openai", rate=0.5, burst=1, children=0, calls=3, headers=False)
+    p, out = _run(model, tmp_path, "--record", str(tmp_path / "rec.toml"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert model.refused >= 1 and out["fleetYield"]["traffic"]["throttled"] == model.refused
+    replay = exarch(["replay", str(tmp_path / "session")], cwd=tmp_path, timeout=120)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "no divergence" in replay.stdout + replay.stderr
