@@ -137,3 +137,47 @@ def test_a_recorded_run_that_waited_for_the_rate_limit_replays_without_divergenc
     replay = exarch(["replay", str(tmp_path / "session")], cwd=tmp_path, timeout=120)
     assert replay.returncode == 0, replay.stdout + replay.stderr
     assert "no divergence" in replay.stdout + replay.stderr
+
+
+def test_ctrl_c_while_agents_wait_for_the_rate_limit_cancels_the_run_at_once(
+    tmp_path: Path,
+) -> None:
+    """One request a minute: the trunk's first goes, then it and its children wait in the
+    governor; SIGINT withdraws every waiter and the run ends cancelled (exit 130), settled."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.agent.conftest import ROOT, read_records
+    from tests.support.waiting import wait_for
+
+    model = FleetModel(dialect="openai", rate=1 / 60, burst=2, children=3, calls=5)
+    session = tmp_path / "session"
+    with serving(model) as url:
+        cmd = [sys.executable, "-c", "from cli.main import main; main()", "run"]
+        cmd += ["--provider", "openai", "--base-url", url, "--model", "m", "--api-key", "k"]
+        cmd += ["--agents", "process", "--session-dir", str(session), "fan out"]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL)
+        try:
+            # the spawn went; the limit learned from it (one a minute) holds everyone else
+            def born() -> int:
+                path = session / "transcript.jsonl"
+                records = read_records(path) if path.exists() else []
+                return sum(r["kind"] == "Born" for r in records)
+
+            wait_for(lambda: born() >= 4, 60, "the three children born")
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert code == 130
+    result = json.loads((session / "result.json").read_text())
+    assert result["outcome"] == "cancelled"
+    journal = read_records(session / "spawn-journal.jsonl")
+    settled = {r["id"] for r in journal if r["kind"] in ("settled", "cancelled")}
+    assert settled == {"c0", "c1", "c2"}, journal
+    assert model.refused == 0 and model.ok == 1  # nothing went past the learned limit
