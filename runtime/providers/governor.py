@@ -238,7 +238,7 @@ class Governor:
             t = self._granted.get(ticket)
             if t is None:
                 return
-            self._lanes[t.key].observe(status, wire, self._clock())
+            self._lanes[t.key].observe(status, wire, self._clock(), t.cost)
             self._cond.notify_all()
 
     def finish(self, ticket: str, usage: Cost | None) -> None:

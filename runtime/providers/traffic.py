@@ -388,9 +388,12 @@ class Lane:
 
     # -- learning ------------------------------------------------------------------------------
 
-    def observe(self, status: int, wire: WireLimits, now: float) -> None:
-        """A reply's status and headers, as soon as they arrive (before its body streams)."""
+    def observe(self, status: int, wire: WireLimits, now: float, cost: Cost | None = None) -> None:
+        """A reply's status and headers, as soon as they arrive (before its body streams).
+        A budget paced for the first time is charged the request that taught it (``cost``): it
+        was sent unpaced, and the next must wait for it like for any other."""
         self.probing = False
+        unpaced = {name for name, b in self.buckets.items() if b.rate is None}
         for name, window in (
             ("requests", wire.requests),
             ("tokens", wire.tokens),
@@ -410,6 +413,16 @@ class Lane:
         elif 200 <= status < 300:
             self.factor = min(1.0, self.factor + INCREASE)
         self._repace()
+        if cost is not None:
+            amounts = {
+                "requests": 1,
+                "input": cost.input_tokens,
+                "output": cost.output_tokens,
+                "tokens": cost.total,
+            }
+            for name in unpaced:
+                if self.buckets[name].rate is not None:
+                    self.buckets[name].take(amounts[name], now)
 
     def _decrease(self, now: float, retry_after: float | None) -> None:
         if all(self.limit(n) is None for n in self.buckets) and self.unpaced_rate is None:

@@ -196,3 +196,12 @@ def test_an_unlimited_lane_grants_inline_without_a_thread() -> None:
         assert gov.figures()["waits"] == 1  # only the probe went through the queue
     finally:
         gov.close()
+
+
+def test_the_request_that_taught_a_limit_is_charged_to_it() -> None:
+    """The probe went unpaced; once its reply says 60 a minute, the next waits a second."""
+    lane, cost = Lane(TrafficLimits()), Cost(100, 10)
+    lane.grant(cost, 0.0)
+    lane.observe(200, WireLimits(requests=Window(60.0, 59.0, 1.0)), 0.0, cost)
+    lane.finish(cost, cost, 0.0)
+    assert lane.ready_at(cost, 0.0) == pytest.approx(1.0)
