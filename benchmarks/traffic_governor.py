@@ -2,7 +2,7 @@
 uses, and how many of its requests are refused, at 10, 100 and 300 agents.
 
     PYTHONPATH=. python benchmarks/traffic_governor.py            # 10 / 100 / 300 agents
-    PYTHONPATH=. python benchmarks/traffic_governor.py --quick    # smoke: 10 agents
+    PYTHONPATH=. python benchmarks/traffic_governor.py --quick    # smoke: 5 agents, learned
 
 Each size runs twice, side by side: limits learned from the server's headers (no flag) and
 limits set (``--rpm``). The server (``tests/support/fleet_model.py``) allows ``rate`` requests
@@ -85,15 +85,18 @@ def one(children: int, rate: float, flags: list[str], agents: str) -> dict[str, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smoke: 10 agents only")
+    ap.add_argument("--quick", action="store_true", help="smoke: 5 agents, learned limits only")
     ap.add_argument("--sizes", type=int, nargs="*", default=[10, 100, 300])
     args = ap.parse_args()
-    sizes = [10] if args.quick else args.sizes
+    sizes = [5] if args.quick else args.sizes
+    modes: list[tuple[str, list[str]]] = [("learned", [])]
     print("agents  rate/s  limits   replied  requests  429      used   wall/ideal")
     for n in sizes:
         rate = max(10.0, n / 4)
         agents = "process" if n <= 100 else "thread"
-        for label, flags in (("learned", []), ("--rpm", ["--rpm", str(rate * 60)])):
+        if not args.quick:
+            modes = [("learned", []), ("--rpm", ["--rpm", str(rate * 60)])]
+        for label, flags in modes:
             r = one(n, rate, flags, agents)
             print(
                 f"{n:>6}  {rate:>6.0f}  {label:<7}  {r['replied']:>4}/{n:<4} {r['requests']:>8}"

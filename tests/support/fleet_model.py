@@ -9,11 +9,11 @@ can learn the limits. ``latency`` delays each answer (a model that takes its tim
 The "model" is a stateless policy read off the request's conversation:
 
 - the trunk (its first user message is the run's prompt) forks ``children`` children in its
-  first call (``agent cI 'child I'``), then ends its turns with text until every child's result
-  (``[agent cI finished: replied]``) is in its conversation, then replies with their sum;
+  first call (``agent cI 'child I'``), collects them all in its second (``agent-wait``) and
+  replies with the sum of their replies (and again when it is turned back to verify);
 - a child (its prompt is ``child I``) makes ``calls`` ral calls, the last one ``reply I``.
 
-So a run of N children makes N x ``calls`` child requests and a few dozen of the trunk's.
+So a run of N children makes N x ``calls`` child requests and about four of the trunk's.
 """
 
 from __future__ import annotations
@@ -32,7 +32,11 @@ from typing import Any
 
 from tests.support.protocol_servers import anthropic_chunks, openai_chunks
 
-RESULT = re.compile(r"\[agent (c\d+) finished: (\w+)\]\n(-?\d+)")
+COLLECT = (
+    "let ends = agent-wait; "
+    "let total = fold { |a, n| add $a $ends[$n][reply] } 0 (keys $ends); reply $total"
+)
+"""The trunk's fan-in: every child's reply in one call, summed."""
 CHILD = re.compile(r"^child (\d+)$")
 
 
@@ -158,13 +162,12 @@ class FleetModel:
             i = int(child.group(1))
             script = f"reply {i}" if calls_made + 1 >= self.calls else f"let x{calls_made} = {i}"
             return self._call(f"call_{calls_made}", script, usage)
-        results = {m.group(1): int(m.group(3)) for t in texts for m in RESULT.finditer(t)}
         if calls_made == 0:
             script = "; ".join(f"agent c{i} 'child {i}'" for i in range(self.children))
             return self._call("call_spawn", script, usage)
-        if len(results) >= self.children:
-            return self._call(f"call_r{calls_made}", f"reply {sum(results.values())}", usage)
-        return self._text(f"{len(results)} of {self.children} results in; waiting.", usage)
+        if calls_made == 1:  # one call collects every child (agent-wait), then replies
+            return self._call("call_wait", COLLECT, usage)
+        return self._call(f"call_r{calls_made}", "reply $total", usage)
 
     def _call(self, call_id: str, script: str, usage: tuple[int, int]) -> list[bytes]:
         args = json.dumps({"script": script})
