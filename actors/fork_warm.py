@@ -40,7 +40,9 @@ def cache_slot_names() -> int:
     modules; how many it cached (~1 ms for 137 classes, once per fork server)."""
     cached = 0
     for name, module in list(sys.modules.items()):
-        if module is None or not name.startswith(("runtime.", "actors.")):
+        if module is None or module.__name__ != name:
+            continue  # a short-name key of an installed wheel's module (exarch_actors/_alias.py)
+        if not name.removeprefix("exarch_actors.").startswith(("runtime.", "actors.")):
             continue
         for value in list(vars(module).values()):
             if (

@@ -78,6 +78,14 @@ fills the caches an agent process would fill after its fork and freezes the GC:
 module), so ``tests/agent_host/test_spawn_path.py`` checks what a child inherits."""
 
 
+def preload_names() -> list[str]:
+    """:data:`PRELOAD` under the names this module was imported by: the short names in a clone,
+    ``exarch_actors.``-prefixed in an installed wheel, where the fork server (which has not
+    imported ``exarch_actors``) finds them only so (``exarch_actors/_alias.py``)."""
+    prefix = __name__.removesuffix("actors.process")
+    return [prefix + name for name in PRELOAD]
+
+
 _ctx_lock = threading.Lock()
 _ctx: BaseContext | None = None
 
@@ -108,7 +116,7 @@ def process_context() -> BaseContext:
             util._args_from_interpreter_flags = _flags_without_cwd  # type: ignore[attr-defined]
             util.spawnv_passfds = _spawn_without_secrets
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(PRELOAD)
+            ctx.set_forkserver_preload(preload_names())
             _ctx = ctx
         return _ctx
 

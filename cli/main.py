@@ -85,6 +85,7 @@ def main(ctx: click.Context, **_: Any) -> None:
     \b
     First steps:
       exarch-actors run examples/fanout.toml     a scripted fleet: prints 499500
+      exarch-actors run fanout                   the same, from the installed examples
       exarch-actors                              the chat UI on the scripted demo
       exarch-actors run --provider openai --model M "a prompt"       a real model
       exarch-actors check .exarch/sessions/<id>  check what a run left behind

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from cli import HELP_SETTINGS
-from cli.runner import RunSpec, read_scenario, run_headless, session_path
+from cli.runner import RunOutcome, RunSpec, read_scenario, run_headless, session_path
 from runtime.ral.grants import GrantPolicy
 from runtime.replay.divergence import Divergence, Report, compare, read_facts
 from runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
@@ -28,6 +28,9 @@ from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability, parse_durability
 from runtime.state.durable import atomic_write_bytes
 from runtime.state.session_dir import SessionDir
+
+DEFAULT_DEADLINE = 600.0
+"""Seconds a replay may run before it is cancelled and counts as diverged."""
 
 SHOWN_LINES = 12
 """Lines of each side of a divergence printed (replay-report.json keeps all of it)."""
@@ -83,7 +86,7 @@ class _Deadline:
 @click.option(
     "--deadline",
     type=click.FloatRange(min=0, min_open=True),
-    default=600.0,
+    default=DEFAULT_DEADLINE,
     show_default=True,
     help="Seconds the replay may run; past them it is cancelled and counts as diverged.",
 )
@@ -120,16 +123,43 @@ def replay_command(
       130  cancelled: Ctrl-C cancels the replay and leaves no process behind
       143  cancelled by SIGTERM, likewise
     """
+    outcome, report = replay_session(
+        session_dir, out_dir, ignore, ignore_regex, deadline, quiet=as_json
+    )
+    if report is None:
+        sys.exit(outcome.exit_code)  # Ctrl-C: the run's own exit code
+    new = outcome.session
+    if as_json:
+        click.echo(json.dumps(report.to_json()))
+    else:
+        _print(report)
+        click.echo(f"report: {session_path(new)}/{new.replay_report.name}", err=True)
+    sys.exit(1 if report.diverged else 0)
+
+
+def replay_session(
+    session_dir: str,
+    out_dir: str | None = None,
+    ignore: tuple[str, ...] = (),
+    ignore_regex: tuple[str, ...] = (),
+    deadline: float = DEFAULT_DEADLINE,
+    *,
+    quiet: bool = False,
+) -> tuple[RunOutcome, Report | None]:
+    """Replay ``session_dir``'s recording into a new session and compare; the report is also
+    written to the new session's ``replay-report.json``. ``None`` for the report when the
+    replay was cancelled (Ctrl-C) before its deadline: nothing was compared. What ``replay``
+    and :func:`exarch_actors.replay` share; refusals are ``click.UsageError``."""
     old = SessionDir(Path(session_dir).resolve())
     try:
         normalise = Normaliser(rule_names(ignore), tuple(ignore_regex))
     except UnknownRule as e:
         raise click.UsageError(str(e)) from None
     spec = _replay_spec(old, out_dir)
-    observer = _Deadline(deadline, quiet=as_json)
+    observer = _Deadline(deadline, quiet=quiet)
     outcome = run_headless(spec, observer=observer)
     if outcome.outcome == "cancelled" and not observer.hit:
-        sys.exit(outcome.exit_code)  # Ctrl-C: the run's own exit code
+        return outcome, None
     new = outcome.session
     normalise = dataclasses.replace(normalise, roots=_roots(old.root, new.root))
     report = compare(read_facts(old), read_facts(new), normalise, ignore=normalise.describe())
@@ -139,12 +169,7 @@ def replay_command(
         )
         report = dataclasses.replace(report, divergences=(*report.divergences, late))
     atomic_write_bytes(new.replay_report, json.dumps(report.to_json(), indent=2).encode())
-    if as_json:
-        click.echo(json.dumps(report.to_json()))
-    else:
-        _print(report)
-        click.echo(f"report: {session_path(new)}/{new.replay_report.name}", err=True)
-    sys.exit(1 if report.diverged else 0)
+    return outcome, report
 
 
 def _replay_spec(old: SessionDir, out_dir: str | None) -> RunSpec:

@@ -60,7 +60,9 @@ def run_command(
     cost: CostChoice,
 ) -> None:
     """Run a headless trunk on a SCENARIO.toml (the scripted provider: no network, no key) or
-    on a PROMPT (a real model), and print its reply.
+    on a PROMPT (a real model), and print its reply. A bare word that names no file but names
+    one of the packaged examples (fanout, chain, chat, crashing, fanin, fanin-small, memory,
+    regression) plays that example: `exarch-actors run fanout` works from an installed wheel.
 
     \b
     Prints, in order:

@@ -12,6 +12,7 @@ settle (``result.json`` says ``cancelled``) before the process exits. What is pr
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -167,12 +168,27 @@ def read_scenario(path: str) -> Scenario:
     return scenario
 
 
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+"""The example scenarios: ``examples/`` of a clone, or the copy a wheel installs beside ``cli``
+(``exarch_actors/examples``)."""
+
+
+def packaged_example(target: str) -> str | None:
+    """The example scenario a bare word names (``fanout`` -> ``examples/fanout.toml``) when no
+    file of that name exists here; else ``None``, and the word stays what it was (a prompt)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", target) or Path(target).exists():
+        return None
+    found = EXAMPLES / f"{target}.toml"
+    return str(found) if found.is_file() else None
+
+
 def spec_for(
     target: str, connection: ProviderChoice, *, chat: bool = False, **settings: Any
 ) -> RunSpec:
     """The :class:`RunSpec` of ``run`` / ``fleet``: a ``.toml`` target is a scenario played by
     the scripted provider (with a network ``--provider`` its ``[fleet]`` prompt and system prompt
     go to the real model), any other target is a prompt for ``--provider`` (default openai)."""
+    target = packaged_example(target) or target
     is_scenario = target.endswith(".toml")
     provider = connection.provider or ("scripted" if is_scenario else "openai")
     scenario = read_scenario(target) if is_scenario else None
