@@ -137,10 +137,14 @@ def chat_command(
     factory: Callable[[str], Provider] = made
     prompt = loaded.prompt if send_prompt and loaded is not None else None
     system = loaded.system if loaded is not None else None
-    session = open_session(session_dir)
-    recording = open_recording(
-        spec, session, factory, prompt=prompt, system=system, interactive=True
-    )
+    session, lock = open_session(session_dir)
+    try:
+        recording = open_recording(
+            spec, session, factory, prompt=prompt, system=system, interactive=True
+        )
+    except BaseException:
+        lock.release()
+        raise
     if recording is not None:
         factory = recording.factory
     hosts = make_backend(backend, ray_address, placement)
@@ -180,4 +184,5 @@ def chat_command(
         trunk.outcome.value if trunk is not None and trunk.outcome is not None else "cancelled"
     )
     fleet.write_result(outcome, None)
+    lock.release()
     click.echo(f"session: {session_path(session)}", err=True)

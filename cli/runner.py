@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import click
 
+from cli import Refused
 from cli.backend_options import check_backend, make_backend
 from cli.recording import open_recording
 from runtime.credentials import SecretPolicy
@@ -43,6 +44,7 @@ from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability
 from runtime.state.durable import atomic_write_bytes
 from runtime.state.session_dir import SessionDir, SessionDirInUse
+from runtime.state.session_lock import SessionLive, SessionLock
 
 if TYPE_CHECKING:
     from cli.provider_options import ProviderChoice
@@ -304,7 +306,6 @@ def run_headless(
 
     What can be refused (a bad flag, a missing API key, no prompt) is refused before the
     session directory is created, so a refused run leaves nothing behind."""
-    from actors.fleet import Fleet, FleetConfig
     from cli.grants import fleet_policy
 
     grants = spec.grants or fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)
@@ -325,7 +326,30 @@ def run_headless(
     governor = made.governor
     factory: Callable[[str], Provider] = made
     check_backend(spec.backend, spec.ray_address, spec.placement)
-    session = open_session(spec.session_dir)
+    session, lock = open_session(spec.session_dir)
+    try:
+        return _run_owned(
+            spec, session, factory, governor, grants, prompt, system, hosts, on_start, observer
+        )
+    finally:
+        lock.release()
+
+
+def _run_owned(
+    spec: RunSpec,
+    session: SessionDir,
+    factory: Callable[[str], Provider],
+    governor: Governor | None,
+    grants: GrantPolicy,
+    prompt: str,
+    system: str | None,
+    hosts: Any,
+    on_start: Callable[[Any], None] | None = None,
+    observer: RunObserver | None = None,
+) -> RunOutcome:
+    """:func:`run_headless` once the session is owned (its lock held by the caller)."""
+    from actors.fleet import Fleet, FleetConfig
+
     write_run_spec(session, spec, grants)
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)
     if recording is not None:
@@ -389,15 +413,14 @@ def run_headless(
     return RunOutcome(outcome, reply, fy, session, interrupted.signum)
 
 
-def open_session(session_dir: str | None) -> SessionDir:
-    """The directory of a new run: ``--session-dir`` if given (exit 2 if it already holds a
-    run), else a fresh one under ``.exarch/sessions/``."""
-    if not session_dir:
-        return SessionDir.new()
+def open_session(session_dir: str | None) -> tuple[SessionDir, SessionLock]:
+    """The directory of a new run and its owner lock, held until the caller releases it:
+    ``--session-dir`` if given (exit 2 if a live run owns it, or it already holds a run), else
+    a fresh one under ``.exarch/sessions/``."""
     try:
-        return SessionDir.fresh_at(session_dir)
-    except SessionDirInUse as e:
-        raise click.UsageError(str(e)) from None
+        return SessionDir.claim_fresh(session_dir or None)
+    except (SessionDirInUse, SessionLive) as e:
+        raise Refused(str(e)) from None
 
 
 def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | None = None) -> None:
