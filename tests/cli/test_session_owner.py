@@ -40,7 +40,7 @@ test needs it, with no clock in it."""
 class LiveRun:
     """``exarch-actors run GATED --session-dir session`` in a subprocess, until ``gate`` exists."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *args: str) -> None:
         self.dir = tmp_path
         (tmp_path / "gated.toml").write_text(textwrap.dedent(GATED))
         self.session = tmp_path / "session"
@@ -53,6 +53,7 @@ class LiveRun:
                 "gated.toml",
                 "--session-dir",
                 "session",
+                *args,
             ],
             cwd=tmp_path,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -143,3 +144,28 @@ def test_resume_carries_on_a_run_whose_control_process_was_sigkilled(live: LiveR
     assert "session is live" not in resumed.stderr
     assert "resumed: trunk rebuilt" in resumed.stderr
     assert resumed.stdout.strip() == "done"
+
+
+@pytest.mark.timeout(180)
+def test_a_run_recording_into_a_file_a_live_run_records_is_refused_and_the_file_holds_one_run(
+    tmp_path: Path,
+) -> None:
+    live = LiveRun(tmp_path, "--record", "rec.toml")
+    try:
+        live.wait_busy()
+        (tmp_path / "other.toml").write_text(textwrap.dedent(GATED))
+        second = exarch(
+            ["run", "other.toml", "--session-dir", "other", "--record", "rec.toml"], cwd=tmp_path
+        )
+        assert second.returncode == 2, second.stderr
+        assert "another live run is recording into rec.toml;" in second.stderr
+        assert not (tmp_path / "other").exists(), "refused before a session was made"
+        code, out, _ = live.finish()
+        assert (code, out.strip()) == (0, "done")
+    finally:
+        live.reap()
+    recorded = (tmp_path / "rec.toml").read_text()
+    assert recorded == (live.session / "recording.toml").read_text()
+    assert recorded.count("[[agents.trunk]]") == 3, "one run's three replies, none interleaved"
+    replayed = exarch(["run", "rec.toml", "--session-dir", "replayed"], cwd=tmp_path)
+    assert (replayed.returncode, replayed.stdout.strip()) == (0, "done")
