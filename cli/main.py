@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from typing import Any
 
 import click
@@ -79,7 +80,7 @@ def main(ctx: click.Context, **_: Any) -> None:
     """exarch-actors: fleets of LLM agents, each with a persistent ral shell.
 
     With no command, `exarch-actors` opens the chat UI on a packaged scripted demo (no
-    network, no key). `exarch-actors COMMAND -h` shows a command's options, what it prints
+    network, no key); without a terminal it prints this help and exits 2. `exarch-actors COMMAND -h` shows a command's options, what it prints
     and its exit codes.
 
     \b
@@ -97,6 +98,13 @@ def main(ctx: click.Context, **_: Any) -> None:
       130  cancelled by Ctrl-C
     """
     if ctx.invoked_subcommand is None:
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            # the chat UI on a pipe wrote escape codes into it and hung waiting for keys
+            click.echo(ctx.get_help())
+            click.echo(
+                "\nno terminal: the chat UI needs one; give a COMMAND (see above)", err=True
+            )
+            ctx.exit(2)
         if _LazyGroup._available("chat"):
             ctx.invoke(_LazyGroup().get_command(ctx, "chat") or click.Command("noop"))
         else:

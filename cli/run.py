@@ -62,6 +62,9 @@ def run_command(
     """Run a headless trunk on a SCENARIO.toml (the scripted provider: no network, no key) or
     on a PROMPT (a real model), and print its reply.
 
+    An argument with a '/' or a .toml ending and no spaces is a path: if it names no file,
+    that is an error naming the file (exit 2), never a prompt sent to a model.
+
     \b
     Prints, in order:
       stderr  session: .exarch/sessions/<id>      (first: where the run is written)

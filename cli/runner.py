@@ -175,6 +175,7 @@ def spec_for(
     """The :class:`RunSpec` of ``run`` / ``fleet``: a ``.toml`` target is a scenario played by
     the scripted provider (with a network ``--provider`` its ``[fleet]`` prompt and system prompt
     go to the real model), any other target is a prompt for ``--provider`` (default openai)."""
+    refuse_missing_path(target)
     is_scenario = target.endswith(".toml")
     provider = connection.provider or ("scripted" if is_scenario else "openai")
     scenario = read_scenario(target) if is_scenario else None
@@ -193,6 +194,29 @@ def spec_for(
         provider_options=connection.network_options(provider),
         secret_env=connection.secret_env,
         **settings,
+    )
+
+
+def looks_like_a_path(target: str) -> bool:
+    """A target that is taken for a file, never a prompt: it has a ``/`` or ends in ``.toml``,
+    and no whitespace (a prompt is words)."""
+    return ("/" in target or target.endswith(".toml")) and not any(c.isspace() for c in target)
+
+
+def refuse_missing_path(target: str) -> None:
+    """Exit 2 naming the missing file when ``target`` looks like a path and names no file:
+    ``run examples/fanout`` once went to the model as a prompt (with a key set, to the hosted
+    API)."""
+    if not looks_like_a_path(target) or Path(target).is_file():
+        return
+    hint = ""
+    if Path(target + ".toml").is_file():
+        hint = f"; did you mean {target}.toml?"
+    elif Path(target).is_dir():
+        hint = f"; {target} is a directory, not a SCENARIO.toml"
+    raise click.UsageError(
+        f"no such file: {target} (an argument with a '/' or a .toml ending and no spaces is a "
+        f"scenario path, not a prompt){hint}"
     )
 
 

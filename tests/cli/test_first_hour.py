@@ -1,0 +1,60 @@
+"""What a new user met in the first hour, each reproduced as they saw it: a mistyped scenario
+path, the bare command on a pipe, money and model names on a scripted run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.agent.conftest import exarch
+from tests.support.terminal import ROOT
+
+
+def test_a_mistyped_scenario_path_is_an_error_naming_the_missing_file_not_a_prompt(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "fanout.toml").write_text('[fleet]\nprompt = "x"\n')
+    # an OpenAI key in the environment: the mistyped path must never reach the hosted API
+    p = exarch(["run", "examples/fanout"], cwd=tmp_path, env={"OPENAI_API_KEY": "sk-test"})
+    assert p.returncode == 2, p.stderr
+    assert "no such file: examples/fanout" in p.stderr
+    assert "did you mean examples/fanout.toml?" in p.stderr
+    assert "--model" not in p.stderr, "never taken for a prompt"
+    assert not (tmp_path / ".exarch").exists(), "refused before a session was made"
+
+
+def test_a_missing_toml_and_a_slash_word_are_paths_but_a_sentence_with_a_slash_is_a_prompt(
+    tmp_path: Path,
+) -> None:
+    from cli.runner import looks_like_a_path
+
+    assert looks_like_a_path("examples/fanout")
+    assert looks_like_a_path("fanout.toml")
+    assert not looks_like_a_path("what is 1/2 of 10")
+    assert not looks_like_a_path("hello")
+    p = exarch(["run", "nosuch.toml"], cwd=tmp_path)
+    assert (p.returncode, "no such file: nosuch.toml" in p.stderr) == (2, True)
+
+
+def test_run_help_documents_that_a_path_like_argument_is_never_a_prompt() -> None:
+    p = exarch(["run", "-h"], cwd=ROOT)
+    assert "a '/' or a .toml ending and no spaces is a path" in " ".join(p.stdout.split())
+
+
+def test_the_bare_command_without_a_terminal_prints_the_help_and_exits_2(tmp_path: Path) -> None:
+    p = subprocess.run(
+        [sys.executable, "-c", "from cli.main import main; main()"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert p.returncode == 2, p.stderr
+    assert "First steps:" in p.stdout
+    assert "\x1b" not in p.stdout + p.stderr, "no escape codes in the pipe"
+    assert "no terminal" in p.stderr
+    assert not (tmp_path / ".exarch").exists(), "no chat session was started"
