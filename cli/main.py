@@ -80,8 +80,8 @@ def main(ctx: click.Context, **_: Any) -> None:
     """exarch-actors: fleets of LLM agents, each with a persistent ral shell.
 
     With no command, `exarch-actors` opens the chat UI on a packaged scripted demo (no
-    network, no key); without a terminal it prints this help and exits 2. `exarch-actors COMMAND -h` shows a command's options, what it prints
-    and its exit codes.
+    network, no key); without a terminal it prints this help and exits 2.
+    `exarch-actors COMMAND -h` shows a command's options, what it prints and its exit codes.
 
     \b
     First steps:
