@@ -38,6 +38,7 @@ from cli.runner import (
     session_path,
 )
 from runtime.providers.base import Provider
+from runtime.providers.prices import PriceTable
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
 
@@ -160,6 +161,7 @@ def chat_command(
                 agents="process" if hosts is not None else agents,
                 backend=hosts,
                 traffic=made.governor,
+                prices=PriceTable().free_of_charge() if provider == "scripted" else PriceTable(),
                 secrets=secret_policy(connection.secret_env, loaded, connection.api_key),
             ),
         )

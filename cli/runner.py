@@ -103,6 +103,15 @@ class RunSpec:
     """``--budget USD``: the run is cancelled when the fleet's spend reaches it."""
 
     @property
+    def run_prices(self) -> PriceTable:
+        """The prices the run is charged by: ``--prices`` / ``--price`` over the built-in table,
+        except that the scripted provider bills nothing (no network) unless a flag or file
+        priced its model (the scenario's file name: a budget rehearsed offline, docs/cost.md)."""
+        if self.provider == "scripted" and self.priced_model not in self.prices.overridden:
+            return self.prices.free_of_charge()
+        return self.prices
+
+    @property
     def priced_model(self) -> str | None:
         """The model name prices are looked up by: the scripted provider's is the scenario's
         file name without ``.toml`` (as :class:`ScriptedProvider` reports it)."""
@@ -340,7 +349,13 @@ def run_headless(
         system = spec.scenario.system
     if not prompt:
         raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
-    if spec.budget is not None and spec.prices.price(spec.priced_model) is None:
+    if spec.budget is not None and spec.run_prices.free:
+        click.echo(
+            f"note: --budget {spec.budget}: a scripted run costs nothing ($0), so the "
+            "budget never stops it",
+            err=True,
+        )
+    elif spec.budget is not None and spec.prices.price(spec.priced_model) is None:
         name = spec.priced_model or "(none)"
         raise click.UsageError(
             f"--budget needs a price for model {name!r}: add --price {name}=INPUT,OUTPUT or "
@@ -389,7 +404,7 @@ def _run_owned(
             limits=spec.limits,
             cwd=spec.cwd,
             durability=spec.durability,
-            prices=spec.prices,
+            prices=spec.run_prices,
             budget=spec.budget,
             agents="process" if backend is not None else spec.agents,
             backend=backend,

@@ -3,10 +3,17 @@ path, the bare command on a pipe, money and model names on a scripted run."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
 
+from rich.console import Console
+
+from cli.fleet import yield_table
+from runtime.messages import Usage
+from runtime.providers.prices import FREE_DATE, PriceTable
+from runtime.settlement.cost import SpendMeter
 from tests.agent.conftest import exarch
 from tests.support.terminal import ROOT
 
@@ -58,3 +65,49 @@ def test_the_bare_command_without_a_terminal_prints_the_help_and_exits_2(tmp_pat
     assert "\x1b" not in p.stdout + p.stderr, "no escape codes in the pipe"
     assert "no terminal" in p.stderr
     assert not (tmp_path / ".exarch").exists(), "no chat session was started"
+
+
+def test_a_free_table_charges_a_known_zero_but_a_network_model_without_a_price_stays_unknown() -> (
+    None
+):
+    usage = Usage(input_tokens=1000, output_tokens=1000)
+    network = SpendMeter()
+    assert network.charge("no-such-model", usage, PriceTable()) is None
+    assert network.read().cost is None, "an unpriced model is unknown, never $0"
+    scripted = SpendMeter()
+    free = PriceTable().free_of_charge()
+    assert scripted.charge("fanout", usage, free) == 0
+    assert scripted.charge("fanout", None, free) == 0, "no usage reported: still free"
+    assert scripted.read().cost == 0
+
+
+def _rendered_at_80(fy: dict[str, object]) -> list[str]:
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(yield_table(fy))
+    return console.export_text().splitlines()
+
+
+def test_the_fleet_yield_table_fits_80_columns_with_every_label_whole() -> None:
+    fy: dict[str, object] = {
+        "spawned": 123456,
+        "done": 120000,
+        "down": 3000,
+        "cancelled": 456,
+        "neverSettled": 0,
+        "releaseUnconfirmed": 0,
+        "cost": {"usd": None, "knownUsd": "12345.123456", "pricesDate": "2025-11"},
+    }
+    lines = _rendered_at_80(fy)
+    assert max(len(line) for line in lines) <= 80
+    text = "\n".join(lines)
+    for label in ("spawned", "never settled", "release unconfirmed", "cost"):
+        assert label in text
+    assert "…" not in text, "nothing cut"
+    assert "$? (known $12345.123456) · prices of 2025-11" in text
+
+
+def test_a_scripted_fleet_yield_says_its_zero_cost_is_free() -> None:
+    cost = {"usd": "0.000000", "knownUsd": "0.000000", "pricesDate": FREE_DATE}
+    text = "\n".join(_rendered_at_80({"spawned": 2, "done": 2, "cost": cost}))
+    assert "$0 (scripted: no charge)" in text
+    assert "$?" not in text
