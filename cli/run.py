@@ -74,7 +74,8 @@ def run_command(
       stderr  children: 3 failed, 37 replied    (children by terminal reason, if any)
       stderr  rate limit: N of M requests waited (the traffic governor, if any waited)
       stderr  error: WHY (the trunk's last provider error when it did not reply)
-      stdout  the reply (a trunk that never called `reply`: its last text, with a note)
+      stdout  the reply (a trunk that never called `reply`: its last text, with a note;
+              after Ctrl-C nothing but a reply: the last text goes to stderr)
 
     --quiet keeps only the reply (or the last text and its note), the scenario's warnings and
     the error line; --json prints one JSON object on stdout instead (outcome, reply, lastText,
