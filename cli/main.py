@@ -33,6 +33,11 @@ _SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
         "Replay a recorded session offline; report where ral results diverge.",
     ),
     "chat": ("cli.chat", "chat_command", "Talk to a conversing trunk in a terminal UI."),
+    "sessions": (
+        "cli.sessions",
+        "sessions_command",
+        "List the sessions under .exarch/sessions; prune old ones (never a live one).",
+    ),
 }
 
 
@@ -89,6 +94,7 @@ def main(ctx: click.Context, **_: Any) -> None:
       exarch-actors                              the chat UI on the scripted demo
       exarch-actors run --provider openai --model M "a prompt"       a real model
       exarch-actors check .exarch/sessions/<id>  check what a run left behind
+      exarch-actors sessions                     list the runs; --prune --keep N removes old ones
 
     \b
     Exit codes (each command's -h has its own list):

@@ -40,10 +40,10 @@ test needs it, with no clock in it."""
 class LiveRun:
     """``exarch-actors run GATED --session-dir session`` in a subprocess, until ``gate`` exists."""
 
-    def __init__(self, tmp_path: Path, *args: str) -> None:
+    def __init__(self, tmp_path: Path, *args: str, session: str = "session") -> None:
         self.dir = tmp_path
         (tmp_path / "gated.toml").write_text(textwrap.dedent(GATED))
-        self.session = tmp_path / "session"
+        self.session = tmp_path / session
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -52,7 +52,7 @@ class LiveRun:
                 "run",
                 "gated.toml",
                 "--session-dir",
-                "session",
+                session,
                 *args,
             ],
             cwd=tmp_path,
@@ -169,3 +169,72 @@ def test_a_run_recording_into_a_file_a_live_run_records_is_refused_and_the_file_
     assert recorded.count("[[agents.trunk]]") == 3, "one run's three replies, none interleaved"
     replayed = exarch(["run", "rec.toml", "--session-dir", "replayed"], cwd=tmp_path)
     assert (replayed.returncode, replayed.stdout.strip()) == (0, "done")
+
+
+QUICK = '[fleet]\nprompt = "x"\n' + '[[agents.trunk]]\nral = ["reply 1"]\n' * 2
+
+
+@pytest.mark.timeout(180)
+def test_sessions_lists_every_run_with_its_outcome_size_and_liveness_and_prune_spares_the_live_one(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "quick.toml").write_text(QUICK)
+    for _ in range(2):
+        done = exarch(["run", "quick.toml"], cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    live = LiveRun(tmp_path, session=".exarch/sessions/live-one")
+    try:
+        live.wait_busy()
+        listed = exarch(["sessions", "--json"], cwd=tmp_path)
+        assert listed.returncode == 0, listed.stderr
+        by_id = {s["id"]: s for s in json.loads(listed.stdout)["sessions"]}
+        assert len(by_id) == 3
+        assert by_id["live-one"]["live"] is True and by_id["live-one"]["pid"] == live.proc.pid
+        assert by_id["live-one"]["outcome"] == "running"
+        finished = [s for i, s in by_id.items() if i != "live-one"]
+        assert all(s["outcome"] == "replied" and not s["live"] for s in finished)
+        assert all(s["bytes"] > 0 for s in finished)
+
+        table = exarch(["sessions"], cwd=tmp_path)
+        assert f"pid {live.proc.pid}" in table.stdout and "running" in table.stdout
+
+        pruned = exarch(["sessions", "--prune", "--keep", "0", "--json"], cwd=tmp_path)
+        assert pruned.returncode == 0, pruned.stderr
+        report = json.loads(pruned.stdout)
+        assert sorted(s["id"] for s in report["removed"]) == sorted(s["id"] for s in finished)
+        assert [s["id"] for s in report["sessions"]] == ["live-one"]
+        assert live.session.is_dir() and live.proc.poll() is None, "the live run untouched"
+        code, out, _ = live.finish()
+        assert (code, out.strip()) == (0, "done")
+    finally:
+        live.reap()
+    assert sorted(p.name for p in (tmp_path / ".exarch" / "sessions").iterdir()) == ["live-one"]
+
+
+def test_prune_removes_only_what_passes_every_rule_and_never_a_live_session() -> None:
+    import datetime as dt
+
+    from cli.sessions import SessionEntry, prune_candidates
+
+    now = dt.datetime(2026, 1, 10, tzinfo=dt.UTC)
+
+    def entry(name: str, days_old: int, live: bool = False) -> SessionEntry:
+        return SessionEntry(Path(name), now - dt.timedelta(days=days_old), "replied", 1, None, live)
+
+    newest_first = [entry("a", 0), entry("b", 2), entry("c", 8, live=True), entry("d", 9)]
+    week = dt.timedelta(days=7)
+
+    def names(chosen: list[SessionEntry]) -> list[str]:
+        return [e.path.name for e in chosen]
+
+    assert names(prune_candidates(newest_first, now, week, None)) == ["d"]
+    assert names(prune_candidates(newest_first, now, None, 1)) == ["b", "d"]
+    assert names(prune_candidates(newest_first, now, week, 3)) == ["d"]
+    assert names(prune_candidates(newest_first, now, None, 0)) == ["a", "b", "d"]
+
+
+def test_sessions_prune_without_a_rule_is_refused_with_exit_2(tmp_path: Path) -> None:
+    p = exarch(["sessions", "--prune"], cwd=tmp_path)
+    assert p.returncode == 2 and "--prune needs --older-than DURATION and/or --keep N" in p.stderr
+    p = exarch(["sessions", "--prune", "--older-than", "soon"], cwd=tmp_path)
+    assert p.returncode == 2 and "not a duration like 30m" in p.stderr
