@@ -111,3 +111,19 @@ def test_a_scripted_fleet_yield_says_its_zero_cost_is_free() -> None:
     text = "\n".join(_rendered_at_80({"spawned": 2, "done": 2, "cost": cost}))
     assert "$0 (scripted: no charge)" in text
     assert "$?" not in text
+
+
+def test_the_readme_first_screen_fits_60_lines_with_install_first_run_tests_and_next_steps() -> (
+    None
+):
+    readme = (ROOT / "README.md").read_text()
+    first = readme.split("\n## ", 2)
+    screen = "\n## ".join(first[:2])  # the title and "First five minutes"
+    assert len(screen.splitlines()) <= 60
+    ci = (ROOT / ".ci" / "run").read_text()
+    install = "pip install -e '.[test,ray]'"
+    assert install in screen and install in ci, "the README's install line is the one CI runs"
+    assert "```sh\npytest\n```" in screen, "the test command is exactly `pytest`"
+    assert "$ exarch-actors run examples/fanout.toml\n" in screen, "what the first run prints"
+    assert "Where to go next" in screen
+    assert "nice" not in screen, "scheduling mechanics live in docs/architecture.md"
