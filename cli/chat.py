@@ -24,6 +24,7 @@ from cli.backend_options import (
     check_backend,
     make_backend,
 )
+from cli.config import with_config
 from cli.durability import durability_option
 from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options
@@ -99,6 +100,7 @@ def chat_command(
             "--record keeps the exchanges of agents in this machine's processes: "
             "it cannot be combined with --backend ray"
         )
+    connection = with_config(connection, scenario=scenario is not None)
     provider, model = connection.provider, connection.model
     intro = None
     if provider is None and scenario is None and model is None:

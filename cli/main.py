@@ -103,7 +103,12 @@ def main(ctx: click.Context, **_: Any) -> None:
       2    bad input: a usage error, an unreadable file, a missing API key
       130  cancelled by Ctrl-C
     """
-    if ctx.invoked_subcommand is None:
+    name = ctx.invoked_subcommand
+    if name in ("run", "fleet", "chat"):  # config.COMMANDS, without importing it for `ral`
+        from cli import config
+
+        config.install(ctx, name, _LazyGroup().get_command(ctx, name))
+    if name is None:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             # the chat UI on a pipe wrote escape codes into it and hung waiting for keys
             click.echo(ctx.get_help())

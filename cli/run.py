@@ -7,7 +7,7 @@ from typing import Literal
 
 import click
 
-from cli import HELP_SETTINGS
+from cli import HELP_SETTINGS, config
 from cli.backend_options import Backend, agents_option, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
@@ -22,7 +22,14 @@ from runtime.state.durability import Durability
 
 
 @click.command("run", context_settings=HELP_SETTINGS)
-@click.argument("target", metavar="SCENARIO.toml|PROMPT")
+@click.argument("target", metavar="SCENARIO.toml|PROMPT", required=False)
+@click.option(
+    "--show-config",
+    is_flag=True,
+    help="Print each default a config file can set (provider, model, base_url, durability, "
+    "agents, shell limits), its value and where it came from (flag, config file, default), "
+    "and exit.",
+)
 @provider_options(
     "Model provider (default: scripted for a SCENARIO.toml, else openai; with a network "
     "provider a SCENARIO.toml's [fleet] prompt goes to the real model)."
@@ -40,7 +47,8 @@ from runtime.state.durability import Durability
 @durability_option()
 @cost_options
 def run_command(
-    target: str,
+    target: str | None,
+    show_config: bool,
     connection: ProviderChoice,
     session_dir: str | None,
     chat: bool,
@@ -61,6 +69,11 @@ def run_command(
 ) -> None:
     """Run a headless trunk on a SCENARIO.toml (the scripted provider: no network, no key) or
     on a PROMPT (a real model), and print its reply.
+
+    Defaults come from ~/.config/exarch-actors/config.toml and .exarch/config.toml (the
+    project's over the user's; a flag over both): provider, model, base_url, durability,
+    agents, shell_memory, max_workers, max_binding_bytes. --show-config prints each value and
+    where it came from.
 
     An argument with a '/' or a .toml ending and no spaces is a path: if it names no file,
     that is an error naming the file (exit 2), never a prompt sent to a model.
@@ -93,6 +106,12 @@ def run_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
+    if show_config:
+        for line in config.show(click.get_current_context()):
+            click.echo(line)
+        return
+    if target is None:
+        raise click.UsageError("Missing argument 'SCENARIO.toml|PROMPT'.")
     if backend == "ray" and record:
         raise click.UsageError(
             "--record keeps every agent's provider in this process: "

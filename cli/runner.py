@@ -26,6 +26,7 @@ import click
 
 from cli import Refused
 from cli.backend_options import check_backend, make_backend
+from cli.config import with_config
 from cli.recording import open_recording
 from runtime.credentials import SecretPolicy
 from runtime.errors import ScenarioError
@@ -186,6 +187,7 @@ def spec_for(
     go to the real model), any other target is a prompt for ``--provider`` (default openai)."""
     refuse_missing_path(target)
     is_scenario = target.endswith(".toml")
+    connection = with_config(connection, scenario=is_scenario)
     provider = connection.provider or ("scripted" if is_scenario else "openai")
     scenario = read_scenario(target) if is_scenario else None
     if provider == "scripted" and scenario is None:
