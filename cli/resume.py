@@ -82,36 +82,7 @@ def resume_command(
         lock = session.claim()  # a run still alive there is never touched
     except SessionLive as e:
         raise Refused(str(e)) from None
-    try:
-        _resume_owned(
-            session,
-            overrides,
-            connection,
-            as_json,
-            quiet,
-            durability,
-            agents,
-            backend,
-            ray_address,
-            placement,
-        )
-    finally:
-        lock.release()
-
-
-def _resume_owned(
-    session: SessionDir,
-    overrides: dict[str, Any],
-    connection: ProviderChoice,
-    as_json: bool,
-    quiet: bool,
-    durability: Durability | None,
-    agents: Agents | None,
-    backend: Backend,
-    ray_address: str | None,
-    placement: str | None,
-) -> None:
-    """:func:`resume_command` once the session's owner lock is held."""
+    click.get_current_context().call_on_close(lock.release)  # held until the command ends
     report = RunReporter(as_json=as_json, quiet=quiet)
     hit = {"cancel": False}
     with signals_cancel(lambda: hit.__setitem__("cancel", True)) as interrupted:
