@@ -110,7 +110,7 @@ def _check(param: click.Parameter, value: Any, path: Path, key: str) -> None:
         raise click.UsageError(f"config {path}: {key}: {e.message}") from None
 
 
-def install(ctx: click.Context, name: str | None, command: click.Command | None) -> None:
+def load_for_command(ctx: click.Context, name: str | None, command: click.Command | None) -> None:
     """Load the config for subcommand ``name`` of the group's ``ctx`` (before its context is
     made): its defaults go to ``ctx.default_map``, the whole config to ``ctx.meta``."""
     if name not in COMMANDS or command is None:
@@ -150,7 +150,7 @@ def with_config(connection: ProviderChoice, *, scenario: bool) -> ProviderChoice
     )
 
 
-def show(ctx: click.Context) -> list[str]:
+def provenance_lines(ctx: click.Context) -> list[str]:
     """``run --show-config``: each key, its value and where it came from."""
     config = current()
     lines = [

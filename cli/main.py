@@ -107,7 +107,7 @@ def main(ctx: click.Context, **_: Any) -> None:
     if name in ("run", "fleet", "chat"):  # config.COMMANDS, without importing it for `ral`
         from cli import config
 
-        config.install(ctx, name, _LazyGroup().get_command(ctx, name))
+        config.load_for_command(ctx, name, _LazyGroup().get_command(ctx, name))
     if name is None:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             # the chat UI on a pipe wrote escape codes into it and hung waiting for keys

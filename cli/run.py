@@ -107,7 +107,7 @@ def run_command(
       143  cancelled by SIGTERM, likewise
     """
     if show_config:
-        for line in config.show(click.get_current_context()):
+        for line in config.provenance_lines(click.get_current_context()):
             click.echo(line)
         return
     if target is None:
