@@ -24,6 +24,7 @@ from cli.backend_options import (
     check_backend,
     make_backend,
 )
+from cli.config import with_config
 from cli.durability import durability_option
 from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options
@@ -38,6 +39,7 @@ from cli.runner import (
     session_path,
 )
 from runtime.providers.base import Provider
+from runtime.providers.prices import PriceTable
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
 
@@ -98,6 +100,7 @@ def chat_command(
             "--record keeps the exchanges of agents in this machine's processes: "
             "it cannot be combined with --backend ray"
         )
+    connection = with_config(connection, scenario=scenario is not None)
     provider, model = connection.provider, connection.model
     intro = None
     if provider is None and scenario is None and model is None:
@@ -137,10 +140,14 @@ def chat_command(
     factory: Callable[[str], Provider] = made
     prompt = loaded.prompt if send_prompt and loaded is not None else None
     system = loaded.system if loaded is not None else None
-    session = open_session(session_dir)
-    recording = open_recording(
-        spec, session, factory, prompt=prompt, system=system, interactive=True
-    )
+    session, lock = open_session(session_dir)
+    try:
+        recording = open_recording(
+            spec, session, factory, prompt=prompt, system=system, interactive=True
+        )
+    except BaseException:
+        lock.release()
+        raise
     if recording is not None:
         factory = recording.factory
     hosts = make_backend(backend, ray_address, placement)
@@ -156,6 +163,7 @@ def chat_command(
                 agents="process" if hosts is not None else agents,
                 backend=hosts,
                 traffic=made.governor,
+                prices=PriceTable().free_of_charge() if provider == "scripted" else PriceTable(),
                 secrets=secret_policy(connection.secret_env, loaded, connection.api_key),
             ),
         )
@@ -180,4 +188,5 @@ def chat_command(
         trunk.outcome.value if trunk is not None and trunk.outcome is not None else "cancelled"
     )
     fleet.write_result(outcome, None)
+    lock.release()
     click.echo(f"session: {session_path(session)}", err=True)

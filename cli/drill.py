@@ -45,7 +45,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cli import HELP_SETTINGS
+from cli import HELP_SETTINGS, Refused
 from cli.backend_options import Backend, backend_options, check_backend, make_backend
 from cli.drill_faults import (
     Applied,
@@ -87,6 +87,7 @@ from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability
 from runtime.state.durable import atomic_write_bytes, read_jsonl
 from runtime.state.session_dir import SessionDir
+from runtime.state.session_lock import SessionLive
 
 __all__ = [
     "DrillConfig",
@@ -623,7 +624,13 @@ def drill_command(
             "round in a child process on this machine, and the scripted kinds need the fault "
             "switch, which does not reach a Ray host's shell (name the kinds with --faults)"
         )
-    root = Path(session_dir) if session_dir else SessionDir.new().root
+    drill_dir = SessionDir.at(session_dir) if session_dir else SessionDir.new()
+    try:
+        lock = drill_dir.claim()  # a live run or drill there is never written into
+    except SessionLive as e:
+        raise Refused(str(e)) from None
+    click.get_current_context().call_on_close(lock.release)
+    root = drill_dir.root
     cfg = DrillConfig(
         seed,
         rate,

@@ -27,6 +27,7 @@ from cli.provider_options import ProviderChoice, output_options, provider_option
 from cli.recording import record_option
 from cli.run_report import RunReporter, agent_line, live_agents
 from cli.runner import run_headless, session_path, spec_for
+from runtime.providers.prices import FREE_DATE
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
 
@@ -84,23 +85,40 @@ def traffic_line(figures: dict[str, Any]) -> Text:
     return line
 
 
+YIELD_ROWS = (
+    ("spawned", "spawned"),
+    ("done", "done"),
+    ("down", "down"),
+    ("cancelled", "cancelled"),
+    ("neverSettled", "never settled"),
+    ("releaseUnconfirmed", "release unconfirmed"),
+)
+"""The yield table's rows: its JSON key, then the label a reader sees."""
+
+
 def yield_table(fy: dict[str, Any]) -> Table:
     """Settlement counts, then the fleet's cost: ``$?`` when any agent's is unknown (with the
-    known part beside it), never ``$0`` for what was not counted."""
-    keys = ("spawned", "done", "down", "cancelled", "neverSettled", "releaseUnconfirmed")
-    table = Table(title="fleet yield", show_header=True)
-    for key in keys:
-        table.add_column(key, justify="right")
+    known part beside it), never ``$0`` for what was not counted; a scripted run's known ``$0``
+    says it is free. One row per figure (label, value): it fits 80 columns whole, where a
+    column per figure cut its headers (``neverSettl…``)."""
+    table = Table(title="fleet yield", show_header=False)
+    table.add_column("figure")
+    table.add_column("value", justify="right", overflow="fold")
+    for key, label in YIELD_ROWS:
+        table.add_row(label, str(fy.get(key, 0)))
     cost = fy.get("cost")
     if isinstance(cost, dict):
-        table.add_column("cost", justify="right")
-    row = [str(fy.get(k, 0)) for k in keys]
-    if isinstance(cost, dict):
-        usd = cost.get("usd")
-        known = f"${usd}" if usd is not None else f"$? (known ${cost.get('knownUsd')})"
-        row.append(f"{known} · prices of {cost.get('pricesDate')}")
-    table.add_row(*row)
+        table.add_row("cost", cost_text(cost))
     return table
+
+
+def cost_text(cost: dict[str, Any]) -> str:
+    """The fleet yield's cost as the table shows it."""
+    if cost.get("pricesDate") == FREE_DATE:
+        return "$0 (scripted: no charge)"
+    usd = cost.get("usd")
+    known = f"${usd}" if usd is not None else f"$? (known ${cost.get('knownUsd')})"
+    return f"{known} · prices of {cost.get('pricesDate')}"
 
 
 @click.command("fleet", context_settings=HELP_SETTINGS)

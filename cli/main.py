@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from typing import Any
 
 import click
@@ -32,6 +33,11 @@ _SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
         "Replay a recorded session offline; report where ral results diverge.",
     ),
     "chat": ("cli.chat", "chat_command", "Talk to a conversing trunk in a terminal UI."),
+    "sessions": (
+        "cli.sessions",
+        "sessions_command",
+        "List the sessions under .exarch/sessions; prune old ones (never a live one).",
+    ),
 }
 
 
@@ -79,8 +85,8 @@ def main(ctx: click.Context, **_: Any) -> None:
     """exarch-actors: fleets of LLM agents, each with a persistent ral shell.
 
     With no command, `exarch-actors` opens the chat UI on a packaged scripted demo (no
-    network, no key). `exarch-actors COMMAND -h` shows a command's options, what it prints
-    and its exit codes.
+    network, no key); without a terminal it prints this help and exits 2.
+    `exarch-actors COMMAND -h` shows a command's options, what it prints and its exit codes.
 
     \b
     First steps:
@@ -89,6 +95,7 @@ def main(ctx: click.Context, **_: Any) -> None:
       exarch-actors                              the chat UI on the scripted demo
       exarch-actors run --provider openai --model M "a prompt"       a real model
       exarch-actors check .exarch/sessions/<id>  check what a run left behind
+      exarch-actors sessions                     list the runs; --prune --keep N removes old ones
 
     \b
     Exit codes (each command's -h has its own list):
@@ -97,7 +104,19 @@ def main(ctx: click.Context, **_: Any) -> None:
       2    bad input: a usage error, an unreadable file, a missing API key
       130  cancelled by Ctrl-C
     """
-    if ctx.invoked_subcommand is None:
+    name = ctx.invoked_subcommand
+    if name in ("run", "fleet", "chat"):  # config.COMMANDS, without importing it for `ral`
+        from cli import config
+
+        config.load_for_command(ctx, name, _LazyGroup().get_command(ctx, name))
+    if name is None:
+        if not (sys.stdin.isatty() and sys.stdout.isatty()):
+            # the chat UI on a pipe wrote escape codes into it and hung waiting for keys
+            click.echo(ctx.get_help())
+            click.echo(
+                "\nno terminal: the chat UI needs one; give a COMMAND (see above)", err=True
+            )
+            ctx.exit(2)
         if _LazyGroup._available("chat"):
             ctx.invoke(_LazyGroup().get_command(ctx, "chat") or click.Command("noop"))
         else:

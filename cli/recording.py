@@ -3,7 +3,9 @@ as a scenario while the run goes on (the format and its writer: ``runtime/replay
 
 The recording is written twice, block by block: to ``FILE.toml`` and to the session directory's
 ``recording.toml`` (so ``exarch-actors replay SESSION_DIR`` needs nothing else). A path that
-cannot be written is refused before the session directory is made.
+cannot be written is refused before the session directory is made, and so is a file another
+live run is recording into (each recorder holds an ``flock`` on its files while it writes: two
+runs once interleaved their blocks into one file that still parsed and replayed as neither).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
+from cli import Refused
 from runtime.constants import TRUNK_NAME
 from runtime.providers.base import Provider
 from runtime.providers.scenario import Scenario
 from runtime.replay.provider import recorded
-from runtime.replay.recording import Recorder, RecordingHeader
+from runtime.replay.recording import Recorder, RecordingBusy, RecordingHeader, recording_busy
 from runtime.state.durable import now_iso
 from runtime.state.session_dir import SessionDir
 
@@ -49,6 +52,8 @@ def _writable(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise click.BadParameter(f"{value} is a directory; give a FILE.toml", ctx, param)
     if not path.resolve().parent.is_dir():
         raise click.BadParameter(f"{path.parent} is not a directory", ctx, param)
+    if recording_busy(path):  # refused before a session is made; the recorder's lock decides
+        raise Refused(str(RecordingBusy(path)))
     return value
 
 
@@ -60,7 +65,7 @@ def record_option(f: F) -> F:
         callback=_writable,
         help="Record every agent's model replies to FILE.toml (and to the session's "
         "recording.toml) as they arrive: replay it offline with `run FILE.toml`, compare with "
-        "`replay SESSION_DIR`.",
+        "`replay SESSION_DIR`. A FILE another live run is recording into is refused (exit 2).",
     )(f)
 
 
@@ -110,6 +115,8 @@ def open_recording(
     )
     try:
         recorder = Recorder([Path(spec.record), session.recording], header)
+    except RecordingBusy as e:
+        raise Refused(str(e)) from None
     except OSError as e:
         raise click.UsageError(f"--record {spec.record}: {e.strerror or e}") from None
     return RunRecording(recorded(factory, recorder), recorder)

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from actors.resume import resume_run
-from cli import HELP_SETTINGS
+from cli import HELP_SETTINGS, Refused
 from cli.backend_options import (
     Agents,
     Backend,
@@ -31,13 +31,8 @@ from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
 from runtime.state.durability import Durability
 from runtime.state.session_dir import SessionDir
+from runtime.state.session_lock import SessionLive
 from runtime.state.session_read import ResumeRefused
-
-
-class Refused(click.ClickException):
-    """A typed refusal, printed as ``Error: ...`` (no usage text: the command line was fine)."""
-
-    exit_code = 2
 
 
 @click.command("resume", context_settings=HELP_SETTINGS)
@@ -72,8 +67,9 @@ def resume_command(
     Exit codes:
       0    the trunk replied or quiesced
       1    the run failed (the `error:` line says why) or was capped
-      2    the directory cannot be resumed (not a session, no run.json, already finished, a
-           damaged session file named by file and line), a bad flag, no API key for the
+      2    the directory cannot be resumed (a run still alive owns it: its pid is named;
+           not a session, no run.json, already finished, a damaged session file named by
+           file and line), a bad flag, no API key for the
            hosted service, or --backend ray without Ray installed
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
@@ -82,6 +78,11 @@ def resume_command(
     session = SessionDir(Path(session_dir).resolve())
     overrides = _connection_overrides(session, connection)
     check_backend(backend, ray_address, placement)
+    try:
+        lock = session.claim()  # a run still alive there is never touched
+    except SessionLive as e:
+        raise Refused(str(e)) from None
+    click.get_current_context().call_on_close(lock.release)  # held until the command ends
     report = RunReporter(as_json=as_json, quiet=quiet)
     hit = {"cancel": False}
     with signals_cancel(lambda: hit.__setitem__("cancel", True)) as interrupted:

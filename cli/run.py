@@ -7,7 +7,7 @@ from typing import Literal
 
 import click
 
-from cli import HELP_SETTINGS
+from cli import HELP_SETTINGS, config
 from cli.backend_options import Backend, agents_option, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
@@ -22,7 +22,14 @@ from runtime.state.durability import Durability
 
 
 @click.command("run", context_settings=HELP_SETTINGS)
-@click.argument("target", metavar="SCENARIO.toml|PROMPT")
+@click.argument("target", metavar="SCENARIO.toml|PROMPT", required=False)
+@click.option(
+    "--show-config",
+    is_flag=True,
+    help="Print each default a config file can set (provider, model, base_url, durability, "
+    "agents, shell limits), its value and where it came from (flag, config file, default), "
+    "and exit.",
+)
 @provider_options(
     "Model provider (default: scripted for a SCENARIO.toml, else openai; with a network "
     "provider a SCENARIO.toml's [fleet] prompt goes to the real model)."
@@ -40,7 +47,8 @@ from runtime.state.durability import Durability
 @durability_option()
 @cost_options
 def run_command(
-    target: str,
+    target: str | None,
+    show_config: bool,
     connection: ProviderChoice,
     session_dir: str | None,
     chat: bool,
@@ -64,6 +72,14 @@ def run_command(
     one of the packaged examples (fanout, chain, chat, crashing, fanin, fanin-small, memory,
     regression) plays that example: `exarch-actors run fanout` works from an installed wheel.
 
+    Defaults come from ~/.config/exarch-actors/config.toml and .exarch/config.toml (the
+    project's over the user's; a flag over both): provider, model, base_url, durability,
+    agents, shell_memory, max_workers, max_binding_bytes. --show-config prints each value and
+    where it came from.
+
+    An argument with a '/' or a .toml ending and no spaces is a path: if it names no file,
+    that is an error naming the file (exit 2), never a prompt sent to a model.
+
     \b
     Prints, in order:
       stderr  session: .exarch/sessions/<id>      (first: where the run is written)
@@ -73,7 +89,8 @@ def run_command(
       stderr  children: 3 failed, 37 replied    (children by terminal reason, if any)
       stderr  rate limit: N of M requests waited (the traffic governor, if any waited)
       stderr  error: WHY (the trunk's last provider error when it did not reply)
-      stdout  the reply (a trunk that never called `reply`: its last text, with a note)
+      stdout  the reply (a trunk that never called `reply`: its last text, with a note;
+              after Ctrl-C nothing but a reply: the last text goes to stderr)
 
     --quiet keeps only the reply (or the last text and its note), the scenario's warnings and
     the error line; --json prints one JSON object on stdout instead (outcome, reply, lastText,
@@ -91,6 +108,12 @@ def run_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
+    if show_config:
+        for line in config.provenance_lines(click.get_current_context()):
+            click.echo(line)
+        return
+    if target is None:
+        raise click.UsageError("Missing argument 'SCENARIO.toml|PROMPT'.")
     if backend == "ray" and record:
         raise click.UsageError(
             "--record keeps every agent's provider in this process: "

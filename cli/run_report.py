@@ -16,7 +16,8 @@ Order of output, and why:
    (the budget reached, for outcome ``budget``; else its last provider error — ``connection
    refused``, ``HTTP 401`` — else its last runtime note); then the reply on stdout. A trunk
    that ended with text but never called ``reply`` (a real model that ignored the nudges) gets
-   that text printed, with a note on stderr, rather than nothing.
+   that text printed, with a note on stderr, rather than nothing; a cancelled run (Ctrl-C)
+   prints nothing on stdout, its last text going to stderr under a note.
 
 ``--quiet`` keeps only the reply (or that last text) and the ``error``/note lines; ``--json``
 prints exactly one JSON object on stdout and, on stderr, what ``--quiet`` keeps.
@@ -65,6 +66,7 @@ ERROR_LINES = 3
 """Lines of a ral error's text printed on stderr (its head: position and message)."""
 
 NO_REPLY_NOTE = "note: the trunk ended without calling `reply`; its last text was:"
+CANCELLED_NOTE = "note: cancelled before a reply (stdout stays empty); the trunk's last text was:"
 
 
 def clip_first_line(text: str, limit: int = CLIP) -> str:
@@ -239,6 +241,11 @@ class RunReporter:
             return
         if reply is not None:
             click.echo(reply)
+        elif last is not None and outcome == "cancelled":
+            # a cancelled trunk's last text is what it was saying when stopped, not an answer:
+            # after Ctrl-C, `run examples/chat.toml` printed chat-UI text on stdout as a reply
+            click.echo(CANCELLED_NOTE, err=True)
+            click.echo(last, err=True)
         elif last is not None:
             click.echo(NO_REPLY_NOTE, err=True)
             click.echo(last)

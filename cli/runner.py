@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import click
 
+from cli import Refused
 from cli.backend_options import check_backend, make_backend
+from cli.config import with_config
 from cli.recording import open_recording
 from runtime.credentials import SecretPolicy
 from runtime.errors import ScenarioError
@@ -44,6 +46,7 @@ from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability
 from runtime.state.durable import atomic_write_bytes
 from runtime.state.session_dir import SessionDir, SessionDirInUse
+from runtime.state.session_lock import SessionLive, SessionLock
 
 if TYPE_CHECKING:
     from cli.provider_options import ProviderChoice
@@ -100,6 +103,15 @@ class RunSpec:
     """Dollars per million tokens by model (``--prices`` / ``--price``; ``cli/cost_options.py``)."""
     budget: Decimal | None = None
     """``--budget USD``: the run is cancelled when the fleet's spend reaches it."""
+
+    @property
+    def run_prices(self) -> PriceTable:
+        """The prices the run is charged by: ``--prices`` / ``--price`` over the built-in table,
+        except that the scripted provider bills nothing (no network) unless a flag or file
+        priced its model (the scenario's file name: a budget rehearsed offline, docs/cost.md)."""
+        if self.provider == "scripted" and self.priced_model not in self.prices.overridden:
+            return self.prices.free_of_charge()
+        return self.prices
 
     @property
     def priced_model(self) -> str | None:
@@ -189,7 +201,9 @@ def spec_for(
     the scripted provider (with a network ``--provider`` its ``[fleet]`` prompt and system prompt
     go to the real model), any other target is a prompt for ``--provider`` (default openai)."""
     target = packaged_example(target) or target
+    refuse_missing_path(target)
     is_scenario = target.endswith(".toml")
+    connection = with_config(connection, scenario=is_scenario)
     provider = connection.provider or ("scripted" if is_scenario else "openai")
     scenario = read_scenario(target) if is_scenario else None
     if provider == "scripted" and scenario is None:
@@ -207,6 +221,29 @@ def spec_for(
         provider_options=connection.network_options(provider),
         secret_env=connection.secret_env,
         **settings,
+    )
+
+
+def looks_like_a_path(target: str) -> bool:
+    """A target that is taken for a file, never a prompt: it has a ``/`` or ends in ``.toml``,
+    and no whitespace (a prompt is words)."""
+    return ("/" in target or target.endswith(".toml")) and not any(c.isspace() for c in target)
+
+
+def refuse_missing_path(target: str) -> None:
+    """Exit 2 naming the missing file when ``target`` looks like a path and names no file:
+    ``run examples/fanout`` once went to the model as a prompt (with a key set, to the hosted
+    API)."""
+    if not looks_like_a_path(target) or Path(target).is_file():
+        return
+    hint = ""
+    if Path(target + ".toml").is_file():
+        hint = f"; did you mean {target}.toml?"
+    elif Path(target).is_dir():
+        hint = f"; {target} is a directory, not a SCENARIO.toml"
+    raise click.UsageError(
+        f"no such file: {target} (an argument with a '/' or a .toml ending and no spaces is a "
+        f"scenario path, not a prompt){hint}"
     )
 
 
@@ -320,7 +357,6 @@ def run_headless(
 
     What can be refused (a bad flag, a missing API key, no prompt) is refused before the
     session directory is created, so a refused run leaves nothing behind."""
-    from actors.fleet import Fleet, FleetConfig
     from cli.grants import fleet_policy
 
     grants = spec.grants or fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)
@@ -331,7 +367,13 @@ def run_headless(
         system = spec.scenario.system
     if not prompt:
         raise click.UsageError("nothing to do: give a PROMPT or a scenario with [fleet] prompt")
-    if spec.budget is not None and spec.prices.price(spec.priced_model) is None:
+    if spec.budget is not None and spec.run_prices.free:
+        click.echo(
+            f"note: --budget {spec.budget}: a scripted run costs nothing ($0), so the "
+            "budget never stops it",
+            err=True,
+        )
+    elif spec.budget is not None and spec.prices.price(spec.priced_model) is None:
         name = spec.priced_model or "(none)"
         raise click.UsageError(
             f"--budget needs a price for model {name!r}: add --price {name}=INPUT,OUTPUT or "
@@ -341,7 +383,30 @@ def run_headless(
     governor = made.governor
     factory: Callable[[str], Provider] = made
     check_backend(spec.backend, spec.ray_address, spec.placement)
-    session = open_session(spec.session_dir)
+    session, lock = open_session(spec.session_dir)
+    try:
+        return _run_owned(
+            spec, session, factory, governor, grants, prompt, system, hosts, on_start, observer
+        )
+    finally:
+        lock.release()
+
+
+def _run_owned(
+    spec: RunSpec,
+    session: SessionDir,
+    factory: Callable[[str], Provider],
+    governor: Governor | None,
+    grants: GrantPolicy,
+    prompt: str,
+    system: str | None,
+    hosts: Any,
+    on_start: Callable[[Any], None] | None = None,
+    observer: RunObserver | None = None,
+) -> RunOutcome:
+    """:func:`run_headless` once the session is owned (its lock held by the caller)."""
+    from actors.fleet import Fleet, FleetConfig
+
     write_run_spec(session, spec, grants)
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)
     if recording is not None:
@@ -357,7 +422,7 @@ def run_headless(
             limits=spec.limits,
             cwd=spec.cwd,
             durability=spec.durability,
-            prices=spec.prices,
+            prices=spec.run_prices,
             budget=spec.budget,
             agents="process" if backend is not None else spec.agents,
             backend=backend,
@@ -405,15 +470,14 @@ def run_headless(
     return RunOutcome(outcome, reply, fy, session, interrupted.signum)
 
 
-def open_session(session_dir: str | None) -> SessionDir:
-    """The directory of a new run: ``--session-dir`` if given (exit 2 if it already holds a
-    run), else a fresh one under ``.exarch/sessions/``."""
-    if not session_dir:
-        return SessionDir.new()
+def open_session(session_dir: str | None) -> tuple[SessionDir, SessionLock]:
+    """The directory of a new run and its owner lock, held until the caller releases it:
+    ``--session-dir`` if given (exit 2 if a live run owns it, or it already holds a run), else
+    a fresh one under ``.exarch/sessions/``."""
     try:
-        return SessionDir.fresh_at(session_dir)
-    except SessionDirInUse as e:
-        raise click.UsageError(str(e)) from None
+        return SessionDir.claim_fresh(session_dir or None)
+    except (SessionDirInUse, SessionLive) as e:
+        raise Refused(str(e)) from None
 
 
 def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | None = None) -> None:

@@ -14,6 +14,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("EXARCH_TEST", "1")
+# A user's own config file (~/.config/exarch-actors/config.toml) must not change what the
+# suite's commands do: every command the suite starts reads an empty config home instead (a
+# test of config files sets its own).
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="exarch-tests-config-")
 
 
 def _cache_bytecode() -> None:

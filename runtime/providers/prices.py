@@ -44,6 +44,10 @@ PRICES_DATE = "2025-11"
 
 MILLION = Decimal(1_000_000)
 
+FREE_DATE = "none: a scripted run is free"
+"""The ``date`` of :meth:`PriceTable.free_of_charge`'s table, which reports carry as the fleet
+yield's ``pricesDate``: a reader tells a free run's ``$0`` from a priced one by it."""
+
 _DATED = re.compile(r"^-(latest|\d{4}-?\d{2}-?\d{2}|\d{4})$")
 """What may follow a table name in a model name: a release date or ``latest``."""
 
@@ -111,8 +115,20 @@ class PriceTable:
     overridden: tuple[str, ...] = ()
     """Models whose price came from a file or flag (reports say so)."""
 
+    free: bool = False
+    """Every model costs nothing: the scripted provider plays a file and bills no one, so its
+    round trips are a known ``$0`` (its "model" is the scenario's file name, which no table
+    prices: its cost once showed as ``$?`` and ``--budget`` asked for its price)."""
+
+    def free_of_charge(self) -> PriceTable:
+        """This table for a run whose provider bills nothing (the scripted provider)."""
+        return PriceTable({}, FREE_DATE, (), free=True)
+
     def price(self, model: str | None) -> Price | None:
-        """The price of ``model``: exact, else a table name plus a date or ``-latest``."""
+        """The price of ``model``: exact, else a table name plus a date or ``-latest``; zero
+        for every model of a :attr:`free` table."""
+        if self.free:
+            return _FREE
         if not model:
             return None
         if model in self.prices:
@@ -131,6 +147,9 @@ class PriceTable:
         merged = {**self.prices, **prices}
         overridden = tuple(dict.fromkeys([*self.overridden, *prices]))
         return PriceTable(merged, date or self.date, overridden)
+
+
+_FREE = Price(Decimal(0), Decimal(0), Decimal(0), Decimal(0))
 
 
 def _decimal(value: Any, what: str) -> Decimal:

@@ -37,6 +37,8 @@ header names the provider and model, never the endpoint's key.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime.errors import ExarchError
 from runtime.messages import AssistantMessage, ToolCall
 from runtime.state.private import FILE_MODE, private_dirs
 
@@ -290,6 +293,36 @@ def drop_torn_tail(text: str) -> tuple[str, TornBlock | None]:
 # The writer
 
 
+class RecordingBusy(ExarchError):
+    """``--record FILE`` names a file another live run is recording into.
+
+    Two runs appending to one file interleaved their blocks (16 agent blocks where one run
+    writes 8), and the result still parsed and replayed as neither run. Each recorder holds an
+    exclusive ``flock`` on its files while it writes, so the second run is refused instead."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(
+            f"recording busy: another live run is recording into {path}; "
+            "give this run another --record FILE, or wait for that run to end"
+        )
+
+
+def recording_busy(path: Path) -> bool:
+    """Whether a live recorder holds ``path`` (probed with a shared lock taken and dropped)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        return e.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+    finally:
+        os.close(fd)
+    return False
+
+
 class Recorder:
     """Appends a recording to one or more files while a run goes on. Thread-safe.
 
@@ -297,7 +330,9 @@ class Recorder:
     ``write(2)`` per file (see the module doc). :meth:`close` fsyncs and closes; it is
     idempotent, and a reply after close is ignored (a straggler of a closing fleet). A write that
     fails (a full disk) stops the recording, never the run: :attr:`error` says so, and what was
-    written stays readable (a torn last block is dropped by the reader)."""
+    written stays readable (a torn last block is dropped by the reader). Each file is locked
+    for the recorder's life: a file another live recorder holds is refused with
+    :class:`RecordingBusy`, untouched."""
 
     def __init__(self, paths: Sequence[Path], header: RecordingHeader) -> None:
         unique: list[Path] = []
@@ -316,8 +351,15 @@ class Recorder:
         try:
             for p in self.paths:
                 private_dirs(p.parent)
-                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-                self._fds.append(os.open(p, flags, FILE_MODE))
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+                self._fds.append(fd)
+                try:  # held until close: one live writer per file (:class:`RecordingBusy`)
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as e:
+                    if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise RecordingBusy(p) from None
+                    raise
+                os.ftruncate(fd, 0)  # truncated only once it is ours
             self._write(render_header(header))
         except BaseException:
             self.close()

@@ -111,9 +111,10 @@ class SpendMeter:
         self._f = SpendFigures()
 
     def charge(self, model: str, usage: Usage | None, prices: PriceTable) -> Decimal | None:
-        """Count one round trip; return its cost (``None``: unknown)."""
+        """Count one round trip; return its cost (``None``: unknown). Under a free table (the
+        scripted provider) every round trip is a known zero, reported usage or not."""
         price = prices.price(model)
-        cost = round_trip_cost(price, usage)
+        cost = Decimal(0) if prices.free else round_trip_cost(price, usage)
         with self._lock:
             f = self._f
             models = f.unpriced_models
@@ -125,7 +126,7 @@ class SpendMeter:
                 f.cache_write + (usage.cache_write_tokens if usage else 0),
                 f.cache_read + (usage.cache_read_tokens if usage else 0),
                 f.round_trips + 1,
-                f.unmetered + (usage is None),
+                f.unmetered + (usage is None and not prices.free),
                 f.unpriced + (usage is not None and price is None),
                 models,
                 f.known_cost + (cost or Decimal(0)),

@@ -19,6 +19,7 @@ from pathlib import Path
 from runtime.errors import ExarchError
 from runtime.state.durable import TORN_SUFFIX
 from runtime.state.private import DIR_MODE, make_private, private_dirs
+from runtime.state.session_lock import LOCK_NAME, Owner, SessionLock, live_owner
 
 _RUN_SPEC = "run.json"
 _TRANSCRIPT = "transcript.jsonl"
@@ -78,6 +79,39 @@ class SessionDir:
         if cls(root).holds_a_run():
             raise SessionDirInUse(root)
         return cls.at(root)
+
+    @classmethod
+    def claim_fresh(
+        cls, path: str | os.PathLike[str] | None, command: str | None = None
+    ) -> tuple[SessionDir, SessionLock]:
+        """A directory for a new run, owned: ``path`` as :meth:`fresh_at` takes it (or a new one
+        under ``.exarch/sessions/`` when None), with its lock held. A live owner is refused
+        first (:class:`~runtime.state.session_lock.SessionLive`: it says the run is running,
+        its pid and where), then a directory that holds a run (:class:`SessionDirInUse`)."""
+        if path is None:
+            session = cls.new()
+            return session, session.claim(command)
+        session = cls.at(path)
+        lock = session.claim(command)
+        if session.holds_a_run():
+            lock.release()
+            raise SessionDirInUse(session.root)
+        return session, lock
+
+    def claim(self, command: str | None = None) -> SessionLock:
+        """Take this session's owner lock for this process (``runtime/state/session_lock.py``):
+        every command that writes a session holds it for as long as it writes."""
+        return SessionLock.acquire(self.owner_lock, self.root, command)
+
+    def live_owner(self) -> Owner | None:
+        """The live process that owns this session, or None."""
+        return live_owner(self.owner_lock)
+
+    @property
+    def owner_lock(self) -> Path:
+        """The owner lock (``runtime/state/session_lock.py``): not a run file, it only says who
+        is writing the session now."""
+        return self.root / LOCK_NAME
 
     @classmethod
     def at(cls, path: str | os.PathLike[str]) -> SessionDir:

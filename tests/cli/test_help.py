@@ -22,6 +22,7 @@ EXIT_CODES = {
     "chat": {0, 2},
     "drill": {0, 1, 2, 130, 143},
     "check": {0, 1, 2},
+    "sessions": {0, 2},
 }
 PROVIDER_FLAGS = ("--model", "--base-url", "--api-key", "--timeout", "--retries")
 

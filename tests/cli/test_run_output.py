@@ -19,6 +19,7 @@ import pytest
 
 from tests.agent.conftest import Run, scenario_run
 from tests.support.terminal import ROOT, Terminal
+from tests.support.waiting import wait_for
 
 NO_REPLY = """
     [fleet]
@@ -209,9 +210,10 @@ def test_on_a_terminal_run_draws_a_live_line_per_agent_with_turn_calls_tokens_an
     screen = term.plain
     assert screen.startswith("session: .exarch/sessions/")
     # The last frame, drawn once both agents have ended (then cleared: the status is transient).
-    # the scenario's model has no price: its cost is shown as unknown, never as $0
-    assert "trunk replied · turn 2 · 4 calls · 100 tok · $? · last: reply done" in screen
-    assert "kid replied · turn 1 · 2 calls · tok ? · $? · last: reply 5" in screen
+    # a scripted run bills no one: its cost is a known zero, usage reported or not (a network
+    # model with no price stays `$?`: tests/cli/test_first_hour.py)
+    assert "trunk replied · turn 2 · 4 calls · 100 tok · $0.000000 · last: reply done" in screen
+    assert "kid replied · turn 1 · 2 calls · tok ? · $0.000000 · last: reply 5" in screen
     assert "\x1b[" in term.seen, "drawn with terminal control sequences"
     assert screen.rstrip().endswith("outcome: replied\r\nchildren: 1 replied\r\ndone")
 
@@ -238,3 +240,27 @@ def test_unknown_scenario_keys_are_printed_as_warnings_with_their_file_position(
         f"warning: {path}:4: fleet.promt: unknown key (ignored)",
         f"warning: {path}:7: agents.trunk[0].stopp: unknown key (ignored)",
     ]
+
+
+def test_after_ctrl_c_of_run_on_the_chat_example_stdout_carries_nothing_but_a_reply(
+    tmp_path: Path,
+) -> None:
+    # examples/chat.toml is written for the chat UI: its trunk says "Press Esc to interrupt me"
+    # and sleeps; `run` on it, then Ctrl-C, once printed that text on stdout as the reply
+    example = (ROOT / "examples" / "chat.toml").read_text()
+    run = Running(tmp_path, example)
+    try:
+        run.line_with("session: ")
+
+        def sleeping() -> bool:
+            logs = list((tmp_path / ".exarch" / "sessions").glob("*/agents/trunk/events.jsonl"))
+            return bool(logs) and "Press Esc" in logs[0].read_text()
+
+        wait_for(sleeping, 30, "the trunk to start its slow call")
+        code, out, err = run.interrupt()
+    finally:
+        run.kill()
+    assert code == 130, err
+    assert "outcome: cancelled" in err
+    assert out == "", "no reply: nothing on stdout"
+    assert "cancelled before a reply" in err and "Press Esc to interrupt me" in err

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.providers.prices import FREE_DATE
 from tests.agent.conftest import Run, exarch, read_records
 from tests.support.protocol_servers import Exchange, ProtocolServer, openai_chunks, sse
 
@@ -65,9 +66,11 @@ def test_fleet_yield_carries_each_agents_cost_in_dollars_with_cached_tokens_apar
     assert json.loads(p.stdout)["fleetYield"]["cost"] == cost
 
 
-def test_a_model_without_a_price_shows_its_cost_as_unknown_not_zero(
+def test_a_scripted_run_costs_a_known_zero_and_says_it_is_free(
     run_scenario: Callable[..., Run],
 ) -> None:
+    # the scripted provider's "model" is the scenario's file name, which no table prices: its
+    # cost once showed as `$? (known $0.000000)`; it bills no one, so it is a known $0
     run = run_scenario(
         """
         [fleet]
@@ -76,14 +79,15 @@ def test_a_model_without_a_price_shows_its_cost_as_unknown_not_zero(
         usage_tokens = 100
         ral = ["reply 1"]
         [[agents.trunk]]
-        usage_tokens = 100
         ral = ["reply 1"]
         """
     )
     assert run.code == 0, run.stderr
     cost = run.result["fleetYield"]["cost"]
-    assert cost["usd"] is None and cost["unknownAgents"] == 1
-    assert cost["agents"]["trunk"]["unpricedModels"] == ["scenario"]
+    assert cost["usd"] == "0.000000" and cost["unknownAgents"] == 0
+    assert cost["pricesDate"] == FREE_DATE
+    assert cost["agents"]["trunk"]["unmeteredRoundTrips"] == 0
+    assert cost["agents"]["trunk"]["unpricedModels"] == []
 
 
 BUDGET = """
@@ -140,13 +144,21 @@ def test_budget_cancels_the_fleet_settles_every_child_and_exits_1(
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_a_budget_on_a_model_without_a_price_is_refused_before_anything_runs(
+def test_a_budget_on_a_scripted_run_is_accepted_as_free_with_a_note(
     run_scenario: Callable[..., Run],
 ) -> None:
-    run = run_scenario(BUDGET, "--budget", "3")
-    assert run.code == 2
-    assert "--budget needs a price for model 'scenario'" in run.stderr
-    assert not (run.session / "result.json").exists()
+    # `--budget 1` on a scenario once said `needs a price for model 'fanout'`
+    run = run_scenario(
+        '[fleet]\nprompt = "x"\n[[agents.trunk]]\nusage_tokens = 100\n'
+        'ral = ["reply 1"]\n[[agents.trunk]]\nral = ["reply 1"]\n',
+        "--budget",
+        "1",
+    )
+    assert run.code == 0, run.stderr
+    assert "needs a price" not in run.stderr
+    assert "note: --budget 1: a scripted run costs nothing ($0)" in run.stderr
+    cost = run.result["fleetYield"]["cost"]
+    assert (cost["usd"], cost["budgetReached"]) == ("0.000000", False)
 
 
 def openai_reply(text: str, script: str | None, prompt: int, completion: int) -> Exchange:
