@@ -438,8 +438,9 @@ def report_programs(data: Channel) -> None:
     - the program is started with ``PR_SET_PDEATHSIG = SIGKILL`` (Linux), so the kernel kills it
       the moment this process dies, however it dies -- no window in which a SIGKILLed host
       leaves it running;
-    - it gets back the memory limit this process had before :func:`limit_memory` (the shell's
-      limit bounds ral values, not a compiler the script runs);
+    - it keeps this process's memory limit (``--shell-memory``, per program: a program that
+      allocates past it gets ``ENOMEM``, which Python reports as ``MemoryError`` and C
+      programs as a failed ``malloc``), so a memory bomb in a program stops there;
     - its pid is announced with a ``notice`` frame, so the control side can also kill the
       program's own process group (its children) at a rollback;
     - this process is made a child subreaper, so what a program leaves running when it
@@ -454,8 +455,6 @@ def report_programs(data: Channel) -> None:
     owned = _owned_programs
 
     def preexec() -> None:
-        if _inherited_memory_limit is not None:
-            resource.setrlimit(resource.RLIMIT_DATA, _inherited_memory_limit)
         if die_with_parent is not None:
             die_with_parent()
 
@@ -569,20 +568,14 @@ def die_with_parent() -> None:
         server._forkserver_alive_fd = None  # type: ignore[union-attr]
 
 
-_inherited_memory_limit: tuple[int, int] | None = None
-"""``RLIMIT_DATA`` as this process had it before :func:`limit_memory` lowered it."""
-
-
 def limit_memory(memory_bytes: int | None) -> None:
     """In a host or worker: cap its writable memory (``RLIMIT_DATA``, soft limit) at
     ``memory_bytes`` (None: leave it), so an allocation past it raises ``MemoryError`` in this
     process instead of growing it (see :mod:`runtime.shell.limits` for why this limit and its
-    default). The hard limit is left alone, so programs started here get the old one back."""
-    global _inherited_memory_limit
+    default). Programs started here keep it (:func:`report_programs`)."""
     if memory_bytes is None:
         return
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    _inherited_memory_limit = (soft, hard)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     if hard != resource.RLIM_INFINITY:
         memory_bytes = min(memory_bytes, hard)
     resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, hard))

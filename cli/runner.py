@@ -16,7 +16,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
@@ -306,6 +306,7 @@ def run_headless(
     session directory is created, so a refused run leaves nothing behind."""
     from actors.fleet import Fleet, FleetConfig
     from cli.grants import fleet_policy
+    from cli.limits import sandboxed
 
     grants = spec.grants or fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)
     prompt = spec.prompt
@@ -321,6 +322,7 @@ def run_headless(
             f"--budget needs a price for model {name!r}: add --price {name}=INPUT,OUTPUT or "
             f"--prices FILE (dollars per million tokens; docs/cost.md)"
         )
+    spec = replace(spec, limits=sandboxed(spec.limits, spec.provider))
     made = provider_factory(spec)
     governor = made.governor
     factory: Callable[[str], Provider] = made
