@@ -126,6 +126,41 @@ def keep_secrets_from_forks(policy: SecretPolicy) -> None:
     global _fork_secrets
     with _env_lock:
         _fork_secrets = policy
+    mask_proc_secrets(policy)
+
+
+MIN_MASKED = 8
+"""Shorter values are not masked: replacing them could change unrelated entries of the block."""
+
+
+def mask_proc_secrets(policy: SecretPolicy) -> None:
+    """Overwrite, in this process's own memory, every secret value of its initial environment
+    and command line with ``*``: what ``/proc/PID/environ`` and ``/proc/PID/cmdline`` show any
+    process of the user -- a confined program included (Landlock's ptrace scoping refuses it
+    ``/proc/PID/mem`` but not ``environ``; tests/shell/test_escapes.py). Python's ``os.environ``
+    and ``sys.argv`` are copies made at start, so the provider still finds its key. Off Linux,
+    or where ``/proc/self/mem`` cannot be written, nothing happens."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        # fields after the command name start at field 3; arg_start..env_end are 48..51
+        arg_start, arg_end, env_start, env_end = (int(fields[n - 3]) for n in (48, 49, 50, 51))
+        found = {os.environ.get(k, "") for k in policy.secret_names(os.environ)}
+        values = {v.encode() for v in found | set(policy.values) if len(v) >= MIN_MASKED}
+        if not values:
+            return
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            for start, end in ((arg_start, arg_end), (env_start, env_end)):
+                mem.seek(start)
+                block = mem.read(end - start)
+                masked = block
+                for v in values:
+                    masked = masked.replace(v, b"*" * len(v))
+                if masked != block:
+                    mem.seek(start)
+                    mem.write(masked)
+    except (OSError, ValueError, IndexError):
+        pass
 
 
 def _spawn_without_secrets(path: Any, args: Any, passfds: Any) -> int:
