@@ -211,6 +211,11 @@ def ruleset(
     )
 
 
+def confined_line(sandbox: Sandbox | None) -> str | None:
+    """The sandbox's line for the model's first turn, or None when the shell is unconfined."""
+    return sandbox.describe() if sandbox is not None and sandbox.confined else None
+
+
 def refusal_note(sandbox: Sandbox | None, error: BaseException) -> str:
     """What a ral error adds to a kernel's ``EACCES``/``EPERM`` in a confined shell: the
     sandbox refused it, not the file's permissions (empty otherwise)."""
@@ -235,6 +240,7 @@ __all__ = [
     "SandboxMode",
     "SandboxUnavailable",
     "check_mode",
+    "confined_line",
     "default_mode",
     "refusal_note",
     "ruleset",
