@@ -88,6 +88,7 @@ from runtime.providers.base import (
 )
 from runtime.ral.values import render
 from runtime.settlement.cost import SpendMeter
+from runtime.shell.confinement import confined_line
 from runtime.shell.ledger import LargeBinding
 from runtime.state import durability
 from runtime.state.eventlog import AgentLog
@@ -219,7 +220,12 @@ class Agent:
             if spec.chat
             else spec.system
             or build_system_prompt(
-                self.desk.verbs(), spec.name, self.returns, spec.fuel, chat=spec.chat
+                self.desk.verbs(),
+                spec.name,
+                self.returns,
+                spec.fuel,
+                chat=spec.chat,
+                sandbox=confined_line(spec.context.sandbox if spec.context else None),
             )
         )
         parts = site.start_shell(spec.name, self.desk, spec.context, spec.snapshot)

@@ -33,6 +33,8 @@ from runtime.fleet.digest import digest_tool_result
 from runtime.fleet.diskwarn import disk_usage
 from runtime.fleet.inbox import Surface
 from runtime.fleet.probes import ResourceFigures, event_rows, resources
+from runtime.ral.context import DynamicContext
+from runtime.shell.confinement import Sandbox
 from runtime.shell.limits import ShellLimits
 from runtime.state import durability
 from runtime.state.durable import append_jsonl
@@ -164,9 +166,19 @@ def agent_resources(
         spend=agent.stats.spend.read().to_json(),
         prices_date=agent.site.prices().date,
         traffic=lease.get("traffic"),
+        sandbox=sandbox_line(agent.spec.context),
     )
     rows, card = resources(figures, title=f"resources of {agent.name}")
     return Resources(agent.name, rows=event_rows(rows), card=card)
+
+
+def sandbox_line(context: DynamicContext | None) -> str | None:
+    """What confinement the agent's shell is in, one line (None when its context is not
+    known here)."""
+    if context is None:
+        return None
+    sandbox = context.sandbox or Sandbox()
+    return sandbox.describe()
 
 
 class WorkerCount:

@@ -82,6 +82,7 @@ from runtime.settlement.release_sweep import (
     release_sweep,
     settle_child,
 )
+from runtime.shell.confinement import Sandbox, SandboxMode
 from runtime.shell.limits import ShellLimits
 from runtime.state import durability
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
@@ -256,6 +257,18 @@ class Fleet:
         by its executor at admission and removed at teardown; the trunk's is made here."""
         return str(self.session.scratch(name).resolve())
 
+    def _sandbox_for(self, name: str) -> Sandbox:
+        """The agent's kernel confinement: the run's mode and workspace (the base grant roots,
+        else the run's cwd; each agent's grant roots narrow it where its host builds the
+        rules) and the agent's own scratch directory -- the fleet's, never its shell's
+        environment, which ral may change."""
+        base = self.config.grants.base.roots
+        workspace = (
+            base if base is not None else (os.path.realpath(self.config.cwd or os.getcwd()),)
+        )
+        mode = self.config.limits.sandbox or SandboxMode.FULL_ACCESS
+        return Sandbox(mode, tuple(workspace), False, self._scratch_for(name))
+
     def _granted_spec(self, spec: AgentSpec) -> AgentSpec:
         """Decide the agent's grants, once, for every way an agent is made (trunk, fork,
         branch, resume): the policy's for its name met with its parent's (as recorded here, not
@@ -277,7 +290,10 @@ class Fleet:
         grants = grants.meet(base.grants)
         env = self.config.secrets.scrub(base.env)
         env[SESSION_ENV] = self._session_marker
-        ctx = DynamicContext(base.cwd, env, grants)
+        sandbox = self._sandbox_for(spec.name)
+        if sandbox.confined:  # tools' temporary files go where the agent may write
+            env["TMPDIR"] = sandbox.scratch or env.get("TMPDIR", "")
+        ctx = DynamicContext(base.cwd, env, grants, sandbox)
         if snap is not None and snap.context:
             snap = replace(snap, context=ctx.to_dict())
         self._granted[spec.name] = grants

@@ -134,6 +134,41 @@ def keep_secrets_from_forks(policy: SecretPolicy) -> None:
     global _fork_secrets
     with _env_lock:
         _fork_secrets = policy
+    mask_proc_secrets(policy)
+
+
+MIN_MASKED = 8
+"""Shorter values are not masked: replacing them could change unrelated entries of the block."""
+
+
+def mask_proc_secrets(policy: SecretPolicy) -> None:
+    """Overwrite, in this process's own memory, every secret value of its initial environment
+    and command line with ``*``: what ``/proc/PID/environ`` and ``/proc/PID/cmdline`` show any
+    process of the user -- a confined program included (Landlock's ptrace scoping refuses it
+    ``/proc/PID/mem`` but not ``environ``; tests/shell/test_escapes.py). Python's ``os.environ``
+    and ``sys.argv`` are copies made at start, so the provider still finds its key. Off Linux,
+    or where ``/proc/self/mem`` cannot be written, nothing happens."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        # fields after the command name start at field 3; arg_start..env_end are 48..51
+        arg_start, arg_end, env_start, env_end = (int(fields[n - 3]) for n in (48, 49, 50, 51))
+        found = {os.environ.get(k, "") for k in policy.secret_names(os.environ)}
+        values = {v.encode() for v in found | set(policy.values) if len(v) >= MIN_MASKED}
+        if not values:
+            return
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            for start, end in ((arg_start, arg_end), (env_start, env_end)):
+                mem.seek(start)
+                block = mem.read(end - start)
+                masked = block
+                for v in values:
+                    masked = masked.replace(v, b"*" * len(v))
+                if masked != block:
+                    mem.seek(start)
+                    mem.write(masked)
+    except (OSError, ValueError, IndexError):
+        pass
 
 
 def _spawn_without_secrets(path: Any, args: Any, passfds: Any) -> int:
@@ -446,8 +481,9 @@ def report_programs(data: Channel) -> None:
     - the program is started with ``PR_SET_PDEATHSIG = SIGKILL`` (Linux), so the kernel kills it
       the moment this process dies, however it dies -- no window in which a SIGKILLed host
       leaves it running;
-    - it gets back the memory limit this process had before :func:`limit_memory` (the shell's
-      limit bounds ral values, not a compiler the script runs);
+    - it keeps this process's memory limit (``--shell-memory``, per program: a program that
+      allocates past it gets ``ENOMEM``, which Python reports as ``MemoryError`` and C
+      programs as a failed ``malloc``), so a memory bomb in a program stops there;
     - its pid is announced with a ``notice`` frame, so the control side can also kill the
       program's own process group (its children) at a rollback;
     - this process is made a child subreaper, so what a program leaves running when it
@@ -462,8 +498,6 @@ def report_programs(data: Channel) -> None:
     owned = _owned_programs
 
     def preexec() -> None:
-        if _inherited_memory_limit is not None:
-            resource.setrlimit(resource.RLIMIT_DATA, _inherited_memory_limit)
         if die_with_parent is not None:
             die_with_parent()
 
@@ -577,20 +611,14 @@ def die_with_parent() -> None:
         server._forkserver_alive_fd = None  # type: ignore[union-attr]
 
 
-_inherited_memory_limit: tuple[int, int] | None = None
-"""``RLIMIT_DATA`` as this process had it before :func:`limit_memory` lowered it."""
-
-
 def limit_memory(memory_bytes: int | None) -> None:
     """In a host or worker: cap its writable memory (``RLIMIT_DATA``, soft limit) at
     ``memory_bytes`` (None: leave it), so an allocation past it raises ``MemoryError`` in this
     process instead of growing it (see :mod:`runtime.shell.limits` for why this limit and its
-    default). The hard limit is left alone, so programs started here get the old one back."""
-    global _inherited_memory_limit
+    default). Programs started here keep it (:func:`report_programs`)."""
     if memory_bytes is None:
         return
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    _inherited_memory_limit = (soft, hard)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     if hard != resource.RLIM_INFINITY:
         memory_bytes = min(memory_bytes, hard)
     resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, hard))

@@ -36,6 +36,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from actors.frames import Channel, ChannelClosed, Frame
+from actors.landlock import enter_sandbox
 from actors.priority import yield_to_control
 from actors.process import (
     CancelListener,
@@ -159,6 +160,7 @@ class HostCore:
         self.verbs = frozenset(f.get("verbs") or ())
         self.max_binding_bytes = int(f.get("max_binding_bytes") or DEFAULT_MAX_BINDING_BYTES)
         context = DynamicContext.from_dict(dict(f["context"]))
+        enter_sandbox(context.sandbox, context.grants)  # before any ral runs; once
         self.session = Session(
             context=context,
             desk=_EnquiryDesk(self) if self.verbs else None,

@@ -93,9 +93,7 @@ class RemoteGate:
         self._channel.try_send(Call(method, pickle.dumps(args)))
 
 
-def serve_admit(
-    governor: Governor | None, channel: AgentChannel, rid: int, payload: bytes
-) -> None:
+def serve_admit(governor: Governor | None, channel: AgentChannel, rid: int, payload: bytes) -> None:
     """The control side of ``traffic_admit``, on the channel's reader: queued, and answered
     when granted. A run without a governor grants at once."""
 
@@ -106,9 +104,7 @@ def serve_admit(
         answer(TrafficVerdict(True))
         return
     ticket, key, payload_bytes, max_tokens, age, waited = pickle.loads(payload)
-    governor.submit(
-        ticket, tuple(key), payload_bytes, max_tokens, answer, age=age, waited=waited
-    )
+    governor.submit(ticket, tuple(key), payload_bytes, max_tokens, answer, age=age, waited=waited)
 
 
 def serve_notice(governor: Governor | None, method: str, payload: bytes) -> None:

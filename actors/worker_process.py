@@ -31,6 +31,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from actors.frames import Channel, ChannelClosed
+from actors.landlock import enter_sandbox
 from actors.mailbox import QuotaActor
 from actors.priority import yield_to_control
 from actors.process import (
@@ -90,6 +91,7 @@ def worker_main(
         from runtime.ral.session import Session
 
         context = DynamicContext.from_dict(dict(frame["context"]))
+        enter_sandbox(context.sandbox, context.grants)  # before its cancel listener starts
         session = Session(context=context, faults=bool(frame.get("faults")))
         listener = CancelListener(ctl, session.cancel)
         session.restore({BODY_NAME: decode_value(frame["closure"])}, context)

@@ -29,6 +29,7 @@ ORDER = [
     ("cancel_cascade", "cancel cascade over 10 / 100 / 1,000 registry entries"),
     ("cancel_cascade_shells", "cancel cascade with real shell processes at 10 / 100"),
     ("cancel_grace", "interrupt to result: busy honest shells vs a host spinning in C code"),
+    ("confinement", "shell start, a trivial call and one exec: full-access vs workspace-write"),
     ("shell_memory", "a fresh host's VmSize / VmData / RSS; the peak of a 256 MiB binding"),
     ("agent_overhead", "one ral call through the whole stack vs the shell round trip"),
     ("fleet_throughput", "10 / 50 / 200 agents x 50 ral calls: calls/s, memory per agent"),

@@ -27,7 +27,7 @@ from cli.backend_options import (
 from cli.config import with_config
 from cli.durability import durability_option
 from cli.grants import fleet_policy, grant_options
-from cli.limits import limit_options
+from cli.limits import limit_options, sandboxed
 from cli.provider_options import ProviderChoice, provider_options
 from cli.recording import open_recording, record_option
 from cli.runner import (
@@ -113,9 +113,11 @@ def chat_command(
     loaded = read_scenario(scenario) if scenario is not None else None
     if send_prompt and (loaded is None or not loaded.prompt):
         raise click.UsageError("--send-prompt needs a scenario with a [fleet] prompt")
+    limits = sandboxed(limits, provider)
     spec = RunSpec(
         provider=provider,
         prompt=None,
+        limits=limits,
         scenario=loaded if provider == "scripted" else None,
         model=model,
         base_url=connection.base_url,

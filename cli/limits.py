@@ -4,6 +4,8 @@ live in :mod:`runtime.shell.limits`)::
     --shell-memory SIZE       RLIMIT_DATA of every shell host and worker (default 2GiB)
     --max-workers N           running spawn workers per shell (default 64)
     --max-binding-bytes SIZE  largest binding a shell keeps (default 256MiB)
+    --sandbox MODE            read-only | workspace-write | full-access (default: workspace-write
+                              for a network model, full-access for a scripted run)
 
 ``@limit_options`` adds the three flags and hands the command one ``limits: ShellLimits``.
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 import click
 
+from runtime.shell.confinement import MODES, SandboxMode, SandboxUnavailable, check_mode
 from runtime.shell.limits import (
     DEFAULT_MAX_BINDING_BYTES,
     DEFAULT_MAX_WORKERS,
@@ -27,6 +30,19 @@ from runtime.shell.limits import (
 )
 
 UNLIMITED = "unlimited"
+
+
+def sandboxed(limits: ShellLimits, provider: str) -> ShellLimits:
+    """``limits`` with the sandbox mode decided for ``provider``, refused (exit 2, said once)
+    when the kernel cannot enforce it."""
+    from actors.landlock import abi
+
+    limits = limits.resolved(provider)
+    try:
+        check_mode(limits.sandbox or SandboxMode.FULL_ACCESS, abi())
+    except SandboxUnavailable as e:
+        raise click.UsageError(str(e)) from None
+    return limits
 
 
 class Size(click.ParamType):
@@ -59,15 +75,26 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
         shell_memory: int | None,
         max_workers: int,
         max_binding_bytes: int,
+        sandbox: str | None,
         **kwargs: Any,
     ) -> Any:
+        mode = None if sandbox is None else SandboxMode(sandbox)
         try:
-            limits = ShellLimits(shell_memory, max_workers, max_binding_bytes)
+            limits = ShellLimits(shell_memory, max_workers, max_binding_bytes, mode)
         except BadLimit as e:
             raise click.UsageError(str(e)) from None
         return command(*args, limits=limits, **kwargs)
 
     options = [
+        click.option(
+            "--sandbox",
+            type=click.Choice(MODES),
+            default=None,
+            help="Kernel confinement of every shell and program (Landlock + seccomp): "
+            "workspace-write (writes only to the run's directory and scratch, no network), "
+            "read-only, or full-access (none). Default: workspace-write with a network model, "
+            "full-access for a scripted run. docs/security.md.",
+        ),
         click.option(
             "--shell-memory",
             type=Size(unlimited=True),

@@ -207,9 +207,7 @@ class RunReporter:
         reasons: dict[str, int] = fleet_yield.get("byReason") or {}
         failed = sum(n for r, n in reasons.items() if r not in ("replied", "quiesced", "cancelled"))
         if error is None and outcome == "quiesced" and reply is None and failed:
-            error = (
-                f"the trunk did not reply; {failed} of {sum(reasons.values())} children failed"
-            )
+            error = f"the trunk did not reply; {failed} of {sum(reasons.values())} children failed"
         last = trunk_last_text(self.fleet) if reply is None else None
         if self.as_json:
             record = {

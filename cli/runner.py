@@ -17,7 +17,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
@@ -358,6 +358,7 @@ def run_headless(
     What can be refused (a bad flag, a missing API key, no prompt) is refused before the
     session directory is created, so a refused run leaves nothing behind."""
     from cli.grants import fleet_policy
+    from cli.limits import sandboxed
 
     grants = spec.grants or fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)
     prompt = spec.prompt
@@ -379,6 +380,7 @@ def run_headless(
             f"--budget needs a price for model {name!r}: add --price {name}=INPUT,OUTPUT or "
             f"--prices FILE (dollars per million tokens; docs/cost.md)"
         )
+    spec = replace(spec, limits=sandboxed(spec.limits, spec.provider))
     made = provider_factory(spec)
     governor = made.governor
     factory: Callable[[str], Provider] = made

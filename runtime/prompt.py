@@ -104,8 +104,13 @@ def build_system_prompt(
     fuel: int,
     *,
     chat: bool = False,
+    sandbox: str | None = None,
 ) -> str | None:
     """The system prompt of one agent, or ``None`` in ``--chat`` mode.
+
+    ``sandbox``: the one-line confinement of a confined shell
+    (:meth:`runtime.shell.confinement.Sandbox.describe`), told in one closing line so the model
+    knows why a path or socket is refused; None (unconfined) adds nothing.
 
     ``verbs`` is what the agent's desk accepts (see :func:`advertised_verbs`); each verb appears
     in the prompt iff it is in ``verbs``. Raises :class:`VerbMismatch` for an unknown verb or for
@@ -129,5 +134,7 @@ def build_system_prompt(
     verbs_text = (frags["verbs header"] + "\n" + "\n".join(listed)) if listed else ""
     role = frags["role: returning" if returns else "role: conversing"]
     values |= {"role": role, "verbs": verbs_text}
-    text = _fill(_read("system.md"), values)
-    return text.rstrip() + "\n"
+    text = _fill(_read("system.md"), values).rstrip() + "\n"
+    if sandbox:
+        text += f"\nYour shell is sandboxed ({sandbox}); outside it, access fails.\n"
+    return text

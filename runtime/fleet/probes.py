@@ -54,6 +54,9 @@ class ResourceFigures:
     """Seconds until the soonest idle-lease reap among this agent's leased descendants."""
     lease_demote_secs: float | None = None
     """The idle bound after which a leased child is reaped."""
+    sandbox: str | None = None
+    """The kernel confinement of the agent's shell, one line
+    (:meth:`runtime.shell.confinement.Sandbox.describe`); None: not known."""
     spend: Figures | None = None
     """:meth:`runtime.settlement.cost.SpendFigures.to_json` of the agent: tokens by kind and
     dollars."""
@@ -168,6 +171,8 @@ def resource_rows(f: ResourceFigures) -> list[ResourceRow]:
         )
     )
     rows.append(ResourceRow("lease.demote_secs", f.lease_demote_secs, _secs(f.lease_demote_secs)))
+    if f.sandbox is not None:
+        rows.append(ResourceRow("sandbox", f.sandbox.split(":", 1)[0], f.sandbox))
     if f.spend is not None:
         rows += _spend_rows(f.spend, f.prices_date)
     if f.traffic is not None:

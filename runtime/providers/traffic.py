@@ -211,8 +211,11 @@ def parse_rate_headers(headers: Mapping[str, str], now_wall: float | None = None
 
     def openai(kind: str) -> Window:
         return _window(
-            h, f"x-ratelimit-limit-{kind}", f"x-ratelimit-remaining-{kind}",
-            f"x-ratelimit-reset-{kind}", now,
+            h,
+            f"x-ratelimit-limit-{kind}",
+            f"x-ratelimit-remaining-{kind}",
+            f"x-ratelimit-reset-{kind}",
+            now,
         )
 
     def anthropic(kind: str) -> Window:

@@ -18,6 +18,7 @@ from runtime.credentials import DEFAULT as DEFAULT_SECRETS
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.grants import Grants
 from runtime.ral.values import Closure, WorkerHandle
+from runtime.shell.confinement import Sandbox
 
 
 @dataclass
@@ -30,12 +31,22 @@ class DynamicContext:
     cwd: str = field(default_factory=os.getcwd)
     env: dict[str, str] = field(default_factory=lambda: DEFAULT_SECRETS.scrub(os.environ))
     grants: Grants = field(default_factory=lambda: Grants.ALL)
+    sandbox: Sandbox | None = None
+    """The kernel confinement the shell's host enters (``runtime/shell/confinement.py``):
+    decided by the fleet, never changed by ral; None is none."""
 
     def copy(self) -> DynamicContext:
-        return DynamicContext(self.cwd, dict(self.env), self.grants)
+        return DynamicContext(self.cwd, dict(self.env), self.grants, self.sandbox)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"cwd": self.cwd, "env": dict(self.env), "grants": self.grants.to_dict()}
+        d: dict[str, Any] = {
+            "cwd": self.cwd,
+            "env": dict(self.env),
+            "grants": self.grants.to_dict(),
+        }
+        if self.sandbox is not None:
+            d["sandbox"] = self.sandbox.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DynamicContext:
@@ -43,6 +54,7 @@ class DynamicContext:
             cwd=str(d["cwd"]),
             env={str(k): str(v) for k, v in dict(d.get("env") or {}).items()},
             grants=Grants.from_dict(dict(d.get("grants") or {})),
+            sandbox=Sandbox.from_dict(d.get("sandbox")),
         )
 
 

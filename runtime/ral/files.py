@@ -25,6 +25,7 @@ from runtime.ral.errors import RalError
 from runtime.ral.interp import Interp, Native
 from runtime.ral.pattern import compile_pattern
 from runtime.ral.values import UNIT, render, type_name
+from runtime.shell.confinement import Sandbox, refusal_note
 
 LIST_CAP = 5000
 """Most entries ``explore-dir`` lists and most matches ``grep-files`` reports."""
@@ -37,21 +38,22 @@ _GREP_OPEN = os.O_RDONLY | os.O_NONBLOCK
 
 
 @contextmanager
-def refusals(what: str, shown: Any, verb: str) -> Iterator[None]:
+def refusals(what: str, shown: Any, verb: str, sandbox: Sandbox | None = None) -> Iterator[None]:
     """Map confinement and OS failures to ral errors: ``not granted: WHAT PATH (why)`` and
-    ``WHAT: cannot VERB PATH: reason``."""
+    ``WHAT: cannot VERB PATH: reason`` (a kernel refusal in a confined shell says so)."""
     try:
         yield
     except confine.Outside as e:
         raise RalError(f"not granted: {what} {shown} ({e.why})") from None
     except OSError as e:
-        raise RalError(f"{what}: cannot {verb} {shown}: {e.strerror or e}") from None
+        reason = f"{e.strerror or e}{refusal_note(sandbox, e)}"
+        raise RalError(f"{what}: cannot {verb} {shown}: {reason}") from None
 
 
 def read_bytes(it: Interp, p: Any, what: str) -> bytes:
     """The content of the file ``p`` leads to, inside the roots."""
     full = it.path(p, what)
-    with refusals(what, p, "read"):
+    with refusals(what, p, "read", it.ctx.sandbox):
         return confine.read_confined_bytes(full, it.ctx.grants.roots)
 
 
@@ -61,13 +63,13 @@ def _read_text(it: Interp, p: Any, what: str) -> str:
 
 def _write_text(it: Interp, p: Any, data: str, what: str) -> None:
     full = it.path(p, what)
-    with refusals(what, p, "write"):
+    with refusals(what, p, "write", it.ctx.sandbox):
         confine.write_atomic(full, data.encode("utf-8"), it.ctx.grants.roots)
 
 
 def _open_dir(it: Interp, shown: str, what: str) -> int:
     full = it.path(shown, what)
-    with refusals(what, shown, "open"):
+    with refusals(what, shown, "open", it.ctx.sandbox):
         try:
             fd, _ = confine.open_dir(full, it.ctx.grants.roots)
         except NotADirectoryError:
@@ -110,7 +112,7 @@ def grep_files(it: Interp, a: list[Any]) -> Any:
     shown = str(a[1]) if len(a) > 1 else "."
     full = it.path(shown, "grep-files")
     roots = it.ctx.grants.roots
-    with refusals("grep-files", shown, "read"):
+    with refusals("grep-files", shown, "read", it.ctx.sandbox):
         try:
             top, _ = confine.open_dir(full, roots)
         except NotADirectoryError:  # one file (links resolved, confined like read-text)

@@ -28,6 +28,7 @@ from runtime.cancel import POLL_INTERVAL, Cancelled, CancelScope
 from runtime.ral.context import Desk, DynamicContext, WorkerBackend
 from runtime.ral.errors import RalError
 from runtime.ral.values import Builtin, render
+from runtime.shell.confinement import refusal_note
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ class Interp:
                 start_new_session=True,
             )
         except OSError as e:
-            raise RalError(f"{name}: {_reason(e)}", line, col) from None
+            note = refusal_note(ctx.sandbox, e)
+            raise RalError(f"{name}: {_reason(e)}{note}", line, col) from None
         except ValueError as e:  # a NUL in the cwd or the environment (a restored context)
             raise RalError(f"{name}: cannot start: {e}", line, col) from None
         try:

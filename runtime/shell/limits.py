@@ -11,7 +11,8 @@ spent:
   process; an allocation past it raises ``MemoryError``. Inside a native (where nothing is
   half-done) that is an ordinary ral error ``out of memory: ...``, catchable by ``try``;
   anywhere else the host reports a panic and the call is rolled back. External programs a shell
-  starts get the control process's own limit back (they are not ral values).
+  starts keep the same limit, each for itself (a program's memory bomb ends in its own
+  ``MemoryError`` / failed ``malloc``, reported on its stderr).
 - **live workers** (running ``spawn`` workers per shell): one more ``spawn`` is a ral error.
 - **binding bytes** (a binding's encoding, which is what the durable snapshot holds): a larger
   ``let`` is refused with a ral error naming the binding, and nothing is bound.
@@ -33,9 +34,10 @@ the 2 GiB string cost.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from runtime.errors import ExarchError
+from runtime.shell.confinement import SandboxMode, default_mode
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -64,6 +66,10 @@ class ShellLimits:
     memory_bytes: int | None = DEFAULT_SHELL_MEMORY
     max_workers: int = DEFAULT_MAX_WORKERS
     max_binding_bytes: int = DEFAULT_MAX_BINDING_BYTES
+    sandbox: SandboxMode | None = None
+    """The kernel confinement of every shell (``--sandbox``; ``runtime/shell/confinement.py``).
+    None: not chosen -- the command resolves it by provider (:meth:`resolved`); a fleet given
+    None runs unconfined."""
 
     def __post_init__(self) -> None:
         if self.memory_bytes is not None and self.memory_bytes < MIN_SHELL_MEMORY:
@@ -76,16 +82,25 @@ class ShellLimits:
         if self.max_binding_bytes < 1:
             raise BadLimit(f"max binding bytes must be at least 1, got {self.max_binding_bytes}")
 
-    def to_json(self) -> dict[str, int | None]:
+    def to_json(self) -> dict[str, int | str | None]:
         return {
             "shellMemory": self.memory_bytes,
             "maxWorkers": self.max_workers,
             "maxBindingBytes": self.max_binding_bytes,
+            "sandbox": None if self.sandbox is None else self.sandbox.value,
         }
+
+    def resolved(self, provider: str) -> ShellLimits:
+        """These limits with the sandbox mode decided: the one chosen, else the provider's
+        default (:func:`runtime.shell.confinement.default_mode`)."""
+        if self.sandbox is not None:
+            return self
+        return replace(self, sandbox=default_mode(provider))
 
     @classmethod
     def from_json(cls, data: object) -> ShellLimits:
-        """The inverse of :meth:`to_json`; missing keys take the defaults."""
+        """The inverse of :meth:`to_json`; missing keys take the defaults (a run recorded
+        before ``--sandbox`` existed was unconfined, and resumes so)."""
         if not isinstance(data, dict):
             return cls()
         memory = data.get("shellMemory", DEFAULT_SHELL_MEMORY)
@@ -93,6 +108,7 @@ class ShellLimits:
             memory_bytes=None if memory is None else int(memory),
             max_workers=int(data.get("maxWorkers", DEFAULT_MAX_WORKERS)),
             max_binding_bytes=int(data.get("maxBindingBytes", DEFAULT_MAX_BINDING_BYTES)),
+            sandbox=None if data.get("sandbox") is None else SandboxMode(str(data["sandbox"])),
         )
 
 

@@ -105,7 +105,7 @@ def test_cancel_from_another_thread_ends_the_run_cancelled_and_settles_the_tree(
 
 
 def test_a_missing_scenario_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    with pytest.raises(RunRefused, match="no such file: .*nope.toml"):
+    with pytest.raises(RunRefused, match=r"no such file: .*nope\.toml"):
         exarch_actors.run(tmp_path / "nope.toml", session_dir=tmp_path / "s")
     assert not (tmp_path / "s").exists()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -64,7 +66,7 @@ def test_the_defaults_are_2_gib_64_workers_and_256_mib() -> None:
     ],
 )
 def test_a_limit_that_cannot_work_is_refused_with_what_is_wrong(
-    kwargs: dict[str, int], message: str
+    kwargs: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(BadLimit, match=message):
         ShellLimits(**kwargs)
