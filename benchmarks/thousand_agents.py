@@ -11,8 +11,9 @@ tree below the trunk is cancelled. Every figure comes from a real fleet (``actor
   seconds from the first child's ``Born`` until all N were;
 - PSS per agent: its agent process plus its shell host (``/proc/PID/smaps_rollup``), summed
   over every child once all are born and idle in their ``sleep``, over N;
-- cascade ms: one ``cancel_descendants`` of the trunk until every child is settled and every
-  child's agent process and shell host has exited;
+- spawn ms per agent over the first and the last tenth of the births (flat: the same);
+- cascade ms: one ``cancel_descendants`` of the trunk until every child is settled, and until
+  every child's agent process and shell host has exited as well;
 - control CPU per spawn: the control process's user + system CPU from the trunk's first
   request to the last ``Born``, over N.
 
@@ -133,6 +134,8 @@ def one(n: int, hold: float = 0.0) -> dict[str, Any]:
             pids = [a.pid for a in procs] + [p for a in procs if (p := a.shell_pid())]
             total = sum(pss(p) for p in pids)
             agent_cpu = sum(cpu_of(a.pid) for a in procs)
+            server = [c for c in me.children() if "forkserver" in " ".join(c.cmdline())]
+            server_cpu = sum(cpu_of(c.pid) for c in server)
             shell_cpu = sum(cpu_of(a.shell_pid()) for a in procs)
             t = time.perf_counter()
             fleet.registry.cancel_descendants("trunk", "benchmark")
@@ -161,6 +164,7 @@ def one(n: int, hold: float = 0.0) -> dict[str, Any]:
         "control_cpu_ms_per_spawn": cpu / n * 1e3,
         "agent_cpu_ms": agent_cpu / n * 1e3,
         "shell_cpu_ms": shell_cpu / n * 1e3,
+        "fork_server_cpu_ms": server_cpu / n * 1e3,
     }
 
 
@@ -181,10 +185,13 @@ def _run(n: int) -> dict[str, Any]:
 COLUMNS = (
     ("agents", "agents", "{:d}"),
     ("spawn_ms_per_agent", "spawn ms/agent", "{:.1f}"),
+    ("spawn_ms_first_tenth", "first tenth", "{:.1f}"),
+    ("spawn_ms_last_tenth", "last tenth", "{:.1f}"),
     ("all_born_s", "all born (s)", "{:.1f}"),
     ("peak_live", "peak live", "{:d}"),
     ("pss_per_agent_mib", "PSS/agent MiB", "{:.1f}"),
-    ("cascade_ms", "cascade ms", "{:.0f}"),
+    ("cascade_settled_ms", "cascade: settled ms", "{:.0f}"),
+    ("cascade_ms", "cascade: no process left ms", "{:.0f}"),
     ("control_cpu_ms_per_spawn", "control CPU ms/spawn", "{:.1f}"),
 )
 
