@@ -14,14 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from e2e_support import FleetRun, fleet_factory
+from e2e_support import FleetRun, assert_check_holds, finish, fleet_factory
 
 import actors.agent_process
 from actors.agent_process import ProcessAgent
 from actors.fleet import FleetConfig
-from runtime.drills.invariant_check import check_session
 from runtime.events import Born, Died, Notice
-from runtime.state.session_dir import SessionDir
 from tests.support.fork_probe import exit_before_born
 from tests.support.waiting import pid_alive, wait_for
 
@@ -60,17 +58,6 @@ def collected(run: FleetRun) -> list[str]:
         if isinstance(e, Notice) and e.notice == "Collected" and e.data.get("via") == "agent-wait"
         for c in e.data["children"]
     ]
-
-
-def finish(run: FleetRun) -> None:
-    run.close()
-    run.fleet.write_result("quiesced", None)
-
-
-def assert_check_holds(session: Path) -> None:
-    report = check_session(SessionDir(session))
-    bad = {r.name: r.details for r in report.results if r.status == "violated"}
-    assert not bad, bad
 
 
 @pytest.mark.timeout(240)
