@@ -469,7 +469,10 @@ class Fleet:
         if self.trunk is not None and not self._empty.is_set():
             self.registry.cancel(self.trunk.name, "close")
         self._empty.wait(10.0)
-        self._closing = True  # a birth completed from now on is abandoned (``_born``)
+        with self._lock:  # a birth completed from now on is abandoned (``_born``)
+            self._closing = True
+        with self._births_cond:  # and no spawn waits for a birth slot any more
+            self._births_cond.notify_all()
         with self._lock:
             retained, self._retained = self._retained, []
         if retained:
@@ -745,7 +748,11 @@ class Fleet:
         # a local agent process is born in the background: a batch of spawns boots side by side
         deferred = born_later and self.boot_watch is not None and request.memory is None
         if deferred:
-            self._birth_slot()
+            try:
+                self._birth_slot(name)
+            except BaseException:
+                self.registry.deregister(name)
+                raise
         try:
             agent = self._build(spec, provider, entry, wait_born=not deferred)
         except BaseException:
@@ -757,9 +764,16 @@ class Fleet:
             assert isinstance(agent, ProcessAgent) and self.boot_watch is not None
             executor = AgentExecutor(agent, self.stop_shell)
             with self._lock:
-                self._executors[name] = executor
-                self._actors[name] = agent  # the fleet is not empty while it is being born
-                self._empty.clear()
+                closing = self._closing
+                if not closing:  # else close's shutdown of every agent may have passed it by
+                    self._executors[name] = executor
+                    self._actors[name] = agent  # not empty while it is being born
+                    self._empty.clear()
+            if closing:
+                agent.shutdown("close")
+                self.registry.deregister(name)
+                self._birth_done()
+                raise SpawnFailed(name, AgentProcessFailed("the fleet is closing"))
             self.fanin.spawned(parent, name)
             self.boot_watch.watch(name, agent.kill_unborn)
             assert self._births is not None
@@ -827,10 +841,13 @@ class Fleet:
             self.hosted[name] = agent
         self._launch(agent)
 
-    def _birth_slot(self) -> None:
-        """Wait until fewer than :data:`BIRTHS_IN_FLIGHT` children are being born."""
+    def _birth_slot(self, name: str) -> None:
+        """Wait until fewer than :data:`BIRTHS_IN_FLIGHT` children are being born; a fleet
+        closing starts no more (:class:`SpawnFailed`)."""
         with self._births_cond:
-            self._births_cond.wait_for(lambda: self._in_flight < BIRTHS_IN_FLIGHT)
+            self._births_cond.wait_for(lambda: self._in_flight < BIRTHS_IN_FLIGHT or self._closing)
+            if self._closing:
+                raise SpawnFailed(name, AgentProcessFailed("the fleet is closing"))
             self._in_flight += 1
 
     def _birth_done(self) -> None:
