@@ -131,7 +131,7 @@ SITE_CALLS: dict[str, Callable[..., Any]] = {
     "cancel_all": lambda site, cause: site.cancel_all(cause),
     "clear_subtree": lambda site, name: site.clear_subtree(name),
     "message": lambda site, sender, target, text: site.message(sender, target, text),
-    "spawn": lambda site, request: site.spawn(request),
+    "spawn": lambda site, request: site.spawn(request, born_later=True),
     "branch": lambda site, request: site.branch(request),
     "charge": lambda site, name, cost: site.charge(name, cost),
     "lease_figures": lambda site, name: site.lease_figures(name),
@@ -251,7 +251,12 @@ class ProcessAgent:
         recorder: RecordSink | None = None,
         host_pool: HostPool | None = None,
         hub: ChannelHub | None = None,
+        wait_born: bool = True,
     ) -> None:
+        """``wait_born``: return once the host reported ``Born`` (or raise
+        :class:`AgentProcessFailed`); False returns once the process is started and its boot
+        sent -- the spawn site then finishes the birth with :meth:`when_known` and
+        :meth:`take_birth`, so a batch of spawns boots its children side by side."""
         spec = boot.spec
         self.recorder = recorder
         """``--record``: the run's recorder, which writes what its host's provider returns."""
@@ -302,7 +307,11 @@ class ProcessAgent:
         self.host_lost = False
         """Its last host died (a crash) and no restart took its place: the agent ended down,
         and whatever that host left on its node (shell, scratch) is out of reach."""
-        self._host: _Host = self._start(boot)
+        if wait_born:
+            self._host: _Host = self._start(boot)
+        else:
+            self._host = _Host(self, boot, pooled=False)
+            self.pids.append(self._host.pid)  # a local process's pid is known at its fork
 
     # -- the host's lifetime -------------------------------------------------------------------
 
@@ -311,6 +320,24 @@ class ProcessAgent:
         born = host.wait_born()
         self.pids.append(born.pid)
         return host
+
+    def when_known(self, then: Callable[[], None], on: Executor) -> None:
+        """Call ``then`` on ``on`` once its first host reported ``Born`` or ended before it
+        (at once if either happened already). Then :meth:`take_birth`."""
+        self._host.when_known(then, on)
+
+    def take_birth(self) -> None:
+        """After :meth:`when_known`: record the birth, or raise :class:`AgentProcessFailed`
+        (the host ended, or was killed by :meth:`kill_unborn`, before ``Born``)."""
+        born = self._host.wait_born(timeout=0.0)
+        if born.pid not in self.pids:
+            self.pids.append(born.pid)
+
+    def kill_unborn(self) -> None:
+        """A host that has not reported ``Born`` in time is killed: its end of file makes
+        :meth:`take_birth` fail."""
+        if not self._host.is_born:
+            self._host.kill()
 
     def launch(self) -> None:
         """Start the drive loop (after the spawn site recorded the admission). One way: the
@@ -555,6 +582,14 @@ class ProcessAgent:
                 pass  # the next crash, handled once this restart returns
 
 
+def _submit(on: Executor, fn: Callable[[], None]) -> None:
+    """``fn`` on ``on``, or here once ``on`` is shut down (the fleet is closing)."""
+    try:
+        on.submit(fn)
+    except RuntimeError:
+        fn()
+
+
 def evaluating(agent: Agent | ProcessAgent, events: Path | None = None) -> bool:
     """Whether ``agent``'s shell is evaluating a ral call now, wherever it runs: read in its
     process for an agent process (False once that process is gone). What a cancel of the call
@@ -573,10 +608,17 @@ def evaluating(agent: Agent | ProcessAgent, events: Path | None = None) -> bool:
 class _Host:
     """One host process of a :class:`ProcessAgent` (a restart makes another)."""
 
-    def __init__(self, agent: ProcessAgent, boot: HostBoot) -> None:
+    def __init__(self, agent: ProcessAgent, boot: HostBoot, *, pooled: bool = True) -> None:
+        """``pooled``: may wait for the warm pool's refill in flight when it has no idle
+        process (one spawn at a time: a pipeline); False takes an idle one or starts its own at
+        once (spawns booting side by side)."""
         self._agent = agent
         self._born = threading.Event()
         self._gone = threading.Event()
+        self._known = threading.Event()
+        """Set by ``Born`` or an end of file, whichever comes first: what a birth waits on."""
+        self._then: tuple[Callable[[], None], Executor] | None = None
+        self._then_lock = threading.Lock()
         self.ended = False
         self.born: BornFrame | None = None
         self.shell_pid: int | None = None
@@ -587,7 +629,7 @@ class _Host:
             here, self._remote = agent.backend.launch(boot)
             self.proc = self._remote
         else:
-            here = self._fork(boot)
+            here = self._fork(boot, pooled)
         self.pid: int = self.proc.pid or 0
         self.channel = AgentChannel(
             here,
@@ -599,7 +641,7 @@ class _Host:
         # a local host's frames are read by the fleet's one hub thread (actors/channel_hub.py)
         self.channel.start(hub=agent.hub if self._remote is None else None)
 
-    def _fork(self, boot: HostBoot) -> Connection:
+    def _fork(self, boot: HostBoot, pooled: bool) -> Connection:
         """A warm process from the pool, or a new one; either way the boot, pickled once,
         follows on the pipe, and the process starts its shell before it reads it."""
         name = boot.spec.name
@@ -608,7 +650,7 @@ class _Host:
         except Exception as e:
             raise AgentProcessFailed(f"agent {name}: cannot start: {e}") from e
         pool = self._agent.host_pool
-        taken = pool.boot(payload) if pool is not None else None
+        taken = pool.boot(payload, wait=pooled) if pool is not None else None
         if taken is not None:
             here, self.proc = taken
             return here
@@ -627,19 +669,40 @@ class _Host:
             there.close()
         return here
 
-    def wait_born(self) -> BornFrame:
-        deadline = time.monotonic() + BORN_TIMEOUT
-        while not self._born.wait(0.05):
-            if self._gone.is_set() or time.monotonic() > deadline:
-                self.kill()
-                self.reap()
-                raise AgentProcessFailed(
-                    f"agent {self._agent.name}: its process ended or stalled before it was born"
-                )
+    @property
+    def is_born(self) -> bool:
+        return self._born.is_set()
+
+    def wait_born(self, timeout: float = BORN_TIMEOUT) -> BornFrame:
+        """Its ``Born``, waited for without polling (``Born`` and an end of file both set
+        ``_known``); a host that ended or stalled before it is killed and reaped."""
+        if not self._known.wait(timeout) or not self._born.is_set():
+            self.kill()
+            self.reap()
+            raise AgentProcessFailed(
+                f"agent {self._agent.name}: its process ended or stalled before it was born"
+            )
         assert self.born is not None
         self.pid = self.pid or self.born.pid
         self.node = self.born.node
         return self.born
+
+    def when_known(self, then: Callable[[], None], on: Executor) -> None:
+        """``then`` on ``on`` once ``Born`` or an end of file came (see
+        :meth:`ProcessAgent.when_known`)."""
+        with self._then_lock:
+            if not self._known.is_set():
+                self._then = (then, on)
+                return
+        _submit(on, then)
+
+    def _now_known(self) -> None:
+        """On the reader: ``Born`` or an end of file came; never waits."""
+        self._known.set()
+        with self._then_lock:
+            pending, self._then = self._then, None
+        if pending is not None:
+            _submit(pending[1], pending[0])
 
     def _request(self, env: Envelope) -> None:
         msg, rid = env.message, env.id
@@ -696,6 +759,7 @@ class _Host:
             if self._remote is not None:
                 self._remote.born(msg.pid, msg.shell_pid)
             self._born.set()
+            self._now_known()
         elif isinstance(msg, PublishFrame):
             site = self._agent.site
             events: list[Event] = []
@@ -731,6 +795,7 @@ class _Host:
         """On the reader (the hub's thread for a local host): never waits. A host that ended
         without reporting is supervised from the pool, where its exit is waited for."""
         self._gone.set()
+        self._now_known()
         if not self.ended and self._born.is_set():
             self._agent._pool.submit(self._lost)
 

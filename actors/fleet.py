@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -31,7 +32,13 @@ import pykka
 
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
-from actors.agent_process import HostBackend, HostBoot, ProcessAgent
+from actors.agent_process import (
+    BORN_TIMEOUT,
+    AgentProcessFailed,
+    HostBackend,
+    HostBoot,
+    ProcessAgent,
+)
 from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
 from actors.agent_site import (
     BranchRequest,
@@ -41,6 +48,7 @@ from actors.agent_site import (
     SpawnRequest,
     Standing,
 )
+from actors.boot_watch import BootWatch
 from actors.bus import start_bus
 from actors.channel_hub import ChannelHub
 from actors.fanin_site import FanInSite
@@ -100,6 +108,15 @@ Hosted = Agent | ProcessAgent
 HOST_CALL_THREADS = 32
 """Threads that answer agent processes' site calls (a call may wait on another host's verdict,
 never on this pool, so a bounded pool only delays)."""
+
+BIRTHS_IN_FLIGHT = 8
+"""Children of a deferred spawn started but not yet born, at most (a spawn past it waits for
+a birth). 300 children of one ral call, 2 cores, one sitting: with 8, a birth every 34 ms at
+the start and 36 ms at the end; unbounded, 43 ms and then 81 ms, every child's boot slowed by
+all the others booting beside it (docs/benchmarks.md)."""
+
+BIRTH_THREADS = 2
+"""Threads that complete births (admission and launch: a few journal appends and a frame)."""
 
 
 @dataclass(frozen=True)
@@ -207,12 +224,21 @@ class Fleet:
         self._empty = threading.Event()
         self._empty.set()
         self._closed = False
+        self._closing = False
         self.spend = FleetSpend(self.config.prices, self.config.budget)
         """Every agent's known spend, against the budget (``runtime/settlement/cost.py``)."""
         self._pool: ThreadPoolExecutor | None = None
         self._reaper: HostReaper | None = None
         self.host_pool: HostPool | None = None
         """Warm agent processes for spawns to take (the process backend on this machine)."""
+        self.boot_watch: BootWatch | None = None
+        """The deadlines of children born in the background (local agent processes)."""
+        self._births: ThreadPoolExecutor | None = None
+        """Where a deferred spawn's birth is completed: never the pool, whose threads a spawn
+        waiting for a birth slot may all hold."""
+        self._births_cond = threading.Condition()
+        self._in_flight = 0
+        """Children started and not yet born (or failed)."""
         self.hub = ChannelHub("channel-hub")
         """The one thread reading every local agent process's channel (its thread starts with
         the first)."""
@@ -221,6 +247,8 @@ class Fleet:
             self._reaper = HostReaper()
             if self.config.backend is None:  # warm agent processes for spawns to take
                 self.host_pool = HostPool(self.config.limits.memory_bytes)
+                self.boot_watch = BootWatch(BORN_TIMEOUT)
+                self._births = ThreadPoolExecutor(BIRTH_THREADS, thread_name_prefix="birth")
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -300,7 +328,13 @@ class Fleet:
         return replace(spec, context=ctx, snapshot=snap)
 
     def _build(
-        self, spec: AgentSpec, provider: Provider, entry: Entry, restarted: str | None = None
+        self,
+        spec: AgentSpec,
+        provider: Provider,
+        entry: Entry,
+        restarted: str | None = None,
+        *,
+        wait_born: bool = True,
     ) -> Hosted:
         """Construct the node and attach its handles; deregister if that fails.
 
@@ -312,7 +346,7 @@ class Fleet:
         try:
             spec = self._granted_spec(spec)
             if self._pool is not None:
-                agent = self._build_process(spec, provider, entry, restarted)
+                agent = self._build_process(spec, provider, entry, restarted, wait_born)
             else:
                 agent = Agent(self, spec, provider, entry.token, entry.inbox)
         except BaseException:
@@ -328,10 +362,11 @@ class Fleet:
             self.stop_shell(agent)
             self.registry.deregister(spec.name)
             raise
-        with self._lock:
-            self.hosted[spec.name] = agent
-            if isinstance(agent, Agent):
-                self.agents[spec.name] = agent
+        if wait_born:  # one born later is hosted once born (``_born``): what the views read
+            with self._lock:
+                self.hosted[spec.name] = agent
+                if isinstance(agent, Agent):
+                    self.agents[spec.name] = agent
         return agent
 
     def _attach(self, spec: AgentSpec, agent: Hosted) -> None:
@@ -355,7 +390,12 @@ class Fleet:
             )
 
     def _build_process(
-        self, spec: AgentSpec, provider: Provider, entry: Entry, restarted: str | None = None
+        self,
+        spec: AgentSpec,
+        provider: Provider,
+        entry: Entry,
+        restarted: str | None = None,
+        wait_born: bool = True,
     ) -> ProcessAgent:
         """An agent in an OS process of its own, started from the one fork server (or by
         the fleet's backend)."""
@@ -383,6 +423,7 @@ class Fleet:
             recorder=recorder,
             host_pool=self.host_pool,
             hub=self.hub,
+            wait_born=wait_born,
         )
 
     def _as_recorded(self, parent: str, provider: Provider) -> Provider:
@@ -457,6 +498,10 @@ class Fleet:
         if self.trunk is not None and not self._empty.is_set():
             self.registry.cancel(self.trunk.name, "close")
         self._empty.wait(10.0)
+        with self._lock:  # a birth completed from now on is abandoned (``_born``)
+            self._closing = True
+        with self._births_cond:  # and no spawn waits for a birth slot any more
+            self._births_cond.notify_all()
         with self._lock:
             retained, self._retained = self._retained, []
         if retained:
@@ -476,6 +521,10 @@ class Fleet:
                 ref.stop(block=True, timeout=5.0)
             except Exception:  # already stopped (ActorDeadError): the state wanted
                 pass
+        if self.boot_watch is not None:
+            self.boot_watch.close()
+        if self._births is not None:
+            self._births.shutdown(wait=True)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         if self._reaper is not None:  # after the pool: a settlement on it may hand one over
@@ -683,7 +732,7 @@ class Fleet:
 
     # --- spawn and settle -------------------------------------------------------------------
 
-    def spawn(self, request: SpawnRequest) -> dict[str, Any]:
+    def spawn(self, request: SpawnRequest, *, born_later: bool = False) -> dict[str, Any]:
         """The ``agent NAME PROMPT [memory: BOOL]`` verb: register, fork, admit, launch; a start
         receipt.
 
@@ -698,7 +747,15 @@ class Fleet:
         request context, never a dangling protocol); without it the child inherits nothing.
         Either way the prompt enters through the child's inbox, the same turn path as any other
         input. Runs on the parent's shell thread while the parent's own thread waits for the
-        run, so its log is still."""
+        run, so its log is still.
+
+        ``born_later`` (an agent process's ``agent`` verb: ``SITE_CALLS``): a child in a local
+        agent process returns its receipt once its process is started and its boot sent; its
+        admission and launch follow its ``Born`` (:meth:`_born`), with at most
+        :data:`BIRTHS_IN_FLIGHT` children being born at once, so a batch of ``agent`` verbs
+        boots its children side by side instead of one after the other. Its parent's
+        ``agent-wait`` counts it at once; a birth that fails ends it ``failed`` (its slot
+        ``down``), told to the parent as any end, instead of raising here."""
         name, parent = request.name, request.parent
         if name in self.journal.state.nodes and self.registry.lookup(name) is None:
             raise NameUsed(name)
@@ -724,7 +781,40 @@ class Fleet:
         except BaseException:
             self.registry.deregister(name)
             raise
-        agent = self._build(spec, provider, entry)
+        # a local agent process is born in the background: a batch of spawns boots side by side
+        deferred = born_later and self.boot_watch is not None and request.memory is None
+        if deferred:
+            try:
+                self._birth_slot(name)
+            except BaseException:
+                self.registry.deregister(name)
+                raise
+        try:
+            agent = self._build(spec, provider, entry, wait_born=not deferred)
+        except BaseException:
+            if deferred:
+                self._birth_done()
+            raise
+        receipt = {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent}
+        if deferred:
+            assert isinstance(agent, ProcessAgent) and self.boot_watch is not None
+            executor = AgentExecutor(agent, self.stop_shell)
+            with self._lock:
+                closing = self._closing
+                if not closing:  # else close's shutdown of every agent may have passed it by
+                    self._executors[name] = executor
+                    self._actors[name] = agent  # not empty while it is being born
+                    self._empty.clear()
+            if closing:
+                agent.shutdown("close")
+                self.registry.deregister(name)
+                self._birth_done()
+                raise SpawnFailed(name, AgentProcessFailed("the fleet is closing"))
+            self.fanin.spawned(parent, name)
+            self.boot_watch.watch(name, agent.kill_unborn)
+            assert self._births is not None
+            agent.when_known(lambda: self._born(agent, executor), self._births)
+            return receipt
         if request.memory is not None:
             try:
                 agent.import_context(
@@ -749,14 +839,70 @@ class Fleet:
             raise
         self.fanin.spawned(parent, name)
         self._launch(agent)
-        receipt = {"agent": name, "status": "started", "fuel": entry.fuel, "parent": parent}
         return {**receipt, "memory": True} if request.memory is not None else receipt
 
-    def _abandon_spawn(self, agent: Hosted, executor: AgentExecutor, error: BaseException) -> None:
+    def _born(self, agent: ProcessAgent, executor: AgentExecutor) -> None:
+        """A deferred spawn's second half, on the fleet's pool once its host reported ``Born``
+        (or ended before it): the journal's admission, then the launch -- as the synchronous
+        spawn does them, in the same order, so a child never runs before ``dispatched``. A
+        birth that failed settles the child ``down`` and tells its parent as for any end (its
+        ``agent-wait`` or its inbox): the parent's verb already returned, so nothing else
+        could."""
+        assert self.boot_watch is not None
+        self.boot_watch.done(agent.name)
+        self._birth_done()
+        name, parent = agent.name, agent.parent
+        assert parent is not None
+        try:
+            if self._closing:  # its launch would find the fleet's threads stopping
+                raise AgentProcessFailed(f"agent {name}: the fleet closed before its birth")
+            agent.take_birth()
+            admit(self.journal, name, executor, ExecutionSpec(node_id=name), parent=parent)
+        except BaseException as e:
+            reason = f"spawn failed: {e}"
+            if name not in self.journal.state.nodes:
+                with contextlib.suppress(Exception):  # so its down settlement has a slot
+                    self.journal.spawned(name, parent=parent)
+            end = ChildEnd(name, "failed", None, reason, generation=agent.spec.generation)
+            self._abandon_spawn(agent, executor, e, told=lambda: self.fanin.settle(parent, end))
+            with self._lock:
+                self._actors.pop(name, None)
+                empty = not self._actors
+            if empty:
+                self._empty.set()
+            if not isinstance(e, Exception):
+                raise
+            return
+        with self._lock:
+            self.hosted[name] = agent
+        self._launch(agent)
+
+    def _birth_slot(self, name: str) -> None:
+        """Wait until fewer than :data:`BIRTHS_IN_FLIGHT` children are being born; a fleet
+        closing starts no more (:class:`SpawnFailed`)."""
+        with self._births_cond:
+            self._births_cond.wait_for(lambda: self._in_flight < BIRTHS_IN_FLIGHT or self._closing)
+            if self._closing:
+                raise SpawnFailed(name, AgentProcessFailed("the fleet is closing"))
+            self._in_flight += 1
+
+    def _birth_done(self) -> None:
+        with self._births_cond:
+            self._in_flight -= 1
+            self._births_cond.notify()
+
+    def _abandon_spawn(
+        self,
+        agent: Hosted,
+        executor: AgentExecutor,
+        error: BaseException,
+        told: Callable[[], None] | None = None,
+    ) -> None:
         """Undo a spawn that failed before launch: the slot the journal opened (if any) settles
-        ``down`` (tearing its environment down), the shell stops and the child leaves the
-        registry, so its parent's park verdict stops counting it and nothing waits for it.
-        Each step runs even if an earlier one fails (a broken journal is why we are here)."""
+        ``down`` (tearing its environment down), the shell stops, the parent is ``told`` (a
+        deferred birth's) and the child leaves the registry, so its parent's park verdict
+        stops counting it and nothing waits for it. Each step runs even if an earlier one
+        fails (a broken journal is why we are here)."""
         with self._lock:
             self._executors.pop(agent.name, None)
             self.agents.pop(agent.name, None)
@@ -774,6 +920,11 @@ class Fleet:
             except Exception:
                 log.exception("settling the failed spawn of %s failed", agent.name)
         self.stop_shell(agent)
+        if told is not None:
+            try:
+                told()
+            except Exception:
+                log.exception("telling %s's parent of its failed spawn failed", agent.name)
         self.registry.deregister(agent.name)
 
     def branch(self, request: BranchRequest) -> str:

@@ -83,25 +83,27 @@ class HostPool:
         with self._cond:
             return [proc.pid for _, proc in self._idle if proc.pid is not None]
 
-    def take(self) -> tuple[Connection, BaseProcess] | None:
+    def take(self, wait: bool = True) -> tuple[Connection, BaseProcess] | None:
         """An idle process (its pipe's control end and its handle), waiting for the one being
-        forked if none is idle; None if the pool cannot refill. The refill thread starts its
-        replacement at once."""
+        forked if none is idle (``wait``); None if the pool cannot refill, or has none idle
+        and ``wait`` is False. The refill thread starts its replacement at once."""
         with self._cond:
-            self._cond.wait_for(
-                lambda: self._idle or self._closed or self._broken, timeout=TAKE_WAIT
-            )
+            if wait:
+                self._cond.wait_for(
+                    lambda: self._idle or self._closed or self._broken, timeout=TAKE_WAIT
+                )
             if not self._idle:
                 return None
             item = self._idle.popleft()
             self._cond.notify_all()
             return item
 
-    def boot(self, payload: bytes) -> tuple[Connection, BaseProcess] | None:
+    def boot(self, payload: bytes, wait: bool = True) -> tuple[Connection, BaseProcess] | None:
         """Hand ``payload`` (a pickled ``HostBoot``) to an idle process; None if the pool has
         none to give (the caller starts one of its own). One that died while it waited is
-        discarded and the next one taken."""
-        while (item := self.take()) is not None:
+        discarded and the next one taken. ``wait``: as :meth:`take`'s (a spawn of a batch
+        booting side by side starts its own process rather than wait for the refill)."""
+        while (item := self.take(wait)) is not None:
             conn, proc = item
             if proc.exitcode is None:  # polls its sentinel: a dead one is never handed out
                 try:

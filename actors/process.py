@@ -29,6 +29,7 @@ Invariants:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import math
@@ -39,8 +40,10 @@ import select
 import signal
 import socket
 import threading
+import weakref
 from collections.abc import Callable
 from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing import process as mp_process
 from multiprocessing.connection import wait
 from multiprocessing.context import BaseContext, ForkServerProcess, set_spawning_popen
 from multiprocessing.process import BaseProcess
@@ -265,11 +268,36 @@ def use_fork_server(address: str) -> None:
 
 
 def start_process(target: Callable[..., Any], args: tuple[Any, ...], *, name: str) -> BaseProcess:
-    """Start ``target(*args)`` in a new process from the preloaded fork server (a daemon: the
-    stdlib terminates it if the control process exits normally first)."""
+    """Start ``target(*args)`` in a new process from the preloaded fork server (a daemon:
+    terminated if the control process exits normally first, :func:`_end_started`).
+
+    The process is kept out of ``multiprocessing``'s own list of children: each start polls
+    every child on that list (``multiprocessing.process._cleanup``, a selector built per
+    child), so a spawn cost time in proportion to the agents alive -- with hundreds live, most
+    of a spawn's control-side time (issue 33, docs/benchmarks.md)."""
     proc = _Process(target=target, args=args, name=name, daemon=True)
     proc.start()
+    mp_process._children.discard(proc)  # type: ignore[attr-defined]
+    _STARTED.add(proc)
     return proc
+
+
+_STARTED: weakref.WeakSet[BaseProcess] = weakref.WeakSet()
+"""Every process :func:`start_process` started and still holds a handle on."""
+
+
+@atexit.register
+def _end_started() -> None:
+    """What the stdlib does at exit for the children on its list, for the ones kept off it:
+    terminate a daemon still running, then join it (its end of file and ``PR_SET_PDEATHSIG``
+    end it in any case once the fork server goes)."""
+    started = [p for p in list(_STARTED) if p.exitcode is None]
+    for proc in started:
+        with contextlib.suppress(Exception):
+            proc.terminate()
+    for proc in started:
+        with contextlib.suppress(Exception):
+            proc.join(1.0)
 
 
 # -- the control side's handle on one child process ------------------------------------------

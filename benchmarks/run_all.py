@@ -44,6 +44,10 @@ ORDER = [
     ("ral_fuzz", "generated programs and hostile text: typed outcomes only, none over 2 s"),
     ("record_shipping", "a Ray host's event-log append shipped to the driver vs written locally"),
     ("traffic_governor", "a rate-limited server: share of the limit used, 429s, 10/100/300 agents"),
+    (
+        "thousand_agents",
+        "1,000 process agents at once: spawn ms, peak live, PSS, cascade, 10/100/300/1000",
+    ),
 ]
 
 

@@ -72,7 +72,9 @@ def fleet_of(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
         )
         fleets.append(fleet)
         fleet.start_trunk(playback.scenario.prompt, interactive=True)
-        wait_for(lambda: fleet.hosted.get(f"w{workers - 1}"), 60, "every worker spawned")
+        wait_for(  # born in any order: a batch of agent verbs boots them side by side
+            lambda: all(f"w{i}" in fleet.hosted for i in range(workers)), 60, "every worker born"
+        )
         agents = [fleet.hosted[f"w{i}"] for i in range(workers)]
         wait_for(lambda: all(a.done.is_set() for a in agents), 120, "every worker settled")
         return fleet

@@ -24,6 +24,7 @@ import psutil
 
 from actors.bus import Subscription
 from actors.fleet import Fleet, FleetConfig
+from runtime.drills.invariant_check import check_session
 from runtime.events import Event
 from runtime.providers import make_provider
 from runtime.providers.scenario import parse_scenario
@@ -162,3 +163,16 @@ def fleet_factory(tmp_path: Path) -> Iterator[Callable[..., FleetRun]]:
     yield build
     for run in runs:
         run.close()
+
+
+def finish(run: FleetRun) -> None:
+    """Close a fleet run here and write its ``result.json``, as ``run`` does at its end."""
+    run.close()
+    run.fleet.write_result("quiesced", None)
+
+
+def assert_check_holds(session: Path) -> None:
+    """``check`` finds no invariant violated in ``session``."""
+    report = check_session(SessionDir(session))
+    bad = {r.name: r.details for r in report.results if r.status == "violated"}
+    assert not bad, bad

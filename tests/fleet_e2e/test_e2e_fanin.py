@@ -16,12 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import FleetRun, fleet_factory
+from e2e_support import FleetRun, assert_check_holds, finish, fleet_factory
 
 from actors.fleet import FleetConfig
 from runtime.constants import INBOX_SOURCE_CAP
-from runtime.drills.invariant_check import check_session
-from runtime.state.session_dir import SessionDir
 from tests.agent.conftest import Run, scenario_run
 from tests.support.waiting import wait_for
 
@@ -80,18 +78,6 @@ def collected(session: Path, via: str) -> list[str]:
 
 def result_turns(events: list[dict[str, Any]]) -> list[str]:
     return [e["text"] for e in events if e["kind"] == "user" and e["source"] == "agent_result"]
-
-
-def finish(run: FleetRun) -> None:
-    """Close a fleet run here and write its ``result.json``, as ``run`` does at its end."""
-    run.close()
-    run.fleet.write_result("quiesced", None)
-
-
-def assert_check_holds(session: Path) -> None:
-    report = check_session(SessionDir(session))
-    bad = {r.name: r.details for r in report.results if r.status == "violated"}
-    assert not bad, bad
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

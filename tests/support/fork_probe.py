@@ -27,3 +27,11 @@ def report_inherited(conn: Connection) -> None:
         }
     )
     conn.close()
+
+
+def exit_before_born(conn: Connection, *_: object) -> None:
+    """An agent process's stand-in that ends before it reports ``Born``
+    (``tests/fleet_e2e/test_e2e_many_alive.py``): it reads its boot, as an agent process does,
+    and exits: the spawn of its child must fail."""
+    conn.recv_bytes()
+    conn.close()
