@@ -80,7 +80,12 @@ def test_a_childs_reply_ends_it_after_its_batch_and_cancels_its_descendants(
         repeat = 2
 
         [[agents.kid]]
-        ral = ["agent grandkid 'sleep for a long time'", "reply 5", "echo after-reply"]
+        ral = [
+          "agent grandkid 'sleep for a long time'",
+          "agent-wait grandkid [timeout: 5]",
+          "reply 5",
+          "echo after-reply",
+        ]
 
         [[agents.kid]]
         ral = ["echo never"]
@@ -92,8 +97,11 @@ def test_a_childs_reply_ends_it_after_its_batch_and_cancels_its_descendants(
     )
     assert run.code == 0, run.stderr
     kid_scripts = [r["script"] for r in run.kinds("transcript.jsonl", "Io") if r["agent"] == "kid"]
+    # a process agent's child is born after its agent verb returns: the kid waits (at most
+    # 5 s, the grandkid still running then) so that its reply meets the grandkid's call running
     assert kid_scripts == [
         "agent grandkid 'sleep for a long time'",
+        "agent-wait grandkid [timeout: 5]",
         "reply 5",
         "echo after-reply",
     ], "the batch finishes, then the agent ends: no further round-trip"
