@@ -29,12 +29,13 @@ from actors.channel import AgentChannel
 from runtime.cancel import CancelScope
 from runtime.fleet.agent_channel import Call, ChannelMessage, ReturnFrame
 from runtime.providers.governor import (
+    Ask,
     Governor,
     TrafficVerdict,
     new_ticket_id,
     wait_for_grant,
 )
-from runtime.providers.traffic import Cost, LaneKey, WireLimits
+from runtime.providers.traffic import Cost, WireLimits
 
 ADMIT = "traffic_admit"
 NOTICES = frozenset({"traffic_withdraw", "traffic_observe", "traffic_finish"})
@@ -52,17 +53,12 @@ class RemoteGate:
 
     def admit(
         self,
-        key: LaneKey,
-        payload_bytes: int,
-        max_tokens: int | None,
+        ask: Ask,
         cancel: CancelScope,
-        *,
-        age: float = 0.0,
-        waited: float = 0.0,
         on_wait: Callable[[bool, float], None] | None = None,
     ) -> tuple[str, float]:
         ticket = new_ticket_id()
-        args = (ticket, key, payload_bytes, max_tokens, age, waited)
+        args = (ticket, ask)
 
         def submit(then: Callable[[TrafficVerdict], None]) -> None:
             def answered(reply: ChannelMessage | None, error: BaseException | None) -> None:
@@ -103,8 +99,8 @@ def serve_admit(governor: Governor | None, channel: AgentChannel, rid: int, payl
     if governor is None:
         answer(TrafficVerdict(True))
         return
-    ticket, key, payload_bytes, max_tokens, age, waited = pickle.loads(payload)
-    governor.submit(ticket, tuple(key), payload_bytes, max_tokens, answer, age=age, waited=waited)
+    ticket, ask = pickle.loads(payload)
+    governor.submit(ticket, ask, answer)
 
 
 def serve_notice(governor: Governor | None, method: str, payload: bytes) -> None:

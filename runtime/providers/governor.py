@@ -82,23 +82,29 @@ _Due = tuple[Callable[[TrafficVerdict], None], TrafficVerdict]
 """A verdict to hand out, with whom to hand it to (outside the lock)."""
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One request asking to be sent: its lane, its size, its output cap; ``age``, seconds
+    since it was first asked (its place in the queue); ``waited``, seconds it already waited for
+    the rate limit (the ceiling counts them all)."""
+
+    key: LaneKey
+    payload_bytes: int
+    max_tokens: int | None = None
+    age: float = 0.0
+    waited: float = 0.0
+
+
 class Gate(Protocol):
     """What a provider asks of the traffic governor, wherever it runs."""
 
     def admit(
         self,
-        key: LaneKey,
-        payload_bytes: int,
-        max_tokens: int | None,
+        ask: Ask,
         cancel: CancelScope,
-        *,
-        age: float = 0.0,
-        waited: float = 0.0,
         on_wait: Callable[[bool, float], None] | None = None,
     ) -> tuple[str, float]:
-        """Wait until a request may be sent; (ticket, seconds waited). ``age``: seconds since
-        the request was first asked (its place in the queue); ``waited``: seconds it already
-        waited for the rate limit (the ceiling counts them all)."""
+        """Wait until a request may be sent; (ticket, seconds waited)."""
         ...
 
     def observe(self, ticket: str, status: int, wire: WireLimits) -> None:
@@ -180,29 +186,24 @@ class Governor:
     def submit(
         self,
         ticket_id: str,
-        key: LaneKey,
-        payload_bytes: int,
-        max_tokens: int | None,
+        ask: Ask,
         then: Callable[[TrafficVerdict], None],
-        *,
-        age: float = 0.0,
-        waited: float = 0.0,
     ) -> None:
         """Queue a request; ``then`` is called once, with its verdict (inline if it may go now)."""
         with self._cond:
             now = self._clock()
-            lane = self._lane(key)
-            cost = estimate_cost(payload_bytes, max_tokens, lane.typical_output)
+            lane = self._lane(ask.key)
+            cost = estimate_cost(ask.payload_bytes, ask.max_tokens, lane.typical_output)
             ticket = _Ticket(
                 ticket_id,
-                key,
+                ask.key,
                 cost,
-                now - max(0.0, age),
-                now + max(0.0, self.limits.max_wait - waited),
+                now - max(0.0, ask.age),
+                now + max(0.0, self.limits.max_wait - ask.waited),
                 then,
                 now,
             )
-            queue = self._queues.setdefault(key, [])
+            queue = self._queues.setdefault(ask.key, [])
             if self._closed or (not queue and lane.unlimited(now)):
                 lane.grant(cost, now)
                 self._granted[ticket_id] = ticket
@@ -253,20 +254,13 @@ class Governor:
 
     def admit(
         self,
-        key: LaneKey,
-        payload_bytes: int,
-        max_tokens: int | None,
+        ask: Ask,
         cancel: CancelScope,
-        *,
-        age: float = 0.0,
-        waited: float = 0.0,
         on_wait: Callable[[bool, float], None] | None = None,
     ) -> tuple[str, float]:
         ticket = new_ticket_id()
         seconds = wait_for_grant(
-            lambda then: self.submit(
-                ticket, key, payload_bytes, max_tokens, then, age=age, waited=waited
-            ),
+            lambda then: self.submit(ticket, ask, then),
             lambda: self.withdraw(ticket),
             cancel,
             on_wait,
@@ -387,21 +381,14 @@ class _InstalledGate:
 
     def admit(
         self,
-        key: LaneKey,
-        payload_bytes: int,
-        max_tokens: int | None,
+        ask: Ask,
         cancel: CancelScope,
-        *,
-        age: float = 0.0,
-        waited: float = 0.0,
         on_wait: Callable[[bool, float], None] | None = None,
     ) -> tuple[str, float]:
         gate = _installed
         if gate is None:
             return "", 0.0
-        return gate.admit(
-            key, payload_bytes, max_tokens, cancel, age=age, waited=waited, on_wait=on_wait
-        )
+        return gate.admit(ask, cancel, on_wait)
 
     def observe(self, ticket: str, status: int, wire: WireLimits) -> None:
         if _installed is not None and ticket:

@@ -66,7 +66,7 @@ from runtime.providers.base import (
     TransportError,
 )
 from runtime.providers.endpoints import api_key_required
-from runtime.providers.governor import Gate
+from runtime.providers.governor import Ask, Gate
 from runtime.providers.proxy import proxy_for
 from runtime.providers.traffic import RATE_LIMIT_STATUSES, Cost, parse_rate_headers
 from runtime.providers.windows import window_for
@@ -418,13 +418,9 @@ class HttpStreamingProvider(Provider):
         while True:
             cancel.check()
             ticket, seconds = gate.admit(
-                key,
-                len(payload),
-                self.max_tokens,
+                Ask(key, len(payload), self.max_tokens, time.monotonic() - first, waited),
                 cancel,
-                age=time.monotonic() - first,
-                waited=waited,
-                on_wait=on_wait,
+                on_wait,
             )
             waited += seconds
 

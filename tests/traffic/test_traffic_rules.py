@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runtime.cancel import Cancelled, CancelScope
-from runtime.providers.governor import Governor, RateWaitExpired, TrafficVerdict
+from runtime.providers.governor import Ask, Governor, RateWaitExpired, TrafficVerdict
 from runtime.providers.traffic import (
     Bucket,
     Cost,
@@ -148,11 +148,11 @@ def test_the_queue_grants_in_order_of_first_ask_and_a_429_keeps_its_place() -> N
         return then
 
     try:
-        gov.submit("a", KEY, 40, None, then_for("a"))
+        gov.submit("a", Ask(KEY, 40), then_for("a"))
         while not order:  # a is granted at once; the next grant is a second later
             threading.Event().wait(0.005)
-        gov.submit("b", KEY, 40, None, then_for("b"))
-        gov.submit("c", KEY, 40, None, then_for("c"), age=5.0)  # asked 5 s ago, sent back
+        gov.submit("b", Ask(KEY, 40), then_for("b"))
+        gov.submit("c", Ask(KEY, 40, age=5.0), then_for("c"))  # asked 5 s ago, sent back
         assert done.wait(30.0)
         assert order == ["a", "c", "b"]  # c's first ask was before b's
     finally:
@@ -163,10 +163,10 @@ def test_a_cancelled_waiter_withdraws_and_raises_cancelled() -> None:
     gov = Governor(TrafficLimits(rpm=1))
     cancel = CancelScope()
     try:
-        gov.admit(KEY, 40, None, cancel)  # the first goes at once
+        gov.admit(Ask(KEY, 40), cancel)  # the first goes at once
         threading.Timer(0.05, cancel.cancel, args=("stop",)).start()
         with pytest.raises(Cancelled):
-            gov.admit(KEY, 40, None, cancel)
+            gov.admit(Ask(KEY, 40), cancel)
         assert gov.figures()["lanes"][f"{KEY[0]} {KEY[1]}"]["queued"] == 0
     finally:
         gov.close()
@@ -175,9 +175,9 @@ def test_a_cancelled_waiter_withdraws_and_raises_cancelled() -> None:
 def test_a_wait_past_the_ceiling_fails_with_a_message_naming_it() -> None:
     gov = Governor(TrafficLimits(rpm=1, max_wait=0.05))
     try:
-        gov.admit(KEY, 40, None, CancelScope())
+        gov.admit(Ask(KEY, 40), CancelScope())
         with pytest.raises(RateWaitExpired, match=r"--rate-wait 0\.05"):
-            gov.admit(KEY, 40, None, CancelScope())
+            gov.admit(Ask(KEY, 40), CancelScope())
     finally:
         gov.close()
 
@@ -185,12 +185,12 @@ def test_a_wait_past_the_ceiling_fails_with_a_message_naming_it() -> None:
 def test_an_unlimited_lane_grants_inline_without_a_thread() -> None:
     gov = Governor(TrafficLimits())
     try:
-        ticket, _ = gov.admit(KEY, 40, None, CancelScope())  # the probe: one in flight
+        ticket, _ = gov.admit(Ask(KEY, 40), CancelScope())  # the probe: one in flight
         gov.observe(ticket, 200, WireLimits())
         gov.finish(ticket, Cost(10, 1))
         before = threading.active_count()
         for _ in range(20):
-            t, _ = gov.admit(KEY, 40, None, CancelScope())
+            t, _ = gov.admit(Ask(KEY, 40), CancelScope())
             gov.finish(t, None)
         assert threading.active_count() == before
         assert gov.figures()["waits"] == 1  # only the probe went through the queue

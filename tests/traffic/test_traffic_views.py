@@ -5,7 +5,7 @@ from __future__ import annotations
 from cli.fleet import traffic_line
 from runtime.cancel import CancelScope
 from runtime.fleet.probes import ResourceFigures, resource_rows
-from runtime.providers.governor import Governor
+from runtime.providers.governor import Ask, Governor
 from runtime.providers.traffic import Cost, TrafficLimits, Window, WireLimits
 
 KEY = ("http://127.0.0.1:1/v1", "gpt-x")
@@ -13,7 +13,7 @@ KEY = ("http://127.0.0.1:1/v1", "gpt-x")
 
 def _governed_once(limits: TrafficLimits) -> Governor:
     gov = Governor(limits)
-    ticket, _ = gov.admit(KEY, 400, None, CancelScope())
+    ticket, _ = gov.admit(Ask(KEY, 400), CancelScope())
     gov.observe(ticket, 200, WireLimits(requests=Window(1200.0, 9.0, 0.05)))
     gov.finish(ticket, Cost(100, 20))
     return gov
