@@ -133,6 +133,9 @@ class AgentSpec:
     generation: int = 0
     resume: bool = False
     """Rebuild from the durable files (event log) instead of starting fresh (``resume``)."""
+    mcp: str | None = None
+    """The system prompt's lines on the MCP servers this agent may use (the fleet's, decided
+    with its grants: ``runtime/mcp/values.py``'s ``prompt_section``); None: none."""
 
 
 @dataclass
@@ -226,6 +229,7 @@ class Agent:
                 spec.fuel,
                 chat=spec.chat,
                 sandbox=confined_line(spec.context.sandbox if spec.context else None),
+                mcp=spec.mcp,
             )
         )
         parts = site.start_shell(spec.name, self.desk, spec.context, spec.snapshot)

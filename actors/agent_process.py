@@ -140,6 +140,7 @@ SITE_CALLS: dict[str, Callable[..., Any]] = {
     ),
     "give_back": lambda site, parent, ends: site.give_back(parent, ends),
     "read_result": lambda site, parent, child: site.read_result(parent, child),
+    "mcp_cancel": lambda site, agent, call_id: site.mcp_cancel(agent, call_id),
 }
 """What a host may ask of the fleet, by name: the fleet's half of :class:`AgentSite`."""
 
@@ -718,6 +719,10 @@ class _Host:
             self._agent.site_calls[msg.method] += 1
             self._agent._pool.submit(self._wait_children, rid, unpickle(msg.payload))
             return
+        if isinstance(msg, Call) and msg.method == "mcp_begin":
+            self._agent.site_calls[msg.method] += 1
+            self._agent._pool.submit(self._mcp_begin, rid, unpickle(msg.payload))
+            return
         table = SITE_CALLS
         if isinstance(msg, Call) and msg.method in RECORD_CALLS and self._agent.recorder:
             site, table = self._agent.recorder, RECORD_CALLS
@@ -749,6 +754,23 @@ class _Host:
             return
         if now is not None:
             answer(now)
+
+    def _mcp_begin(self, rid: int, args: tuple[Any, ...]) -> None:
+        """``mcp`` / ``mcp-tools``, answered late (``actors/mcp_site.py``): the pool thread
+        returns once the request is begun; the hub's answer is the reply, whatever thread
+        it arrives on, the request's error crossing as itself."""
+        channel = self.channel
+
+        def answer(value: Any) -> None:
+            if isinstance(value, BaseException):
+                channel.reply(rid, ReturnFrame(error=pickled_error(value)))
+            else:
+                channel.reply(rid, ReturnFrame(pickle.dumps(value)))
+
+        try:
+            self._agent.site.mcp_begin(*args, answer)
+        except Exception as e:  # refused at once (NotGranted, an unknown server)
+            channel.reply(rid, ReturnFrame(error=pickled_error(e)))
 
     def _notify(self, msg: ChannelMessage) -> None:
         if isinstance(msg, Call) and msg.method in NOTICES:

@@ -850,6 +850,40 @@ class HostSite:
         )
         return None
 
+    def mcp_begin(
+        self,
+        agent: str,
+        call_id: str,
+        server: str,
+        method: str,
+        tool: str | None,
+        arguments: dict[str, Any],
+        then: Callable[[Any], None],
+    ) -> None:
+        """Answered late by the control side, as ``wait_children`` is: ``then`` runs on this
+        process's channel reader when the result comes (or the channel ends)."""
+
+        def answered(reply: ChannelMessage | None, error: BaseException | None) -> None:
+            if error is not None or reply is None:
+                then(error or SiteRefused("mcp: no answer"))
+                return
+            try:
+                then(returned("mcp_begin", reply))
+            except Exception as e:  # the request's error (NotGranted, McpToolFailed...)
+                then(e)
+
+        self._host.flush()
+        payload = pickle.dumps((agent, call_id, server, method, tool, arguments))
+        self._host.channel.begin(Call("mcp_begin", payload), WAIT_TIMEOUT, then=answered)
+
+    def mcp_cancel(self, agent: str, call_id: str) -> None:
+        """Sent without waiting for its answer: the caller is being cancelled."""
+        self._host.channel.begin(
+            Call("mcp_cancel", pickle.dumps((agent, call_id))),
+            CALL_TIMEOUT,
+            then=lambda reply, error: None,
+        )
+
     def stop_wait(self, parent: str, wait_id: str, give_back: bool) -> WaitAnswer | None:
         result: WaitAnswer | None = self._host.call("stop_wait", parent, wait_id, give_back)
         return result

@@ -238,6 +238,27 @@ class AgentSite(Protocol):
         many replies stay held for ``parent``."""
         ...
 
+    # --- MCP servers (actors/mcp_hub.py) ----------------------------------------------------
+
+    def mcp_begin(
+        self,
+        agent: str,
+        call_id: str,
+        server: str,
+        method: str,
+        tool: str | None,
+        arguments: dict[str, Any],
+        then: Callable[[Any], None],
+    ) -> None:
+        """``mcp`` / ``mcp-tools``: start one request of ``agent`` on the fleet's server;
+        ``then`` gets its ral value or its error once, on any thread, never blocking. A server
+        the agent's grants exclude (``NotGranted``) or the fleet lacks is refused at once."""
+        ...
+
+    def mcp_cancel(self, agent: str, call_id: str) -> None:
+        """Abandon a request at once (its caller was cancelled): the server is told."""
+        ...
+
     # --- the spawn site ---------------------------------------------------------------------
 
     def spawn(self, request: SpawnRequest) -> dict[str, Any]:

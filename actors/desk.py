@@ -19,10 +19,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actors.agent_site import SpawnRequest
+from actors.desk_mcp import PendingMcp
 from actors.desk_wait import PendingWait, wait_arguments
 from runtime.errors import ExarchError
 from runtime.fleet.fanin import is_held_notice
 from runtime.fleet.inbox import AgentResult
+from runtime.mcp.values import VERBS as MCP_VERBS
 from runtime.prompt import advertised_verbs
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.values import UNIT, render
@@ -89,7 +91,7 @@ class AgentDesk:
     def __init__(self, agent: DeskOwner) -> None:
         self._agent = agent
         self._lock = threading.Lock()
-        self._verbs = advertised_verbs(returns=agent.returns)
+        self._verbs = advertised_verbs(returns=agent.returns) | MCP_VERBS
 
     def verbs(self) -> frozenset[str]:
         return self._verbs
@@ -98,12 +100,17 @@ class AgentDesk:
         """The verbs answered late (:meth:`begin`): the shell actor's pump holds them."""
         return DEFERRED_VERBS & self._verbs
 
-    def begin(self, verb: str, args: list[Any], wake: Callable[[], None]) -> PendingWait:
-        """Start a deferred verb (``agent-wait``); ``wake`` is called from any thread when its
-        answer is ready (:class:`actors.desk_wait.PendingWait`). A bad argument is refused at
-        once (:class:`DeskRefusal`)."""
+    def begin(
+        self, verb: str, args: list[Any], wake: Callable[[], None]
+    ) -> PendingWait | PendingMcp:
+        """Start a deferred verb (``agent-wait``, ``mcp``, ``mcp-tools``); ``wake`` is called
+        from any thread when its answer is ready (:class:`actors.desk_wait.PendingWait`,
+        :class:`actors.desk_mcp.PendingMcp`). A bad argument is refused at once
+        (:class:`DeskRefusal`)."""
         if verb not in self.deferred_verbs():
             raise DeskRefusal(f"{verb} is not available to this agent")
+        if verb in MCP_VERBS:
+            return PendingMcp(self._agent.site, self._agent.name, verb, list(args), wake)
         names, timeout = wait_arguments(list(args))
         return PendingWait(self._agent, names, timeout, wake)
 
@@ -209,5 +216,5 @@ _VERBS: dict[str, _Verb] = {
 """Every verb answered at once but ``agent`` (which also takes the fork scope), by its ral
 name."""
 
-DEFERRED_VERBS = frozenset({"agent-wait"})
+DEFERRED_VERBS = frozenset({"agent-wait"}) | MCP_VERBS
 """The verbs answered late, through :meth:`AgentDesk.begin`."""

@@ -55,6 +55,7 @@ from actors.fanin_site import FanInSite
 from actors.host_pool import HostPool
 from actors.host_reaper import HostReaper
 from actors.mailbox import Cancel, QuotaActor
+from actors.mcp_site import McpSetup, McpSite
 from actors.process import keep_secrets_from_forks
 from actors.registry import start_registry
 from runtime.constants import SCRATCH_ENV, SESSION_ENV, TRUNK_NAME
@@ -155,6 +156,9 @@ class FleetConfig:
     secrets: SecretPolicy = field(default_factory=SecretPolicy)
     """The variables no shell sees (``runtime/credentials.py``): every agent's environment is
     scrubbed by it where its grants are decided, and the fork server starts without them."""
+    mcp: McpSetup = field(default_factory=McpSetup)
+    """The run's MCP servers, their recorded replies and the recording's sink
+    (``actors/mcp_site.py``, docs/mcp.md)."""
 
 
 class _AgentActor(QuotaActor):
@@ -239,6 +243,9 @@ class Fleet:
         self._births_cond = threading.Condition()
         self._in_flight = 0
         """Children started and not yet born (or failed)."""
+        self.mcp = McpSite(self.config.mcp, session, self._mcp_sandbox, self.config)
+        """The fleet's MCP servers, started lazily and shared by every agent
+        (``actors/mcp_site.py``)."""
         self.hub = ChannelHub("channel-hub")
         """The one thread reading every local agent process's channel (its thread starts with
         the first)."""
@@ -297,6 +304,12 @@ class Fleet:
         mode = self.config.limits.sandbox or SandboxMode.FULL_ACCESS
         return Sandbox(mode, tuple(workspace), False, self._scratch_for(name))
 
+    def _mcp_sandbox(self) -> Sandbox:
+        """A stdio MCP server's confinement: a shell's of the run's mode and workspace, its
+        scratch the session's ``mcp`` directory."""
+        sandbox = self._sandbox_for("mcp")
+        return replace(sandbox, scratch=str(self.session.mcp.resolve()))
+
     def _granted_spec(self, spec: AgentSpec) -> AgentSpec:
         """Decide the agent's grants, once, for every way an agent is made (trunk, fork,
         branch, resume): the policy's for its name met with its parent's (as recorded here, not
@@ -325,7 +338,7 @@ class Fleet:
         if snap is not None and snap.context:
             snap = replace(snap, context=ctx.to_dict())
         self._granted[spec.name] = grants
-        return replace(spec, context=ctx, snapshot=snap)
+        return replace(spec, context=ctx, snapshot=snap, mcp=self.mcp.prompt_for(grants))
 
     def _build(
         self,
@@ -532,6 +545,7 @@ class Fleet:
         if self.host_pool is not None:
             self.host_pool.close()
         self.hub.close()  # after every host's shutdown: their ends of file are read on it
+        self.mcp.close()  # after every agent: no request can begin once its servers stop
         try:
             self._registry.stop()
             self.bus.stop()
@@ -627,6 +641,23 @@ class Fleet:
 
     def read_result(self, parent: str, child: str) -> tuple[dict[str, Any], int]:
         return self.fanin.read_result(parent, child)
+
+    def mcp_begin(
+        self,
+        agent: str,
+        call_id: str,
+        server: str,
+        method: str,
+        tool: str | None,
+        arguments: dict[str, Any],
+        then: Callable[[Any], None],
+    ) -> None:
+        """``mcp`` / ``mcp-tools`` of ``agent``, within its grants (``actors/mcp_site.py``)."""
+        grants = self._granted.get(agent)
+        self.mcp.begin(grants, agent, call_id, server, method, tool, arguments, then)
+
+    def mcp_cancel(self, agent: str, call_id: str) -> None:
+        self.mcp.cancel(agent, call_id)
 
     def before_wait(self) -> None:
         """Nothing to send: an agent in this process publishes on the bus directly."""
@@ -969,6 +1000,7 @@ class Fleet:
                 self._settle_child(agent, outcome)
         finally:
             self.stop_shell(agent)  # idempotent: a child's teardown already closed it
+            self.mcp.agent_ended(agent.name)
             self.fanin.parent_ended(agent.name)
             self.registry.cancel_descendants(agent.name, "parent ended")
             self.registry.deregister(agent.name)

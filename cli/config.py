@@ -11,13 +11,15 @@ directory), the project's overriding the user's, and a flag overriding both::
     max_workers = 32
     max_binding_bytes = "64MiB"
 
-They apply to ``run``, ``fleet`` and ``chat``; ``run --show-config`` prints every value and
-where it came from. The limit, durability and agents keys become the commands' defaults
-(click's ``default_map``: a flag still wins, and the value is checked as the flag's would be).
-The provider keys are defaults of the provider's choice only: a scenario is still played by the
-scripted provider unless ``--provider`` says otherwise, and ``model`` / ``base_url`` apply only
-to the provider the file names (a model of one vendor is never sent to another's API). An API
-key is never read from a config file: keys stay in the environment or ``--api-key``.
+``[mcp.NAME]`` tables name MCP servers every run gets (docs/mcp.md; a scenario's and ``--mcp``
+override one of the same name). They apply to ``run``, ``fleet`` and ``chat``; ``run
+--show-config`` prints every value and where it came from. The limit, durability and agents keys
+become the commands' defaults (click's ``default_map``: a flag still wins, and the value is
+checked as the flag's would be). The provider keys are defaults of the provider's choice only: a
+scenario is still played by the scripted provider unless ``--provider`` says otherwise, and
+``model`` / ``base_url`` apply only to the provider the file names (a model of one vendor is
+never sent to another's API). An API key is never read from a config file: keys stay in the
+environment or ``--api-key``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 import click
 
 from cli.provider_options import ProviderChoice
+from runtime.mcp.config import McpConfigInvalid, merged, servers_from_doc
 
 CONNECTION_KEYS = ("provider", "model", "base_url")
 DEFAULT_KEYS = ("durability", "agents", "shell_memory", "max_workers", "max_binding_bytes")
@@ -88,6 +91,14 @@ def load_config(command: click.Command | None = None) -> Config:
     params = {p.name: p for p in command.params} if command is not None else {}
     for path in (user_config_path(), project_config_path()):
         for key, value in _read(path).items():
+            if key == "mcp":
+                try:
+                    servers = servers_from_doc(value, str(path))
+                except McpConfigInvalid as e:
+                    raise click.UsageError(f"config {e}") from None
+                earlier = values.get("mcp", ((), path))[0]
+                values["mcp"] = (merged(earlier, servers), path)
+                continue
             if key not in KEYS:
                 warnings.append(f"{path}: {key}: unknown key (ignored; known: {', '.join(KEYS)})")
                 continue

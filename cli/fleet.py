@@ -23,10 +23,12 @@ from cli.backend_options import Agents, Backend, agents_option, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.limits import limit_options
+from cli.mcp_options import mcp_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.recording import record_option
 from cli.run_report import RunReporter, agent_line, live_agents
 from cli.runner import run_headless, session_path, spec_for
+from runtime.mcp.config import McpServer
 from runtime.providers.prices import FREE_DATE
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
@@ -129,6 +131,7 @@ def cost_text(cost: dict[str, Any]) -> str:
 @agents_option()
 @backend_options
 @record_option
+@mcp_options
 @output_options
 @limit_options
 @durability_option()
@@ -143,6 +146,8 @@ def fleet_command(
     ray_address: str | None,
     placement: str | None,
     record: str | None,
+    mcp: tuple[McpServer, ...],
+    grant_mcp: tuple[str, ...],
     as_json: bool,
     quiet: bool,
     limits: ShellLimits,
@@ -177,6 +182,8 @@ def fleet_command(
         session_dir=session_dir,
         limits=limits,
         record=record,
+        mcp=mcp,
+        grant_mcp=grant_mcp,
         durability=durability,
         prices=cost.prices,
         budget=cost.budget,

@@ -38,12 +38,15 @@ def grant_options(f: F) -> F:
     return f
 
 
-def grants_from_flags(grant_exec: Sequence[str], grant_root: Sequence[str]) -> Grants:
+def grants_from_flags(
+    grant_exec: Sequence[str], grant_root: Sequence[str], grant_mcp: Sequence[str] = ()
+) -> Grants:
     """The grants the flags describe (no flag: unrestricted); a bad grant is a usage error."""
     try:
         return Grants.granting(
             exec=list(grant_exec) if grant_exec else None,
             roots=list(grant_root) if grant_root else None,
+            mcp=list(grant_mcp) if grant_mcp else None,
         )
     except GrantUnresolvable as e:
         flag = "--grant-exec" if e.what.startswith("exec ") else "--grant-root"
@@ -51,11 +54,14 @@ def grants_from_flags(grant_exec: Sequence[str], grant_root: Sequence[str]) -> G
 
 
 def fleet_policy(
-    grant_exec: Sequence[str], grant_root: Sequence[str], scenario: Scenario | None
+    grant_exec: Sequence[str],
+    grant_root: Sequence[str],
+    scenario: Scenario | None,
+    grant_mcp: Sequence[str] = (),
 ) -> GrantPolicy:
     """The fleet's grants: the flags for every agent, narrowed per agent by the scenario's
     ``[grants.PATTERN]`` tables (resolved against this process's PATH and cwd)."""
-    base = grants_from_flags(grant_exec, grant_root)
+    base = grants_from_flags(grant_exec, grant_root, grant_mcp)
     if scenario is None or not scenario.grants:
         return GrantPolicy(base)
     try:

@@ -13,10 +13,12 @@ from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.grants import grant_options
 from cli.limits import limit_options
+from cli.mcp_options import mcp_options
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.recording import record_option
 from cli.run_report import RunReporter
 from cli.runner import run_headless, spec_for
+from runtime.mcp.config import McpServer
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability
 
@@ -42,6 +44,7 @@ from runtime.state.durability import Durability
 @backend_options
 @record_option
 @grant_options
+@mcp_options
 @output_options
 @limit_options
 @durability_option()
@@ -60,6 +63,8 @@ def run_command(
     placement: str | None,
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
+    mcp: tuple[McpServer, ...],
+    grant_mcp: tuple[str, ...],
     record: str | None,
     as_json: bool,
     quiet: bool,
@@ -128,6 +133,8 @@ def run_command(
         window_tokens=window_tokens,
         grant_exec=grant_exec,
         grant_root=grant_root,
+        mcp=mcp,
+        grant_mcp=grant_mcp,
         limits=limits,
         record=record,
         durability=durability,

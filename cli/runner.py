@@ -31,6 +31,7 @@ from cli.config import with_config
 from cli.recording import open_recording
 from runtime.credentials import SecretPolicy
 from runtime.errors import ScenarioError
+from runtime.mcp.config import McpServer
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
 from runtime.providers.governor import Governor
@@ -130,6 +131,10 @@ class RunSpec:
     """``--placement``: None is ``spread``."""
     secret_env: tuple[str, ...] = ()
     """``--secret-env``: variables kept out of every shell besides the provider's keys."""
+    mcp: tuple[McpServer, ...] = ()
+    """The run's MCP servers (``cli/mcp_options.py``: config files, scenario, ``--mcp``)."""
+    grant_mcp: tuple[str, ...] = ()
+    """``--grant-mcp``: the servers every agent may use (none: every configured one)."""
 
     @property
     def secrets(self) -> SecretPolicy:
@@ -208,6 +213,10 @@ def spec_for(
     scenario = read_scenario(target) if is_scenario else None
     if provider == "scripted" and scenario is None:
         raise click.UsageError("the scripted provider plays a scenario file (SCENARIO.toml)")
+    from cli.mcp_options import check_grants, run_servers
+
+    settings["mcp"] = run_servers(tuple(settings.get("mcp") or ()), scenario)
+    check_grants(tuple(settings.get("grant_mcp") or ()), settings["mcp"])
     return RunSpec(
         provider=provider,
         prompt=(scenario.prompt if scenario is not None else target)
@@ -360,7 +369,9 @@ def run_headless(
     from cli.grants import fleet_policy
     from cli.limits import sandboxed
 
-    grants = spec.grants or fleet_policy(spec.grant_exec, spec.grant_root, spec.scenario)
+    grants = spec.grants or fleet_policy(
+        spec.grant_exec, spec.grant_root, spec.scenario, spec.grant_mcp
+    )
     prompt = spec.prompt
     system = None
     if spec.scenario is not None:
@@ -408,6 +419,7 @@ def _run_owned(
 ) -> RunOutcome:
     """:func:`run_headless` once the session is owned (its lock held by the caller)."""
     from actors.fleet import Fleet, FleetConfig
+    from actors.mcp_site import McpSetup
 
     write_run_spec(session, spec, grants)
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)
@@ -430,6 +442,11 @@ def _run_owned(
             backend=backend,
             traffic=governor,
             secrets=spec.secrets,
+            mcp=McpSetup(
+                spec.mcp,
+                spec.scenario.mcp_replies if spec.scenario is not None else {},
+                recording.recorder.mcp_reply if recording is not None else None,
+            ),
         ),
     )
     outcome = "failed"
@@ -502,6 +519,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "durability": spec.durability.value,
         "agents": "process" if spec.backend == "ray" else spec.agents,
         "secretEnv": spec.secrets.to_json(),  # names only: a key is never written
+        "mcp": [dict(s.to_dict(), name=s.name) for s in spec.mcp],  # header values left out
     }
     traffic = dict(spec.provider_options).get("traffic")
     if traffic is not None:

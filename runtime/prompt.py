@@ -20,6 +20,7 @@ from functools import cache
 from importlib import resources
 
 from runtime.errors import ExarchError
+from runtime.mcp.values import VERBS as MCP_VERBS
 
 AGENT_VERBS: tuple[str, ...] = (
     "agent",
@@ -105,6 +106,7 @@ def build_system_prompt(
     *,
     chat: bool = False,
     sandbox: str | None = None,
+    mcp: str | None = None,
 ) -> str | None:
     """The system prompt of one agent, or ``None`` in ``--chat`` mode.
 
@@ -112,12 +114,17 @@ def build_system_prompt(
     (:meth:`runtime.shell.confinement.Sandbox.describe`), told in one closing line so the model
     knows why a path or socket is refused; None (unconfined) adds nothing.
 
+    ``mcp``: the lines on the MCP servers the agent may use (``runtime/mcp/values.py``,
+    already size-capped), closing the prompt; ``mcp`` and ``mcp-tools`` in ``verbs`` are
+    explained there, not among the agent verbs.
+
     ``verbs`` is what the agent's desk accepts (see :func:`advertised_verbs`); each verb appears
     in the prompt iff it is in ``verbs``. Raises :class:`VerbMismatch` for an unknown verb or for
     ``reply`` on a non-returning agent.
     """
     if chat:
         return None
+    verbs = verbs - MCP_VERBS
     unknown = verbs - set(AGENT_VERBS)
     if unknown:
         raise VerbMismatch(f"unknown agent verbs {sorted(unknown)}; known: {list(AGENT_VERBS)}")
@@ -137,4 +144,6 @@ def build_system_prompt(
     text = _fill(_read("system.md"), values).rstrip() + "\n"
     if sandbox:
         text += f"\nYour shell is sandboxed ({sandbox}); outside it, access fails.\n"
+    if mcp:
+        text += f"\n{mcp}\n"
     return text

@@ -28,6 +28,8 @@ from typing import Any
 
 from runtime.credentials import valid_name
 from runtime.errors import GrantUnresolvable, ScenarioError
+from runtime.mcp.config import McpConfigInvalid, McpServer, server_from_table
+from runtime.mcp.replies import McpReply, replies_from_table
 from runtime.messages import StopReason
 from runtime.ral.grants import Grants
 from runtime.replay.recording import drop_torn_tail
@@ -117,6 +119,8 @@ class GrantTable:
     where: tuple[str, str] = ("", "")
     """``FILE:LINE`` of the ``exec`` and the ``roots`` key (``FILE`` alone when written inline),
     for diagnostics."""
+    mcp: tuple[str, ...] | None = None
+    """The MCP servers agents of the pattern may call (``None``: unnarrowed)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,11 @@ class Scenario:
     grants: tuple[GrantTable, ...] = ()
     recording: Mapping[str, Any] | None = None
     """The ``[recording]`` table of a recorded scenario (provider, model, ...), else None."""
+    mcp: tuple[McpServer, ...] = ()
+    """The ``[mcp.NAME]`` servers (docs/mcp.md)."""
+    mcp_replies: Mapping[str, tuple[McpReply, ...]] = field(default_factory=dict)
+    """Recorded MCP results by server (``[[mcp.NAME.replies]]``): a run that has them for a
+    server serves that server from them and never starts it (``runtime/mcp/replies.py``)."""
 
     @property
     def prompt(self) -> str | None:
@@ -167,7 +176,9 @@ class Scenario:
         out = []
         for t in self.grants:
             try:
-                g = Grants.granting(t.exec, t.roots, search_path=search_path, cwd=cwd)
+                g = Grants.granting(
+                    t.exec, t.roots, search_path=search_path, cwd=cwd, mcp=t.mcp
+                )
             except GrantUnresolvable as e:
                 i = 0 if e.what.startswith("exec ") else 1
                 key, where = _GRANT_KEYS[i], t.where[i]
@@ -288,7 +299,7 @@ class _Parser:
 
     def scenario(self, doc: dict[str, Any]) -> Scenario:
         for key in doc:
-            if key not in ("fleet", "agents", "grants", "recording"):
+            if key not in ("fleet", "agents", "grants", "recording", "mcp"):
                 self.warn(self._section_line(key), key, "unknown top-level key (ignored)")
         fleet = self.fleet(doc.get("fleet", {}))
         agents_doc = doc.get("agents", {})
@@ -303,6 +314,7 @@ class _Parser:
             else:
                 exact[name] = parsed
         grants = self.grants(doc.get("grants", {}))
+        mcp, replies = self.mcp(doc.get("mcp", {}))
         return Scenario(
             fleet=fleet,
             agents=exact,
@@ -311,7 +323,33 @@ class _Parser:
             warnings=tuple(self.warnings),
             grants=grants,
             recording=self.recording(doc.get("recording")),
+            mcp=mcp,
+            mcp_replies=replies,
         )
+
+    def mcp(
+        self, doc: Any
+    ) -> tuple[tuple[McpServer, ...], dict[str, tuple[McpReply, ...]]]:
+        """The ``[mcp.NAME]`` tables, and the ``replies`` a recording appended to them."""
+        if not isinstance(doc, dict):
+            raise self.fail(self._section_line("mcp"), "mcp", "expected a table of names")
+        servers: list[McpServer] = []
+        replies: dict[str, tuple[McpReply, ...]] = {}
+        for name, table in doc.items():
+            line = self._table_line("mcp", name)
+            where = f"{self.source}:{line}" if line else self.source
+            table = dict(table) if isinstance(table, dict) else table
+            try:
+                if isinstance(table, dict) and "replies" in table:
+                    replies[name] = replies_from_table(name, table.pop("replies"), where)
+                    if "command" not in table and "url" not in table:  # served from replies
+                        described = str(table.get("description", ""))
+                        servers.append(McpServer(name, description=described))
+                        continue
+                servers.append(server_from_table(name, table, where))
+            except McpConfigInvalid as e:
+                raise ScenarioError(str(e)) from None
+        return tuple(servers), replies
 
     def recording(self, table: Any) -> Mapping[str, Any] | None:
         if table is None:
@@ -333,10 +371,10 @@ class _Parser:
         if not isinstance(table, dict):
             raise self.fail(line, path, _expected(f"a table ([{path}])", table))
         for key in table:
-            if key not in _GRANT_KEYS:
+            if key not in (*_GRANT_KEYS, "mcp"):
                 self.warn(self._key_line(line, key), f"{path}.{key}", "unknown key (ignored)")
         parts: dict[str, tuple[str, ...] | None] = {}
-        for key in _GRANT_KEYS:
+        for key in (*_GRANT_KEYS, "mcp"):
             v = table.get(key)
             if v is not None and (
                 not isinstance(v, list) or not all(isinstance(x, str) and x for x in v)
@@ -351,7 +389,9 @@ class _Parser:
         for key in _GRANT_KEYS:
             n = self._key_line(line, key)
             where.append(f"{self.source}:{n}" if n else self.source)
-        return GrantTable(name, parts["exec"], parts["roots"], (where[0], where[1]))
+        return GrantTable(
+            name, parts["exec"], parts["roots"], (where[0], where[1]), mcp=parts["mcp"]
+        )
 
     def fleet(self, table: Any) -> FleetTable:
         line = self._section_line("fleet")

@@ -13,6 +13,8 @@ Invariants:
   the grant. Confining a path to the roots is :mod:`runtime.ral.confine`.
 - :meth:`Grants.meet` only narrows: whatever the meet allows, both sides allow. A child's grants
   are its parent's met with the fleet's (:meth:`GrantPolicy.for_agent`), so no fork widens them.
+- ``mcp`` names the MCP servers an agent may call (``runtime/mcp``); it narrows by
+  intersection like ``exec``, so a child never reaches a server its parent could not.
 - ``None`` means unrestricted (the default); an empty collection means nothing at all.
 """
 
@@ -75,13 +77,15 @@ def resolve_program(
 
 @dataclass(frozen=True)
 class Grants:
-    """Which programs may run (``exec``) and where file builtins may reach (``roots``).
+    """Which programs may run (``exec``), where file builtins may reach (``roots``) and which MCP
+    servers ``mcp`` may call (``mcp``).
 
     Build with :meth:`granting` (names and directories, resolved and checked now). The plain
     constructor takes resolved :class:`ExecGrant` entries and makes each root a real path."""
 
     exec: frozenset[ExecGrant] | None = None
     roots: tuple[str, ...] | None = None
+    mcp: frozenset[str] | None = None
     _by_name: dict[str, ExecGrant] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -92,6 +96,8 @@ class Grants:
         if self.roots is not None:
             roots = tuple(dict.fromkeys(os.path.realpath(r) for r in self.roots))
             object.__setattr__(self, "roots", roots)
+        if self.mcp is not None and not isinstance(self.mcp, frozenset):
+            object.__setattr__(self, "mcp", frozenset(self.mcp))
         self._index()
 
     def _index(self) -> None:
@@ -111,11 +117,17 @@ class Grants:
         self._by_name.update(by_name)
 
     @classmethod
-    def _trusted(cls, ex: Iterable[ExecGrant] | None, roots: Iterable[str] | None) -> Grants:
+    def _trusted(
+        cls,
+        ex: Iterable[ExecGrant] | None,
+        roots: Iterable[str] | None,
+        mcp: Iterable[str] | None = None,
+    ) -> Grants:
         """Grants from already-resolved parts: nothing is looked up or re-resolved."""
         g = object.__new__(cls)
         object.__setattr__(g, "exec", None if ex is None else frozenset(ex))
         object.__setattr__(g, "roots", None if roots is None else tuple(dict.fromkeys(roots)))
+        object.__setattr__(g, "mcp", None if mcp is None else frozenset(mcp))
         object.__setattr__(g, "_by_name", {})
         g._index()
         return g
@@ -128,6 +140,7 @@ class Grants:
         *,
         search_path: str | None = None,
         cwd: str | None = None,
+        mcp: Iterable[str] | None = None,
     ) -> Grants:
         """Make grants from program names/paths and directories, resolving each once, now.
 
@@ -147,7 +160,7 @@ class Grants:
                 if not r or not os.path.isdir(full):
                     raise GrantUnresolvable(f"root {r}", "not a directory")
                 real_roots.append(full)
-        return cls._trusted(entries, real_roots)
+        return cls._trusted(entries, real_roots, mcp)
 
     # -- narrowing -------------------------------------------------------------------------
     def meet(self, other: Grants) -> Grants:
@@ -166,7 +179,13 @@ class Grants:
             mine = [r for r in self.roots if any(within(r, o) for o in other.roots)]
             theirs = [o for o in other.roots if any(within(o, r) for r in self.roots)]
             roots = tuple(dict.fromkeys(mine + theirs))
-        return Grants._trusted(ex, roots)
+        if self.mcp is None:
+            mcp = other.mcp
+        elif other.mcp is None:
+            mcp = self.mcp
+        else:
+            mcp = self.mcp & other.mcp
+        return Grants._trusted(ex, roots, mcp)
 
     # -- questions -------------------------------------------------------------------------
     def program(self, head: str, cwd: str) -> str | None:
@@ -186,6 +205,10 @@ class Grants:
                 return g.path
         return None
 
+    def mcp_server(self, name: str) -> bool:
+        """Whether the MCP server ``name`` may be called."""
+        return self.mcp is None or name in self.mcp
+
     def contains(self, real: str) -> bool:
         """Whether the real (link-free, absolute) path ``real`` lies inside a granted root."""
         if self.roots is None:
@@ -197,6 +220,7 @@ class Grants:
         return {
             "exec": None if self.exec is None else [g.to_list() for g in sorted(self.exec)],
             "roots": None if self.roots is None else list(self.roots),
+            "mcp": None if self.mcp is None else sorted(self.mcp),
         }
 
     @classmethod
@@ -208,6 +232,7 @@ class Grants:
         name-only grant it replaces."""
         ex = d.get("exec")
         roots = d.get("roots")
+        mcp = d.get("mcp")
         entries: list[ExecGrant] | None = None
         if ex is not None:
             entries = []
@@ -220,13 +245,18 @@ class Grants:
                 else:
                     name, path, real = (str(x) for x in item)
                     entries.append(ExecGrant(name, path, real))
-        return cls._trusted(entries, None if roots is None else [str(r) for r in roots])
+        return cls._trusted(
+            entries,
+            None if roots is None else [str(r) for r in roots],
+            None if mcp is None else [str(m) for m in mcp],
+        )
 
     def describe(self) -> str:
         """One line for people: ``exec: cat, grep; roots: /srv/x`` (``any`` when unrestricted)."""
         ex = "any" if self.exec is None else ", ".join(sorted(g.name for g in self.exec)) or "none"
         roots = "any" if self.roots is None else ", ".join(self.roots) or "none"
-        return f"exec: {ex}; roots: {roots}"
+        mcp = "" if self.mcp is None else f"; mcp: {', '.join(sorted(self.mcp)) or 'none'}"
+        return f"exec: {ex}; roots: {roots}{mcp}"
 
 
 Grants.ALL = Grants()

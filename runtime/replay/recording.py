@@ -43,12 +43,14 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runtime.errors import ExarchError
+from runtime.mcp.replies import McpReply
+from runtime.mcp.replies import reply_block as mcp_reply_block
 from runtime.messages import AssistantMessage, ToolCall
 from runtime.state.private import FILE_MODE, private_dirs
 
@@ -58,7 +60,9 @@ failure of any other kind is recorded as ``transport`` with its message kept."""
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _TABLE_LINE = re.compile(r"^\[.*$", re.MULTILINE)
-_BLOCK = "[[agents."
+_BLOCKS = ("[[agents.", "[[mcp.")
+"""The headers of the blocks a recorder appends: a model reply, an MCP result
+(``runtime/mcp/replies.py``)."""
 _MARK = re.compile(r"^# .+, reply \d+( \(spawned by .+\))?$")
 _STOP_LINE = re.compile(r'^\s*stop\s*=\s*"[a-z_]+"[ \t]*(#.*)?$', re.MULTILINE)
 _RECORDING_TABLE = re.compile(r"^\[recording\]\s*$", re.MULTILINE)
@@ -277,7 +281,7 @@ def drop_torn_tail(text: str) -> tuple[str, TornBlock | None]:
         return text, None
     last = opens[-1]
     line = last.group(0)
-    if not (line.startswith(_BLOCK) or _BLOCK.startswith(line)):
+    if not any(line.startswith(b) or b.startswith(line) for b in _BLOCKS):
         return text, None
     before = text.rfind("\n", 0, max(last.start() - 1, 0))
     mark = text[before + 1 : max(last.start() - 1, 0)]
@@ -376,16 +380,30 @@ class Recorder:
     def failure(self, agent: str, kind: str, message: str, partial: AssistantMessage) -> None:
         self._block(agent, partial, kind, message)
 
+    def mcp_reply(self, server: str, reply: McpReply) -> None:
+        """One MCP result (or failure) of the fleet's server ``server``, as it arrived."""
+        self._append(
+            f"mcp {server}", lambda mark: mcp_reply_block(server, reply, mark, toml_string)
+        )
+
     def _block(
         self, agent: str, msg: AssistantMessage, error: str | None, message: str | None
     ) -> None:
+        parent = self._parents.get(agent)
+        self._append(
+            agent,
+            lambda mark: reply_block(agent, msg, error=error, error_message=message, mark=mark),
+            parent,
+        )
+
+    def _append(self, who: str, block: Callable[[str], str], parent: str | None = None) -> None:
         with self._lock:
             if not self._fds:
                 return
-            n = self._counts[agent] = self._counts.get(agent, 0) + 1
-            mark = reply_mark(agent, n, self._parents.get(agent) if n == 1 else None)
+            n = self._counts[who] = self._counts.get(who, 0) + 1
+            mark = reply_mark(who, n, parent if n == 1 else None)
             try:
-                self._write(reply_block(agent, msg, error=error, error_message=message, mark=mark))
+                self._write(block(mark))
             except OSError as e:  # a full disk must not fail the run: the recording stops here
                 self.error = f"recording stopped after {self.replies} replies: {e.strerror or e}"
                 fds, self._fds = self._fds, []

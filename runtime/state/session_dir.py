@@ -166,6 +166,12 @@ class SessionDir:
         return self.root / (f"{_RESULT}.corrupt" if n == 1 else f"{_RESULT}.corrupt.{n}")
 
     @property
+    def mcp(self) -> Path:
+        """The fleet's MCP servers' directory: each stdio server's stderr (``NAME.stderr``) and
+        the scratch directory a confined server may write (``docs/mcp.md``)."""
+        return self.root / "mcp"
+
+    @property
     def recording(self) -> Path:
         """``--record``: every agent's model replies as a scenario (``runtime/replay/``)."""
         return self.root / "recording.toml"
