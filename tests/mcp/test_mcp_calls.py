@@ -95,7 +95,10 @@ def test_the_server_never_sees_the_providers_key(
     run = mcp_fleet(
         """
         [[agents.trunk]]
-        ral = ['reply [key: (mcp t getenv [name: OPENAI_API_KEY]), session: (mcp t getenv [name: EXARCH_SESSION])]']
+        ral = ['''
+        let key = mcp t getenv [name: OPENAI_API_KEY]
+        reply [key: $key, session: (mcp t getenv [name: EXARCH_SESSION])]
+        ''']
         """
     )
     reply = run.reply()
