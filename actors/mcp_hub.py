@@ -47,7 +47,7 @@ from runtime.mcp.errors import (
     McpServerUnavailable,
     McpServerUnknown,
 )
-from runtime.mcp.replies import LIST, McpReply, ReplyBook, canonical
+from runtime.mcp.replies import LIST, McpReply, ReplyBook, arguments_key
 from runtime.mcp.values import ToolLine, call_value, tool_lines, tools_value
 
 log = logging.getLogger(__name__)
@@ -283,7 +283,7 @@ class McpHub:
         args = dict(arguments)
         if self._book is not None and self._book.serves(server):
             try:
-                reply = self._book.take(server, method, tool, canonical(args))
+                reply = self._book.take(server, method, tool, arguments_key(args))
                 then(self._value(server, method, reply))
             except Exception as e:
                 then(e)
@@ -408,7 +408,7 @@ class McpHub:
             raise self._record_failure(
                 server, method, tool, args, McpServerCrashed(f"mcp {server}: {_reason(e)}")
             ) from None
-        reply = McpReply(method, tool, canonical(args), result)
+        reply = McpReply(method, tool, arguments_key(args), result)
         if self._sink is not None:
             self._sink(server, reply)
         return reply
@@ -430,7 +430,7 @@ class McpHub:
         self, server: str, method: str, tool: str | None, args: dict[str, Any], error: Exception
     ) -> Exception:
         if self._sink is not None:
-            self._sink(server, McpReply(method, tool, canonical(args), error=str(error)))
+            self._sink(server, McpReply(method, tool, arguments_key(args), error=str(error)))
         return error
 
     def _log_hint(self, server: str) -> str:

@@ -26,7 +26,7 @@ import sys
 _PR_SET_PDEATHSIG = 1
 
 
-def main(argv: list[str]) -> int:
+def launch(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
         print("usage: mcp_launch.py PARENT_PID RULES_JSON -- COMMAND [ARG...]", file=sys.stderr)
         return 2
@@ -63,4 +63,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(launch(sys.argv[1:]))

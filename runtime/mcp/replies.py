@@ -48,7 +48,7 @@ class McpReplyMissing(ExarchError):
     """A replay met an MCP call the recording has no (more) reply for."""
 
 
-def canonical(arguments: Mapping[str, Any] | None) -> str:
+def arguments_key(arguments: Mapping[str, Any] | None) -> str:
     """Arguments as the key a reply is found by: sorted, compact JSON."""
     return json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -60,7 +60,7 @@ class McpReply:
     method: str
     tool: str | None
     arguments: str
-    """Canonical JSON (:func:`canonical`)."""
+    """Canonical JSON (:func:`arguments_key`)."""
     result: Mapping[str, Any] | None = None
     error: str | None = None
 
@@ -101,7 +101,7 @@ def replies_from_table(name: str, value: Any, where: str) -> tuple[McpReply, ...
             McpReply(
                 str(method),
                 None if tool is None else str(tool),
-                canonical(args if isinstance(args, dict) else {}),
+                arguments_key(args if isinstance(args, dict) else {}),
                 result,
                 None if "error" not in block else str(block["error"]),
             )
@@ -109,7 +109,9 @@ def replies_from_table(name: str, value: Any, where: str) -> tuple[McpReply, ...
     return tuple(out)
 
 
-def reply_block(server: str, reply: McpReply, mark: str, toml_string: Callable[[str], str]) -> str:
+def mcp_result_block(
+    server: str, reply: McpReply, mark: str, toml_string: Callable[[str], str]
+) -> str:
     """One ``[[mcp.SERVER.replies]]`` block (``mark``: the writer's ``# ...`` line;
     ``toml_string``: the recording's one-line TOML string quoting)."""
     lines = [f"\n# {mark}\n", f"[[mcp.{server}.replies]]\n"]
@@ -166,7 +168,7 @@ __all__ = [
     "McpReply",
     "McpReplyMissing",
     "ReplyBook",
-    "canonical",
+    "arguments_key",
+    "mcp_result_block",
     "replies_from_table",
-    "reply_block",
 ]

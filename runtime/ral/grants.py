@@ -217,11 +217,13 @@ class Grants:
 
     # -- data ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "exec": None if self.exec is None else [g.to_list() for g in sorted(self.exec)],
             "roots": None if self.roots is None else list(self.roots),
-            "mcp": None if self.mcp is None else sorted(self.mcp),
         }
+        if self.mcp is not None:  # absent: every server (as files written before MCP say)
+            d["mcp"] = sorted(self.mcp)
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Grants:

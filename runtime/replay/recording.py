@@ -49,8 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import ExarchError
-from runtime.mcp.replies import McpReply
-from runtime.mcp.replies import reply_block as mcp_reply_block
+from runtime.mcp.replies import McpReply, mcp_result_block
 from runtime.messages import AssistantMessage, ToolCall
 from runtime.state.private import FILE_MODE, private_dirs
 
@@ -383,7 +382,7 @@ class Recorder:
     def mcp_reply(self, server: str, reply: McpReply) -> None:
         """One MCP result (or failure) of the fleet's server ``server``, as it arrived."""
         self._append(
-            f"mcp {server}", lambda mark: mcp_reply_block(server, reply, mark, toml_string)
+            f"mcp {server}", lambda mark: mcp_result_block(server, reply, mark, toml_string)
         )
 
     def _block(

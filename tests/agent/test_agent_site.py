@@ -12,6 +12,7 @@ from pathlib import Path
 
 from actors.desk import _VERBS, DEFERRED_VERBS
 from actors.slash_commands import _COMMANDS, COMMANDS
+from runtime.mcp.values import VERBS as MCP_VERBS
 from runtime.prompt import advertised_verbs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +72,7 @@ def test_the_import_scan_sees_type_checking_and_function_local_imports() -> None
 
 
 def test_every_verb_a_desk_can_advertise_has_an_explicit_handler() -> None:
-    every = advertised_verbs(returns=True) | advertised_verbs(returns=False)
+    every = advertised_verbs(returns=True) | advertised_verbs(returns=False) | MCP_VERBS
     # ``agent`` also takes the fork scope; a deferred verb is answered through ``begin``
     assert every - {"agent"} == set(_VERBS) | DEFERRED_VERBS
     assert not DEFERRED_VERBS & set(_VERBS)
