@@ -203,6 +203,7 @@ def _replay_spec(old: SessionDir, out_dir: str | None) -> RunSpec:
         limits=ShellLimits.from_json(run.get("shellLimits")),  # the recorded run's limits
         durability=_durability(run.get("durability")),  # and its durability
         agents="process" if run.get("agents") == "process" else "thread",  # and where agents ran
+        mcp=scenario.mcp,  # served from the recorded replies only: no server is started
     )
 
 
