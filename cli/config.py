@@ -93,7 +93,7 @@ def load_config(command: click.Command | None = None) -> Config:
         for key, value in _read(path).items():
             if key == "mcp":
                 try:
-                    servers = servers_from_doc(value, str(path))
+                    servers = servers_from_doc(value, str(path), str(path.resolve().parent))
                 except McpConfigInvalid as e:
                     raise click.UsageError(f"config {e}") from None
                 earlier = values.get("mcp", ((), path))[0]

@@ -13,12 +13,18 @@ Invariants:
   scenario, then ``--mcp`` flags (:func:`merged`). A later source replaces a server whole; it
   never mixes fields of two definitions.
 - Nothing here starts anything: these are values (picklable, comparable) the fleet holds.
+
+Two words are filled in a stdio table where it is read (never in ``--mcp``, whose words a shell
+already expanded): ``{python}`` is the Python exarch-actors runs on (it has the ``mcp`` SDK, so
+a server written with it starts anywhere the command runs), and ``{here}`` the directory of the
+file the table is written in (a scenario ships its server beside it).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,9 +102,16 @@ def _name(name: str, where: str) -> str:
     return name
 
 
-def server_from_table(name: str, table: Any, where: str) -> McpServer:
-    """One ``[mcp.NAME]`` table; ``where`` (``FILE`` or ``FILE:LINE``) prefixes a refusal.
-    Unknown keys are refused too: a misspelt ``comand`` would otherwise leave no transport."""
+def filled(word: str, here: str | None) -> str:
+    """``word`` with ``{python}`` and ``{here}`` filled (see the module docstring)."""
+    word = word.replace("{python}", sys.executable)
+    return word if here is None else word.replace("{here}", here)
+
+
+def server_from_table(name: str, table: Any, where: str, here: str | None = None) -> McpServer:
+    """One ``[mcp.NAME]`` table; ``where`` (``FILE`` or ``FILE:LINE``) prefixes a refusal,
+    ``here`` is the directory ``{here}`` names. Unknown keys are refused too: a misspelt
+    ``comand`` would otherwise leave no transport."""
     where = f"{where}: mcp.{name}"
     _name(name, where)
     if not isinstance(table, dict):
@@ -126,10 +139,10 @@ def server_from_table(name: str, table: Any, where: str) -> McpServer:
             raise McpConfigInvalid(f"{where}: cwd must be a string")
         return McpServer(
             name,
-            command=command,
-            args=_strings(table.get("args", []), where, "args"),
+            command=filled(command, here),
+            args=tuple(filled(a, here) for a in _strings(table.get("args", []), where, "args")),
             env=_table(table.get("env", {}), where, "env"),
-            cwd=cwd,
+            cwd=None if cwd is None else filled(cwd, here),
             description=description,
         )
     stray = sorted(k for k in STDIO_KEYS if k in table)
@@ -145,13 +158,13 @@ def server_from_table(name: str, table: Any, where: str) -> McpServer:
     )
 
 
-def servers_from_doc(doc: Any, where: str) -> tuple[McpServer, ...]:
+def servers_from_doc(doc: Any, where: str, here: str | None = None) -> tuple[McpServer, ...]:
     """Every server of an ``mcp`` top-level table (``doc`` is its value), in file order."""
     if doc is None:
         return ()
     if not isinstance(doc, dict):
         raise McpConfigInvalid(f"{where}: mcp must be a table of server names ([mcp.NAME])")
-    return tuple(server_from_table(str(n), t, where) for n, t in doc.items())
+    return tuple(server_from_table(str(n), t, where, here) for n, t in doc.items())
 
 
 def server_from_flag(value: str) -> McpServer:

@@ -244,6 +244,7 @@ class _Parser:
     def __init__(self, text: str, source: str) -> None:
         self.lines = text.splitlines()
         self.source = source
+        self.here = str(Path(source).resolve().parent) if not source.startswith("<") else None
         self.warnings: list[str] = []
 
     # -- positions ---------------------------------------------------------------------------
@@ -346,7 +347,7 @@ class _Parser:
                         described = str(table.get("description", ""))
                         servers.append(McpServer(name, description=described))
                         continue
-                servers.append(server_from_table(name, table, where))
+                servers.append(server_from_table(name, table, where, self.here))
             except McpConfigInvalid as e:
                 raise ScenarioError(str(e)) from None
         return tuple(servers), replies
