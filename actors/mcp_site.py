@@ -16,6 +16,7 @@ The fleet decides; the hub (``actors/mcp_hub.py``) talks to servers. Here:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from runtime.constants import SESSION_ENV
 from runtime.mcp.config import McpServer
-from runtime.mcp.errors import McpServerUnknown, NotGranted
+from runtime.mcp.errors import McpSdkMissing, McpServerUnknown, NotGranted
 from runtime.mcp.replies import McpReply, ReplyBook
 from runtime.mcp.values import prompt_section
 from runtime.ral.grants import Grants
@@ -73,6 +74,8 @@ class McpSite:
 
         with self._lock:
             if self._hub is None:
+                if not self.setup.replies and importlib.util.find_spec("mcp") is None:
+                    raise McpSdkMissing()
                 book = ReplyBook(self.setup.replies) if self.setup.replies else None
                 self._hub = McpHub(
                     self.setup.servers, self._launch(), book=book, sink=self.setup.sink

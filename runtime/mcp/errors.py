@@ -34,6 +34,16 @@ class McpServerUnavailable(ExarchError):
     """The server could not be started or reached (no such program, refused handshake)."""
 
 
+class McpSdkMissing(McpServerUnavailable):
+    """The ``mcp`` SDK is not installed in the Python the control process runs on."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "mcp: the MCP SDK is not installed; install it with "
+            "pip install 'exarch-actors[mcp]' (docs/mcp.md)"
+        )
+
+
 class McpServerCrashed(ExarchError):
     """The server's connection ended while this call was in flight; the next call starts the
     server again."""
@@ -45,6 +55,7 @@ class McpRequestFailed(ExarchError):
 
 __all__ = [
     "McpRequestFailed",
+    "McpSdkMissing",
     "McpServerCrashed",
     "McpServerUnavailable",
     "McpServerUnknown",
