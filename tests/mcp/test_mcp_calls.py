@@ -104,3 +104,21 @@ def test_the_server_never_sees_the_providers_key(
     reply = run.reply()
     assert reply["key"] == {"result": ""}
     assert reply["session"] == {"result": str(run.session.resolve())}
+
+
+def test_the_system_prompt_lists_the_granted_servers_and_their_tools_once_known(
+    mcp_fleet: Any,
+) -> None:
+    run = mcp_fleet(
+        """
+        [[agents.trunk]]
+        ral = ["let tools = mcp-tools t; agent kid 'x'; let r = agent-wait kid; reply done"]
+
+        [[agents.kid]]
+        ral = ['reply ok']
+        """
+    )
+    assert run.reply() == "done"
+    trunk, kid = run.fleet.hosted["trunk"].system, run.fleet.hosted["kid"].system
+    assert "- t: loopback (tools not listed yet: `mcp-tools t`)" in trunk  # lazily started
+    assert "- t: loopback\n  - echo: Echo TEXT back.\n  - add: Add two integers" in kid

@@ -43,6 +43,8 @@ def test_a_child_whose_grants_exclude_the_server_is_refused_with_not_granted(
     message = run.reply()
     assert message.startswith("not granted: agent kid may not use MCP server 't'")
     assert run.fleet.mcp.hub().link_generation("t") == 0  # nothing was started for it
+    assert "MCP servers" in run.fleet.hosted["trunk"].system
+    assert "MCP servers" not in run.fleet.hosted["kid"].system  # never shown what it may not use
 
 
 def test_a_child_never_gains_a_server_its_parent_lacks(mcp_fleet: Any) -> None:
