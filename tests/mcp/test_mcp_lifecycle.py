@@ -4,11 +4,13 @@ at the next call, and a cancel of the calling agent reaches the server at once."
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psutil
 import pytest
 
+from runtime.mcp.replies import CALL
 from runtime.ral.grants import GrantPolicy, Grants
 from tests.mcp.conftest import SERVER, seen
 from tests.support.waiting import wait_for
@@ -147,3 +149,28 @@ def _events(run: Any, agent: str) -> list[dict[str, Any]]:
     from runtime.state.durable import read_jsonl
 
     return read_jsonl(run.session / "agents" / agent / "events.jsonl").records
+
+
+def test_an_interrupted_call_abandons_its_request_and_leaves_the_server_usable(
+    mcp_fleet: Any,
+) -> None:
+    run = mcp_fleet(
+        """
+        [[agents.trunk]]
+        ral = ['mcp t slow [seconds: 120]']
+        """
+    )
+    wait_for(lambda: "start slow" in seen(run.log), 30, "the slow tool to start")
+    run.fleet.hosted["trunk"].interrupt("esc")
+    wait_for(lambda: "cancelled slow" in seen(run.log), 15, "the server to see the cancel")
+    assert run.fleet.wait_empty(30)
+    answered: list[Any] = []
+    done = threading.Event()
+    def then(value: Any) -> None:
+        answered.append(value)
+        done.set()
+
+    run.fleet.mcp.hub().begin("test", "1", "t", CALL, "echo", {"text": "again"}, then)
+    assert done.wait(30)
+    assert answered == [{"result": "again"}]
+    assert run.fleet.mcp.hub().link_generation("t") == 1  # the same server, never restarted
