@@ -18,6 +18,7 @@ arrives after the withdrawal is dropped (nothing of an MCP result is owed to any
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -31,6 +32,8 @@ from runtime.ral.values import UNIT, render
 
 if TYPE_CHECKING:
     from actors.agent_site import AgentSite
+
+log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
 
@@ -107,7 +110,10 @@ class PendingMcp:
                 self._withdrawn = True
                 return
             self._withdrawn = True
-        self._site.mcp_cancel(self._agent, self.call_id)
+        try:
+            self._site.mcp_cancel(self._agent, self.call_id)
+        except Exception:  # a channel already gone: the fleet abandons the agent's requests
+            log.debug("%s: mcp cancel not sent", self._agent, exc_info=True)  # when it ends
 
     def give_back_answer(self) -> None:
         """An answer the host never took: nothing to give back (an MCP result is owed to no

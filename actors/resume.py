@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from typing import Any, Literal
 
 from actors.agent import Agent, AgentSpec
 from actors.agent_process import ProcessAgent
+from actors.mcp_site import McpSetup
 from actors.process_identity import kill_and_wait
 from runtime.constants import TRUNK_NAME
 from runtime.credentials import SecretPolicy
@@ -52,6 +54,7 @@ from runtime.errors import ExarchError
 from runtime.events import Died, InboxRejected, SystemNote
 from runtime.fleet.inbox import AgentResult, UserSteering
 from runtime.fleet.park import Construction
+from runtime.mcp.config import servers_from_run
 from runtime.messages import AssistantMessage
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
@@ -339,8 +342,10 @@ def resume_run(
     system: str | None = None
     prompt = run.get("prompt")
     governor = None
+    replies: dict[str, Any] = {}
     if run.get("provider") == "scripted":
         scenario = _scenario_of(run)
+        replies = dict(scenario.mcp_replies)
         playback = ScenarioPlayback(scenario)
         system = scenario.system
         prompt = prompt or scenario.prompt
@@ -407,6 +412,7 @@ def resume_run(
             backend=backend,
             traffic=governor,
             secrets=secrets,
+            mcp=McpSetup(servers_from_run(run.get("mcp"), os.environ), replies),
         ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), plan.trunk_reply

@@ -519,7 +519,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
         "durability": spec.durability.value,
         "agents": "process" if spec.backend == "ray" else spec.agents,
         "secretEnv": spec.secrets.to_json(),  # names only: a key is never written
-        "mcp": [dict(s.to_dict(), name=s.name) for s in spec.mcp],  # header values left out
+        "mcp": [s.to_dict() for s in spec.mcp],  # env and header values left out
     }
     traffic = dict(spec.provider_options).get("traffic")
     if traffic is not None:

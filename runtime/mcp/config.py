@@ -71,14 +71,16 @@ class McpServer:
         return f"http: {self.url}" if self.url is not None else "recorded replies"
 
     def to_dict(self) -> dict[str, Any]:
-        """The table as a run writes it back (``run.json``), header values left out."""
-        d: dict[str, Any] = {"description": self.description} if self.description else {}
+        """The server as ``run.json`` keeps it for ``resume``: environment and header *names*
+        only (a value may be a token; :func:`servers_from_run` reads them again)."""
+        d: dict[str, Any] = {"name": self.name, "description": self.description}
         if self.command is not None:
-            d |= {"command": self.command, "args": list(self.args), "env": dict(self.env)}
+            d |= {"command": self.command, "args": list(self.args)}
+            d["envNames"] = [k for k, _ in self.env]
             if self.cwd is not None:
                 d["cwd"] = self.cwd
         elif self.url is not None:
-            d |= {"url": self.url, "headers": sorted(k for k, _ in self.headers)}
+            d |= {"url": self.url, "headerNames": [k for k, _ in self.headers]}
         return d
 
 
@@ -183,6 +185,30 @@ def server_from_flag(value: str) -> McpServer:
     return McpServer(name, command=words[0], args=tuple(words[1:]))
 
 
+def servers_from_run(entries: Any, environ: Mapping[str, str]) -> tuple[McpServer, ...]:
+    """The servers ``run.json`` kept (:meth:`McpServer.to_dict`), for ``resume``: a stdio
+    server's environment values are read again from ``environ`` (as the provider's key is);
+    an HTTP server's header values are not kept anywhere, so it resumes without them."""
+    out = []
+    for e in entries or ():
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
+            continue
+        table: dict[str, Any] = {"description": str(e.get("description") or "")}
+        if e.get("command") is not None:
+            table |= {"command": e["command"], "args": list(e.get("args") or ())}
+            names = [str(n) for n in e.get("envNames") or () if str(n) in environ]
+            table["env"] = {n: environ[n] for n in names}
+            if e.get("cwd") is not None:
+                table["cwd"] = e["cwd"]
+        elif e.get("url") is not None:
+            table["url"] = e["url"]
+        else:  # served from a recording's replies
+            out.append(McpServer(e["name"], description=table["description"]))
+            continue
+        out.append(server_from_table(e["name"], table, "run.json"))
+    return tuple(out)
+
+
 def merged(*sources: Iterable[McpServer]) -> tuple[McpServer, ...]:
     """The servers of every source by name, a later source's definition replacing an earlier
     one's whole; the order is where each name first appeared."""
@@ -205,4 +231,5 @@ __all__ = [
     "server_from_flag",
     "server_from_table",
     "servers_from_doc",
+    "servers_from_run",
 ]

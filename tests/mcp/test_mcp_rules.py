@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.mcp.config import McpConfigInvalid, McpServer, merged, server_from_flag
+from runtime.mcp.config import (
+    McpConfigInvalid,
+    McpServer,
+    merged,
+    server_from_flag,
+    servers_from_run,
+)
 from runtime.mcp.config import server_from_table as table
 from runtime.mcp.replies import (
     CALL,
@@ -168,3 +174,14 @@ def test_recorded_replies_read_back_from_a_scenario_and_a_torn_last_one_is_dropp
     torn = parse_scenario(text[: text.rindex("stop =")])
     assert torn.mcp_replies["t"] == (one,)
     assert any("torn final reply block dropped" in w for w in torn.warnings)
+
+
+def test_run_json_keeps_no_env_or_header_value_and_resume_reads_env_again() -> None:
+    stdio = McpServer("fs", command="srv", args=("-v",), env=(("TOKEN", "s3cret"),))
+    web = McpServer("web", url="https://h/mcp", headers=(("Authorization", "Bearer s3cret"),))
+    kept = [stdio.to_dict(), web.to_dict(), McpServer("rec").to_dict()]
+    assert "s3cret" not in str(kept)
+    back = servers_from_run(kept, {"TOKEN": "now"})
+    assert back[0] == McpServer("fs", command="srv", args=("-v",), env=(("TOKEN", "now"),))
+    assert back[1] == McpServer("web", url="https://h/mcp")
+    assert back[2].transport == "recorded"
