@@ -28,6 +28,7 @@ from cli.config import with_config
 from cli.durability import durability_option
 from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options, sandboxed
+from cli.mcp_options import check_grants, mcp_options, run_servers
 from cli.provider_options import ProviderChoice, provider_options
 from cli.recording import open_recording, record_option
 from cli.runner import (
@@ -38,6 +39,7 @@ from cli.runner import (
     secret_policy,
     session_path,
 )
+from runtime.mcp.config import McpServer
 from runtime.providers.base import Provider
 from runtime.providers.prices import PriceTable
 from runtime.shell.limits import ShellLimits
@@ -55,6 +57,7 @@ from runtime.state.durability import Durability
 @click.option("--window-tokens", type=click.IntRange(min=1), help="The model's context window.")
 @click.option("--disk-warn-bytes", type=click.IntRange(min=1), help="Warn past this many bytes.")
 @grant_options
+@mcp_options
 @limit_options
 @record_option
 @durability_option()
@@ -69,6 +72,8 @@ def chat_command(
     disk_warn_bytes: int | None,
     grant_exec: tuple[str, ...],
     grant_root: tuple[str, ...],
+    mcp: tuple[McpServer, ...],
+    grant_mcp: tuple[str, ...],
     limits: ShellLimits,
     record: str | None,
     durability: Durability,
@@ -92,6 +97,7 @@ def chat_command(
            --backend ray without Ray installed, or --backend ray with --record
     """
     from actors.fleet import Fleet, FleetConfig
+    from actors.mcp_site import McpSetup
     from cli.tui.app import ChatApp
 
     check_backend(backend, ray_address, placement)
@@ -129,7 +135,9 @@ def chat_command(
         record=record,
         durability=durability,
     )
-    grants = fleet_policy(grant_exec, grant_root, spec.scenario)
+    servers = run_servers(mcp, loaded)
+    check_grants(grant_mcp, servers)
+    grants = fleet_policy(grant_exec, grant_root, spec.scenario, grant_mcp)
     try:
         made = provider_factory(spec)  # a bad flag or a missing key fails before the screen
     except click.UsageError as e:
@@ -167,6 +175,11 @@ def chat_command(
                 traffic=made.governor,
                 prices=PriceTable().free_of_charge() if provider == "scripted" else PriceTable(),
                 secrets=secret_policy(connection.secret_env, loaded, connection.api_key),
+                mcp=McpSetup(
+                    servers,
+                    loaded.mcp_replies if loaded is not None else {},
+                    recording.recorder.mcp_reply if recording is not None else None,
+                ),
             ),
         )
         app = ChatApp(

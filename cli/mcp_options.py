@@ -1,4 +1,5 @@
-"""``--mcp NAME=COMMAND…`` and ``--grant-mcp NAME`` for ``run`` and ``fleet`` (docs/mcp.md).
+"""``--mcp NAME=COMMAND…`` and ``--grant-mcp NAME`` for ``run``, ``fleet`` and ``chat``
+(docs/mcp.md).
 
 A run's MCP servers are, by name and later over earlier: the user's config file's
 ``[mcp.NAME]`` tables, the project's, the scenario's, then ``--mcp`` flags
