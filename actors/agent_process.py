@@ -100,6 +100,7 @@ from runtime.fleet.fanin import WaitAnswer
 from runtime.fleet.inbox import InboxFull, InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
+from runtime.mcp.replies import McpRequest
 from runtime.replay.provider import RecordSink
 from runtime.state.durability import ShippedRecord
 from runtime.state.record_mirror import RecordRefused, apply_shipped
@@ -755,7 +756,7 @@ class _Host:
         if now is not None:
             answer(now)
 
-    def _mcp_begin(self, rid: int, args: tuple[Any, ...]) -> None:
+    def _mcp_begin(self, rid: int, args: tuple[McpRequest]) -> None:
         """``mcp`` / ``mcp-tools``, answered late (``actors/mcp_site.py``): the pool thread
         returns once the request is begun; the hub's answer is the reply, whatever thread
         it arrives on, the request's error crossing as itself."""

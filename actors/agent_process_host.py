@@ -103,6 +103,7 @@ from runtime.fleet.agent_channel import (
 )
 from runtime.fleet.fanin import ChildEnd, WaitAnswer
 from runtime.fleet.inbox import Inbox, InboxMsg, PushEffect, Surface, UserSteering
+from runtime.mcp.replies import McpRequest
 from runtime.messages import AssistantMessage
 from runtime.providers.base import Provider
 from runtime.providers.governor import install_gate
@@ -833,48 +834,29 @@ class HostSite:
         """Answered late by the control side (its ``DEFERRED_CALLS``): ``then`` runs on this
         process's channel reader when the reply comes (or the channel ends)."""
 
-        def answered(reply: ChannelMessage | None, error: BaseException | None) -> None:
-            if error is not None or reply is None:
-                then(error or SiteRefused("agent-wait: no answer"))
-                return
-            try:
-                then(returned("wait_children", reply))
-            except Exception as e:  # the control side's refusal (NotAChild), re-raised here
-                then(e)
-
-        self._host.flush()
-        self._host.channel.begin(
-            Call("wait_children", pickle.dumps((parent, wait_id, names))),
-            WAIT_TIMEOUT,
-            then=answered,
-        )
+        self._late("wait_children", (parent, wait_id, names), then)
         return None
 
-    def mcp_begin(
-        self,
-        agent: str,
-        call_id: str,
-        server: str,
-        method: str,
-        tool: str | None,
-        arguments: dict[str, Any],
-        then: Callable[[Any], None],
-    ) -> None:
-        """Answered late by the control side, as ``wait_children`` is: ``then`` runs on this
-        process's channel reader when the result comes (or the channel ends)."""
+    def mcp_begin(self, request: McpRequest, then: Callable[[Any], None]) -> None:
+        """Answered late by the control side, as ``wait_children`` is."""
+        self._late("mcp_begin", (request,), then)
+
+    def _late(self, method: str, args: tuple[Any, ...], then: Callable[[Any], None]) -> None:
+        """A call the control side answers late (its deferred calls): ``then`` runs on this
+        process's channel reader with the value, or the refusal re-raised here (``NotAChild``,
+        ``NotGranted``, a tool's failure), or the channel's end."""
 
         def answered(reply: ChannelMessage | None, error: BaseException | None) -> None:
             if error is not None or reply is None:
-                then(error or SiteRefused("mcp: no answer"))
+                then(error or SiteRefused(f"{method}: no answer"))
                 return
             try:
-                then(returned("mcp_begin", reply))
-            except Exception as e:  # the request's error (NotGranted, McpToolFailed...)
+                then(returned(method, reply))
+            except Exception as e:
                 then(e)
 
         self._host.flush()
-        payload = pickle.dumps((agent, call_id, server, method, tool, arguments))
-        self._host.channel.begin(Call("mcp_begin", payload), WAIT_TIMEOUT, then=answered)
+        self._host.channel.begin(Call(method, pickle.dumps(args)), WAIT_TIMEOUT, then=answered)
 
     def mcp_cancel(self, agent: str, call_id: str) -> None:
         """Sent without waiting for its answer: the caller is being cancelled."""

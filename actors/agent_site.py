@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from runtime.events import Event, InboxRejected, Notice, Resources
     from runtime.fleet.fanin import ChildEnd, WaitAnswer
     from runtime.fleet.inbox import Surface
+    from runtime.mcp.replies import McpRequest
     from runtime.providers.base import Provider
     from runtime.providers.prices import PriceTable
     from runtime.ral.context import DynamicContext
@@ -240,17 +241,8 @@ class AgentSite(Protocol):
 
     # --- MCP servers (actors/mcp_hub.py) ----------------------------------------------------
 
-    def mcp_begin(
-        self,
-        agent: str,
-        call_id: str,
-        server: str,
-        method: str,
-        tool: str | None,
-        arguments: dict[str, Any],
-        then: Callable[[Any], None],
-    ) -> None:
-        """``mcp`` / ``mcp-tools``: start one request of ``agent`` on the fleet's server;
+    def mcp_begin(self, request: McpRequest, then: Callable[[Any], None]) -> None:
+        """``mcp`` / ``mcp-tools``: start one request of an agent on the fleet's server;
         ``then`` gets its ral value or its error once, on any thread, never blocking. A server
         the agent's grants exclude (``NotGranted``) or the fleet lacks is refused at once."""
         ...

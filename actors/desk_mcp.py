@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from runtime.errors import ExarchError
-from runtime.mcp.replies import CALL, LIST
+from runtime.mcp.replies import CALL, LIST, McpRequest
 from runtime.mcp.values import arguments
 from runtime.ral.errors import DeskRefusal
 from runtime.ral.values import UNIT, render
@@ -73,8 +73,9 @@ class PendingMcp:
         self._lock = threading.Lock()
         self._outcome: tuple[Any] | BaseException | None = None
         self._withdrawn = False
+        request = McpRequest(agent, self.call_id, server, method, tool, given)
         try:
-            site.mcp_begin(agent, self.call_id, server, method, tool, given, self._then)
+            site.mcp_begin(request, self._then)
         except ExarchError as e:  # refused before it began (unknown, not granted)
             self._then(e)
 

@@ -66,6 +66,7 @@ from runtime.fleet.fanin import ChildEnd, WaitAnswer
 from runtime.fleet.inbox import Surface
 from runtime.fleet.park import Construction
 from runtime.fleet.registry import Entry
+from runtime.mcp.replies import McpRequest
 from runtime.providers.base import Provider
 from runtime.providers.governor import Governor
 from runtime.providers.prices import PriceTable
@@ -642,19 +643,9 @@ class Fleet:
     def read_result(self, parent: str, child: str) -> tuple[dict[str, Any], int]:
         return self.fanin.read_result(parent, child)
 
-    def mcp_begin(
-        self,
-        agent: str,
-        call_id: str,
-        server: str,
-        method: str,
-        tool: str | None,
-        arguments: dict[str, Any],
-        then: Callable[[Any], None],
-    ) -> None:
-        """``mcp`` / ``mcp-tools`` of ``agent``, within its grants (``actors/mcp_site.py``)."""
-        grants = self._granted.get(agent)
-        self.mcp.begin(grants, agent, call_id, server, method, tool, arguments, then)
+    def mcp_begin(self, request: McpRequest, then: Callable[[Any], None]) -> None:
+        """``mcp`` / ``mcp-tools`` of an agent, within its grants (``actors/mcp_site.py``)."""
+        self.mcp.begin(self._granted.get(request.agent), request, then)
 
     def mcp_cancel(self, agent: str, call_id: str) -> None:
         self.mcp.cancel(agent, call_id)

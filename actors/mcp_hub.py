@@ -47,7 +47,7 @@ from runtime.mcp.errors import (
     McpServerUnavailable,
     McpServerUnknown,
 )
-from runtime.mcp.replies import LIST, McpReply, ReplyBook, arguments_key
+from runtime.mcp.replies import LIST, McpReply, McpRequest, ReplyBook, arguments_key
 from runtime.mcp.values import ToolLine, call_value, tool_lines, tools_value
 
 log = logging.getLogger(__name__)
@@ -266,31 +266,24 @@ class McpHub:
             link = self._links.get(name)
         return 0 if link is None else link.generation
 
-    def begin(
-        self,
-        agent: str,
-        call_id: str,
-        server: str,
-        method: str,
-        tool: str | None,
-        arguments: Mapping[str, Any],
-        then: Then,
-    ) -> None:
+    def begin(self, request: McpRequest, then: Then) -> None:
         """Start one request; ``then`` gets its ral value or its error, once, on any thread.
         An unknown server is refused here (:class:`McpServerUnknown`)."""
+        server, method = request.server, request.method
         if server not in self.servers:
             raise McpServerUnknown(server, tuple(self.servers))
-        args = dict(arguments)
         if self._book is not None and self._book.serves(server):
             try:
-                reply = self._book.take(server, method, tool, arguments_key(args))
-                then(self._value(server, method, reply))
+                then(self._value(server, method, self._book.take(request)))
             except Exception as e:
                 then(e)
             return
         loop = self._ensure_loop()
-        key = (agent, call_id)
-        fut = asyncio.run_coroutine_threadsafe(self._request(server, method, tool, args), loop)
+        key = (request.agent, request.call_id)
+        args = dict(request.arguments)
+        fut = asyncio.run_coroutine_threadsafe(
+            self._request(server, method, request.tool, args), loop
+        )
         with self._lock:
             self._calls[key] = fut
 

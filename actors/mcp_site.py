@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from runtime.constants import SESSION_ENV
 from runtime.mcp.config import McpServer
 from runtime.mcp.errors import McpSdkMissing, McpServerUnknown, NotGranted
-from runtime.mcp.replies import McpReply, ReplyBook
+from runtime.mcp.replies import McpReply, McpRequest, ReplyBook
 from runtime.mcp.values import prompt_section
 from runtime.ral.grants import Grants
 from runtime.shell.confinement import Sandbox, etc_entries, path_dirs, python_paths, ruleset
@@ -105,22 +105,14 @@ class McpSite:
         )
 
     def begin(
-        self,
-        grants: Grants | None,
-        agent: str,
-        call_id: str,
-        server: str,
-        method: str,
-        tool: str | None,
-        arguments: dict[str, Any],
-        then: Callable[[Any], None],
+        self, grants: Grants | None, request: McpRequest, then: Callable[[Any], None]
     ) -> None:
-        """One request of ``agent`` (whose grants the fleet decided: ``grants``)."""
-        if server not in self.configured:
-            raise McpServerUnknown(server, self.configured)
-        if grants is not None and not grants.mcp_server(server):
-            raise NotGranted(agent, server)
-        self.hub().begin(agent, call_id, server, method, tool, arguments, then)
+        """One request of its agent (whose grants the fleet decided: ``grants``)."""
+        if request.server not in self.configured:
+            raise McpServerUnknown(request.server, self.configured)
+        if grants is not None and not grants.mcp_server(request.server):
+            raise NotGranted(request.agent, request.server)
+        self.hub().begin(request, then)
 
     def cancel(self, agent: str, call_id: str) -> None:
         with self._lock:

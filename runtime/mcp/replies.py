@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.errors import ExarchError
@@ -51,6 +51,24 @@ class McpReplyMissing(ExarchError):
 def arguments_key(arguments: Mapping[str, Any] | None) -> str:
     """Arguments as the key a reply is found by: sorted, compact JSON."""
     return json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class McpRequest:
+    """One ``mcp`` / ``mcp-tools`` of one agent, as its desk asks the fleet: ``call_id`` is
+    unique per agent (a cancel names it), ``tool`` is None for a listing."""
+
+    agent: str
+    call_id: str
+    server: str
+    method: str
+    tool: str | None = None
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str | None, str]:
+        """What a recorded reply is found by (:class:`McpReply`'s ``key``)."""
+        return (self.method, self.tool, arguments_key(self.arguments))
 
 
 @dataclass(frozen=True)
@@ -139,15 +157,16 @@ class ReplyBook:
     def serves(self, server: str) -> bool:
         return server in self._left
 
-    def take(self, server: str, method: str, tool: str | None, arguments: str) -> McpReply:
-        """The first unserved reply of this call, removed; :class:`McpReplyMissing` if none."""
-        key = (method, tool, arguments)
+    def take(self, request: McpRequest) -> McpReply:
+        """The first unserved reply of this request, removed; :class:`McpReplyMissing` if
+        none."""
+        key, server = request.key, request.server
         with self._lock:
             left = self._left.get(server, [])
             for i, reply in enumerate(left):
                 if reply.key == key:
                     return left.pop(i)
-        what = f"{tool} {arguments}" if method == CALL else method
+        what = f"{request.tool} {key[2]}" if request.method == CALL else request.method
         raise McpReplyMissing(
             f"mcp {server}: the recording has no reply left for {what} "
             "(the replay called what the recorded run did not)"
@@ -167,6 +186,7 @@ __all__ = [
     "LIST",
     "McpReply",
     "McpReplyMissing",
+    "McpRequest",
     "ReplyBook",
     "arguments_key",
     "mcp_result_block",

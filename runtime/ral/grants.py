@@ -30,6 +30,13 @@ from typing import Any, ClassVar
 from runtime.errors import GrantUnresolvable
 
 
+def _both(a: frozenset[Any] | None, b: frozenset[Any] | None) -> frozenset[Any] | None:
+    """What both sets allow (None: unrestricted)."""
+    if a is None:
+        return b
+    return a if b is None else a & b
+
+
 def within(path: str, root: str) -> bool:
     """Whether the absolute ``path`` is ``root`` or lies below it (plain text: both are real)."""
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
@@ -165,12 +172,7 @@ class Grants:
     # -- narrowing -------------------------------------------------------------------------
     def meet(self, other: Grants) -> Grants:
         """The narrowing of both: never allows anything either side refuses."""
-        if self.exec is None:
-            ex = other.exec
-        elif other.exec is None:
-            ex = self.exec
-        else:
-            ex = self.exec & other.exec
+        ex = _both(self.exec, other.exec)
         if self.roots is None:
             roots = other.roots
         elif other.roots is None:
@@ -179,13 +181,7 @@ class Grants:
             mine = [r for r in self.roots if any(within(r, o) for o in other.roots)]
             theirs = [o for o in other.roots if any(within(o, r) for r in self.roots)]
             roots = tuple(dict.fromkeys(mine + theirs))
-        if self.mcp is None:
-            mcp = other.mcp
-        elif other.mcp is None:
-            mcp = self.mcp
-        else:
-            mcp = self.mcp & other.mcp
-        return Grants._trusted(ex, roots, mcp)
+        return Grants._trusted(ex, roots, _both(self.mcp, other.mcp))
 
     # -- questions -------------------------------------------------------------------------
     def program(self, head: str, cwd: str) -> str | None:

@@ -10,7 +10,7 @@ from typing import Any
 import psutil
 import pytest
 
-from runtime.mcp.replies import CALL
+from runtime.mcp.replies import CALL, McpRequest
 from runtime.ral.grants import GrantPolicy, Grants
 from tests.mcp.conftest import SERVER, seen
 from tests.support.waiting import wait_for
@@ -166,11 +166,12 @@ def test_an_interrupted_call_abandons_its_request_and_leaves_the_server_usable(
     assert run.fleet.wait_empty(30)
     answered: list[Any] = []
     done = threading.Event()
+
     def then(value: Any) -> None:
         answered.append(value)
         done.set()
 
-    run.fleet.mcp.hub().begin("test", "1", "t", CALL, "echo", {"text": "again"}, then)
+    run.fleet.mcp.hub().begin(McpRequest("test", "1", "t", CALL, "echo", {"text": "again"}), then)
     assert done.wait(30)
     assert answered == [{"result": "again"}]
     assert run.fleet.mcp.hub().link_generation("t") == 1  # the same server, never restarted

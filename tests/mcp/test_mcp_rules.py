@@ -22,6 +22,7 @@ from runtime.mcp.replies import (
     LIST,
     McpReply,
     McpReplyMissing,
+    McpRequest,
     ReplyBook,
     arguments_key,
 )
@@ -152,9 +153,10 @@ def test_the_prompt_section_stays_within_its_cap_and_says_what_it_cut() -> None:
 def test_a_reply_is_served_once_to_the_same_call_whatever_its_key_order() -> None:
     reply = McpReply(CALL, "add", arguments_key({"a": 1, "b": 2}), {"content": []})
     book = ReplyBook({"t": [reply]})
-    assert book.take("t", CALL, "add", arguments_key({"b": 2, "a": 1})) == reply
+    request = McpRequest("trunk", "1", "t", CALL, "add", {"b": 2, "a": 1})
+    assert book.take(request) == reply
     with pytest.raises(McpReplyMissing, match="no reply left for add"):
-        book.take("t", CALL, "add", arguments_key({"a": 1, "b": 2}))
+        book.take(request)
 
 
 def test_recorded_replies_read_back_from_a_scenario_and_a_torn_last_one_is_dropped() -> None:
