@@ -185,7 +185,9 @@ def server_from_flag(value: str) -> McpServer:
     return McpServer(name, command=words[0], args=tuple(words[1:]))
 
 
-def servers_from_run(entries: Any, environ: Mapping[str, str]) -> tuple[McpServer, ...]:
+def servers_from_run(
+    entries: Any, environ: Mapping[str, str], where: str = "the run's spec"
+) -> tuple[McpServer, ...]:
     """The servers ``run.json`` kept (:meth:`McpServer.to_dict`), for ``resume``: a stdio
     server's environment values are read again from ``environ`` (as the provider's key is);
     an HTTP server's header values are not kept anywhere, so it resumes without them."""
@@ -205,7 +207,7 @@ def servers_from_run(entries: Any, environ: Mapping[str, str]) -> tuple[McpServe
         else:  # served from a recording's replies
             out.append(McpServer(e["name"], description=table["description"]))
             continue
-        out.append(server_from_table(e["name"], table, "run.json"))
+        out.append(server_from_table(e["name"], table, where))
     return tuple(out)
 
 
