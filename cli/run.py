@@ -79,8 +79,9 @@ def run_command(
 
     Defaults come from ~/.config/exarch-actors/config.toml and .exarch/config.toml (the
     project's over the user's; a flag over both): provider, model, base_url, durability,
-    agents, shell_memory, max_workers, max_binding_bytes. --show-config prints each value and
-    where it came from.
+    agents, shell_memory, max_workers, max_binding_bytes; and [mcp.NAME] tables, the MCP
+    servers every run gets (docs/mcp.md). --show-config prints each value and where it came
+    from.
 
     An argument with a '/' or a .toml ending and no spaces is a path: if it names no file,
     that is an error naming the file (exit 2), never a prompt sent to a model.
