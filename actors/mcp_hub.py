@@ -243,6 +243,8 @@ class McpHub:
         self._links: dict[str, _Link] = {}
         self._calls: dict[tuple[str, str], Future[Any]] = {}
         self._catalog: dict[str, tuple[ToolLine, ...]] = {}
+        self._listing: dict[str, asyncio.Task[None]] = {}
+        """Background listings in flight, by server (held: the loop keeps only weak refs)."""
         self._closed = False
 
     # -- what the fleet asks -------------------------------------------------------------------
@@ -373,6 +375,8 @@ class McpHub:
 
         link = self._link(server)
         client = await link.client()
+        if method != LIST:
+            self._learn_tools(server, client)
         try:
             if method == LIST:
                 result = await self._list(client)
@@ -405,6 +409,31 @@ class McpHub:
         if self._sink is not None:
             self._sink(server, reply)
         return reply
+
+    def _learn_tools(self, server: str, client: Any) -> None:
+        """A server's first request that is not a listing also lists its tools, in the
+        background, so the prompts of agents made later show them (``mcp-tools`` need not be
+        called first). Recorded like any listing; a failure only leaves the catalog empty."""
+        with self._lock:
+            if server in self._catalog or server in self._listing:
+                return
+
+        async def learn() -> None:
+            try:
+                result = await self._list(client)
+                if self._sink is not None:
+                    self._sink(server, McpReply(LIST, None, arguments_key({}), result))
+                with self._lock:
+                    self._catalog[server] = tool_lines(result)
+            except Exception:
+                log.debug("mcp %s: the background tools/list failed", server, exc_info=True)
+            finally:
+                with self._lock:
+                    self._listing.pop(server, None)
+
+        task = asyncio.get_running_loop().create_task(learn())
+        with self._lock:
+            self._listing[server] = task
 
     async def _list(self, client: Any) -> dict[str, Any]:
         tools: list[Any] = []

@@ -80,6 +80,20 @@ def test_a_stdio_server_starts_lazily_once_per_fleet_and_dies_with_it(mcp_fleet:
     wait_for(lambda: not psutil.pid_exists(pid), 15, "the server to die with the fleet")
 
 
+def test_a_servers_first_call_also_learns_its_tools_for_later_prompts(mcp_fleet: Any) -> None:
+    run = mcp_fleet(
+        """
+        [[agents.trunk]]
+        ral = ['reply (mcp t echo [text: hi])']
+        """
+    )
+    assert run.reply() == {"result": "hi"}
+    hub = run.fleet.mcp.hub()
+    tools = wait_for(lambda: hub.catalog("t"), 15, "the background listing")
+    assert "slow" in [t.name for t in tools]
+    assert "  - echo: Echo TEXT back." in (run.fleet.mcp.prompt_for(Grants()) or "")
+
+
 def test_a_fleet_that_never_calls_a_server_never_starts_it(mcp_fleet: Any) -> None:
     run = mcp_fleet(
         """
