@@ -100,7 +100,7 @@ class _Watched:
     async def __anext__(self) -> Any:
         try:
             return await self._inner.__anext__()
-        except BaseException:
+        except Exception:  # StopAsyncIteration included: the server's side ended
             self._ended()
             raise
 
@@ -125,6 +125,9 @@ class _Link:
         self._ready: asyncio.Future[Any] | None = None
         self._stop: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._starting = asyncio.Lock()
+        """Held while a connection is replaced: two requests meeting a crashed server start
+        one new connection, not two (the stop of the old one is awaited)."""
         self.ended = False
 
     def _transport(self) -> Any:
@@ -169,16 +172,18 @@ class _Link:
 
     async def client(self) -> Any:
         """The live client, started (or started again after a crash) now if need be."""
-        if self._ready is None or self.ended:
-            await self.stop()
-            self.ended = False
-            self.generation += 1
-            loop = asyncio.get_running_loop()
-            self._ready = loop.create_future()
-            self._stop = asyncio.Event()
-            self._task = loop.create_task(self._run(self._ready, self._stop))
+        async with self._starting:
+            if self._ready is None or self.ended:
+                await self.stop()
+                self.ended = False
+                self.generation += 1
+                loop = asyncio.get_running_loop()
+                self._ready = loop.create_future()
+                self._stop = asyncio.Event()
+                self._task = loop.create_task(self._run(self._ready, self._stop))
+            ready = self._ready
         try:
-            return await asyncio.wait_for(asyncio.shield(self._ready), START_TIMEOUT)
+            return await asyncio.wait_for(asyncio.shield(ready), START_TIMEOUT)
         except TimeoutError:
             self.ended = True
             raise McpServerUnavailable(
@@ -196,10 +201,13 @@ class _Link:
         except BaseException as e:
             self.ended = True
             if not ready.done():
+                log_hint = ""
+                if self.server.command is not None and self.launch.errlog is not None:
+                    log_hint = f"; its log: {self.launch.errlog / f'{self.server.name}.stderr'}"
                 ready.set_exception(
                     McpServerUnavailable(
                         f"mcp {self.server.name}: cannot start or reach the server "
-                        f"({self.server.describe()}): {_reason(e)}"
+                        f"({self.server.describe()}): {_reason(e)}{log_hint}"
                     )
                 )
             if not isinstance(e, Exception):

@@ -122,3 +122,18 @@ def test_the_system_prompt_lists_the_granted_servers_and_their_tools_once_known(
     trunk, kid = run.fleet.hosted["trunk"].system, run.fleet.hosted["kid"].system
     assert "- t: loopback (tools not listed yet: `mcp-tools t`)" in trunk  # lazily started
     assert "- t: loopback\n  - echo: Echo TEXT back.\n  - add: Add two integers" in kid
+
+
+def test_a_server_that_cannot_start_is_a_ral_error_pointing_at_its_log(mcp_fleet: Any) -> None:
+    run = mcp_fleet(
+        """
+        [[agents.trunk]]
+        ral = ['try { mcp x echo [text: a] } catch e { reply (get $e message) }']
+        """,
+        servers=(McpServer("x", command="/nonexistent/server"),),
+    )
+    message = run.reply()
+    assert message.startswith("mcp x: cannot start or reach the server (stdio: /nonexistent/")
+    log = run.session / "mcp" / "x.stderr"
+    assert message.endswith(f"its log: {log.resolve()}") or message.endswith(f"its log: {log}")
+    assert "cannot start: No such file or directory" in log.read_text()
