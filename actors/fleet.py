@@ -65,6 +65,7 @@ from runtime.fleet.fanin import ChildEnd, WaitAnswer
 from runtime.fleet.inbox import Surface
 from runtime.fleet.park import Construction
 from runtime.fleet.registry import Entry
+from runtime.observe.otel import LIVE_BUFFER, LiveExport, SpanExport
 from runtime.providers.base import Provider
 from runtime.providers.governor import Governor
 from runtime.providers.prices import PriceTable
@@ -155,6 +156,9 @@ class FleetConfig:
     secrets: SecretPolicy = field(default_factory=SecretPolicy)
     """The variables no shell sees (``runtime/credentials.py``): every agent's environment is
     scrubbed by it where its grants are decided, and the fork server starts without them."""
+    otlp_endpoint: str | None = None
+    """An OpenTelemetry collector (OTLP/HTTP base URL) the bus's events are exported to as
+    spans while the fleet runs (``runtime/observe/otel.py``; needs the ``otel`` extra)."""
 
 
 class _AgentActor(QuotaActor):
@@ -198,6 +202,14 @@ class Fleet:
         self._provider_for = provider_for
         self._files: DurableFiles | None = durability.bind(session.root, self.config.durability)
         self.bus = start_bus(session.transcript)
+        self._otlp = (
+            LiveExport(
+                self.bus.subscribe(LIVE_BUFFER, name="otlp"),
+                SpanExport(session.root, self.config.otlp_endpoint),
+            )
+            if self.config.otlp_endpoint
+            else None
+        )
         lease: dict[str, Any] = {}
         if self.config.lease_bound is not None:
             lease["lease_bound"] = self.config.lease_bound
@@ -535,6 +547,8 @@ class Fleet:
         try:
             self._registry.stop()
             self.bus.stop()
+            if self._otlp is not None:  # the bus is closed: its last events, then a flush
+                self._otlp.close()
         finally:
             self._closed = True
             files, self._files = self._files, None

@@ -313,6 +313,7 @@ def resume_run(
     agents: Literal["thread", "process"] | None = None,
     backend: Any = None,
     secret_env: tuple[str, ...] = (),
+    otlp_endpoint: str | None = None,
 ) -> ResumeOutcome:
     """Resume the run in ``session`` to its end (see the module docstring).
 
@@ -329,7 +330,8 @@ def resume_run(
     host begins from the driver's copy of the agent's files. ``secret_env`` marks more
     variables secret besides those ``run.json`` names (and is then written to it); the key in
     use, from ``connection`` or the provider's variable, is kept out of every shell as in the
-    run (``runtime/credentials.py``)."""
+    run (``runtime/credentials.py``). ``otlp_endpoint``: export the resumed run's spans there,
+    into the session's one trace (``runtime/observe/otel.py``)."""
     from actors.fleet import Fleet, FleetConfig
 
     plan = plan_resume(session)
@@ -407,6 +409,7 @@ def resume_run(
             backend=backend,
             traffic=governor,
             secrets=secrets,
+            otlp_endpoint=otlp_endpoint,
         ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), plan.trunk_reply

@@ -26,6 +26,7 @@ from cli.backend_options import (
     make_backend,
 )
 from cli.durability import durability_option
+from cli.otlp import live_endpoint, otlp_endpoint_option
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
@@ -42,6 +43,7 @@ from runtime.state.session_read import ResumeRefused
 @durability_option(inherit=True)
 @agents_option(inherit=True)
 @backend_options
+@otlp_endpoint_option()
 def resume_command(
     session_dir: str,
     connection: ProviderChoice,
@@ -52,6 +54,7 @@ def resume_command(
     backend: Backend,
     ray_address: str | None,
     placement: str | None,
+    otlp_endpoint: str | None,
 ) -> None:
     """Resume a run from its SESSION_DIR after the control process died, and finish it.
 
@@ -102,6 +105,7 @@ def resume_command(
                 agents=agents,
                 backend=hosts,
                 secret_env=connection.secret_env,
+                otlp_endpoint=live_endpoint(otlp_endpoint),
             )
         except ResumeRefused as e:
             raise Refused(str(e)) from None

@@ -130,6 +130,8 @@ class RunSpec:
     """``--placement``: None is ``spread``."""
     secret_env: tuple[str, ...] = ()
     """``--secret-env``: variables kept out of every shell besides the provider's keys."""
+    otlp_endpoint: str | None = None
+    """``--otlp-endpoint``: the collector the run's spans go to (``cli/otlp.py``)."""
 
     @property
     def secrets(self) -> SecretPolicy:
@@ -430,6 +432,7 @@ def _run_owned(
             backend=backend,
             traffic=governor,
             secrets=spec.secrets,
+            otlp_endpoint=spec.otlp_endpoint,
         ),
     )
     outcome = "failed"
