@@ -64,10 +64,11 @@ def nest(spans: list[Span]) -> list[tuple[Span, float, float]]:
     out: list[tuple[Span, float, float]] = []
     stack: list[tuple[int, float, float]] = []  # (level, start, end) of the open ancestors
     last_end: dict[int, float] = {}
-    ordered = sorted(spans, key=lambda s: (s.start, LEVEL.get(s.kind, 3), -s.end))
+    bounds = _snapped(spans)
+    ordered = sorted(spans, key=lambda s: (bounds[id(s)][0], LEVEL.get(s.kind, 3), -s.end))
     for s in ordered:
         level = LEVEL.get(s.kind, 3)
-        start, end = s.start, max(s.start, s.end)
+        start, end = bounds[id(s)]
         while stack and (stack[-1][0] >= level or stack[-1][2] <= start):
             stack.pop()
         if stack:
@@ -81,6 +82,27 @@ def nest(spans: list[Span]) -> list[tuple[Span, float, float]]:
         stack.append((level, start, end))
         out.append((s, start, end))
     return out
+
+
+def _snapped(spans: list[Span]) -> dict[int, tuple[float, float]]:
+    """Each span's bounds clipped into the span one level up that it overlaps most (a request
+    stamped a little before its turn belongs to that turn, not beside it)."""
+    bounds = {id(s): (s.start, max(s.start, s.end)) for s in spans}
+    for level in (1, 2):
+        parents = [bounds[id(s)] for s in spans if LEVEL.get(s.kind, 3) == level - 1]
+        for s in spans:
+            if LEVEL.get(s.kind, 3) != level:
+                continue
+            start, end = bounds[id(s)]
+            best = max(
+                parents,
+                key=lambda p: min(end, p[1]) - max(start, p[0]) + (p[0] <= start <= p[1]) * 1e-9,
+                default=None,
+            )
+            if best is not None and min(end, best[1]) >= max(start, best[0]):
+                start = min(max(start, best[0]), best[1])
+                bounds[id(s)] = (start, max(start, min(end, best[1])))
+    return bounds
 
 
 def chrome_trace(view: SessionView) -> dict[str, Any]:
@@ -123,7 +145,7 @@ def chrome_trace(view: SessionView) -> dict[str, Any]:
                     "pid": PID,
                     "tid": tids[name],
                     "ts": clock.us(start),
-                    "dur": round((end - start) * 1e6, 3),
+                    "dur": round(clock.us(end) - clock.us(start), 3),  # ends meet exactly
                     "args": _jsonable(dict(s.args)),
                 }
             )

@@ -1,0 +1,188 @@
+"""``exarch-actors trace``: a session as Chrome trace JSON (docs/observability.md), checked
+against the format's rules and against the session's own journal and transcript."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import exarch_actors
+from actors.resume import resume_run
+from runtime.observe.chrome_trace import nest
+from runtime.observe.spans import Span
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
+from tests.drills.conftest import kill_mid_run
+
+ROOT = Path(__file__).resolve().parents[2]
+FANOUT = ROOT / "examples" / "fanout.toml"
+
+
+def valid_chrome_trace(doc: Any) -> list[dict[str, Any]]:
+    """The trace's events, once every rule of the JSON object format that chrome://tracing
+    and Perfetto rely on has been checked (an AssertionError names the first broken one)."""
+    assert isinstance(doc, dict) and isinstance(doc["traceEvents"], list)
+    json.dumps(doc)  # plain JSON all the way down
+    events: list[dict[str, Any]] = doc["traceEvents"]
+    flows: dict[int, list[str]] = defaultdict(list)
+    slices: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for e in events:
+        assert e["ph"] in {"M", "X", "i", "s", "f"}, e
+        assert isinstance(e["pid"], int) and isinstance(e["name"], str), e
+        if e["ph"] == "M":
+            continue
+        assert isinstance(e["tid"], int) and isinstance(e["ts"], int | float), e
+        if e["ph"] == "X":
+            assert e["dur"] >= 0, e
+            slices[e["tid"]].append((round(e["ts"], 3), round(e["ts"] + e["dur"], 3)))
+        if e["ph"] in ("s", "f"):
+            assert isinstance(e["id"], int), e
+            flows[e["id"]].append(e["ph"])
+        if e["ph"] == "f":
+            assert e["bp"] == "e", e
+    assert all(phases == ["s", "f"] for phases in flows.values()), flows
+    for tid, spans in slices.items():  # every track's slices nest: none straddles another
+        open_: list[float] = []
+        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while open_ and open_[-1] <= start:
+                open_.pop()
+            assert not open_ or end <= open_[-1], f"track {tid}: {start}-{end} straddles"
+            open_.append(end)
+    for e in events:  # a flow's end is inside a slice of its track (bp "e": the enclosing one)
+        if e["ph"] in ("s", "f"):
+            assert any(a <= e["ts"] <= b for a, b in slices[e["tid"]]), e
+    return events
+
+
+def tracks(events: list[dict[str, Any]]) -> dict[str, int]:
+    return {
+        e["args"]["name"]: e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+    }
+
+
+def flow_pairs(events: list[dict[str, Any]], name: str) -> list[tuple[int, int]]:
+    by_id: dict[int, dict[str, int]] = defaultdict(dict)
+    for e in events:
+        if e["ph"] in ("s", "f") and e["name"] == name:
+            by_id[e["id"]][e["ph"]] = e["tid"]
+    return sorted((ends["s"], ends["f"]) for ends in by_id.values())
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return read_jsonl(path).records
+
+
+@pytest.mark.parametrize("agents", ["thread", "process"])
+def test_the_trace_of_fanout_shows_trunk_lo_and_hi_with_their_spawn_and_reply_flows(
+    tmp_path: Path, agents: str
+) -> None:
+    session = tmp_path / "s"
+    result = exarch_actors.run(str(FANOUT), session_dir=session, agents=agents)
+    assert result.reply == "499500"
+    out = tmp_path / "fanout.trace.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from cli.main import main; main()",
+            "trace",
+            str(session),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    events = valid_chrome_trace(json.loads(out.read_text()))
+    tid = tracks(events)
+    assert set(tid) == {"trunk", "trunk/lo", "trunk/hi"}
+    trunk, lo, hi = tid["trunk"], tid["trunk/lo"], tid["trunk/hi"]
+    assert flow_pairs(events, "spawn") == sorted([(trunk, lo), (trunk, hi)])
+    assert flow_pairs(events, "reply") == sorted([(lo, trunk), (hi, trunk)])
+    cats = Counter((e["tid"], e["cat"]) for e in events if e["ph"] == "X")
+    for child in (lo, hi):
+        assert cats[(child, "agent")] == 1 and cats[(child, "ral")] == 1
+        assert cats[(child, "model")] == 1 and cats[(child, "turn")] == 1
+
+
+def test_the_trace_has_one_span_or_flow_per_record_of_the_journal_and_transcript(
+    tmp_path: Path,
+) -> None:
+    scenario = tmp_path / "fan.toml"
+    scenario.write_text(
+        '[fleet]\nprompt = "go"\n\n[[agents.trunk]]\n'
+        'ral = [\'for i in (range 12) { agent "k-$i" "reply" }\']\n\n'
+        '[[agents.trunk]]\nral = ["let ends = agent-wait; reply (len (keys $ends))"]\n\n'
+        '[[agents.trunk]]\nral = ["reply 12"]\n\n'
+        '[[agents."k-*"]]\nral = ["let x = boom-not-a-command", "reply 1"]\n'
+    )
+    session = tmp_path / "s"
+    exarch_actors.run(str(scenario), session_dir=session, agents="thread")
+    events = valid_chrome_trace(exarch_actors.trace(session))
+    journal = records(session / "spawn-journal.jsonl")
+    transcript = records(session / "transcript.jsonl")
+    spawned = [r for r in journal if r["kind"] == "spawned"]
+    settled = [r for r in journal if r["kind"] == "settled"]
+    assert len(spawned) == len(settled) == 12
+    spans = Counter(e["cat"] for e in events if e["ph"] == "X")
+    kinds = Counter(r["kind"] for r in transcript)
+    assert len(tracks(events)) == 1 + len(spawned)
+    assert spans["agent"] == kinds["Born"]
+    assert spans["ral"] == kinds["Io"]
+    assert spans["model"] == kinds["ModelCall"]
+    assert len(flow_pairs(events, "spawn")) == len(spawned)
+    replies = [r for r in settled if r["reason"] == "replied"]
+    assert len(flow_pairs(events, "reply")) == len(replies)
+    errors = [e for e in events if e["ph"] == "i" and e["cat"] == "error"]
+    assert len(errors) == sum(1 for r in transcript if r["kind"] == "Io" and r["error"])
+
+
+def test_a_resumed_session_is_one_trace_with_both_incarnations_of_the_trunk(
+    tmp_path: Path,
+) -> None:
+    session = kill_mid_run(tmp_path, "--agents", "thread")
+    resume_run(SessionDir(session))
+    events = valid_chrome_trace(exarch_actors.trace(session))
+    tid = tracks(events)
+    assert set(tid) == {"trunk", "trunk/quick", "trunk/slow"}
+    lives = [e for e in events if e["ph"] == "X" and e["cat"] == "agent"]
+    trunk_lives = [e for e in lives if e["tid"] == tid["trunk"]]
+    assert len(trunk_lives) == 2
+    assert trunk_lives[0]["args"]["cause"] == "control process died"
+    resumed = [e for e in events if e["ph"] == "i" and e["cat"] == "resume"]
+    assert {e["tid"] for e in resumed} >= {tid["trunk"]}
+    assert flow_pairs(events, "reply") == sorted(
+        [(tid["trunk/quick"], tid["trunk"]), (tid["trunk/slow"], tid["trunk"])]
+    )
+
+
+def test_nest_clips_a_request_stamped_before_its_turn_into_it() -> None:
+    spans = [
+        Span("a", "agent", "a", 0.0, 10.0),
+        Span("a", "turn", "turn 1", 1.0, 5.0),
+        Span("a", "model", "chat m", 0.9995, 2.0),  # a millisecond stamp put it before the turn
+        Span("a", "ral", "echo", 1.9, 6.0),  # overlaps the request and outlives the turn
+    ]
+    placed = {s.kind: (start, end) for s, start, end in nest(spans)}
+    assert placed["model"] == (1.0, 2.0)
+    assert placed["ral"] == (2.0, 5.0)
+
+
+def test_trace_of_a_directory_that_holds_no_run_exits_2(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "from cli.main import main; main()", "trace", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2 and "not a session directory" in done.stderr
