@@ -9,7 +9,8 @@ slowest ral calls; every error; every rejected message; damaged lines of the fil
 
 The facts are written as HTML, so the page reads without scripts too; the script adds the
 search box (which filters the tree, the timeline and every table by agent name, reason or
-text), expand/collapse of the tree and the timeline's canvas. It sets ``data-ready`` on
+text; a link ending in ``#q=TEXT`` opens with that search), expand/collapse of the tree and
+the timeline's canvas. It sets ``data-ready`` on
 ``<body>`` when done and writes any script error into ``#script-errors``, which is how the
 headless-browser test tells that the page ran clean.
 """
@@ -234,7 +235,8 @@ def render_report(view: SessionView, invariants: Mapping[str, Any] | None = None
             "Timeline",
             '<p class="legend"><i class="k0"></i>agent <i class="k2"></i>model request '
             '<i class="k3"></i>ral call <i class="k4"></i>error</p>'
-            '<div id="timeline-box"><canvas id="timeline"></canvas></div><p id="timeline-at"></p>',
+            '<div id="timeline-box"><canvas id="timeline-canvas"></canvas></div>'
+            '<p id="timeline-at"></p>',
         ),
         ("costly", "Where time and money went", _costly(view)),
         ("errors", f"Errors ({len(view.errors)})", _problems(view, view.errors)),
@@ -281,7 +283,9 @@ thead th{background:#eef1f5}.facts th{background:#eef1f5;width:11em}
 #timeline-box{overflow:auto;max-height:600px;border:1px solid #dde1e7;background:#fff}
 .legend i{display:inline-block;width:12px;height:10px;margin:0 4px 0 12px}
 .k0{background:#c9d2e0}.k2{background:#3b6fd8}.k3{background:#2e9e5b}.k4{background:#d92d20}
-.hidden{display:none}#script-errors{color:#b42318}
+.hidden{display:none}#script-errors{color:#b42318}#matches{color:#c8d3e6}
+#outcome,#invariants{display:inline-block;vertical-align:top;margin-right:40px}
+#invariants{max-width:60em}
 """
 
 _JS = """
@@ -315,7 +319,7 @@ function filter(){
 }
 var colors=['#c9d2e0','#e4e8ef','#3b6fd8','#2e9e5b'];
 function draw(){
-  var canvas=document.getElementById('timeline'),box=document.getElementById('timeline-box');
+  var canvas=document.getElementById('timeline-canvas'),box=document.getElementById('timeline-box');
   var rows=[],row={};
   for(var i=0;i<data.agents.length;i++){
     if(!shown||shown[data.agents[i][0]]){row[i]=rows.length;rows.push(i);}
@@ -355,6 +359,7 @@ document.getElementById('expand').onclick=function(){
   document.querySelectorAll('#tree details').forEach(function(d){d.open=true;});};
 document.getElementById('collapse').onclick=function(){
   document.querySelectorAll('#tree details').forEach(function(d){d.open=false;});};
+if(location.hash.indexOf('#q=')===0){search.value=decodeURIComponent(location.hash.slice(3));}
 search.addEventListener('input',filter);
 window.addEventListener('resize',draw);
 filter();
