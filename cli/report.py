@@ -7,6 +7,7 @@ Exit codes: 0 when the report was written, 2 when the path is not a session dire
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,13 +19,15 @@ from runtime.state.session_dir import SessionDir
 
 
 def session_report(session: SessionDir, *, processes: bool = True) -> str:
-    """The report page of ``session`` (what ``report`` writes)."""
-    view = read_view(session)
+    """The report page of ``session`` (what ``report`` writes); :class:`NotASessionDir`."""
+    return render_report(read_view(session), _invariants(session, processes=processes))
+
+
+def _invariants(session: SessionDir, *, processes: bool) -> dict[str, Any] | None:
     try:
-        invariants = check_session(session, processes=processes).to_json()
+        return check_session(session, processes=processes).to_json()
     except NotASession:
-        invariants = None
-    return render_report(view, invariants)
+        return None
 
 
 @click.command("report", context_settings=HELP_SETTINGS)
@@ -54,9 +57,10 @@ def report_command(session_dir: str, output: str | None, no_processes: bool) -> 
     """
     session = SessionDir(Path(session_dir))
     try:
-        page = session_report(session, processes=not no_processes)
+        view = read_view(session)
     except NotASessionDir as e:
         raise click.UsageError(str(e)) from None
+    page = render_report(view, _invariants(session, processes=not no_processes))
     target = Path(output) if output else Path(f"{session.root.resolve().name}.html")
     target.write_text(page, encoding="utf-8")
-    click.echo(f"report: {target}", err=True)
+    click.echo(f"report: {target} ({len(view.agents)} agents, {len(view.errors)} errors)", err=True)

@@ -234,7 +234,7 @@ def render_report(view: SessionView, invariants: Mapping[str, Any] | None = None
             "timeline",
             "Timeline",
             '<p class="legend"><i class="k0"></i>agent <i class="k2"></i>model request '
-            '<i class="k3"></i>ral call <i class="k4"></i>error</p>'
+            '<i class="k3"></i>ral call <i class="k4"></i>error <i class="k5"></i>spawn</p>'
             '<div id="timeline-box"><canvas id="timeline-canvas"></canvas></div>'
             '<p id="timeline-at"></p>',
         ),
@@ -282,7 +282,7 @@ thead th{background:#eef1f5}.facts th{background:#eef1f5;width:11em}
 .meta,.count{color:#667085}summary{cursor:pointer}
 #timeline-box{overflow:auto;max-height:600px;border:1px solid #dde1e7;background:#fff}
 .legend i{display:inline-block;width:12px;height:10px;margin:0 4px 0 12px}
-.k0{background:#c9d2e0}.k2{background:#3b6fd8}.k3{background:#2e9e5b}.k4{background:#d92d20}
+.k0{background:#c9d2e0}.k2{background:#3b6fd8}.k3{background:#2e9e5b}.k4{background:#d92d20}.k5{background:#7a5af8}
 .hidden{display:none}#script-errors{color:#b42318}#matches{color:#c8d3e6}
 #outcome,#invariants{display:inline-block;vertical-align:top;margin-right:40px}
 #invariants{max-width:60em}
