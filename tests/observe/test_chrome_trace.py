@@ -4,8 +4,6 @@ against the format's rules and against the session's own journal and transcript.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -19,9 +17,7 @@ from runtime.observe.spans import Span
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
 from tests.drills.conftest import kill_mid_run
-
-ROOT = Path(__file__).resolve().parents[2]
-FANOUT = ROOT / "examples" / "fanout.toml"
+from tests.observe.conftest import FANOUT, exarch
 
 
 def valid_chrome_trace(doc: Any) -> list[dict[str, Any]]:
@@ -86,21 +82,7 @@ def test_the_trace_of_fanout_shows_trunk_lo_and_hi_with_their_spawn_and_reply_fl
     result = exarch_actors.run(str(FANOUT), session_dir=session, agents=agents)
     assert result.reply == "499500"
     out = tmp_path / "fanout.trace.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from cli.main import main; main()",
-            "trace",
-            str(session),
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    done = exarch("trace", str(session), "-o", str(out))
     assert done.returncode == 0, done.stderr
     events = valid_chrome_trace(json.loads(out.read_text()))
     tid = tracks(events)
@@ -178,11 +160,5 @@ def test_nest_clips_a_request_stamped_before_its_turn_into_it() -> None:
 
 
 def test_trace_of_a_directory_that_holds_no_run_exits_2(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", "from cli.main import main; main()", "trace", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+    done = exarch("trace", str(tmp_path))
     assert done.returncode == 2 and "not a session directory" in done.stderr

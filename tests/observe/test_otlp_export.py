@@ -4,8 +4,7 @@ the loopback, started by the test, with the GenAI attributes and the spawn tree 
 from __future__ import annotations
 
 import gzip
-import subprocess
-import sys
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +15,7 @@ import pytest
 
 import exarch_actors
 from runtime.observe.otel import trace_id_of, traces_url
+from tests.observe.conftest import FANOUT, exarch
 
 pytest.importorskip(
     "opentelemetry.exporter.otlp.proto.http",
@@ -24,9 +24,6 @@ pytest.importorskip(
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
-FANOUT = ROOT / "examples" / "fanout.toml"
 
 
 class Receiver:
@@ -142,22 +139,8 @@ def test_trace_sends_a_finished_session_to_the_collector(
 ) -> None:
     session = tmp_path / "s"
     exarch_actors.run(str(FANOUT), session_dir=session, agents="thread")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from cli.main import main; main()",
-            "trace",
-            str(session),
-            "-o",
-            str(tmp_path / "t.json"),
-            "--otlp-endpoint",
-            receiver.url,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
+    done = exarch(
+        "trace", str(session), "-o", str(tmp_path / "t.json"), "--otlp-endpoint", receiver.url
     )
     assert done.returncode == 0, done.stderr
     assert "otlp: 18 spans sent" in done.stderr  # 3 agents, 8 requests, 7 ral calls
@@ -165,6 +148,19 @@ def test_trace_sends_a_finished_session_to_the_collector(
     (lo,) = by_name(receiver.spans, "invoke_agent lo")
     (trunk,) = by_name(receiver.spans, "invoke_agent trunk")
     assert lo["parent"] == trunk["span_id"]
+
+
+def test_run_exports_to_the_collector_the_standard_variable_names(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url}
+    env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)
+    done = exarch(
+        "run", str(FANOUT), "--session-dir", str(tmp_path / "s"), "--agents", "thread", env=env
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "499500", done.stderr
+    names = sorted(s["name"] for s in receiver.spans if s["name"].startswith("invoke_agent"))
+    assert names == ["invoke_agent hi", "invoke_agent lo", "invoke_agent trunk"]
 
 
 def test_the_endpoint_is_the_collector_base_url_as_the_standard_variable_holds_it() -> None:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import exarch_actors
+from tests.observe.conftest import FANOUT, exarch
 
-ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 
 pytestmark = pytest.mark.skipif(
@@ -94,21 +93,7 @@ def test_the_report_of_a_100_agent_run_loads_clean_in_chromium_and_shows_every_a
     result = exarch_actors.run(str(scenario), session_dir=session, agents="thread")
     assert result.reply == "9"
     page = tmp_path / "report.html"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from cli.main import main; main()",
-            "report",
-            str(session),
-            "-o",
-            str(page),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    done = exarch("report", str(session), "-o", str(page))
     assert done.returncode == 0, done.stderr
     source = page.read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", source), "a request at view time"
@@ -131,7 +116,7 @@ def test_a_report_link_with_a_search_opens_with_only_the_matches_and_their_ances
     tmp_path: Path,
 ) -> None:
     session = tmp_path / "s"
-    exarch_actors.run(str(ROOT / "examples" / "fanout.toml"), session_dir=session, agents="thread")
+    exarch_actors.run(str(FANOUT), session_dir=session, agents="thread")
     page = tmp_path / "report.html"
     exarch_actors.report(session, page)
     dom, _ = load(page, tmp_path / "profile", "#q=hi")
