@@ -47,17 +47,17 @@ def _when(view: SessionView, t: float) -> str:
     return f"+{t - view.start:.3f}s"
 
 
-def _table(head: Iterable[str], rows: Iterable[Iterable[Any]], cls: str = "") -> str:
+def _table(
+    head: Iterable[str], rows: Iterable[Iterable[Any]], cls: str = "", searched: bool = True
+) -> str:
+    """A table; with ``searched``, each row carries the text the search box filters it by."""
     th = "".join(f"<th>{_e(h)}</th>" for h in head)
     body = []
     for row in rows:
         cells = list(row)
         search = " ".join(str(c) for c in cells).lower()
-        body.append(
-            f'<tr data-search="{_e(search)}">'
-            + "".join(f"<td>{_e(c)}</td>" for c in cells)
-            + "</tr>"
-        )
+        attr = f' data-search="{_e(search)}"' if searched else ""
+        body.append(f"<tr{attr}>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     if not body:
         return '<p class="none">none</p>'
     return (
@@ -110,7 +110,9 @@ def _invariants(invariants: Mapping[str, Any] | None) -> str:
     promise = (
         f"<p>durability {_e(invariants.get('durability'))}: {_e(invariants.get('promise'))}</p>"
     )
-    return promise + _table(("invariant", "status", "checked", "details"), rows, "invariants")
+    return promise + _table(
+        ("invariant", "status", "checked", "details"), rows, "invariants", searched=False
+    )
 
 
 def _tree(view: SessionView) -> str:
@@ -234,7 +236,8 @@ def render_report(view: SessionView, invariants: Mapping[str, Any] | None = None
             "timeline",
             "Timeline",
             '<p class="legend"><i class="k0"></i>agent <i class="k2"></i>model request '
-            '<i class="k3"></i>ral call <i class="k4"></i>error <i class="k5"></i>spawn</p>'
+            '<i class="k3"></i>ral call <i class="k4"></i>error <i class="k5"></i>spawn '
+            '<i class="k6"></i>rejected message</p>'
             '<div id="timeline-box"><canvas id="timeline-canvas"></canvas></div>'
             '<p id="timeline-at"></p>',
         ),
@@ -282,7 +285,7 @@ thead th{background:#eef1f5}.facts th{background:#eef1f5;width:11em}
 .meta,.count{color:#667085}summary{cursor:pointer}
 #timeline-box{overflow:auto;max-height:600px;border:1px solid #dde1e7;background:#fff}
 .legend i{display:inline-block;width:12px;height:10px;margin:0 4px 0 12px}
-.k0{background:#c9d2e0}.k2{background:#3b6fd8}.k3{background:#2e9e5b}.k4{background:#d92d20}.k5{background:#7a5af8}
+.k0{background:#c9d2e0}.k2{background:#3b6fd8}.k3{background:#2e9e5b}.k4{background:#d92d20}.k5{background:#7a5af8}.k6{background:#f79009}
 .hidden{display:none}#script-errors{color:#b42318}#matches{color:#c8d3e6}
 #outcome,#invariants{display:inline-block;vertical-align:top;margin-right:40px}
 #invariants{max-width:60em}
@@ -347,7 +350,7 @@ function draw(){
   for(var m=0;m<data.marks.length;m++){
     var mk=data.marks[m],mr=row[mk[0]];if(mr===undefined||mr>=count)continue;
     if(mk[1]==='error'||mk[1]==='rejected'||mk[1]==='spawn'){
-      c.fillStyle=mk[1]==='spawn'?'#7a5af8':'#d92d20';
+      c.fillStyle=mk[1]==='spawn'?'#7a5af8':mk[1]==='rejected'?'#f79009':'#d92d20';
       c.fillRect(label+mk[2]*scale-1,mr*h+1,3,h-2);
     }
   }

@@ -4,7 +4,7 @@ against the format's rules and against the session's own journal and transcript.
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,57 +17,7 @@ from runtime.observe.spans import Span
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
 from tests.drills.conftest import kill_mid_run
-from tests.observe.conftest import FANOUT, exarch
-
-
-def valid_chrome_trace(doc: Any) -> list[dict[str, Any]]:
-    """The trace's events, once every rule of the JSON object format that chrome://tracing
-    and Perfetto rely on has been checked (an AssertionError names the first broken one)."""
-    assert isinstance(doc, dict) and isinstance(doc["traceEvents"], list)
-    json.dumps(doc)  # plain JSON all the way down
-    events: list[dict[str, Any]] = doc["traceEvents"]
-    flows: dict[int, list[str]] = defaultdict(list)
-    slices: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for e in events:
-        assert e["ph"] in {"M", "X", "i", "s", "f"}, e
-        assert isinstance(e["pid"], int) and isinstance(e["name"], str), e
-        if e["ph"] == "M":
-            continue
-        assert isinstance(e["tid"], int) and isinstance(e["ts"], int | float), e
-        if e["ph"] == "X":
-            assert e["dur"] >= 0, e
-            slices[e["tid"]].append((round(e["ts"], 3), round(e["ts"] + e["dur"], 3)))
-        if e["ph"] in ("s", "f"):
-            assert isinstance(e["id"], int), e
-            flows[e["id"]].append(e["ph"])
-        if e["ph"] == "f":
-            assert e["bp"] == "e", e
-    assert all(phases == ["s", "f"] for phases in flows.values()), flows
-    for tid, spans in slices.items():  # every track's slices nest: none straddles another
-        open_: list[float] = []
-        for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
-            while open_ and open_[-1] <= start:
-                open_.pop()
-            assert not open_ or end <= open_[-1], f"track {tid}: {start}-{end} straddles"
-            open_.append(end)
-    for e in events:  # a flow's end is inside a slice of its track (bp "e": the enclosing one)
-        if e["ph"] in ("s", "f"):
-            assert any(a <= e["ts"] <= b for a, b in slices[e["tid"]]), e
-    return events
-
-
-def tracks(events: list[dict[str, Any]]) -> dict[str, int]:
-    return {
-        e["args"]["name"]: e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
-    }
-
-
-def flow_pairs(events: list[dict[str, Any]], name: str) -> list[tuple[int, int]]:
-    by_id: dict[int, dict[str, int]] = defaultdict(dict)
-    for e in events:
-        if e["ph"] in ("s", "f") and e["name"] == name:
-            by_id[e["id"]][e["ph"]] = e["tid"]
-    return sorted((ends["s"], ends["f"]) for ends in by_id.values())
+from tests.observe.conftest import FANOUT, exarch, flow_pairs, tracks, valid_chrome_trace
 
 
 def records(path: Path) -> list[dict[str, Any]]:
