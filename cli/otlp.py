@@ -40,6 +40,11 @@ def live_endpoint(flag: str | None) -> str | None:
     """The collector a run exports to: the flag (refused without the extra), else the standard
     variables (a warning and no export without the extra), else None."""
     if flag:
+        if not flag.startswith(("http://", "https://")):
+            raise click.BadParameter(
+                f"{flag!r}: give the collector's URL, e.g. http://localhost:4318",
+                param_hint="--otlp-endpoint",
+            )
         require_otel()
         return flag
     env = endpoint_from_env()

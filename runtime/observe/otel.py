@@ -39,6 +39,9 @@ INSTALL = "pip install 'exarch-actors[otel]'"
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 TRACES_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 TRACES_PATH = "/v1/traces"
+EXPORT_TIMEOUT = 3.0
+"""Seconds one export (with its retries) and the final flush may take: a collector that is down
+costs the end of a run at most about this much, never the run itself."""
 LIVE_BUFFER = 65536
 """Events the live exporter's bus subscription holds before it counts the rest as missed."""
 
@@ -108,7 +111,9 @@ class SpanExport:
             id_generator=_session_ids(trace_id_of(session_root)),
         )
         self._provider.add_span_processor(
-            BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url(endpoint)))
+            BatchSpanProcessor(
+                OTLPSpanExporter(endpoint=traces_url(endpoint), timeout=EXPORT_TIMEOUT)
+            )
         )
         self._tracer = self._provider.get_tracer("exarch-actors")
         self._open: dict[str, Any] = {}
@@ -246,8 +251,7 @@ class SpanExport:
             span.set_attribute("exarch.outcome", "(not ended)")
             span.end(end_time=now)
         self._open.clear()
-        self._provider.force_flush()
-        self._provider.shutdown()
+        self._provider.shutdown()  # sends what is queued (one export: EXPORT_TIMEOUT at most)
 
 
 def _session_ids(trace_id: int) -> Any:
