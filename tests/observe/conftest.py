@@ -16,11 +16,12 @@ FANOUT = ROOT / "examples" / "fanout.toml"
 
 
 def exarch(
-    *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 120, before: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """``exarch-actors ARGS`` in a process of its own, from the repository's root."""
+    """``exarch-actors ARGS`` in a process of its own, from the repository's root (``before``:
+    Python run first in that process)."""
     return subprocess.run(
-        [sys.executable, "-c", "from cli.main import main; main()", *args],
+        [sys.executable, "-c", f"{before}\nfrom cli.main import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

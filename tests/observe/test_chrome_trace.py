@@ -109,6 +109,10 @@ def test_nest_clips_a_request_stamped_before_its_turn_into_it() -> None:
     assert placed["ral"] == (2.0, 5.0)
 
 
-def test_trace_of_a_directory_that_holds_no_run_exits_2(tmp_path: Path) -> None:
-    done = exarch("trace", str(tmp_path))
+@pytest.mark.parametrize("command", ["trace", "report"])
+def test_trace_and_report_of_a_directory_that_holds_no_run_exit_2(
+    tmp_path: Path, command: str
+) -> None:
+    done = exarch(command, str(tmp_path), "-o", str(tmp_path / "out"))
     assert done.returncode == 2 and "not a session directory" in done.stderr
+    assert not (tmp_path / "out").exists()

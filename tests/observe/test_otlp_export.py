@@ -163,6 +163,25 @@ def test_run_exports_to_the_collector_the_standard_variable_names(
     assert names == ["invoke_agent hi", "invoke_agent lo", "invoke_agent trunk"]
 
 
+def test_otlp_endpoint_without_the_otel_extra_is_refused_naming_the_extra(
+    tmp_path: Path,
+) -> None:
+    hide = "import sys; sys.modules['opentelemetry'] = None  # as if the extra were missing"
+    session = tmp_path / "s"
+    done = exarch(
+        "run",
+        str(FANOUT),
+        "--session-dir",
+        str(session),
+        "--otlp-endpoint",
+        "http://127.0.0.1:9",
+        before=hide,
+    )
+    assert done.returncode == 2
+    assert "pip install 'exarch-actors[otel]'" in done.stderr
+    assert not session.exists()  # refused before anything was written
+
+
 def test_the_endpoint_is_the_collector_base_url_as_the_standard_variable_holds_it() -> None:
     assert traces_url("http://127.0.0.1:4318") == "http://127.0.0.1:4318/v1/traces"
     assert traces_url("http://h:4318/v1/traces") == "http://h:4318/v1/traces"
