@@ -164,7 +164,7 @@ def chrome_trace(view: SessionView) -> dict[str, Any]:
                 }
             )
     for n, flow in enumerate(view.flows, start=1):
-        if flow.source in tids and flow.target in tids:
+        if placed.get(flow.source) and placed.get(flow.target):  # a child never born: no arrow
             events.extend(_flow(n, flow, placed, tids, clock))
     return {
         "traceEvents": events,

@@ -224,8 +224,7 @@ class _Builder:
         elif kind == "Died":
             a.died = at
             outcome, cause = r.get("outcome"), r.get("cause")
-            a.outcome = a.outcome if a.status else str(outcome)
-            a.cause = a.cause if a.status else cause
+            a.outcome, a.cause = str(outcome), cause  # a child's: the journal's reason, later
             start, args = self.open.pop(name, (a.born if a.born is not None else at, {}))
             self._close(name, start, at, {**args, "outcome": outcome, "cause": cause})
             if outcome == "cancelled":
