@@ -94,7 +94,7 @@ def _outcome(view: SessionView, invariants: Mapping[str, Any] | None) -> str:
         ("invariants", verdict),
     ]
     rows = "".join(
-        f"<tr><th>{_e(k)}</th><td id='fact-{_e(k.replace(' ', '-'))}'>{_e(v)}</td></tr>"
+        f'<tr><th>{_e(k)}</th><td id="fact-{_e(k.replace(" ", "-"))}">{_e(v)}</td></tr>'
         for k, v in facts
     )
     return f'<table class="facts">{rows}</table>'

@@ -287,7 +287,7 @@ class _Builder:
         }
         self.view.spans.append(Span(a.name, "ral", first_line(script), at - seconds, at, args))
         if r.get("error"):
-            value = str(r.get("value") or "")
+            value = str(r.get("value") or "").removeprefix("[error]").strip()  # the digest's header
             self._error(
                 a.name, at, "ral error", f"{first_line(script)} -> {first_line(value, 200)}"
             )

@@ -12,7 +12,8 @@ import pytest
 
 from runtime.state.durable import read_jsonl
 from tests.observe.conftest import flow_pairs, tracks, valid_chrome_trace
-from tests.ray_backend.conftest import ROOT, Cluster
+from tests.ray_backend.conftest import Cluster
+from tests.ray_backend.test_ray_examples import _run
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -21,17 +22,7 @@ def test_the_trace_of_a_ray_fanout_shows_its_agents_model_calls_and_flows(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     session = tmp_path / "fanout"
-    ran = cluster.exarch(
-        "run",
-        str(ROOT / "examples" / "fanout.toml"),
-        "--backend",
-        "ray",
-        "--ray-address",
-        cluster.address,
-        "--session-dir",
-        str(session),
-    )
-    assert ran.returncode == 0, ran.stderr
+    assert _run(cluster, "fanout.toml", session)["reply"] == "499500"
     out = tmp_path / "t.json"
     traced = cluster.exarch("trace", str(session), "-o", str(out))
     assert traced.returncode == 0, traced.stderr
