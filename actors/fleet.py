@@ -197,17 +197,16 @@ class Fleet:
         self.session = session
         self.config = config or FleetConfig()
         keep_secrets_from_forks(self.config.secrets)
+        endpoint = self.config.otlp_endpoint  # refused (OtelMissing) before anything starts
+        spans = SpanExport(session.root, endpoint) if endpoint else None
         self._session_marker = str(session.root.resolve())
         """``$EXARCH_SESSION`` in every agent's shell (``runtime/constants.py``)."""
         self._provider_for = provider_for
         self._files: DurableFiles | None = durability.bind(session.root, self.config.durability)
         self.bus = start_bus(session.transcript)
         self._otlp = (
-            LiveExport(
-                self.bus.subscribe(LIVE_BUFFER, name="otlp"),
-                SpanExport(session.root, self.config.otlp_endpoint),
-            )
-            if self.config.otlp_endpoint
+            LiveExport(self.bus.subscribe(LIVE_BUFFER, name="otlp"), spans)
+            if spans is not None
             else None
         )
         lease: dict[str, Any] = {}
