@@ -67,6 +67,7 @@ from runtime.state.journal import replay
 from runtime.state.run_processes import (
     LocalProcesses,
     ProcessTable,
+    grouped_processes,
     marked_processes,
     run_processes,
 )
@@ -377,6 +378,9 @@ def _check_processes(s: SessionLogs, table: ProcessTable) -> InvariantResult:
     named = {p.pid for p in procs}
     marked = [p for p in marked_processes(s.session) if p.pid not in named]
     bad += [f"{p.owner}: pid {p.pid} outlived its shell ({SESSION_ENV})" for p in marked]
+    seen = named | {p.pid for p in marked}
+    grouped = [p for p in grouped_processes(s.session) if p.pid not in seen]
+    bad += [f"{p.owner}: pid {p.pid} outlived its shell" for p in grouped]
     unverifiable = sum(1 for p in procs if p.started_at is None)
     notes = [f"{unverifiable} pids without a recorded start time"] if unverifiable else []
     if table.where != LocalProcesses.where:
