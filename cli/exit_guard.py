@@ -12,6 +12,15 @@ before that join (``threading._register_atexit``, as ``concurrent.futures`` does
 3. any still running are named on stderr and the process exits at once (``os._exit``) with the
    command's own exit status, its output flushed.
 
+A full disk ends a command at once too (:func:`_stop_for_a_full_disk`, the listener of
+``runtime/state/disk_full.py``'s latch): the first session write refused for lack of space is
+named with the space left (one message, ``outcome: failed``) and the process exits 1 on the
+failing thread, as a control process's death would end it -- every record written so far
+intact, the agent processes and shells going with their fork server -- so ``resume`` carries
+the run on once space is back. Settling the tree first would need the disk it lacks: a bus
+that could not write its transcript died, the fleet waited for it forever and SIGTERM was
+ignored (issue 34).
+
 Installed only for a command run as a process (:func:`install`, from the entry point with
 ``sys.argv``): in a test runner the process is not the command's to end.
 """
@@ -23,6 +32,9 @@ import sys
 import threading
 import time
 from typing import Any
+
+from runtime.state import disk_full
+from runtime.state.disk_full import DiskFull
 
 EXIT_GRACE = 10.0
 """Seconds the non-daemon threads left at exit get to end (a hang guard: an actor stopped here
@@ -37,6 +49,24 @@ def install() -> None:
         return
     _state["installed"] = True
     threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
+    disk_full.on_trip(_stop_for_a_full_disk)
+
+
+def installed() -> bool:
+    """Whether this process is a command run as a process (the guard is installed)."""
+    return bool(_state["installed"])
+
+
+def _stop_for_a_full_disk(err: DiskFull) -> None:
+    """The latch tripped (on the thread whose write failed, or the channel reader an agent
+    process's report came on): say why, and end the process now (see the module docstring)."""
+    _warn(str(err))
+    try:
+        print("outcome: failed", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(1)
 
 
 def exiting_with(code: object) -> None:

@@ -29,6 +29,8 @@ from cli.durability import durability_option
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
+from runtime.state import disk_full
+from runtime.state.disk_full import DiskFull
 from runtime.state.durability import Durability
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_lock import SessionLive
@@ -83,6 +85,11 @@ def resume_command(
     except SessionLive as e:
         raise Refused(str(e)) from None
     click.get_current_context().call_on_close(lock.release)  # held until the command ends
+    try:  # a disk still full refuses before anything is touched, as a run it stops says
+        disk_full.probe(session.root)
+    except DiskFull as e:
+        disk_full.trip(e)  # a command ends here (cli/exit_guard.py): the message, exit 1
+        raise
     report = RunReporter(as_json=as_json, quiet=quiet)
     hit = {"cancel": False}
     with signals_cancel(lambda: hit.__setitem__("cancel", True)) as interrupted:
