@@ -63,10 +63,22 @@ def _stop_for_a_full_disk(err: DiskFull) -> None:
     _warn(str(err))
     try:
         print("outcome: failed", file=sys.stderr, flush=True)
-        sys.stdout.flush()
     except (OSError, ValueError):
         pass
-    os._exit(1)
+    end_now(1)
+
+
+def end_now(code: int, why: str | None = None) -> None:
+    """End the process at once with ``code``, ``why`` on stderr and the output flushed: its
+    agent processes and shells end with their fork server, as at a control process's death."""
+    if why is not None:
+        _warn(why)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def exiting_with(code: object) -> None:
@@ -88,14 +100,11 @@ def _at_exit() -> None:
     stuck = [t.name for t in _non_daemon() if t.is_alive()]
     if not stuck:
         return
-    _warn(f"{len(stuck)} thread(s) still running {EXIT_GRACE:g} s after the command ended "
-          f"({', '.join(stuck)}); exiting without them")  # fmt: skip
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(_state["code"])
+    end_now(
+        _state["code"],
+        f"{len(stuck)} thread(s) still running {EXIT_GRACE:g} s after the command ended "
+        f"({', '.join(stuck)}); exiting without them",
+    )
 
 
 def _stop_actors() -> None:

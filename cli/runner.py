@@ -12,6 +12,7 @@ settle (``result.json`` says ``cancelled``) before the process exits. What is pr
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import threading
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import click
 
-from cli import Refused
+from cli import Refused, exit_guard
 from cli.backend_options import check_backend, make_backend
 from cli.config import with_config
 from cli.recording import open_recording
@@ -59,6 +60,8 @@ EXIT_CODES = {
     "budget": 1,
     "cancelled": 130,
 }
+
+log = logging.getLogger(__name__)
 
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """Signals that cancel a headless run (the whole tree) instead of killing the process."""
@@ -312,15 +315,28 @@ class Interruption:
 def signals_cancel(cancel: Callable[[], None]) -> Iterator[Interruption]:
     """SIGINT (Ctrl-C) and SIGTERM cancel the run (the whole tree) instead of ending the process
     on the spot: the caller lets the tree settle, writes ``result.json`` and exits 130 / 143.
-    A shell that ignores the cancel is killed after its grace, so settling always ends."""
+    A shell that ignores the cancel is killed after its grace, so settling always ends.
+
+    A second signal while the tree settles ends a command at once (128 + signum), as a
+    control process's death would (``resume`` carries the run on): a run whose settling
+    cannot end -- its bus dead of a failed write, say -- is never left to SIGKILL. A cancel
+    that fails is logged, never raised into the interrupted thread."""
     hit = Interruption()
     if threading.current_thread() is not threading.main_thread():
         yield hit
         return
 
     def handler(signum: int, _frame: FrameType | None) -> None:
+        if hit.is_set() and exit_guard.installed():
+            exit_guard.end_now(
+                128 + signum,
+                f"{signal.Signals(signum).name} again: not waiting for the tree to settle",
+            )
         hit._set(signum)
-        cancel()
+        try:
+            cancel()
+        except Exception:
+            log.exception("cancelling the run on %s failed", signal.Signals(signum).name)
 
     previous = {sig: signal.signal(sig, handler) for sig in CANCEL_SIGNALS}
     try:

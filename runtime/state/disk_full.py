@@ -43,8 +43,9 @@ PROBE_BYTES = 64 * 1024
 each agent's resume note) take a few KiB; a disk with less than this free is full."""
 
 
-class DiskFull(ExarchError):
-    """A session file could not be written: the disk (or quota, or device) refused it."""
+class DiskFull(ExarchError, OSError):
+    """A session file could not be written: the disk (or quota, or device) refused it. An
+    ``OSError`` still, so what caught the write's own error catches this one."""
 
     def __init__(self, path: str, reason: str, free_bytes: int | None) -> None:
         self.path = path
