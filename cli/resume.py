@@ -69,13 +69,16 @@ def resume_command(
     Exit codes:
       0    the trunk replied or quiesced
       1    the run failed (the `error:` line says why) or was capped
+           or a session file could not be written for lack of space (one `disk full:`
+           line names it and the space left; `resume` finishes the run once space is back)
       2    the directory cannot be resumed (a run still alive owns it: its pid is named;
            not a session, no run.json, already finished, a damaged session file named by
            file and line), a bad flag, no API key for the
            hosted service, or --backend ray without Ray installed
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
-      143  cancelled by SIGTERM, likewise
+      143  cancelled by SIGTERM, likewise (a second signal while the tree settles ends
+           the command at once)
     """
     session = SessionDir(Path(session_dir).resolve())
     overrides = _connection_overrides(session, connection)
