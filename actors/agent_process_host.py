@@ -326,6 +326,7 @@ def _serve_host(
 ) -> None:
     try:
         host = AgentProcess(conn, boot, node=node, shell_start=shell)
+        disk_full.reset()  # a latch its fork server copied from the control process is not its
         disk_full.on_trip(host.stop_for_a_full_disk)
         files = durability.bind(
             boot.session.root, boot.durability, ship=host.ship if ship else None

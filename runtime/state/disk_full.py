@@ -110,13 +110,9 @@ def tripped() -> DiskFull | None:
 
 
 def on_trip(listener: Callable[[DiskFull], None]) -> Callable[[], None]:
-    """Run ``listener`` once when the latch trips (at once if it has); returns its removal."""
+    """Run ``listener`` once when the latch next trips; returns its removal."""
     with _lock:
-        now = _tripped
-        if now is None:
-            _listeners.append(listener)
-    if now is not None:
-        listener(now)
+        _listeners.append(listener)
 
     def remove() -> None:
         with _lock, contextlib.suppress(ValueError):
