@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
+import termios
 import threading
 import time
 from typing import Any
@@ -50,6 +51,33 @@ def install() -> None:
     _state["installed"] = True
     threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
     disk_full.on_trip(_stop_for_a_full_disk)
+    _state["tty"] = _terminal_mode()
+
+
+def _terminal_mode() -> list[Any] | None:
+    """The terminal's mode as the command found it (None: stdin is no terminal)."""
+    try:
+        return termios.tcgetattr(sys.stdin.fileno()) if sys.stdin.isatty() else None
+    except (OSError, ValueError, termios.error):
+        return None
+
+
+def _give_the_terminal_back() -> None:
+    """Before an exit that skips every ``finally``: a full-screen UI (``chat``) that changed
+    the terminal's mode gets it back as the command found it, its screen left and its cursor
+    shown -- else the shell it returns to echoes nothing."""
+    found = _state.get("tty")
+    if found is None or _terminal_mode() == found:
+        return
+    try:
+        termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, found)
+        tty = os.open("/dev/tty", os.O_WRONLY | os.O_NOCTTY)
+        try:  # mouse reports off, the main screen back, the cursor shown
+            os.write(tty, b"\x1b[?1000l\x1b[?1003l\x1b[?1006l\x1b[?1049l\x1b[?25h")
+        finally:
+            os.close(tty)
+    except (OSError, ValueError, termios.error):
+        pass
 
 
 def installed() -> bool:
@@ -60,17 +88,16 @@ def installed() -> bool:
 def _stop_for_a_full_disk(err: DiskFull) -> None:
     """The latch tripped (on the thread whose write failed, or the channel reader an agent
     process's report came on): say why, and end the process now (see the module docstring)."""
+    _give_the_terminal_back()
     _warn(str(err))
-    try:
-        print("outcome: failed", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
+    _say("outcome: failed")
     end_now(1)
 
 
 def end_now(code: int, why: str | None = None) -> None:
     """End the process at once with ``code``, ``why`` on stderr and the output flushed: its
     agent processes and shells end with their fork server, as at a control process's death."""
+    _give_the_terminal_back()
     if why is not None:
         _warn(why)
     for stream in (sys.stdout, sys.stderr):
@@ -124,7 +151,18 @@ def _non_daemon() -> list[threading.Thread]:
 
 
 def _warn(text: str) -> None:
+    _say(f"exarch-actors: {text}")
+
+
+def _say(line: str) -> None:
+    """``line`` on the process's real stderr (fd 2), after what its streams hold: a
+    full-screen UI (``chat``) has ``sys.stderr`` captured while it runs."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
     try:
-        print(f"exarch-actors: {text}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
+        os.write(2, f"{line}\n".encode())
+    except OSError:
         pass

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from runtime.events import SystemNote
 from runtime.state import disk_full, durability
 from runtime.state.disk_full import DiskFull
 from runtime.state.durable import read_jsonl
+from tests.support.terminal import Terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 EXARCH = [sys.executable, "-c", "from cli.main import main; main()"]
@@ -194,3 +196,26 @@ def test_a_full_disk_stops_the_run_with_one_message_and_resume_finishes_it_once_
     )
     check = _exarch("check", str(session))
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_full_disk_under_the_chat_ui_gives_the_terminal_back_as_it_found_it(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """The stop skips every ``finally`` (cli/exit_guard.py), textual's restoring of the
+    terminal among them: the guard puts back the mode the command found, else the shell the
+    user returns to echoes nothing."""
+    screen = Terminal(
+        ["chat", "--session-dir", str(small_disk / "s")],
+        cwd=tmp_path, env={"TERM": "xterm-256color"}, size=(100, 30),
+    )  # fmt: skip
+    found = termios.tcgetattr(screen.master)
+    try:
+        screen.read_until("scripted:demo", timeout=60)  # the trunk and its shell are up
+        assert termios.tcgetattr(screen.master) != found  # the UI took the terminal raw
+        _fill(small_disk, 0)
+        screen.keys(b"hello\r")  # the trunk logs the message: refused
+        assert screen.wait(60) == 1, screen.plain[-3000:]
+        assert "disk full: cannot write" in screen.plain
+        assert termios.tcgetattr(screen.master) == found
+    finally:
+        screen.close()
