@@ -52,6 +52,7 @@ from runtime.errors import InboxFull
 from runtime.events import Event, InboxRejected, Overflow
 from runtime.fleet.inbox import SURFACE
 from runtime.state import durability
+from runtime.state.disk_full import DiskFull
 from runtime.state.durability import AppendFile
 from runtime.state.durable import append_jsonl, jsonl_line
 
@@ -325,7 +326,10 @@ class Bus(QuotaActor):
         if isinstance(message, Publish):
             return self.core.publish(message.event)
         if isinstance(message, Drain):
-            return self.core.drain()
+            try:
+                return self.core.drain()
+            except DiskFull:  # the queue is kept whole; the latch stops the run
+                return 0
         return super().on_receive(message)
 
     def serves_at_stop(self, message: Any) -> bool:

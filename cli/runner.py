@@ -42,7 +42,7 @@ from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
 from runtime.settlement.fleet_yield import FleetYield
 from runtime.shell.limits import ShellLimits
-from runtime.state import durability
+from runtime.state import disk_full, durability
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability
 from runtime.state.durable import atomic_write_bytes
@@ -425,6 +425,7 @@ def _run_owned(
     """:func:`run_headless` once the session is owned (its lock held by the caller)."""
     from actors.fleet import Fleet, FleetConfig
 
+    disk_full.reset()  # a latch an earlier run in this process tripped is not this run's
     write_run_spec(session, spec, grants)
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)
     if recording is not None:
@@ -464,6 +465,12 @@ def _run_owned(
             while not fleet.wait_empty(0.1):
                 if observer is not None:
                     observer.tick()
+                if disk_full.tripped() is not None:  # a caller in-process: not ended by it
+                    fleet.cancel_all("disk full")
+                    break
+        full = disk_full.tripped()
+        if full is not None:
+            raise full
         outcome = trunk.outcome.value if trunk.outcome is not None else "failed"
         if interrupted.is_set():
             outcome = "cancelled"

@@ -219,10 +219,12 @@ class AppendFile:
                 fd, target = self._fd, self._written
             try:
                 self._fsync(fd)  # no lock held: other appenders write meanwhile
-            except BaseException:
+            except BaseException as e:
                 with self._sync:
                     self._syncing = False
                     self._sync.notify_all()
+                if isinstance(e, OSError) and e.errno in NO_SPACE:  # write-back refused
+                    raise disk_full(self.path, e) from None
                 raise
             with self._sync:
                 self.fsyncs += 1

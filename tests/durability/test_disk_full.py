@@ -219,3 +219,20 @@ def test_a_full_disk_under_the_chat_ui_gives_the_terminal_back_as_it_found_it(
         assert termios.tcgetattr(screen.master) == found
     finally:
         screen.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_run_in_process_on_a_full_disk_raises_disk_full_instead_of_waiting_forever(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """A caller that runs a fleet in its own process (an embedding, a test) is not ended by
+    the stop: its run is cancelled, closed and raises the typed error. Before, its bus died of
+    a failed drain and the run waited for it forever."""
+    from cli.runner import RunSpec, run_headless
+    from runtime.providers.scenario import load_scenario
+
+    scenario = load_scenario(str(_scenario(tmp_path / "many.toml", children=4, calls=40)))
+    spec = RunSpec("scripted", None, scenario, session_dir=str(small_disk / "s"), agents="thread")
+    with pytest.raises(DiskFull) as stopped:
+        run_headless(spec)
+    assert Path(stopped.value.path).is_relative_to(small_disk / "s")
