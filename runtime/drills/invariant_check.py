@@ -33,9 +33,9 @@ violation:
   next append set aside); a corrupt inner line, a record without the shape its readers rely
   on, an unreadable ``result.json``/``run.json`` or a refused snapshot is a violation (a corrupt
   ``result.json`` is ``settled``'s too, with what to do: resume rebuilds it). So is a
-  duplicated line in an event log: a tool call answered twice (two ``tool_result`` records
-  of one call id, the shape a write retried after a partial one left behind), which no
-  provider accepts.
+  duplicated line in an event log: a tool call answered twice (a second ``tool_result`` of a
+  call id no assistant message issued again in between, the shape a write retried after a
+  partial one left behind), which no provider accepts.
 
 What the files can prove depends on the run's durability policy (``run.json``'s
 ``durability``, absent: ``process``; :mod:`runtime.state.durability`), and the report names it.
@@ -422,27 +422,33 @@ def _check_files(s: SessionLogs) -> InvariantResult:
 
 
 def _answered_twice(session: SessionDir) -> list[str]:
-    """Each ``tool_result`` line of an agent's event logs (every generation: ``/clear`` starts
-    a new conversation) that answers a tool call already answered in the same file."""
+    """Each ``tool_result`` line of an agent's event logs that answers a tool call already
+    answered since an assistant message last issued it (a restarted scripted agent issues its
+    call ids again: each issue may be answered once)."""
     bad: list[str] = []
     for agent in session.agent_names():
         for path in session.event_logs(agent):
             read = read_jsonl(path, EVENT_SHAPE)
-            seen: dict[str, int] = {}
+            answered: dict[str, int] = {}
             for line, r in zip(read.lines, read.records, strict=True):
                 message = r.get("message")
-                if r.get("kind") != "tool_result" or not isinstance(message, dict):
+                if not isinstance(message, dict):
                     continue
-                call = message.get("tool_call_id")
-                if not isinstance(call, str):
+                if r.get("kind") == "assistant":
+                    for call in message.get("tool_calls") or ():
+                        if isinstance(call, dict):
+                            answered.pop(str(call.get("id")), None)
                     continue
-                if call in seen:
+                call_id = message.get("tool_call_id")
+                if r.get("kind") != "tool_result" or not isinstance(call_id, str):
+                    continue
+                if call_id in answered:
                     bad.append(
                         f"{path.relative_to(session.root)}:{line}: a duplicated line: tool "
-                        f"call {call} answered again (first at line {seen[call]})"
+                        f"call {call_id} answered again (first at line {answered[call_id]})"
                     )
                 else:
-                    seen[call] = line
+                    answered[call_id] = line
     return bad
 
 
