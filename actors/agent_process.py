@@ -87,6 +87,7 @@ from runtime.fleet.agent_channel import (
     Call,
     CancelFrame,
     ChannelMessage,
+    DiskFullFrame,
     Ended,
     Envelope,
     InterruptFrame,
@@ -101,6 +102,8 @@ from runtime.fleet.inbox import InboxFull, InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
 from runtime.replay.provider import RecordSink
+from runtime.state import disk_full
+from runtime.state.disk_full import DiskFull
 from runtime.state.durability import ShippedRecord
 from runtime.state.record_mirror import RecordRefused, apply_shipped
 from runtime.state.snapshot import MobileSnapshot
@@ -779,6 +782,8 @@ class _Host:
                 self._record(msg)
             except RecordRefused as e:  # nothing written; the run goes on without it
                 log.warning("%s", e)
+        elif isinstance(msg, DiskFullFrame):  # the host has stopped: the run stops with it
+            disk_full.trip(DiskFull(msg.path, msg.reason, msg.free_bytes))
         elif isinstance(msg, Ended):
             self.ended = True
             self._agent._pool.submit(self._agent._ended, self, unpickle(msg.payload))

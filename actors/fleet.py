@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import pykka
 
+from actors import pid_cgroup
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
 from actors.agent_process import (
@@ -91,6 +92,7 @@ from runtime.settlement.release_sweep import (
     release_sweep,
     settle_child,
 )
+from runtime.shell import pid_cgroup as pid_groups
 from runtime.shell.confinement import Sandbox, SandboxMode
 from runtime.shell.limits import ShellLimits
 from runtime.state import durability
@@ -306,7 +308,15 @@ class Fleet:
             base if base is not None else (os.path.realpath(self.config.cwd or os.getcwd()),)
         )
         mode = self.config.limits.sandbox or SandboxMode.FULL_ACCESS
-        return Sandbox(mode, tuple(workspace), False, self._scratch_for(name))
+        capped = pid_groups.hierarchy() is not None
+        return Sandbox(
+            mode,
+            tuple(workspace),
+            False,
+            self._scratch_for(name),
+            self.config.limits.max_processes if capped else None,
+            pid_groups.agent_group(self._session_marker, name) if capped else None,
+        )
 
     def _granted_spec(self, spec: AgentSpec) -> AgentSpec:
         """Decide the agent's grants, once, for every way an agent is made (trunk, fork,
@@ -543,6 +553,7 @@ class Fleet:
         if self.host_pool is not None:
             self.host_pool.close()
         self.hub.close()  # after every host's shutdown: their ends of file are read on it
+        pid_cgroup.sweep_session(self._session_marker)  # whatever a dead host left behind
         try:
             self._registry.stop()
             self.bus.stop()

@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 from actors.agent import Agent, AgentSpec
 from actors.agent_process import ProcessAgent
+from actors.pid_cgroup import sweep_session
 from actors.process_identity import kill_and_wait
 from runtime.constants import TRUNK_NAME
 from runtime.credentials import SecretPolicy
@@ -485,6 +486,7 @@ def _end_leftovers(session: SessionDir) -> None:
     """Kill every process the dead run named that still runs and wait until each is gone."""
     procs = leftover_processes(session)
     left = kill_and_wait([(p.pid, partial(still_running, p)) for p in procs], LEFTOVER_WAIT)
+    sweep_session(str(session.root.resolve()))  # and the dead run's (now empty) cgroups
     if left:
         log.warning(
             "the dead run's process(es) %s still run %.0f s after SIGKILL",

@@ -105,11 +105,14 @@ def run_command(
       1    the run failed (a provider error: the `error:` line says which), was capped,
            reached --budget (outcome `budget`: the tree is cancelled, every child settled),
            or quiesced without a reply while a child failed (`children:` counts them)
+           or a session file could not be written for lack of space (one `disk full:`
+           line names it and the space left; `resume` finishes the run once space is back)
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service,
            --backend ray without Ray installed (the message gives the install line)
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
-      143  cancelled by SIGTERM, likewise
+      143  cancelled by SIGTERM, likewise (a second signal while the tree settles ends
+           the command at once)
     """
     if show_config:
         for line in config.provenance_lines(click.get_current_context()):

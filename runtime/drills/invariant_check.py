@@ -32,7 +32,10 @@ violation:
   (the expected shape of a crash mid-append), and so is a ``.torn`` side file (a torn tail the
   next append set aside); a corrupt inner line, a record without the shape its readers rely
   on, an unreadable ``result.json``/``run.json`` or a refused snapshot is a violation (a corrupt
-  ``result.json`` is ``settled``'s too, with what to do: resume rebuilds it).
+  ``result.json`` is ``settled``'s too, with what to do: resume rebuilds it). So is a
+  duplicated line in an event log: a tool call answered twice (a second ``tool_result`` of a
+  call id no assistant message issued again in between, the shape a write retried after a
+  partial one left behind), which no provider accepts.
 
 What the files can prove depends on the run's durability policy (``run.json``'s
 ``durability``, absent: ``process``; :mod:`runtime.state.durability`), and the report names it.
@@ -63,10 +66,12 @@ from runtime.settlement.fleet_yield import read_result
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import PROMISES, Durability, parse_durability
 from runtime.state.durable import read_jsonl
+from runtime.state.eventlog import EVENT_SHAPE
 from runtime.state.journal import replay
 from runtime.state.run_processes import (
     LocalProcesses,
     ProcessTable,
+    grouped_processes,
     marked_processes,
     run_processes,
 )
@@ -377,6 +382,9 @@ def _check_processes(s: SessionLogs, table: ProcessTable) -> InvariantResult:
     named = {p.pid for p in procs}
     marked = [p for p in marked_processes(s.session) if p.pid not in named]
     bad += [f"{p.owner}: pid {p.pid} outlived its shell ({SESSION_ENV})" for p in marked]
+    seen = named | {p.pid for p in marked}
+    grouped = [p for p in grouped_processes(s.session) if p.pid not in seen]
+    bad += [f"{p.owner}: pid {p.pid} outlived its shell" for p in grouped]
     unverifiable = sum(1 for p in procs if p.started_at is None)
     notes = [f"{unverifiable} pids without a recorded start time"] if unverifiable else []
     if table.where != LocalProcesses.where:
@@ -408,12 +416,44 @@ def _check_files(s: SessionLogs) -> InvariantResult:
                 MobileSnapshot.load(p)
             except SnapshotRefused as e:
                 bad.append(f"{p.relative_to(session.root)}: {e}")
+    bad.extend(_answered_twice(session))
     notes = list(s.torn) + [
         f"{p.relative_to(session.root)}: {len(read_jsonl(p).records)} torn tail(s) of a crash "
         "mid-append, set aside by the next append (bytes kept)"
         for p in session.torn_side_files()
     ]
     return _result("files-parse", checked, bad, notes)
+
+
+def _answered_twice(session: SessionDir) -> list[str]:
+    """Each ``tool_result`` line of an agent's event logs that answers a tool call already
+    answered since an assistant message last issued it (a restarted scripted agent issues its
+    call ids again: each issue may be answered once)."""
+    bad: list[str] = []
+    for agent in session.agent_names():
+        for path in session.event_logs(agent):
+            read = read_jsonl(path, EVENT_SHAPE)
+            answered: dict[str, int] = {}
+            for line, r in zip(read.lines, read.records, strict=True):
+                message = r.get("message")
+                if not isinstance(message, dict):
+                    continue
+                if r.get("kind") == "assistant":
+                    for call in message.get("tool_calls") or ():
+                        if isinstance(call, dict):
+                            answered.pop(str(call.get("id")), None)
+                    continue
+                call_id = message.get("tool_call_id")
+                if r.get("kind") != "tool_result" or not isinstance(call_id, str):
+                    continue
+                if call_id in answered:
+                    bad.append(
+                        f"{path.relative_to(session.root)}:{line}: a duplicated line: tool "
+                        f"call {call_id} answered again (first at line {answered[call_id]})"
+                    )
+                else:
+                    answered[call_id] = line
+    return bad
 
 
 def check_session(
