@@ -75,7 +75,7 @@ from runtime.state.session_read import (
     read_session,
     set_aside_result,
 )
-from runtime.state.session_records import CONTROL_DIED
+from runtime.state.session_records import CONTROL_DIED, logged_results
 from runtime.state.snapshot import MobileSnapshot
 
 RESUME_NOTE = (
@@ -163,14 +163,6 @@ def played_rounds(files: SessionFiles, agent: str) -> int:
     return max(assistants + errors, top + 1)
 
 
-def _result_logged(files: SessionFiles, parent: str, child: str) -> bool:
-    head = f"[agent {child} finished"
-    return any(
-        r.get("kind") == "user" and r.get("source") == "agent_result" and r["text"].startswith(head)
-        for r in files.events_of(parent)
-    )
-
-
 def plan_resume(session: SessionDir) -> ResumePlan:
     """Read the session and decide (see the module docstring); raises :class:`ResumeRefused`
     (:class:`DamagedSession` naming file and line when a file it builds on is damaged)."""
@@ -229,11 +221,14 @@ def plan_resume(session: SessionDir) -> ResumePlan:
         for r in transcript
         if r.get("kind") == "InboxRejected"
     }
+    logged: dict[str, set[str]] = {}
     for n in nodes:
         parent = n.spawned.get("parent")
         if not isinstance(parent, str) or n.id in resumed:
             continue
-        if (parent, n.id) in rejected or _result_logged(files, parent, n.id):
+        if parent not in logged:
+            logged[parent] = logged_results(files.events_of(parent))
+        if (parent, n.id) in rejected or n.id in logged[parent]:
             continue
         (plan.redeliver if parent in resumed else plan.unreachable).append((n.id, parent))
     return plan

@@ -72,7 +72,7 @@ from runtime.state.run_processes import (
 )
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_read import ResumeRefused, read_run
-from runtime.state.session_records import CONTROL_DIED, born_children
+from runtime.state.session_records import CONTROL_DIED, born_children, logged_results
 from runtime.state.snapshot import MobileSnapshot
 
 Status = Literal["held", "violated", "skipped"]
@@ -309,16 +309,6 @@ def _behind_at_control_death(s: SessionLogs, commits: list[dict[str, Any]]) -> s
     return out
 
 
-def _result_logged(s: SessionLogs, parent: str, child: str) -> bool:
-    head = f"[agent {child} finished"
-    return any(
-        r.get("kind") == "user"
-        and r.get("source") == "agent_result"
-        and str(r.get("text", "")).startswith(head)
-        for r in s.events(parent)
-    )
-
-
 def _check_rejections(s: SessionLogs) -> InvariantResult:
     rep = replay(s.session.journal, strict=False)
     rejected: set[tuple[str, str]] = set()
@@ -338,6 +328,7 @@ def _check_rejections(s: SessionLogs) -> InvariantResult:
                 collected.add((str(r.get("agent")), str(child)))
     bad: list[str] = []
     checked = 0
+    logged: dict[str, set[str]] = {}
     for nid, node in rep.state.nodes.items():
         parent = node.spawned.get("parent")
         if node.open or not isinstance(parent, str) or "dispatched" not in node.phases:
@@ -345,7 +336,7 @@ def _check_rejections(s: SessionLogs) -> InvariantResult:
         checked += 1
         if (parent, nid) in rejected or (parent, nid) in collected:
             continue
-        if _result_logged(s, parent, nid):
+        if nid in logged.setdefault(parent, logged_results(s.events(parent))):
             continue
         bad.append(
             f"{nid}: its result is neither in {parent}'s event log, nor InboxRejected, nor "
