@@ -279,6 +279,19 @@ def _heal(journal: SpawnJournal, plan: ResumePlan) -> None:
         release_sweep(journal, sweep, retain="release")
 
 
+def _died_at_crash(node: NodeState | None, name: str) -> Died:
+    """The ``Died`` of an agent that was alive on the bus when the control process died. A
+    child whose end the journal already recorded (its execution result: the control process
+    died between its settlement and its ``Died``) dies with that outcome, so its one terminal
+    story agrees; any other incarnation died with the control process."""
+    last = node.results[-1] if node is not None and node.results else None
+    if last is None or not last.get("outcome"):
+        return Died(name, outcome="failed", cause=CONTROL_DIED)
+    outcome = str(last["outcome"])
+    cause = None if outcome == "replied" else str(last.get("reason") or outcome)
+    return Died(name, outcome=outcome, cause=cause)
+
+
 def _result_of(node: NodeState) -> AgentResult:
     last = node.results[-1] if node.results else {}
     terminal = node.terminal or {}
@@ -408,7 +421,7 @@ def resume_run(
     try:
         _heal(fleet.journal, plan)
         for name in plan.alive_at_crash:
-            fleet.publish(Died(name, outcome="failed", cause=CONTROL_DIED))
+            fleet.publish(_died_at_crash(fleet.journal.state.nodes.get(name), name))
         adopted: list[Agent | ProcessAgent] = []
         order = ([TRUNK_NAME] if plan.rebuild_trunk else []) + plan.rebuild
         for name in order:

@@ -21,7 +21,10 @@ violation:
   ``Collected`` notice (returned by ``agent-wait`` or read by ``agent-result``, never
   delivered as a turn). A child never dispatched never ran: its parent's ``agent`` call failed
   instead (``spawn failed: ...``), so there is no result to find.
-- ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation).
+- ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation),
+  and a child whose end the spawn journal recorded (its execution result) died with that
+  outcome: one terminal story, even when the control process died between the settlement and
+  the ``Died`` (``resume`` writes the ``Died`` from the journal).
 - ``no-leftover-processes`` — no pid the run named (journal environment records, ``Commit``
   records) still runs: matched with ``psutil`` *and* its create time, so a reused pid is not
   blamed. Looked for on this machine, or on every node of a Ray cluster (``check
@@ -359,6 +362,15 @@ def _check_registry_empty(s: SessionLogs) -> InvariantResult:
         for a in sorted(set(born) | set(died))
         if born[a] != died[a]
     ]
+    last_died = {str(r.get("agent")): r for r in _by_kind(s.transcript, "Died")}
+    for nid, node in replay(s.session.journal, strict=False).state.nodes.items():
+        ended = node.results[-1].get("outcome") if node.results else None
+        record = last_died.get(nid)
+        if ended is not None and record is not None and record.get("outcome") != ended:
+            bad.append(
+                f"{nid}: its last Died says {record.get('outcome')!r}, its settlement "
+                f"recorded {ended!r}"
+            )
     return _result("registry-empty", sum(born.values()), bad)
 
 
