@@ -189,8 +189,7 @@ class RemoteInbox:
             try:
                 returned("push", reply)
             except InboxFull as full:
-                agent.refused_result(msg)
-                agent.off_reader(refused, full)
+                agent.off_reader(agent.refused_result, msg, refused, full)
             except Exception:
                 log.exception("%s: a push's verdict", agent.name)
 
@@ -514,11 +513,15 @@ class ProcessAgent:
                 self._unlogged[msg.child] = msg
             return self._host
 
-    def refused_result(self, msg: InboxMsg) -> None:
-        """Its host's full inbox refused ``msg``: recorded and held by the registry, not lost."""
+    def refused_result(
+        self, msg: InboxMsg, refused: Callable[[InboxFull], None], full: InboxFull
+    ) -> None:
+        """Its host's full inbox refused ``msg``: ``refused`` records it (and the registry holds
+        a child's result for ``agent-result``), so it is no longer this agent's to deliver."""
         if isinstance(msg, AgentResult):
             with self._lock:
                 self._unlogged.pop(msg.child, None)
+        refused(full)
 
     def collected(self, children: tuple[str, ...]) -> None:
         """A wait's answer or a read reached its host with these children's ends (``Collected``
