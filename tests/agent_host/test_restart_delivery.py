@@ -94,3 +94,30 @@ def test_a_result_queued_in_an_agent_process_killed_before_it_logged_it_reaches_
     report = check_session(fleet.session)
     rejections = [r for r in report.to_json()["invariants"] if r["name"] == "rejections"]
     assert rejections and rejections[0]["status"] == "held", rejections
+
+
+def test_a_result_its_agent_process_never_logged_is_recorded_undelivered_when_the_agent_goes_down(
+    fleet: Fleet,
+) -> None:
+    a = wait_for(lambda: fleet.hosted.get("a"), 60, "a's process")
+    assert isinstance(a, ProcessAgent)
+    wait_for(lambda: a.probe().get("inbox", {}).get("agent_result") == 1, 60, "b's result queued")
+    for kill in range(4):  # the gate stays shut: every incarnation is held in its first call
+        wait_for(lambda k=kill: len(a.pids) == k + 1, 60, f"start {kill + 1}")  # type: ignore[misc]
+        os.kill(a.pids[-1], signal.SIGKILL)
+    assert a.wait(60)
+    assert a.outcome is not None and a.outcome.value == "failed"
+    assert "b" not in _results_in_log(fleet, "a")
+    fleet.cancel_all("done")
+    wait_for(lambda: fleet.wait_empty(0), 60, "the fleet empty")
+    fleet.close()
+    fleet.write_result("cancelled", None)
+    rejected = [
+        r
+        for r in read_jsonl(fleet.session.transcript).records
+        if r["kind"] == "InboxRejected" and r["agent"] == "a"
+    ]
+    assert [r["message"]["child"] for r in rejected] == ["b"]
+    report = check_session(fleet.session)
+    rejections = [r for r in report.to_json()["invariants"] if r["name"] == "rejections"]
+    assert rejections and rejections[0]["status"] == "held", rejections
