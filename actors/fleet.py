@@ -60,6 +60,7 @@ from actors.process import keep_secrets_from_forks
 from actors.registry import start_registry
 from runtime.constants import SCRATCH_ENV, SESSION_ENV, TRUNK_NAME
 from runtime.credentials import SecretPolicy
+from runtime.drills.fault_switch import crash_point
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Resources, SystemNote
 from runtime.fleet.fanin import ChildEnd, WaitAnswer
@@ -997,6 +998,8 @@ class Fleet:
             self.registry.cancel_descendants(agent.name, "parent ended")
             self.registry.deregister(agent.name)
             agent.record_leftovers()  # delivered between the agent's exit and deregister
+            if agent.parent is not None:
+                crash_point("delivered-before-died")
             reply = render(agent.reply_value) if agent.parent is None and agent.replied else None
             self.publish(
                 Died(agent.name, outcome=outcome.value, cause=agent.terminated, reply=reply)
@@ -1041,6 +1044,7 @@ class Fleet:
             if not observable:
                 with self._lock:
                     self._retained.append(RetainedChild(agent.name, executor))
+        crash_point("settled-before-delivery")
         replied = agent.replied and agent.reply_value is not None
         end = ChildEnd(
             agent.name,

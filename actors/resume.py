@@ -76,7 +76,7 @@ from runtime.state.session_read import (
     read_session,
     set_aside_result,
 )
-from runtime.state.session_records import CONTROL_DIED
+from runtime.state.session_records import CONTROL_DIED, logged_results
 from runtime.state.snapshot import MobileSnapshot
 
 RESUME_NOTE = (
@@ -164,14 +164,6 @@ def played_rounds(files: SessionFiles, agent: str) -> int:
     return max(assistants + errors, top + 1)
 
 
-def _result_logged(files: SessionFiles, parent: str, child: str) -> bool:
-    head = f"[agent {child} finished"
-    return any(
-        r.get("kind") == "user" and r.get("source") == "agent_result" and r["text"].startswith(head)
-        for r in files.events_of(parent)
-    )
-
-
 def plan_resume(session: SessionDir) -> ResumePlan:
     """Read the session and decide (see the module docstring); raises :class:`ResumeRefused`
     (:class:`DamagedSession` naming file and line when a file it builds on is damaged)."""
@@ -230,11 +222,14 @@ def plan_resume(session: SessionDir) -> ResumePlan:
         for r in transcript
         if r.get("kind") == "InboxRejected"
     }
+    logged: dict[str, set[str]] = {}
     for n in nodes:
         parent = n.spawned.get("parent")
         if not isinstance(parent, str) or n.id in resumed:
             continue
-        if (parent, n.id) in rejected or _result_logged(files, parent, n.id):
+        if parent not in logged:
+            logged[parent] = logged_results(files.events_of(parent))
+        if (parent, n.id) in rejected or n.id in logged[parent]:
             continue
         (plan.redeliver if parent in resumed else plan.unreachable).append((n.id, parent))
     return plan
@@ -283,6 +278,19 @@ def _heal(journal: SpawnJournal, plan: ResumePlan) -> None:
         sweep.append(RetainedChild(nid, ex))
     if sweep:
         release_sweep(journal, sweep, retain="release")
+
+
+def _died_at_crash(node: NodeState | None, name: str) -> Died:
+    """The ``Died`` of an agent that was alive on the bus when the control process died. A
+    child whose end the journal already recorded (its execution result: the control process
+    died between its settlement and its ``Died``) dies with that outcome, so its one terminal
+    story agrees; any other incarnation died with the control process."""
+    last = node.results[-1] if node is not None and node.results else None
+    if last is None or not last.get("outcome"):
+        return Died(name, outcome="failed", cause=CONTROL_DIED)
+    outcome = str(last["outcome"])
+    cause = None if outcome == "replied" else str(last.get("reason") or outcome)
+    return Died(name, outcome=outcome, cause=cause)
 
 
 def _result_of(node: NodeState) -> AgentResult:
@@ -417,7 +425,7 @@ def resume_run(
     try:
         _heal(fleet.journal, plan)
         for name in plan.alive_at_crash:
-            fleet.publish(Died(name, outcome="failed", cause=CONTROL_DIED))
+            fleet.publish(_died_at_crash(fleet.journal.state.nodes.get(name), name))
         adopted: list[Agent | ProcessAgent] = []
         order = ([TRUNK_NAME] if plan.rebuild_trunk else []) + plan.rebuild
         for name in order:

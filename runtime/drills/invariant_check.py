@@ -21,7 +21,10 @@ violation:
   ``Collected`` notice (returned by ``agent-wait`` or read by ``agent-result``, never
   delivered as a turn). A child never dispatched never ran: its parent's ``agent`` call failed
   instead (``spawn failed: ...``), so there is no result to find.
-- ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation).
+- ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation),
+  and a child whose end the spawn journal recorded (its execution result) died with that
+  outcome: one terminal story, even when the control process died between the settlement and
+  the ``Died`` (``resume`` writes the ``Died`` from the journal).
 - ``no-leftover-processes`` — no pid the run named (journal environment records, ``Commit``
   records) still runs: matched with ``psutil`` *and* its create time, so a reused pid is not
   blamed. Looked for on this machine, or on every node of a Ray cluster (``check
@@ -77,7 +80,7 @@ from runtime.state.run_processes import (
 )
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_read import ResumeRefused, read_run
-from runtime.state.session_records import CONTROL_DIED, born_children
+from runtime.state.session_records import CONTROL_DIED, born_children, logged_results
 from runtime.state.snapshot import MobileSnapshot
 
 Status = Literal["held", "violated", "skipped"]
@@ -314,16 +317,6 @@ def _behind_at_control_death(s: SessionLogs, commits: list[dict[str, Any]]) -> s
     return out
 
 
-def _result_logged(s: SessionLogs, parent: str, child: str) -> bool:
-    head = f"[agent {child} finished"
-    return any(
-        r.get("kind") == "user"
-        and r.get("source") == "agent_result"
-        and str(r.get("text", "")).startswith(head)
-        for r in s.events(parent)
-    )
-
-
 def _check_rejections(s: SessionLogs) -> InvariantResult:
     rep = replay(s.session.journal, strict=False)
     rejected: set[tuple[str, str]] = set()
@@ -343,6 +336,7 @@ def _check_rejections(s: SessionLogs) -> InvariantResult:
                 collected.add((str(r.get("agent")), str(child)))
     bad: list[str] = []
     checked = 0
+    logged: dict[str, set[str]] = {}
     for nid, node in rep.state.nodes.items():
         parent = node.spawned.get("parent")
         if node.open or not isinstance(parent, str) or "dispatched" not in node.phases:
@@ -350,7 +344,7 @@ def _check_rejections(s: SessionLogs) -> InvariantResult:
         checked += 1
         if (parent, nid) in rejected or (parent, nid) in collected:
             continue
-        if _result_logged(s, parent, nid):
+        if nid in logged.setdefault(parent, logged_results(s.events(parent))):
             continue
         bad.append(
             f"{nid}: its result is neither in {parent}'s event log, nor InboxRejected, nor "
@@ -373,6 +367,15 @@ def _check_registry_empty(s: SessionLogs) -> InvariantResult:
         for a in sorted(set(born) | set(died))
         if born[a] != died[a]
     ]
+    last_died = {str(r.get("agent")): r for r in _by_kind(s.transcript, "Died")}
+    for nid, node in replay(s.session.journal, strict=False).state.nodes.items():
+        ended = node.results[-1].get("outcome") if node.results else None
+        record = last_died.get(nid)
+        if ended is not None and record is not None and record.get("outcome") != ended:
+            bad.append(
+                f"{nid}: its last Died says {record.get('outcome')!r}, its settlement "
+                f"recorded {ended!r}"
+            )
     return _result("registry-empty", sum(born.values()), bad)
 
 
