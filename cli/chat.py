@@ -29,6 +29,7 @@ from cli.durability import durability_option
 from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options, sandboxed
 from cli.mcp_options import check_grants, mcp_options, run_servers
+from cli.otlp import live_endpoint, otlp_endpoint_option
 from cli.provider_options import ProviderChoice, provider_options
 from cli.recording import open_recording, record_option
 from cli.runner import (
@@ -63,6 +64,7 @@ from runtime.state.durability import Durability
 @durability_option()
 @agents_option()
 @backend_options
+@otlp_endpoint_option()
 def chat_command(
     scenario: str | None,
     connection: ProviderChoice,
@@ -81,6 +83,7 @@ def chat_command(
     backend: Backend,
     ray_address: str | None,
     placement: str | None,
+    otlp_endpoint: str | None,
 ) -> None:
     """Talk to an interactive trunk in a terminal UI: one tab per agent. With no SCENARIO and
     no --model (and so a bare `exarch-actors`) it plays a packaged scripted demo: no network,
@@ -180,6 +183,7 @@ def chat_command(
                     loaded.mcp_replies if loaded is not None else {},
                     recording.recorder.mcp_reply if recording is not None else None,
                 ),
+                otlp_endpoint=live_endpoint(otlp_endpoint),
             ),
         )
         app = ChatApp(
