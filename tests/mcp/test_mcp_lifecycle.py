@@ -189,3 +189,37 @@ def test_an_interrupted_call_abandons_its_request_and_leaves_the_server_usable(
     assert done.wait(30)
     assert answered == [{"result": "again"}]
     assert run.fleet.mcp.hub().link_generation("t") == 1  # the same server, never restarted
+
+
+def _shell_hosts() -> list[psutil.Process]:
+    """The shell hosts below this process: the children of its fork server."""
+    hosts = []
+    for p in psutil.Process().children():
+        try:
+            if "forkserver" in " ".join(p.cmdline()):
+                hosts += p.children()
+        except psutil.Error:
+            continue
+    return hosts
+
+
+def test_a_shell_that_dies_mid_call_leaves_the_server_usable_for_the_next_call(
+    mcp_fleet: Any,
+) -> None:
+    run = mcp_fleet(
+        """
+        [[agents.trunk]]
+        ral = ['mcp t slow [seconds: 120]']
+
+        [[agents.trunk]]
+        ral = ['reply (mcp t echo [text: "after the panic"])']
+        """
+    )
+    wait_for(lambda: "start slow" in seen(run.log), 30, "the slow tool to start")
+    (host,) = _shell_hosts()
+    host.kill()  # the trunk's shell host dies in its call: a panic, the call rolled back
+    wait_for(lambda: "cancelled slow" in seen(run.log), 15, "the server to see the cancel")
+    assert run.reply() == {"result": "after the panic"}
+    assert run.fleet.mcp.hub().link_generation("t") == 1
+    results = [e for e in _events(run, "trunk") if e.get("kind") == "tool_result"]
+    assert results[0]["message"]["is_error"]
