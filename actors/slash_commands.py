@@ -58,7 +58,7 @@ class SlashAgent(Protocol):
     log: AgentLog
     provider: ProviderHandle
     schedules: Schedules
-    token: CancelScope
+    turn: CancelScope
     system: str | None
     shell: Any
 
@@ -109,7 +109,7 @@ def compact_agent(agent: SlashAgent, rest: str = "") -> None:
     provider = agent.provider.current()
     try:
         reply = provider.summary_reply(
-            agent.log.render_transcript(), agent.token, system=agent.system
+            agent.log.render_transcript(), agent.turn, system=agent.system
         )
         agent.count_usage(reply, provider.model)  # a paid round trip: counted and budgeted
         summary = reply.text
