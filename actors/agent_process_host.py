@@ -584,7 +584,7 @@ class AgentProcess:
     def _control(self, msg: ChannelMessage) -> None:
         if isinstance(msg, CancelFrame):
             self._cancel = self._cancel or msg.reason
-            self.inbox.signal(ExitSignal(msg.sender, self.name, self._cancel))
+            self.inbox.signal(ExitSignal(msg.sender, self._cancel))
         elif isinstance(msg, InterruptFrame):
             if self.agent is not None:
                 self.agent.interrupt(msg.reason)
@@ -592,7 +592,7 @@ class AgentProcess:
             if self.agent is None or self.agent.outcome is None:  # still to end: it must
                 self._cancel = self._cancel or msg.reason
                 if self.agent is not None:
-                    self.inbox.signal(ExitSignal(None, self.name, self._cancel))
+                    self.inbox.signal(ExitSignal(None, self._cancel))
             self._stop.set()
 
     def _request(self, env: Envelope) -> None:
@@ -622,7 +622,7 @@ class AgentProcess:
         if not self._closing:  # else this end closed it: nothing is left running to stop
             cause = f"control side gone ({detail})"
             self._cancel = self._cancel or cause
-            self.inbox.signal(ExitSignal(None, self.name, self._cancel))
+            self.inbox.signal(ExitSignal(None, self._cancel))
         self._stop.set()
         self._pending.set()  # the flusher sees the channel closed and ends
 

@@ -273,8 +273,12 @@ class SpawnTree:
 
     def live_children(self, name: str) -> list[SpawnNode]:
         """``name``'s live children, oldest first (the links a cancel hops along)."""
+        return self.children_of(self.get(name))
+
+    def children_of(self, node: SpawnNode) -> list[SpawnNode]:
+        """:meth:`live_children` of a node in hand (no lookup by name)."""
         nodes = self._nodes
-        return [nodes[c] for c in self.get(name).children if c in nodes]
+        return [nodes[c] for c in node.children if c in nodes]
 
     def descendants(self, name: str) -> list[SpawnNode]:
         """Every live proper descendant of ``name``, parents before children."""

@@ -341,7 +341,7 @@ def test_an_exit_signal_on_a_full_inbox_is_never_refused_and_is_served_before_it
         inbox.push(AgentMessage("peer", str(i)))
     with pytest.raises(InboxFull):  # the quota refuses a 65th message...
         inbox.push(AgentMessage("peer", "one too many"))
-    sig = ExitSignal("parent", "kid", "cancelled")
+    sig = ExitSignal("parent", "cancelled")
     inbox.signal(sig)  # ...but never the control lane
     assert arrived == [sig]  # its arrival acted at the put, in the sender's thread
     assert inbox.next_or_idle(lambda: ParkMode.HELD) is sig  # ahead of 64 queued turns
@@ -356,6 +356,6 @@ def test_a_signal_wakes_a_parked_consumer_at_once() -> None:
         target=lambda: got.append(inbox.next_or_idle(lambda: ParkMode.HELD, wake_timeout=30))
     )
     t.start()
-    inbox.signal(ExitSignal(None, "a", "close"))
+    inbox.signal(ExitSignal(None, "close"))
     t.join(timeout=HANG_GUARD)  # well inside the 30 s backstop
-    assert not t.is_alive() and got == [ExitSignal(None, "a", "close")]
+    assert not t.is_alive() and got == [ExitSignal(None, "close")]

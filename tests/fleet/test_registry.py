@@ -451,7 +451,7 @@ def test_a_cancel_hops_parent_to_child_and_reports_its_subtree_ended_after_the_l
         ("received", "a1", "a1x"),
     ]
     # an exit signal waits on each mailbox's control lane for its consumer
-    assert core.get("a1x").inbox.signals() == [ExitSignal("a1", "a1x", "stop")]
+    assert core.get("a1x").inbox.signals() == [ExitSignal("a1", "stop")]
     core.deregister("a1x")
     core.deregister("a1")
     assert not any(h.phase == "ended" for h in hops)  # "a" is still registered
