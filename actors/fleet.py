@@ -972,7 +972,8 @@ class Fleet:
         finally:
             self.stop_shell(agent)  # idempotent: a child's teardown already closed it
             self.fanin.parent_ended(agent.name)
-            self.registry.cancel_descendants(agent.name, "parent ended")
+            # a cancelled parent passes its own cause on, as an exit signal carries its reason
+            self.registry.cancel_descendants(agent.name, agent.terminated or "parent ended")
             self.registry.deregister(agent.name)
             agent.record_leftovers()  # delivered between the agent's exit and deregister
             reply = render(agent.reply_value) if agent.parent is None and agent.replied else None

@@ -393,9 +393,13 @@ class FleetRegistry:
             sender, node = stack.pop()
             recipient = node.name
             with lock:
-                if not tree.is_live(recipient):  # ended before its hop came
-                    continue
                 reached.append(recipient)
+                if not tree.is_live(recipient):
+                    # ended before its hop came (a cancel by its parent's end, racing this
+                    # one): nothing to signal, but its children are still this cancel's
+                    for child in reversed(tree.children_of(node)):
+                        stack.append((recipient, child))
+                    continue
                 if node.cancel_cause is not None:
                     continue
                 node.cancel_cause = cause
