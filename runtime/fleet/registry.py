@@ -489,16 +489,15 @@ class FleetRegistry:
     def interrupt(self, name: str, reason: str = "interrupt") -> None:
         """Stop ``name``'s current turn only; its descendants keep running.
 
-        Uses the agent's interrupt hook if it registered one, else trips its sticky token
-        (which the drive loop resets at the next turn boundary).
+        Uses the agent's interrupt hook (which trips its current turn's scope); an entry with
+        none has no turn to stop, and is only woken. Never its token: that is the node's scope
+        for life, and a cancelled scope stays cancelled.
         """
         with self._lock:
             self.tree.get(name)
             h = self._handles[name]
         if h.interrupt is not None:
             h.interrupt(reason)
-        else:
-            h.token.cancel(reason)
         h.inbox.wake()
 
     # -- delivery --
