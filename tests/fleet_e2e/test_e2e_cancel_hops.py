@@ -11,7 +11,7 @@ those records, so the hops themselves are what is observed, not only the outcome
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from e2e_support import FleetRun, fleet_factory
@@ -34,14 +34,15 @@ ral = ["sleep 30"]
 """
 
 NAMES = ("trunk", "kid", "grandkid")
-BACKENDS = ("thread", "process")
+Backend = Literal["thread", "process"]
+BACKENDS: tuple[Backend, ...] = ("thread", "process")
 
 
 def _hops(run: FleetRun) -> list[dict[str, Any]]:
     return [r for r in run.transcript() if r["kind"] == "CancelHop"]
 
 
-def _start(fleet_of: Callable[..., FleetRun], toml: str, backend: str) -> FleetRun:
+def _start(fleet_of: Callable[..., FleetRun], toml: str, backend: Backend) -> FleetRun:
     run = fleet_of(toml, FleetConfig(agents=backend))
     run.fleet.start_trunk(run.prompt)
     return run
@@ -50,7 +51,7 @@ def _start(fleet_of: Callable[..., FleetRun], toml: str, backend: str) -> FleetR
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_cancel_reaches_the_grandchilds_running_evaluation_hop_by_hop(
-    fleet_of: Callable[..., FleetRun], backend: str
+    fleet_of: Callable[..., FleetRun], backend: Backend
 ) -> None:
     run = _start(fleet_of, TREE, backend)
     fleet = run.fleet
@@ -107,7 +108,7 @@ ral = ["sleep 30"]
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_cancel_arrives_through_the_agents_mailbox_ahead_of_its_queued_turns(
-    fleet_of: Callable[..., FleetRun], backend: str
+    fleet_of: Callable[..., FleetRun], backend: Backend
 ) -> None:
     run = _start(fleet_of, BUSY_CHILD, backend)
     fleet = run.fleet
