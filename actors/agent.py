@@ -1,18 +1,19 @@
 """The agent node and its drive loop (docs/architecture.md, One turn, end to end).
 
 An :class:`Agent` is the uniform node of a run: its event log, its persistent shell (a
-:class:`actors.shell.ShellActor` owning one OS process), its quota inbox, its sticky cooperative
-cancel token, its own hot-swappable provider handle, its pins and schedules. There is no
-``is_root``: every distinction is read from position (``parent``), ``interactive`` and the
-construction-fixed ``returns`` bit.
+:class:`actors.shell.ShellActor` owning one OS process), its quota inbox, its cancel scope (and
+its current turn's, a child of it), its own hot-swappable provider handle, its pins and
+schedules. There is no ``is_root``: every distinction is read from position (``parent``),
+``interactive`` and the construction-fixed ``returns`` bit.
 
 Three nested loops, the same for trunk and child:
 
 - **drive** — the lifetime: pull the next turn from the inbox with the park verdict
-  re-evaluated on every wake; a genuine turn boundary resets the nudge latches and the sticky
-  token (a self-nudge resets neither); ``reply`` ends a returning agent after its batch; the
-  single exit settles any pending tool call so the log is always ready for the next user message,
-  and records every inbox item no turn admitted.
+  re-evaluated on every wake (an exit signal on its control lane first, ahead of every queued
+  turn: the agent ends cancelled); a genuine turn boundary resets the nudge latches and gives
+  the turn a fresh scope (a self-nudge does neither); ``reply`` ends a returning agent after its
+  batch; the single exit settles any pending tool call so the log is always ready for the next
+  user message, and records every inbox item no turn admitted.
 - **apply** — provider round-trips: the provider is read once per *turn*, self-nudges included
   (a swap or ``/model`` lands next turn, never mid-turn); the disk warning and compaction are
   checked before every request; every reply is admitted (X2/X7) before it is committed;
@@ -28,10 +29,11 @@ reply is no longer standing, so the next tool batch does not end the loop on it)
 honoured; if the trunk ends without replying again, the first stands. ``--chat`` has no tool and
 so no ``reply``: a headless chat trunk's answer is the text of its final message.
 
-The drive loop runs on the agent actor's own thread as one long message; the actor's quota
-mailbox carries only control (Cancel / Interrupt trip the tokens at put time, in the sender's
-thread). Turn input arrives through :attr:`Agent.inbox`, the same inbox rule, pushed
-synchronously by producers so a rejection reaches its sender.
+The drive loop runs on the agent actor's own thread as one long message. Its turn input and
+its cancels arrive through :attr:`Agent.inbox`, the same inbox rule, pushed synchronously by
+producers so a rejection reaches its sender; a cancel is an exit signal on that inbox's
+control lane, whose arrival trips :attr:`Agent.token` in the sender's thread (the registry's
+hop, ``runtime/fleet/registry.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from runtime.fleet.inbox import (
     AgentMessage,
     AgentResult,
     Command,
+    ExitSignal,
     InboxNudge,
     ScheduledWakeup,
     Surface,
@@ -184,8 +187,12 @@ class Agent:
         self.returns = returns_for(spec.construction, interactive=spec.interactive)
         self.fuel = spec.fuel
         self.token: CancelScope = token
-        """Sticky cooperative token (the registry's handle): tripped by interrupt or cancel,
-        reset at a genuine turn boundary unless a terminate-class cause stands."""
+        """The agent's scope for its whole life (the registry's handle): tripped only by a
+        cancel, which ends the agent; it stays cancelled."""
+        self.turn: CancelScope = token.child()
+        """The current turn's scope, a child of :attr:`token`: an interrupt (Esc) trips it,
+        and the next genuine turn boundary replaces it with a fresh one (a cancelled scope
+        stays cancelled)."""
         self.inbox: Inbox = inbox
         """The registry's handle too: producers push here and get InboxFull synchronously."""
         events = site.session.events(spec.name)
@@ -248,7 +255,7 @@ class Agent:
         """A terminate-class cause (cancel cascade, deadline, clear, close): the agent must end.
 
         Read from the registry, which marks the whole cancelled subtree before it trips any
-        token, so an interrupt (which only trips the token) is never mistaken for it."""
+        token, so an interrupt (which only trips the turn's scope) is never mistaken for it."""
         standing = self.site.standing(self.name)
         if not standing.registered:  # reaped mid-drive (clear_subtree deregisters at once):
             # the eval root keeps the cascade's cause; once the drive has ended, its end cause
@@ -262,10 +269,16 @@ class Agent:
 
     def interrupt(self, reason: str = "interrupt") -> None:
         """Stop the current turn only (the registry's interrupt hook); descendants keep running
-        and the sticky token is cleared at the next turn boundary."""
-        self.token.cancel(reason)
+        and the next genuine turn gets a fresh scope."""
+        self.turn.cancel(reason)
         self.eval_root.interrupt(reason)
         self.inbox.wake()
+
+    def _fresh_turn(self) -> None:
+        """A genuine turn boundary: a fresh scope for the turn (the last one, if an interrupt
+        tripped it, stays cancelled), still a child of :attr:`token`."""
+        old, self.turn = self.turn, self.token.child()
+        old.detach()
 
     def record_reply(self, value: Any) -> None:
         with self._reply_lock:
@@ -335,6 +348,9 @@ class Agent:
                 self.stats.state = "idle"
                 self._ready_boundary()
                 item = self.inbox.next_or_idle(self.park_mode)
+                if isinstance(item, ExitSignal):  # the control lane, ahead of queued turns
+                    outcome = AgentOutcome.CANCELLED
+                    break
                 if item is None and self.terminated is None and self._suspended is not None:
                     resumed = self._resume_suspended()
                     if isinstance(resumed, AgentOutcome):
@@ -493,10 +509,10 @@ class Agent:
             self.log.append_nudge(item.kind, item.text)
             self.surfaces.unpark()
         else:
-            # A genuine turn boundary: latches and the sticky token reset.
+            # A genuine turn boundary: the latches reset and the turn gets a fresh scope.
             self.latches = self.latches.at_turn_boundary()
             self._suspended = None
-            self.token.reset()
+            self._fresh_turn()
             if self.terminated is not None:
                 self._record_undelivered([item])
                 return AgentOutcome.CANCELLED
@@ -589,11 +605,11 @@ class Agent:
         tools = () if self.spec.chat else (RAL_TOOL,)
         self.stats.in_flight = []  # this turn's provider events: what a release persists
         while True:
-            if self.token.cancelled:
+            if self.turn.cancelled:
                 return Outcome.CANCELLED
             self._ready_boundary()
             self._maybe_compact(provider)
-            if self.token.cancelled:
+            if self.turn.cancelled:
                 return Outcome.CANCELLED
             if turn.steps >= MAX_STEPS:
                 self._note(f"turn capped after {MAX_STEPS} provider round-trips")
@@ -609,7 +625,7 @@ class Agent:
                     self.log.render_transcript(),
                     system=self.system,
                     tools=tools,
-                    cancel=self.token,
+                    cancel=self.turn,
                     on_event=self._on_stream_event,
                 )
             except Cancelled:
@@ -663,13 +679,13 @@ class Agent:
             or not self.log.can_compact()
         ):
             return
-        if self.token.cancelled:  # an interrupt at the boundary bails before summarising
+        if self.turn.cancelled:  # an interrupt at the boundary bails before summarising
             return
         self.site.before_wait()
         try:
             trip = RoundTrip()
             reply = provider.summary_reply(
-                self.log.render_transcript(), self.token, system=self.system
+                self.log.render_transcript(), self.turn, system=self.system
             )
             self.count_usage(reply, provider, trip, "summary")  # a paid round trip too
             summary = reply.text
@@ -701,7 +717,7 @@ class Agent:
     def _answer(self, call: ToolCall, unencodable: dict[str, str]) -> ToolResult:
         """One requested call's result: run, or refused with the reason."""
         script = call.script
-        if self.token.cancelled:
+        if self.turn.cancelled:
             return self._refused(call.id, script, "cancelled: the turn was interrupted")
         if call.id in unencodable:
             return self._refused(
@@ -767,7 +783,7 @@ class Agent:
         self._residency_due.extend(InboxNudge(x.kind.value, x.text) for x in nudges)
 
     def await_run(self, future: pykka.Future[Any]) -> Any:
-        """Wait for one shell run, re-sending an interrupt while the sticky token stands.
+        """Wait for one shell run, re-sending an interrupt while the turn's scope stands cancelled.
 
         An interrupt can land between dispatch's token check and the run attaching to the
         shell host, where :meth:`EvalRoot.interrupt` has no run to stop; re-sending it every
@@ -777,8 +793,8 @@ class Agent:
             try:
                 return future.get(timeout=_RUN_POLL)
             except pykka.Timeout:
-                if self.token.cancelled:
-                    self.eval_root.interrupt(self.token.reason or "interrupt")
+                if self.turn.cancelled:
+                    self.eval_root.interrupt(self.turn.reason or "interrupt")
 
     # --- helpers ----------------------------------------------------------------------------
 

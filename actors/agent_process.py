@@ -98,7 +98,7 @@ from runtime.fleet.agent_channel import (
     Shutdown,
 )
 from runtime.fleet.fanin import WaitAnswer
-from runtime.fleet.inbox import AgentResult, InboxFull, InboxMsg, PushEffect
+from runtime.fleet.inbox import AgentResult, ExitSignal, InboxFull, InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
 from runtime.mcp.replies import McpRequest
@@ -161,10 +161,26 @@ RECORD_CALLS: dict[str, Callable[..., Any]] = {
 
 
 class RemoteInbox:
-    """The registry's handle on a host's inbox: a push waits for the host's verdict."""
+    """The registry's handle on a host's inbox: a push waits for the host's verdict; an exit
+    signal crosses as one :class:`CancelFrame` (the remote half of the agent's scope), which the
+    host puts on its own inbox's control lane."""
+
+    records_arrival = True
+    """The host records its signal's arrival (a ``CancelHop`` ``received``) where it lands."""
 
     def __init__(self, agent: ProcessAgent) -> None:
         self._agent = agent
+        self._on_signal: Callable[[ExitSignal], None] | None = None
+
+    def bind_signal(self, hook: Callable[[ExitSignal], None] | None) -> None:
+        self._on_signal = hook
+
+    def signal(self, sig: ExitSignal) -> None:
+        """Trip this side's half of the agent's scope (the hook), then send the frame."""
+        hook = self._on_signal
+        if hook is not None:
+            hook(sig)
+        self._agent.send_cancel(sig.cause, sig.sender)
 
     def push(self, msg: InboxMsg) -> PushEffect:
         """The host's verdict (``InboxFull`` re-raised as itself). A host already shut down
@@ -471,12 +487,13 @@ class ProcessAgent:
     def cancel(self, cause: str) -> None:
         self.site.cancel_subtree(self.name, cause)
 
-    def send_cancel(self, cause: str) -> None:
-        """The registry's cascade reached this agent (its ``on_cancel`` hook). ``cause`` is the
-        one the registry recorded for it (the first; a later cascade's own cause does not
-        replace it: ``FleetRegistry._trip_all``), since the host answers its agent's standing
-        from it. Nothing else is read here: this runs once per agent inside the cascade."""
-        self._host.channel.try_send(CancelFrame(self.name, cause))
+    def send_cancel(self, cause: str, sender: str | None = None) -> None:
+        """A cancel's hop reached this agent (:meth:`RemoteInbox.signal`): one frame. ``cause``
+        is the one the registry recorded for it (the first; a later cascade's own cause does
+        not replace it), since the host answers its agent's standing from it; ``sender`` the
+        node it hopped from. Nothing else is read here: this runs once per agent inside the
+        cascade."""
+        self._host.channel.try_send(CancelFrame(self.name, cause, sender))
 
     def interrupt(self, reason: str = "interrupt") -> None:
         self._host.channel.try_send(InterruptFrame(self.name, reason))

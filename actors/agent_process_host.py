@@ -19,9 +19,12 @@ Invariants:
   thread waits, and the common ral call (its ``Io`` and the next step's charge) costs no
   thread hand-off. A charge without a budget rides the same batches, in order, and never
   wakes the flusher on its own: alone in the buffer it waits for the next event or flush.
-- A cancel frame trips the agent's token, its shell's eval root (not the trunk's: its session
-  outlives a cancel, as in the thread backend) and its inbox, from the reader thread, while the
-  main thread may be blocked in the very run it stops.
+- A cancel frame (the one frame that bridges the agent's scope across the process boundary) is
+  put on the agent's inbox's control lane as an exit signal, ahead of its queued turns; its
+  arrival trips the agent's token and its shell's eval root (the trunk's as any other's),
+  from the reader thread, while the main thread
+  may be blocked in the very run it stops, and records the hop (a ``CancelHop``
+  ``received``).
 - The agent's own standing is answered here, without a round trip: every terminate-class
   cancel of it reaches the host as a cancel frame carrying the registry's recorded (first)
   cause, set before the token trips, and the control side deregisters a live agent only after
@@ -86,7 +89,7 @@ from actors.shell import ShellActor
 from actors.traffic_gate import RemoteGate
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
-from runtime.events import Event, InboxRejected, Resources
+from runtime.events import CancelHop, Event, InboxRejected, Resources
 from runtime.fleet.agent_channel import (
     BornFrame,
     Call,
@@ -103,7 +106,14 @@ from runtime.fleet.agent_channel import (
     Shutdown,
 )
 from runtime.fleet.fanin import ChildEnd, WaitAnswer
-from runtime.fleet.inbox import Inbox, InboxMsg, PushEffect, Surface, UserSteering
+from runtime.fleet.inbox import (
+    ExitSignal,
+    Inbox,
+    InboxMsg,
+    PushEffect,
+    Surface,
+    UserSteering,
+)
 from runtime.mcp.replies import McpRequest
 from runtime.messages import AssistantMessage
 from runtime.providers.base import Provider
@@ -359,6 +369,7 @@ class AgentProcess:
         self.name = boot.spec.name
         self.token = CancelScope()
         self.inbox = Inbox(recipient=self.name)
+        self.inbox.bind_signal(self._arrived)
         self.agent: Agent | None = None
         self._launched = threading.Event()
         self._stop = threading.Event()
@@ -564,24 +575,30 @@ class AgentProcess:
         return self._cancel
 
     def _trip(self, cause: str) -> None:
-        """The registry's cascade reached this agent: its token, its shell's eval root (not
-        the trunk's: its session outlives a cancel, as in the thread backend), its inbox. The
-        cascade ends the agent, so the root is made terminal first: its busy host is SIGKILLed
-        rather than asked to unwind (:meth:`EvalRoot.make_terminal`)."""
+        """A cancel reached this agent (the trunk as any other): its token, its shell's eval
+        root, its inbox. The cancel ends the agent, so the root is made terminal first: its
+        busy host is SIGKILLed rather than asked to unwind (:meth:`EvalRoot.make_terminal`)."""
         agent = self.agent
-        if agent is not None and agent.parent is not None:
+        if agent is not None:
             # before the token (see EvalRoot.make_terminal); reaped after Ended (serve)
             agent.eval_root.make_terminal(behind=True, after_kill=_stand_back_reached)
         self.token.cancel(cause)
         if agent is not None:
-            if agent.parent is not None:
-                agent.eval_root.cancel(cause)
+            agent.eval_root.cancel(cause)
             self.inbox.wake()
+
+    def _arrived(self, sig: ExitSignal) -> None:
+        """An exit signal arrived on this agent's inbox (its control lane): its scope tripped
+        here, in the reader's thread, and the hop recorded where it landed -- first: the trip
+        may end the agent (its ``Ended`` sent by the drive thread) before this thread goes on."""
+        self.buffer(CancelHop(self.name, sender=sig.sender, phase="received", cause=sig.cause))
+        self.flush()
+        self._trip(sig.cause)
 
     def _control(self, msg: ChannelMessage) -> None:
         if isinstance(msg, CancelFrame):
             self._cancel = self._cancel or msg.reason
-            self._trip(msg.reason)
+            self.inbox.signal(ExitSignal(msg.sender, self._cancel))
         elif isinstance(msg, InterruptFrame):
             if self.agent is not None:
                 self.agent.interrupt(msg.reason)
@@ -589,7 +606,7 @@ class AgentProcess:
             if self.agent is None or self.agent.outcome is None:  # still to end: it must
                 self._cancel = self._cancel or msg.reason
                 if self.agent is not None:
-                    self._trip(msg.reason)
+                    self.inbox.signal(ExitSignal(None, self._cancel))
             self._stop.set()
 
     def _request(self, env: Envelope) -> None:
@@ -619,7 +636,7 @@ class AgentProcess:
         if not self._closing:  # else this end closed it: nothing is left running to stop
             cause = f"control side gone ({detail})"
             self._cancel = self._cancel or cause
-            self._trip(cause)
+            self.inbox.signal(ExitSignal(None, self._cancel))
         self._stop.set()
         self._pending.set()  # the flusher sees the channel closed and ends
 

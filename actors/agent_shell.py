@@ -91,7 +91,7 @@ def run_agent_shell(agent: Agent, commits: Path, script: str) -> ShellOutput:
     """One ral call in ``agent``'s shell, digested as the model sees it; a clean call's
     ``Commit`` record goes to ``commits``, the agent's own file (``SessionDir.commits``)."""
     with durability.each_acknowledged():  # a spawn's journal record is acknowledged before
-        result = agent.await_run(run_call(agent.shell, script, agent.token))  # its child runs
+        result = agent.await_run(run_call(agent.shell, script, agent.turn))  # its child runs
     if result.error is None and not result.rolled_back:  # drills: what this call committed
         pid = result.host_pid if result.host_pid is not None else agent.shell_pid()
         append_jsonl(commits, commit_record(agent.name, result, pid))

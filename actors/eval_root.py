@@ -1,10 +1,12 @@
-"""The shell's cancel root: :class:`EvalRoot`, a thread-safe handle the registry trips directly.
+"""The shell's cancel root: :class:`EvalRoot`, a thread-safe handle on the shell's root scope.
 
 Invariants:
 
-- It bypasses the mailbox: it writes to the host's control path and cancels every worker
-  (their scopes are its children). ``cancel`` is sticky until ``clear`` re-chains a fresh root;
-  ``interrupt`` stops only the run in flight. A host that does not stop within
+- Its agent's scope trips it when a cancel's exit signal arrives on the agent's mailbox (the
+  arrival runs in the sender's thread, ``runtime/fleet/registry.py``); it writes to the host's
+  control path -- the one frame that bridges the scope into the host process -- and cancels
+  every worker (their scopes are its children). A cancelled root stays cancelled: ``clear``
+  makes a fresh one; ``interrupt`` stops only the run in flight. A host that does not stop within
   :data:`actors.shell.CANCEL_GRACE` is killed and the call rolled back (the shell actor's pump
   enforces it from :meth:`EvalRoot._cancel_requested_at`).
 - Once :meth:`EvalRoot.make_terminal` was called (its agent is ending), a cancel of the run in
@@ -32,7 +34,7 @@ the killing thread is preempted)."""
 
 
 class EvalRoot:
-    """The shell's durable cancel root: a thread-safe handle the registry trips directly.
+    """The shell's durable cancel root: a thread-safe handle its agent's scope trips.
 
     ``cancel`` is sticky (the registry's cascade): it cancels the run in flight through the
     host's control path, cancels every worker (each worker's scope is a child of :attr:`scope`),

@@ -63,7 +63,7 @@ from runtime.constants import SCRATCH_ENV, SESSION_ENV, TRUNK_NAME
 from runtime.credentials import SecretPolicy
 from runtime.drills.fault_switch import crash_point
 from runtime.errors import NameUsed, SpawnFailed
-from runtime.events import Born, Died, Event, InboxRejected, Resources, SystemNote
+from runtime.events import Born, CancelHop, Died, Event, InboxRejected, Resources, SystemNote
 from runtime.fleet.fanin import ChildEnd, WaitAnswer
 from runtime.fleet.inbox import Surface
 from runtime.fleet.park import Construction
@@ -222,7 +222,7 @@ class Fleet:
             lease["lease_bound"] = self.config.lease_bound
         if self.config.clock is not None:
             lease["clock"] = self.config.clock
-        self._registry = start_registry(on_dropped=self._rejected, **lease)
+        self._registry = start_registry(on_dropped=self._rejected, on_hop=self._hopped, **lease)
         self.registry = self._registry.core
         """The registry's thread-safe core: reads and the cascade never wait on a mailbox."""
         self.journal, _ = SpawnJournal.in_session(session)
@@ -374,10 +374,8 @@ class Fleet:
     ) -> Hosted:
         """Construct the node and attach its handles; deregister if that fails.
 
-        The trunk registers no eval root: its session outlives any cancel (a cascade reaching
-        it trips its cooperative token, and the run in flight is stopped by the same foreground
-        interrupt Esc uses, re-sent by :meth:`Agent.await_run` while the token stands). Every
-        other node registers its shell's root, so a cascade unwinds its eval and its workers."""
+        Every node, the trunk included (an ordinary root), registers its shell's root, so a
+        cancel's hop reaches its eval and its workers."""
         agent: Hosted
         try:
             spec = self._granted_spec(spec)
@@ -410,19 +408,18 @@ class Fleet:
         if isinstance(agent, ProcessAgent):
             self.registry.attach(
                 spec.name,
-                inbox=agent.inbox,  # type: ignore[arg-type]
+                inbox=agent.inbox,  # type: ignore[arg-type]  # its signals cross as one frame
                 interrupt=agent.interrupt,
-                on_cancel=agent.send_cancel,
             )
         else:
-            # a cascade ends the agent: its busy host is killed, not asked (EvalRoot.end), the
-            # root made terminal before the agent's token trips (the registry's ending hook)
-            child = spec.parent is not None
+            # a cascade ends the agent, the trunk as any other: its busy host is killed, not
+            # asked (EvalRoot.end), the root made terminal before the agent's token trips (the
+            # ending hook, run first when the cancel's signal arrives on its inbox)
             self.registry.attach(
                 spec.name,
-                eval_root=agent.eval_root.end if child else None,
+                eval_root=agent.eval_root.end,
                 interrupt=agent.interrupt,
-                ending=agent.eval_root.make_terminal if child else None,
+                ending=agent.eval_root.make_terminal,
             )
 
     def _build_process(
@@ -640,6 +637,11 @@ class Fleet:
 
     def record_rejected(self, rejection: InboxRejected) -> None:
         self.bus.record_rejected(rejection)
+
+    def _hopped(self, hop: CancelHop) -> None:
+        """A cancel's hop (``transcript.jsonl``'s ``CancelHop``): queued for the bus thread, so
+        a cascade writes nothing on its own path."""
+        self.bus.publish_queued((hop,))
 
     def _rejected(self, rejection: InboxRejected) -> None:
         """The registry's record of a delivery it could not make: written, then a child's
@@ -1018,7 +1020,8 @@ class Fleet:
             self.stop_shell(agent)  # idempotent: a child's teardown already closed it
             self.mcp.agent_ended(agent.name)
             self.fanin.parent_ended(agent.name)
-            self.registry.cancel_descendants(agent.name, "parent ended")
+            # a cancelled parent passes its own cause on, as an exit signal carries its reason
+            self.registry.cancel_descendants(agent.name, agent.terminated or "parent ended")
             self.registry.deregister(agent.name)
             agent.record_leftovers()  # delivered between the agent's exit and deregister
             if agent.parent is not None:

@@ -11,10 +11,11 @@ Two doors onto one lock-protected state, :class:`FleetRegistry`:
   park verdict's reads (``is_live``, ``engaged``, ``live_descendants``) and the spawn site's
   ``deliver`` synchronously, so a busy registry mailbox can never stall a parked agent.
 
-The cascade stops each node across both layers: its cooperative token (a CancelScope the agent
-registered) and its shell's eval root (a CancelScope-like or callable handle; ``None`` for the
-trunk). It calls them directly, never through the target's own mailbox, so a node busy in a
-long handler or an in-flight ral evaluation is reached at its next poll point.
+The cascade travels hop by hop down the spawn tree: each node it reaches is sent an exit
+signal on its mailbox's control lane (never quota-refused, ahead of queued turns), whose
+arrival trips the node's own scope -- its cooperative token and its shell's eval root -- before
+the node's children are sent theirs, so a node busy in a long handler or an in-flight ral
+evaluation is reached at its next poll point (:mod:`runtime.fleet.registry`).
 
 The core and its value types live in :mod:`runtime.fleet.registry`; this module holds the actor,
 its lease-reaper thread and :func:`start_registry`.
@@ -35,6 +36,7 @@ from runtime.fleet.inbox import AgentMessage, AgentResult, PushEffect, Surface
 from runtime.fleet.registry import (
     Entry,
     FleetRegistry,
+    HopRecorder,
     LeaseReport,
     RejectionRecorder,
 )
@@ -223,9 +225,10 @@ def start_registry(
     clock: Clock = time.monotonic,
     lease_bound: float = IDLE_LEASE_SECS,
     on_dropped: RejectionRecorder | None = None,
+    on_hop: HopRecorder | None = None,
     lease_timer: bool = True,
 ) -> RegistryHandle:
     """Start a Registry actor; the caller stops it with ``handle.stop()``."""
-    core = FleetRegistry(clock=clock, lease_bound=lease_bound, on_dropped=on_dropped)
+    core = FleetRegistry(clock=clock, lease_bound=lease_bound, on_dropped=on_dropped, on_hop=on_hop)
     ref = Registry.start(core=core, lease_timer=lease_timer)
     return RegistryHandle(ref, core)

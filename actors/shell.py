@@ -103,11 +103,12 @@ SIGKILL, a fresh host from the snapshot).
 Such a host can only be killed; the call is rolled back like any other panic."""
 
 WATCH_POLL = 0.05
-"""Seconds between re-sent interrupts while the caller's interrupt token stands tripped and a
+"""Seconds between re-sent interrupts while the caller's turn scope stands tripped and a
 call runs on the caller's thread (:func:`run_call`): the agent's ``await_run`` re-sends an
-interrupt as often when the call goes through the mailbox. Until the token trips, the run's
-wait blocks (the trip wakes it through a cancel callback). The trunk registers no eval root,
-so a cancel cascade reaches its run only this way (actors/fleet.py)."""
+interrupt as often when the call goes through the mailbox. Until the scope trips, the run's
+wait blocks (the trip wakes it through a cancel callback). A cancel never needs it (it trips
+the eval root, which a run attaching later finds cancelled): an interrupt does, when it lands
+before the run attaches."""
 
 BOOT_TIMEOUT = 30.0
 """Seconds a fresh host may take to restore a snapshot before the boot is declared failed."""
@@ -256,12 +257,11 @@ class ShellActor(QuotaActor):
         """Run the call on the calling thread if the actor is idle (see the module docstring's
         last invariant); None if it is not, and the call must go through the mailbox.
 
-        ``watch``: the caller's interrupt token, read when the run attaches and every
-        :data:`WATCH_POLL` while it runs; while it stands the run is interrupted (what the
-        agent's ``await_run`` does for a call through the mailbox). It closes the window in
-        which an interrupt trips the token before the run attaches (:meth:`EvalRoot.interrupt`
-        reaches only an attached run), and it is how a cascade reaches the trunk's run (the
-        trunk registers no eval root)."""
+        ``watch``: the caller's turn scope, read when the run attaches and every
+        :data:`WATCH_POLL` while it runs; while it stands cancelled the run is interrupted
+        (what the agent's ``await_run`` does for a call through the mailbox). It closes the
+        window in which an interrupt trips the scope before the run attaches
+        (:meth:`EvalRoot.interrupt` reaches only an attached run)."""
         if not self._ready or self._closed:
             return None
         if not self._lock.acquire(blocking=False):

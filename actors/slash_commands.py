@@ -59,7 +59,7 @@ class SlashAgent(Protocol):
     log: AgentLog
     provider: ProviderHandle
     schedules: Schedules
-    token: CancelScope
+    turn: CancelScope
     system: str | None
     shell: Any
 
@@ -113,7 +113,7 @@ def compact_agent(agent: SlashAgent, rest: str = "") -> None:
     try:
         trip = RoundTrip()
         reply = provider.summary_reply(
-            agent.log.render_transcript(), agent.token, system=agent.system
+            agent.log.render_transcript(), agent.turn, system=agent.system
         )
         agent.count_usage(reply, provider, trip, "summary")  # paid: counted and budgeted
         summary = reply.text

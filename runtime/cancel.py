@@ -1,11 +1,12 @@
 """Cancel scopes: the one cooperative cancellation primitive of the runtime.
 
 A :class:`CancelScope` is a tree node. Cancelling a scope cancels every scope below it, because
-``cancelled`` walks the ancestors (a scope is cancelled when any ancestor is): a worker's
-scope is a child of its shell's durable root, so tripping the root reaches every worker with no
-edge of its own. Cancelling is thread-safe and idempotent; a scope never becomes un-cancelled
-except through :meth:`reset`, which only the owner of a *sticky* token calls at a genuine turn
-boundary.
+``cancelled`` walks the ancestors (a scope is cancelled when any ancestor is): a worker's scope
+is a child of its shell's durable root, so tripping the root reaches every worker with no edge
+of its own. Cancelling is thread-safe and idempotent, and a cancelled scope stays cancelled:
+there is no way back. Whoever needs a fresh scope after a cancel (an agent's next turn after an
+interrupt, a shell's root after ``clear``) makes a new one, and drops the old one from its
+parent with :meth:`detach`.
 
 Waiters block on :meth:`wait` (an Event per scope, set on the whole subtree when an ancestor is
 cancelled), so poll points that sleep or wait on a process wake within one poll interval.
@@ -139,10 +140,12 @@ class CancelScope:
         with self._lock:
             self._callbacks = [cb for cb in self._callbacks if cb is not callback]
 
-    def reset(self) -> None:
-        """Clear a sticky token at a genuine turn boundary (never used on a cascade root)."""
-        with self._lock:
-            self._done = False
-            if self._event is not None:
-                self._event.clear()
-            self._reason = None
+    def detach(self) -> None:
+        """Leave the parent's list of children (a scope its owner replaced with a fresh one):
+        a long-lived parent keeps no child per replaced scope. The scope is still cancelled
+        whenever its parent is, since ``cancelled`` walks the ancestors."""
+        parent = self.parent
+        if parent is None:
+            return
+        with parent._lock:
+            parent._children = [c for c in parent._children if c is not self]

@@ -1,6 +1,6 @@
 """Fleet bus events (``Born``, ``Died``, ``Notice``, ``Io``, ``ModelCall``, ``Resources``,
 ``ProviderFailed`` (kind ``ProviderError``), ``SystemNote``, and the transcript-only
-``InboxRejected``).
+``InboxRejected`` and ``CancelHop``).
 
 Each event is a frozen dataclass naming the agent it concerns; :meth:`Event.to_record` is the
 ``transcript.jsonl`` line (docs/scenarios.md: every record has ``"kind"``, ``"agent"`` and an ISO
@@ -207,6 +207,23 @@ class InboxRejected(Event):
             sender=sender,
             message=body,
         )
+
+
+@dataclass(frozen=True)
+class CancelHop(Event):
+    """One hop of a cancel down the spawn tree (docs/architecture.md, Cancellation).
+
+    ``agent`` is the node the hop concerns; ``sender`` the node it came from (None: from
+    outside the tree). ``phase``: ``sent`` (the sender's exit signal left for ``agent``),
+    ``received`` (it arrived on ``agent``'s mailbox and tripped its scope, recorded where that
+    mailbox is: an agent process records its own), or ``ended`` (every node of the subtree the
+    cancel of ``agent`` reached has ended; ``sender`` then is ``agent``)."""
+
+    sender: str | None = None
+    phase: str = "sent"
+    cause: str = ""
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "CancelHop"
 
 
 @dataclass(frozen=True)

@@ -364,8 +364,8 @@ class Control:
     def _interrupt(self, name: str, hint: str) -> None:
         state = _state(self.fleet, name)
         if state is not None and state != "working":
-            # No turn to stop: an idle agent's sticky token, tripped now, would only sit until
-            # the next turn boundary reset it. Read racily, like the status line: a turn that
+            # No turn to stop: an idle agent's turn scope, tripped now, would only sit until
+            # the next turn boundary replaced it. Read racily, like the status line: a turn that
             # starts just after this read is not one the human saw running.
             self._info(f"{name} is {state}: no turn to interrupt{hint}")
             return

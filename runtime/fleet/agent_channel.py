@@ -160,12 +160,16 @@ class InterruptFrame(ChannelMessage):
 
 @dataclass(frozen=True)
 class CancelFrame(ChannelMessage):
-    """Control -> host: the registry's cascade reached this agent. Sticky: trips the agent's
-    token and its shell's eval root (the run in flight and every worker)."""
+    """Control -> host: a cancel's hop reached this agent, the one frame that bridges its scope
+    across the process boundary. The host puts it on its inbox's control lane, whose arrival
+    trips the agent's token and its shell's eval root (the run in flight and every worker).
+    A cancelled scope stays cancelled."""
 
     KIND: ClassVar[str] = "cancel"
     agent: str
     reason: str = "cancelled"
+    sender: str | None = None
+    """The node the cancel hopped from (None: from outside the tree)."""
 
 
 # requests with a synchronous verdict

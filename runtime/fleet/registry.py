@@ -6,11 +6,17 @@ Invariants:
 
 - Every method may be called from any thread; the :class:`actors.registry.Registry` actor and
   the park verdict's synchronous reads share this one state.
-- The cascade stops each node across both layers: its cooperative token (a CancelScope the agent
-  registered) and its shell's eval root (a CancelScope-like or callable handle; ``None`` for the
-  trunk). It calls them directly, never through the target's own mailbox, and *outside* the
-  lock (a CancelScope callback may call back into the registry), so a node busy in a long
-  handler or an in-flight ral evaluation is reached at its next poll point.
+- A cancel travels down the spawn tree hop by hop, as OTP's exit signals travel links: the
+  cancelled node is marked (its first cause kept) and sent an :class:`ExitSignal` on its
+  mailbox's control lane (:meth:`Inbox.signal`: never quota-refused, ahead of every queued
+  turn); the signal's arrival trips the node's own scope -- its ``ending`` hook, its token,
+  its shell's eval root, its ``on_cancel`` hook -- and only then are its live children, read
+  at that hop, each sent a signal in turn. Each hop is recorded (``on_hop``: a
+  :class:`CancelHop` ``sent``, and ``received`` where the node's mailbox is in this process;
+  an agent process records its own), and once every node a cancel reached has deregistered,
+  a ``CancelHop`` ``ended`` for the cancelled node. Nothing is tripped under the lock (a
+  CancelScope callback may call back into the registry); a node busy in a long handler or an
+  in-flight ral evaluation is reached at its next poll point.
 - One broken cancel handle never stops the rest of the cascade (:func:`_trip` logs it).
 - Reads (``lookup``, ``is_live``, ``engaged``, ``live_descendants``, ``lease_figures``) are
   probes: they never mutate and never renew a lease.
@@ -18,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -27,10 +34,11 @@ from typing import Any, Protocol
 
 from runtime.cancel import CancelScope
 from runtime.errors import InboxFull
-from runtime.events import InboxRejected
+from runtime.events import CancelHop, InboxRejected
 from runtime.fleet.inbox import (
     AgentMessage,
     AgentResult,
+    ExitSignal,
     InboxMsg,
     PushEffect,
     Surface,
@@ -61,6 +69,7 @@ CancelHandle = Cancellable | Callable[[str], None]
 """A node's shell handle the cascade trips: a CancelScope-like (``actors.eval_root.EvalRoot``)
 or a plain callable taking the cause."""
 RejectionRecorder = Callable[[InboxRejected], None]
+HopRecorder = Callable[[CancelHop], None]
 
 
 def _trip(handle: Any, cause: str) -> None:
@@ -77,14 +86,33 @@ def _trip(handle: Any, cause: str) -> None:
 
 @dataclass
 class _Handles:
+    name: str
     token: CancelScope
     eval_root: CancelHandle | None
     inbox: AgentInbox
     interrupt: Callable[[str], None] | None
     on_cancel: Callable[[str], None] | None = None
     ending: Callable[[], None] | None = None
-    """Run before any token of the cascade trips: the node learns it is ending before anything
+    """Run before the node's token trips: the node learns it is ending before anything
     watching its token can act on the trip (an in-process agent's eval root made terminal)."""
+    ends: list[_SubtreeEnd] | None = None
+    """The cancels that reached this node and wait for their subtree to end (only while
+    someone records hops)."""
+
+
+class _SubtreeEnd:
+    """One cancel's subtree: the nodes it reached that are still registered. Empty and armed
+    (the cascade is done), it is reported ended once (a ``CancelHop`` ``ended``)."""
+
+    __slots__ = ("armed", "cause", "live", "root", "signalled")
+
+    def __init__(self, root: str, cause: str) -> None:
+        self.root = root
+        self.cause = cause
+        self.live: set[str] = set()
+        self.armed = False
+        self.signalled = False
+        """Whether it signalled any node (one that reached none new reports nothing)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +158,7 @@ class FleetRegistry:
         clock: Clock = time.monotonic,
         lease_bound: float = IDLE_LEASE_SECS,
         on_dropped: RejectionRecorder | None = None,
+        on_hop: HopRecorder | None = None,
     ) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -137,6 +166,8 @@ class FleetRegistry:
         self.tree = SpawnTree(clock=clock, lease_bound=lease_bound)
         self._handles: dict[str, _Handles] = {}
         self.on_dropped = on_dropped
+        self.on_hop = on_hop
+        """Where each :class:`CancelHop` is recorded (None: hops are not recorded)."""
         self.empty = threading.Event()
         self.empty.set()
 
@@ -166,6 +197,7 @@ class FleetRegistry:
                 name, parent, returns=returns, interactive=interactive, fuel=fuel
             )
             handles = _Handles(
+                name,
                 token if token is not None else CancelScope(),
                 eval_root,
                 inbox if inbox is not None else AgentInbox(recipient=name),
@@ -173,11 +205,17 @@ class FleetRegistry:
                 on_cancel,
             )
             self._handles[name] = handles
+            self._bind(handles)
+            above = self._handles.get(parent) if parent is not None else None
+            if node.cancel_cause is not None and above is not None and above.ends:
+                handles.ends = list(above.ends)  # its subtree's end waits for it too
+                for end in handles.ends:
+                    end.live.add(name)
             self.empty.clear()
             self._changed.notify_all()
             entry = self._entry(node)
-        if node.cancel_cause is not None:
-            self._trip_all([handles], node.cancel_cause)
+        if node.cancel_cause is not None:  # its parent's hop passed before it existed
+            handles.inbox.signal(ExitSignal(node.parent_name, node.cancel_cause))
         return entry
 
     def attach(
@@ -203,6 +241,7 @@ class FleetRegistry:
                 h.eval_root = eval_root
             if inbox is not None:
                 h.inbox = inbox
+                self._bind(h)
             if interrupt is not None:
                 h.interrupt = interrupt
             if on_cancel is not None:
@@ -210,8 +249,8 @@ class FleetRegistry:
             if ending is not None:
                 h.ending = ending
             cause = node.cancel_cause
-        if cause is not None:
-            self._trip_all([h], cause)
+        if cause is not None:  # the hop came before these handles: it is sent again to them
+            h.inbox.signal(ExitSignal(node.parent_name, cause))
 
     def deregister(self, name: str) -> bool:
         """The agent ended. Idempotent: ``False`` when it was not registered."""
@@ -219,7 +258,8 @@ class FleetRegistry:
             if not self.tree.is_live(name):
                 return False
             node = self.tree.deregister(name)
-            self._handles.pop(name, None)
+            h = self._handles.pop(name, None)
+            ended = self._ended(name, h)
             parent = self._handles.get(node.parent_name) if node.parent_name else None
             if self.tree.is_empty():
                 self.empty.set()
@@ -227,6 +267,8 @@ class FleetRegistry:
             # register), and a cascade's 100 ends woke the lease reaper 100 times for nothing
         if parent is not None:  # a parent HeldByChildren re-reads its verdict at once
             parent.inbox.wake()
+        for end in ended:
+            self._record(CancelHop(end.root, sender=end.root, phase="ended", cause=end.cause))
         return True
 
     # -- reads (probes: they never mutate and never renew a lease) --
@@ -314,8 +356,9 @@ class FleetRegistry:
     def cancel(self, name: str, cause: str = "cancelled") -> list[str]:
         """Cancel ``name`` and its whole subtree across both layers; return who was reached.
 
-        Idempotent: an agent that already ended yields ``[]``; a name never registered raises
-        UnknownAgent.
+        Idempotent: an agent that already ended yields ``[]``; one already cancelled is sent no
+        second signal (a cancelled scope stays cancelled, with its first cause); a name never
+        registered raises UnknownAgent.
         """
         return self._cascade(name, cause, include_root=True)
 
@@ -324,48 +367,107 @@ class FleetRegistry:
         return self._cascade(root, cause, include_root=False)
 
     def _cascade(self, name: str, cause: str, *, include_root: bool) -> list[str]:
-        with self._lock:
-            if self.tree.has_ended(name):
+        """Send the first hops (to ``name``, or to each of its live children) and follow the
+        hops each reached node sends on to its children, depth first, on this thread: a hop
+        is a put on a mailbox's control lane, whose arrival acts at once (module docstring).
+
+        One hop: the recipient marked cancelled (the first cause kept) and sent its exit
+        signal, then its live children as of that hop pushed to be signalled next. A node an
+        earlier cancel reached is sent nothing and signals no child: that cancel signalled its
+        children then, and a child born since was cancelled at its birth; it stays cancelled,
+        with its first cause. The loop is written out (no call per hop): a hop costs ~3 us of
+        the 1,000-node cascade's per-node budget (docs/benchmarks.md)."""
+        tree, lock, handles, on_hop = self.tree, self._lock, self._handles, self.on_hop
+        with lock:
+            if tree.has_ended(name):
                 return []
-            nodes = self.tree.subtree(name)
-            if not include_root:
-                nodes = nodes[1:]
-            self.tree.mark_cancelled(nodes, cause)
-            handles = [self._handles[n.name] for n in nodes]
-            recorded = [n.cancel_cause or cause for n in nodes]
-        self._trip_all(handles, cause, recorded)
-        return [n.name for n in nodes]
+            top = tree.get(name)  # UnknownAgent for a name never registered
+            end = _SubtreeEnd(name, cause) if on_hop is not None else None
+            if include_root:
+                stack: list[tuple[str | None, SpawnNode]] = [(None, top)]
+            else:
+                stack = [(name, c) for c in reversed(tree.live_children(name))]
+        reached: list[str] = []
+        signals: dict[str | None, ExitSignal] = {}
+        while stack:
+            sender, node = stack.pop()
+            recipient = node.name
+            with lock:
+                reached.append(recipient)
+                if not tree.is_live(recipient):
+                    # ended before its hop came (a cancel by its parent's end, racing this
+                    # one): nothing to signal, but its children are still this cancel's
+                    for child in reversed(tree.children_of(node)):
+                        stack.append((recipient, child))
+                    continue
+                if node.cancel_cause is not None:
+                    continue
+                node.cancel_cause = cause
+                h = handles[recipient]
+                if end is not None:
+                    end.signalled = True
+                    end.live.add(recipient)
+                    if h.ends is None:
+                        h.ends = []
+                    h.ends.append(end)
+                children = tree.children_of(node)
+            if on_hop is not None:
+                self._record(CancelHop(recipient, sender=sender, phase="sent", cause=cause))
+            sig = signals.get(sender)
+            if sig is None:
+                sig = signals[sender] = ExitSignal(sender, cause)
+            h.inbox.signal(sig)
+            for child in reversed(children):
+                stack.append((recipient, child))
+        if end is not None and end.signalled:
+            with lock:
+                end.armed = True
+                done = not end.live
+            if done:
+                self._record(CancelHop(name, sender=name, phase="ended", cause=cause))
+        return reached
 
-    @staticmethod
-    def _trip_all(handles: list[_Handles], cause: str, recorded: list[str] | None = None) -> None:
-        """Trip ``handles``: every ``ending`` hook, then every token (the cheap, cooperative
-        layer reaches every node soonest), then each eval root, ``on_cancel`` hook and inbox.
+    def _bind(self, h: _Handles) -> None:
+        """Make ``h``'s mailbox act on an exit signal's arrival (:meth:`_arrive`)."""
+        bind = getattr(h.inbox, "bind_signal", None)
+        if bind is not None:
+            bind(functools.partial(self._arrive, h))
 
-        The ``ending`` hooks go first because a token's trip wakes whoever watches it: an
-        in-process agent's shell, busy in a call, re-sent the trip to its host as a plain
-        interrupt when it woke before the cascade reached its eval root, and the host unwound
-        the call (``1:1 cancelled``) instead of being killed with the cascade's cause (1 run in
-        25 of ``tests/agent/test_reply.py``'s cancelled child). An agent process orders the
-        same two steps in its own process (its cancel frame).
+    def _arrive(self, h: _Handles, sig: ExitSignal) -> None:
+        """An exit signal arrived on a node's mailbox: its ``ending`` hook, then its token (the
+        ``ending`` hook first because a token's trip wakes whoever watches it: an in-process
+        agent's shell, busy in a call, re-sent the trip to its host as a plain interrupt when it
+        woke before the eval root was made terminal, and the host unwound the call instead of
+        being killed with the cascade's cause), then its shell's eval root and its
+        ``on_cancel`` hook, which is handed the first cause the registry recorded for the node,
+        read under the lock at the hop (a hook that forwards it, a remote scope's frame, needs
+        no registry read of its own). ``received`` is recorded here, before the trip, unless the
+        node's mailbox records its own arrival (an agent process's)."""
+        cause = sig.cause
+        if self.on_hop is not None and not getattr(h.inbox, "records_arrival", False):
+            # first: the trip may end the node before this thread goes on
+            self._record(CancelHop(h.name, sender=sig.sender, phase="received", cause=cause))
+        if h.ending is not None:
+            try:
+                h.ending()
+            except Exception:  # one broken hook must not stop the rest of the cascade
+                log.exception("ending hook %r failed", h.ending)
+        h.token.cancel(cause)
+        _trip(h.eval_root, cause)
+        if h.on_cancel is not None:
+            _trip(h.on_cancel, cause)
 
-        An ``on_cancel`` hook gets the cause the registry recorded for its node (``recorded``,
-        read under the lock: the first cause, which a later cascade's own does not replace), so
-        a hook that forwards it (a process agent's cancel frame) needs no registry read of its
-        own per node: the hundred reads of a 100-agent cascade each took the registry lock
-        against the settlements of the agents already ended."""
-        for h in handles:
-            if h.ending is not None:
-                try:
-                    h.ending()
-                except Exception:  # one broken hook must not stop the rest of the cascade
-                    log.exception("ending hook %r failed", h.ending)
-        for h in handles:
-            h.token.cancel(cause)
-        for i, h in enumerate(handles):
-            _trip(h.eval_root, cause)
-            if h.on_cancel is not None:
-                _trip(h.on_cancel, recorded[i] if recorded is not None else cause)
-            h.inbox.wake()
+    def _ended(self, name: str, h: _Handles | None) -> list[_SubtreeEnd]:
+        """Under the lock, at ``name``'s deregistration: the cancels whose subtree it closes."""
+        if h is None or not h.ends:
+            return []
+        done = []
+        for end in h.ends:
+            end.live.discard(name)
+            if end.armed and not end.live:
+                end.armed = False  # reported once
+                done.append(end)
+        return done
 
     def clear_subtree(self, root: str, cause: str = "clear", *, include_root: bool = False) -> int:
         """Reap ``root``'s subtree and advance the generation; return the new generation.
@@ -387,16 +489,15 @@ class FleetRegistry:
     def interrupt(self, name: str, reason: str = "interrupt") -> None:
         """Stop ``name``'s current turn only; its descendants keep running.
 
-        Uses the agent's interrupt hook if it registered one, else trips its sticky token
-        (which the drive loop resets at the next turn boundary).
+        Uses the agent's interrupt hook (which trips its current turn's scope); an entry with
+        none has no turn to stop, and is only woken. Never its token: that is the node's scope
+        for life, and a cancelled scope stays cancelled.
         """
         with self._lock:
             self.tree.get(name)
             h = self._handles[name]
         if h.interrupt is not None:
             h.interrupt(reason)
-        else:
-            h.token.cancel(reason)
         h.inbox.wake()
 
     # -- delivery --
@@ -483,12 +584,16 @@ class FleetRegistry:
         self._record(InboxRejected.of(recipient, msg, reason=reason, sender=sender))
         return tag
 
-    def _record(self, event: InboxRejected) -> None:
-        if self.on_dropped is None:
-            log.warning("undeliverable: %s", event.to_record())
+    def _record(self, event: InboxRejected | CancelHop) -> None:
+        if isinstance(event, CancelHop):
+            recorder: Callable[[Any], None] | None = self.on_hop
+        else:
+            recorder = self.on_dropped
+        if recorder is None:
+            log.warning("unrecorded: %s", event.to_record())
             return
         try:
-            self.on_dropped(event)
+            recorder(event)
         except Exception:
             log.exception("recording %s failed", event)
 

@@ -271,6 +271,15 @@ class SpawnTree:
         """``name`` and every live descendant, parents before children."""
         return list(self._walk(self.get(name)))
 
+    def live_children(self, name: str) -> list[SpawnNode]:
+        """``name``'s live children, oldest first (the links a cancel hops along)."""
+        return self.children_of(self.get(name))
+
+    def children_of(self, node: SpawnNode) -> list[SpawnNode]:
+        """:meth:`live_children` of a node in hand (no lookup by name)."""
+        nodes = self._nodes
+        return [nodes[c] for c in node.children if c in nodes]
+
     def descendants(self, name: str) -> list[SpawnNode]:
         """Every live proper descendant of ``name``, parents before children."""
         return self.subtree(name)[1:]

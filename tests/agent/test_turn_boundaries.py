@@ -58,7 +58,7 @@ def test_a_genuine_turn_resets_the_nudge_budgets_and_a_self_nudge_does_not(
     assert second == ["must_reply"] * 3
 
 
-def test_an_interrupt_is_cleared_at_the_next_genuine_turn_boundary(
+def test_an_interrupted_turn_stays_cancelled_and_the_next_genuine_turn_gets_a_fresh_scope(
     live_fleet: Callable[..., Live],
 ) -> None:
     live = live_fleet(
@@ -77,8 +77,10 @@ def test_an_interrupt_is_cleared_at_the_next_genuine_turn_boundary(
         """
     )
     live.wait_events(lambda ev: _in_flight(ev, "sleep 20"))
+    interrupted = live.trunk.turn
     live.fleet.registry.interrupt("trunk")
     live.wait_idle(1)
+    assert interrupted.cancelled and interrupted.reason == "interrupt"
     results = [e["message"] for e in live.events() if e["kind"] == "tool_result"]
     assert [r["is_error"] for r in results] == [True, True]
     assert "cancel" in results[0]["content"] and "interrupted" in results[1]["content"]
@@ -87,6 +89,9 @@ def test_an_interrupt_is_cleared_at_the_next_genuine_turn_boundary(
     live.wait_idle(2)
     results = [e["message"] for e in live.events() if e["kind"] == "tool_result"]
     assert results[-1]["content"] == "[value]\nunit\n[stdout]\nfresh\n"
+    # no way back: the interrupted scope stays cancelled; the new turn ran in a fresh one
+    assert interrupted.cancelled and live.trunk.turn is not interrupted
+    assert not live.trunk.turn.cancelled and not live.trunk.token.cancelled
 
 
 def test_an_interrupted_headless_turn_posts_no_nudge_and_is_not_re_driven(

@@ -17,6 +17,7 @@ from runtime.fleet.inbox import (
     AgentMessage,
     AgentResult,
     Command,
+    ExitSignal,
     Inbox,
     InboxMsg,
     InboxNudge,
@@ -330,3 +331,31 @@ def test_pop_waits_for_a_push_and_times_out_empty() -> None:
     assert inbox.pop(timeout=0.01) is None
     threading.Timer(0.01, lambda: inbox.push(Command("/resources"))).start()
     assert inbox.pop(timeout=5) == Command("/resources")
+
+
+def test_an_exit_signal_on_a_full_inbox_is_never_refused_and_is_served_before_its_turns() -> None:
+    inbox = Inbox(recipient="kid")
+    arrived: list[ExitSignal] = []
+    inbox.bind_signal(arrived.append)
+    for i in range(INBOX_SOURCE_CAP):
+        inbox.push(AgentMessage("peer", str(i)))
+    with pytest.raises(InboxFull):  # the quota refuses a 65th message...
+        inbox.push(AgentMessage("peer", "one too many"))
+    sig = ExitSignal("parent", "cancelled")
+    inbox.signal(sig)  # ...but never the control lane
+    assert arrived == [sig]  # its arrival acted at the put, in the sender's thread
+    assert inbox.next_or_idle(lambda: ParkMode.HELD) is sig  # ahead of 64 queued turns
+    assert inbox.pop(timeout=0) == AgentMessage("peer", "0")
+    assert inbox.try_pop() == AgentMessage("peer", "1")  # a turn; the lane is empty now
+
+
+def test_a_signal_wakes_a_parked_consumer_at_once() -> None:
+    inbox = Inbox()
+    got: list[object] = []
+    t = threading.Thread(
+        target=lambda: got.append(inbox.next_or_idle(lambda: ParkMode.HELD, wake_timeout=30))
+    )
+    t.start()
+    inbox.signal(ExitSignal(None, "close"))
+    t.join(timeout=HANG_GUARD)  # well inside the 30 s backstop
+    assert not t.is_alive() and got == [ExitSignal(None, "close")]

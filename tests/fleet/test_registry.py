@@ -11,8 +11,8 @@ from actors.registry import Registry, RegistryHandle, start_registry
 from runtime.cancel import CancelScope
 from runtime.constants import TRUNK_NAME
 from runtime.errors import FuelExhausted, InboxFull, NameTaken, UnknownAgent
-from runtime.events import InboxRejected
-from runtime.fleet.inbox import AgentMessage, AgentResult, Surface, UserSteering
+from runtime.events import CancelHop, InboxRejected
+from runtime.fleet.inbox import AgentMessage, AgentResult, ExitSignal, Surface, UserSteering
 from runtime.fleet.registry import DEADLINE, FleetRegistry
 from runtime.fleet.spawn_tree import AgentEnded
 from tests.support.waiting import HANG_GUARD
@@ -164,7 +164,7 @@ def test_cancel_trips_the_subtree_in_the_callers_thread_while_the_registry_is_bu
         ref.stop(block=True, timeout=5)
 
 
-def test_a_later_cascade_hands_the_on_cancel_hook_the_first_recorded_cause() -> None:
+def test_a_later_cascade_sends_no_second_hop_to_a_node_already_cancelled() -> None:
     core = FleetRegistry()
     heard: dict[str, list[str]] = {"parent": [], "child": []}
     core.register(TRUNK_NAME, returns=False, interactive=True)
@@ -172,7 +172,8 @@ def test_a_later_cascade_hands_the_on_cancel_hook_the_first_recorded_cause() -> 
     core.register("child", "parent", returns=True, on_cancel=heard["child"].append)
     assert core.cancel("child", "first") == ["child"]
     assert set(core.cancel("parent", "second")) == {"parent", "child"}
-    assert heard == {"parent": ["second"], "child": ["first", "first"]}
+    assert heard == {"parent": ["second"], "child": ["first"]}  # its first cause stands
+    assert core.get("child").cancel_cause == "first"
     core.register("late", "parent", returns=True, on_cancel=heard.setdefault("late", []).append)
     assert heard["late"] == ["second"]  # registered under a cancelled parent: the parent's cause
 
@@ -217,17 +218,16 @@ def test_clear_subtree_with_the_root_removes_the_root_too(reg: RegistryHandle) -
     assert handles["b"][0].reason == "close"
 
 
-def test_interrupt_stops_one_agents_turn_and_leaves_its_descendants_running(
+def test_interrupt_stops_one_agents_turn_and_never_trips_a_token(
     reg: RegistryHandle,
 ) -> None:
     handles = _build_three_level_tree(reg.core)
-    reg.proxy.interrupt("a").get()
-    assert handles["a"][0].cancelled
-    assert not any(handles[n][0].cancelled for n in ("a1", "a2", "a1x"))
     hooked: list[str] = []
     reg.core.attach("b", interrupt=hooked.append)
     reg.proxy.interrupt("b", "esc").get()
     assert hooked == ["esc"] and not handles["b"][0].cancelled
+    reg.proxy.interrupt("a").get()  # no hook: no turn to stop, and its token stays clear
+    assert not any(handles[n][0].cancelled for n in ("a", "a1", "a2", "a1x"))
 
 
 def test_steer_delivers_to_the_inbox_and_records_the_human_exchange(reg: RegistryHandle) -> None:
@@ -413,9 +413,10 @@ def test_a_result_for_an_inbox_in_another_process_is_sent_without_waiting_and_a_
     ]
 
 
-def test_the_cascade_runs_every_ending_hook_before_it_trips_any_token() -> None:
+def test_each_hop_runs_the_ending_hook_before_the_token_and_the_parent_before_the_child() -> None:
     # a token's trip wakes whoever watches it; an in-process agent's shell must already know
-    # its agent is ending by then (else it asked its host to unwind instead of being killed)
+    # its agent is ending by then (else it asked its host to unwind instead of being killed);
+    # and a cancel travels down the tree: the child's hop comes after its parent's
     core = FleetRegistry()
     order: list[str] = []
     core.register(TRUNK_NAME, returns=False, interactive=True)
@@ -429,5 +430,29 @@ def test_the_cascade_runs_every_ending_hook_before_it_trips_any_token() -> None:
         core.register(name, parent, returns=True, token=token)
         core.attach(name, ending=noting(f"ending {name}"))
     assert set(core.cancel("parent", "stop")) == {"parent", "child"}
-    assert order[:2] == ["ending parent", "ending child"]
-    assert sorted(order[2:]) == ["token child", "token parent"]
+    assert order == ["ending parent", "token parent", "ending child", "token child"]
+
+
+def test_a_cancel_hops_parent_to_child_and_reports_its_subtree_ended_after_the_last_end() -> None:
+    hops: list[CancelHop] = []
+    core = FleetRegistry(on_hop=hops.append)
+    core.register(TRUNK_NAME, returns=False, interactive=True)
+    core.register("a", TRUNK_NAME, returns=True)
+    core.register("a1", "a", returns=True)
+    core.register("a1x", "a1", returns=True)
+    assert core.cancel("a", "stop") == ["a", "a1", "a1x"]
+    assert [(h.phase, h.sender, h.agent) for h in hops] == [
+        ("sent", None, "a"),
+        ("received", None, "a"),
+        ("sent", "a", "a1"),
+        ("received", "a", "a1"),
+        ("sent", "a1", "a1x"),
+        ("received", "a1", "a1x"),
+    ]
+    # an exit signal waits on each mailbox's control lane for its consumer
+    assert core.get("a1x").inbox.signals() == [ExitSignal("a1", "stop")]
+    core.deregister("a1x")
+    core.deregister("a1")
+    assert not any(h.phase == "ended" for h in hops)  # "a" is still registered
+    core.deregister("a")
+    assert [(h.phase, h.agent, h.cause) for h in hops[6:]] == [("ended", "a", "stop")]

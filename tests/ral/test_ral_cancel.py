@@ -212,11 +212,15 @@ def test_a_wait_on_a_scope_cancelled_before_anyone_waited_returns_at_once() -> N
     assert scope.wait(HANG_GUARD) is True
 
 
-def test_a_reset_token_waits_again_until_its_next_cancel() -> None:
+def test_a_cancelled_scope_stays_cancelled_and_a_fresh_child_takes_its_place() -> None:
     token = CancelScope()
-    token.cancel("turn 1")
-    assert token.wait(0)
-    token.reset()
-    assert not token.wait(0) and not token.cancelled
-    token.cancel("turn 2")
-    assert token.wait(0) and token.reason == "turn 2"
+    turn = token.child()
+    turn.cancel("interrupt")
+    assert turn.wait(0) and not token.cancelled
+    assert not hasattr(turn, "reset")  # no way back: a cancelled scope stays cancelled
+    turn.detach()
+    fresh = token.child()
+    assert turn.cancelled and turn.reason == "interrupt" and not fresh.cancelled
+    token.cancel("close")
+    assert fresh.cancelled and fresh.reason == "close"
+    assert turn.reason == "interrupt"  # its first cause stands
