@@ -34,7 +34,6 @@ Order, and why:
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections import Counter
@@ -64,7 +63,7 @@ from runtime.settlement.fleet_yield import FleetYield, settlement_status
 from runtime.settlement.release_sweep import RetainedChild, adopt_local, release_sweep, spend_of
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability, bound_to, parse_durability
-from runtime.state.durable import atomic_write_bytes
+from runtime.state.durable import write_json_document
 from runtime.state.journal import NodeState, SpawnJournal
 from runtime.state.run_processes import leftover_processes, still_running
 from runtime.state.session_dir import SessionDir
@@ -385,9 +384,8 @@ def resume_run(
     if secrets.to_json() != SecretPolicy.from_json(run.get("secretEnv")).to_json():
         changed["secretEnv"] = secrets.to_json()
     if changed:
-        kept = json.dumps({**run, **changed}, indent=2).encode()
         with bound_to(session.root, policy):  # what the run now keeps, for resume and check
-            atomic_write_bytes(session.run_spec, kept)
+            write_json_document(session.run_spec, {**run, **changed})
     extra: dict[str, Any] = {}
     if plan.files.corrupt_result is not None:  # derived data: set the bytes aside, rebuild it
         extra["corruptResultSetAside"] = set_aside_result(session).name

@@ -8,7 +8,6 @@ when cancelled by SIGINT / SIGTERM).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from cli.provider_options import ProviderChoice, output_options, provider_option
 from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
 from runtime.state.durability import Durability
+from runtime.state.durable import read_json_document
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_lock import SessionLive
 from runtime.state.session_read import ResumeRefused
@@ -130,7 +130,7 @@ def _connection_overrides(session: SessionDir, connection: ProviderChoice) -> di
     """The flags given, as :func:`actors.resume.resume_run`'s ``connection``; provider flags on
     a scripted run are refused rather than ignored."""
     try:
-        run = json.loads(session.run_spec.read_text())
+        run = read_json_document(session.run_spec)[0]
         provider = str(run["provider"])
     except (OSError, ValueError, KeyError, TypeError):
         return {}  # resume_run refuses the directory with the precise reason

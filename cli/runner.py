@@ -11,7 +11,6 @@ settle (``result.json`` says ``cancelled``) before the process exits. What is pr
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import threading
@@ -44,7 +43,7 @@ from runtime.shell.limits import ShellLimits
 from runtime.state import durability
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability
-from runtime.state.durable import atomic_write_bytes
+from runtime.state.durable import write_json_document
 from runtime.state.session_dir import SessionDir, SessionDirInUse
 from runtime.state.session_lock import SessionLive, SessionLock
 
@@ -507,7 +506,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
     if traffic is not None:
         data["traffic"] = traffic.to_dict()  # resume governs with the limits the run was given
     with durability.bound_to(session.root, spec.durability):
-        atomic_write_bytes(session.run_spec, json.dumps(data, indent=2).encode())
+        write_json_document(session.run_spec, data)
 
 
 def session_path(session: SessionDir) -> str:

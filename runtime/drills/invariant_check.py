@@ -62,7 +62,7 @@ from runtime.errors import ExarchError, SnapshotRefused
 from runtime.settlement.fleet_yield import read_result
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import PROMISES, Durability, parse_durability
-from runtime.state.durable import read_jsonl
+from runtime.state.durable import read_json_document, read_jsonl
 from runtime.state.journal import replay
 from runtime.state.run_processes import (
     LocalProcesses,
@@ -413,7 +413,27 @@ def _check_files(s: SessionLogs) -> InvariantResult:
         "mid-append, set aside by the next append (bytes kept)"
         for p in session.torn_side_files()
     ]
+    notes += _predates_checksums(s)
     return _result("files-parse", checked, bad, notes)
+
+
+def _predates_checksums(s: SessionLogs) -> list[str]:
+    """What of the session was written before records carried checksums: damage there reads
+    as it is (such a session is accepted; ``runtime/state/checksum.py``)."""
+    bare = [f"{p} ({n} lines)" for p, n in s.bare.items()]
+    for p in (s.session.run_spec, s.session.result):
+        try:
+            if not read_json_document(p)[1]:
+                bare.append(p.name)
+        except (OSError, ValueError):
+            continue  # missing, or reported as damage above
+    if not bare:
+        return []
+    return [
+        "the session predates checksums: "
+        f"{', '.join(bare[:6])}{' …' if len(bare) > 6 else ''} carry none, so a changed byte "
+        "there cannot be detected"
+    ]
 
 
 def check_session(
