@@ -55,7 +55,7 @@ _DOC_HEAD: Final = b',\n  "crc": "'
 _DOC_END: Final = b'"\n}'
 _DOC_TAIL: Final = len(_DOC_HEAD) + 8 + len(_DOC_END)
 
-_HEX: Final = frozenset(b"0123456789abcdef")
+_HEX: Final = b"0123456789abcdef"
 
 
 class ChecksumMismatch(ExarchError, ValueError):
@@ -100,19 +100,12 @@ def open_document(data: bytes) -> tuple[bytes, bool]:
 
 def _open(raw: bytes, head: bytes, end: bytes, close: bytes) -> tuple[bytes, bool]:
     size = len(head) + 8 + len(end)
-    tail = raw[-size:]
-    digits = tail[len(head) : len(head) + 8]
-    if (
-        len(tail) == size
-        and tail.startswith(head)
-        and tail.endswith(end)
-        and all(c in _HEX for c in digits)
-    ):
+    if raw[-size : len(head) - size] == head and raw[-len(end) :] == end:
         covered = raw[:-size] + close
-        if int(digits, 16) != google_crc32c.value(covered):
+        if b"%08x" % google_crc32c.value(covered) != raw[len(head) - size : -len(end)]:
             raise ChecksumMismatch("checksum mismatch: the record changed after it was written")
         return covered, True
-    if _one_off(tail, head, end):
+    if _one_off(raw[-size:], head, end):
         raise ChecksumMismatch("damaged checksum member")
     return raw, False
 
@@ -124,6 +117,6 @@ def _one_off(tail: bytes, head: bytes, end: bytes) -> bool:
     if len(tail) != size:
         return False
     wrong = sum(a != b for a, b in zip(tail[: len(head)], head, strict=True))
-    wrong += sum(c not in _HEX for c in tail[len(head) : len(head) + 8])
+    wrong += len(tail[len(head) : len(head) + 8].translate(None, _HEX))
     wrong += sum(a != b for a, b in zip(tail[-len(end) :], end, strict=True))
     return wrong <= 1
