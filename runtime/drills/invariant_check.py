@@ -420,19 +420,20 @@ def _check_files(s: SessionLogs) -> InvariantResult:
 def _predates_checksums(s: SessionLogs) -> list[str]:
     """What of the session was written before records carried checksums: damage there reads
     as it is (such a session is accepted; ``runtime/state/checksum.py``)."""
-    bare = [f"{p} ({n} lines)" for p, n in s.bare.items()]
+    bare: list[str] = []
     for p in (s.session.run_spec, s.session.result):
         try:
             if not read_json_document(p)[1]:
                 bare.append(p.name)
         except (OSError, ValueError):
             continue  # missing, or reported as damage above
+    bare += [f"{p} ({n} lines)" for p, n in s.bare.items()]
     if not bare:
         return []
+    more = f" and {len(bare) - 6} more files" if len(bare) > 6 else ""
     return [
-        "the session predates checksums: "
-        f"{', '.join(bare[:6])}{' …' if len(bare) > 6 else ''} carry none, so a changed byte "
-        "there cannot be detected"
+        f"the session predates checksums: {', '.join(bare[:6])}{more} carry none, so a "
+        "changed byte there cannot be detected"
     ]
 
 
