@@ -421,19 +421,22 @@ def _predates_checksums(s: SessionLogs) -> list[str]:
     """What of the session was written before records carried checksums: damage there reads
     as it is (such a session is accepted; ``runtime/state/checksum.py``)."""
     bare: list[str] = []
+    old = not s.session.run_spec.exists()
     for p in (s.session.run_spec, s.session.result):
         try:
             if not read_json_document(p)[1]:
                 bare.append(p.name)
+                old = old or p == s.session.run_spec
         except (OSError, ValueError):
             continue  # missing, or reported as damage above
     bare += [f"{p} ({n} lines)" for p, n in s.bare.items()]
     if not bare:
         return []
     more = f" and {len(bare) - 6} more files" if len(bare) > 6 else ""
+    what = "the session predates checksums" if old else "records without a checksum (by hand?)"
     return [
-        f"the session predates checksums: {', '.join(bare[:6])}{more} carry none, so a "
-        "changed byte there cannot be detected"
+        f"{what}: {', '.join(bare[:6])}{more} carry none, so a changed byte there cannot be "
+        "detected"
     ]
 
 

@@ -225,7 +225,7 @@ class JsonlRead:
     damage: list[Damage] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)  # the line of each record
     sealed: int = 0  # records that carried a checksum (and matched it)
-    bare: int = 0  # records written before checksums (none carried; see runtime/state/checksum.py)
+    bare: int = 0  # records without a checksum: written before checksums, or by hand
 
     @property
     def torn(self) -> bool:
@@ -240,11 +240,11 @@ class JsonlRead:
 def read_jsonl(path: str | os.PathLike[str], shape: Shape | None = None) -> JsonlRead:
     """Read every usable record; report the rest. A missing file reads as empty.
 
-    A line whose checksum does not match (:mod:`runtime.state.checksum`), a line without one
-    after a line with one, a line that is not a JSON object, or (with ``shape``) a record that
-    breaks the shape, is damage; a file that cannot be read at all is one damage at line 0. A
-    file written before checksums (no line carries one) reads as before, counted in ``bare``.
-    Never raises for what the file holds."""
+    A line whose checksum does not match (:mod:`runtime.state.checksum`), a line that is not a
+    JSON object, or (with ``shape``) a record that breaks the shape, is damage; a file that
+    cannot be read at all is one damage at line 0. A line without a checksum (written before
+    checksums, or repaired by hand without its ``crc`` member) reads as before, counted in
+    ``bare``. Never raises for what the file holds."""
     out = JsonlRead()
     try:
         data = Path(path).read_bytes()
@@ -279,9 +279,6 @@ def read_jsonl(path: str | os.PathLike[str], shape: Shape | None = None) -> Json
             out.sealed += 1
         elif "crc" in obj:
             out.damage.append(Damage(i, torn, text, "damaged checksum member"))
-            continue
-        elif out.sealed:
-            out.damage.append(Damage(i, torn, text, "no checksum after checksummed lines"))
             continue
         else:
             out.bare += 1

@@ -176,12 +176,22 @@ def test_a_session_written_before_checksums_is_accepted_and_check_says_so(
     assert res.exit_code == 0, res.output
 
 
-def test_a_line_without_a_checksum_after_checksummed_ones_is_damage(tmp_path: Path) -> None:
-    path = tmp_path / "x.jsonl"
-    sealed = seal_line(b'{"kind": "a"}')
-    path.write_bytes(sealed + b'{"kind": "b"}\n' + sealed)
-    [damage] = read_jsonl(path).damage
-    assert damage.line == 2 and damage.reason == "no checksum after checksummed lines"
+def test_a_line_repaired_by_hand_without_its_checksum_reads_and_is_counted(
+    crashed: Path, tmp_path: Path
+) -> None:
+    """What a refusal tells the user to do: repair the line and drop its ``crc`` member."""
+    root = copy_session(crashed, tmp_path)
+    path = root / "agents" / "slow" / "events.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[0] = open_line(lines[0].rstrip(b"\n"))[0] + b"\n"
+    path.write_bytes(b"".join(lines))
+    read = read_jsonl(path)
+    assert not read.damage and read.bare == 1 and read.sealed == len(lines) - 1
+    read_session(SessionDir(root))  # accepted
+    notes = check_session(SessionDir(root), processes=False).get("files-parse").notes
+    assert any(
+        "without a checksum" in n and "agents/slow/events.jsonl (1 lines)" in n for n in notes
+    )
 
 
 def test_a_changed_checksum_digit_is_a_mismatch_and_a_changed_member_name_is_damage() -> None:
