@@ -12,12 +12,13 @@ Order, and why:
    exit 2), as does a finished run (:class:`NothingToResume`). A corrupt ``result.json`` is the
    one file healed: it is derived, so its bytes are set aside and it is written afresh.
 1. **Plan** (:func:`plan_resume`, reads only): which agents were alive when the control process
-   died (``Born`` without ``Died``), which open journal slots can be *rebuilt* (dispatched, no
-   execution result yet, parent rebuilt too — tree order) and which must be *healed* with
-   ``resume_sweep`` semantics (a slot that finished but never settled, a slot whose environment
-   died with no parent left to resume it, a slot that never got an environment, a
-   retained-pending slot); each scripted agent's playback cursor; which child results never
-   reached their parent's log.
+   died (``Born`` without ``Died``; a trunk never ``Born`` -- a kill during start-up, after
+   ``run.json`` -- is rebuilt too, from its start), which open journal slots can be *rebuilt*
+   (dispatched, no execution result yet, parent rebuilt too — tree order) and which must be
+   *healed* with ``resume_sweep`` semantics (a slot that finished but never settled, a slot whose
+   environment died with no parent left to resume it, a slot that never got an environment, a
+   retained-pending slot); each scripted agent's playback cursor; which child results never reached
+   their parent's log.
 2. **Reap**: any process the dead run named that still runs (pid + create time) is killed, and
    resume waits until it is gone (at most :data:`LEFTOVER_WAIT`), so no stale shell can write
    next to the rebuilt one and a finished resume leaves none of them running.
@@ -115,11 +116,13 @@ class ResumePlan:
     snapshots: dict[str, MobileSnapshot | None] = field(default_factory=dict)
     redeliver: list[tuple[str, str]] = field(default_factory=list)  # (child, parent)
     unreachable: list[tuple[str, str]] = field(default_factory=list)  # parent not resumed
+    trunk_unborn: bool = False  # killed during start-up: the trunk starts from its beginning
 
     def to_json(self) -> dict[str, Any]:
         return {
             "aliveAtCrash": self.alive_at_crash,
             "rebuildTrunk": self.rebuild_trunk,
+            "trunkUnborn": self.trunk_unborn,
             "rebuild": self.rebuild,
             "finished": self.finished,
             "orphaned": self.orphaned,
@@ -179,8 +182,9 @@ def plan_resume(session: SessionDir) -> ResumePlan:
     died = Counter(r["agent"] for r in transcript if r.get("kind") == "Died")
     alive = sorted(a for a in born if born[a] > died[a])
     state = files.journal.state
-    trunk_events = session.events(TRUNK_NAME)
-    rebuild_trunk = TRUNK_NAME in alive or (not born and trunk_events.exists())
+    # a trunk never born (a kill during start-up: run.json, then nothing) never ended either:
+    # it is rebuilt, from its start, and the run goes on as if it had just been started
+    rebuild_trunk = TRUNK_NAME in alive or (TRUNK_NAME not in born and TRUNK_NAME not in died)
     resumed = {TRUNK_NAME} if rebuild_trunk else set()
     rebuild: list[str] = []
     finished: list[str] = []
@@ -216,6 +220,7 @@ def plan_resume(session: SessionDir) -> ResumePlan:
         no_env,
         retained,
     )
+    plan.trunk_unborn = TRUNK_NAME not in born
     for r in transcript:
         if r.get("kind") == "Died" and r["agent"] == TRUNK_NAME:
             plan.trunk_outcome = r.get("outcome")

@@ -114,8 +114,11 @@ def resume_command(
     if not report.silent:
         healed = len(plan.finished) + len(plan.orphaned) + len(plan.no_environment)
         healed += len(plan.retained)
+        trunk = "rebuilt" if plan.rebuild_trunk else "had ended"
+        if plan.trunk_unborn:
+            trunk = "started (the run was killed during start-up)"
         click.echo(
-            f"resumed: trunk {'rebuilt' if plan.rebuild_trunk else 'had ended'}, "
+            f"resumed: trunk {trunk}, "
             f"{len(plan.rebuild)} children rebuilt, "
             f"{healed} slots healed, {len(plan.redeliver)} results re-delivered",
             err=True,

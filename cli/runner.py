@@ -29,6 +29,7 @@ from cli.backend_options import check_backend, make_backend
 from cli.config import with_config
 from cli.recording import open_recording
 from runtime.credentials import SecretPolicy
+from runtime.drills.fault_switch import pause_point
 from runtime.errors import ScenarioError
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
@@ -409,6 +410,7 @@ def _run_owned(
     from actors.fleet import Fleet, FleetConfig
 
     write_run_spec(session, spec, grants)
+    pause_point("run-spec-written")  # a kill here: a run that never got going (resume starts it)
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)
     if recording is not None:
         factory = recording.factory

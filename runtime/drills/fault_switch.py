@@ -12,16 +12,26 @@ it does not (``faults=None``), :func:`faults_enabled` decides, and it is on only
 
 The switch is read when a shell is built, so a shell keeps the answer it was built with; the
 shell host and ral workers get it explicitly from their shell.
+
+The same switch guards the *pause points* (:func:`pause_point`): named moments of a run where a
+test kills the control process for real, at exactly that moment rather than at a guessed time.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 FAULTS_ENV = "EXARCH_FAULTS"
+PAUSE_ENV = "EXARCH_PAUSE_AT"
+"""With ``EXARCH_FAULTS=1``: the name of the :func:`pause_point` at which the process stops."""
+
+PAUSE_POINTS = ("run-spec-written",)
+"""Every pause point there is: ``run-spec-written`` -- ``run.json`` written, nothing else of
+the run yet (no transcript, no journal, no agent): a kill there is a kill during start-up."""
 
 _lock = threading.Lock()
 _scopes = 0
@@ -46,3 +56,12 @@ def injecting_faults() -> Iterator[None]:
     finally:
         with _lock:
             _scopes -= 1
+
+
+def pause_point(name: str) -> None:
+    """Stop this process (``SIGSTOP``) here when it was started with ``EXARCH_FAULTS=1`` and
+    ``EXARCH_PAUSE_AT=name``, so whoever started it can SIGKILL it at exactly this moment
+    (``tests/drills/test_startup_kill.py``); otherwise nothing but two environment reads."""
+    assert name in PAUSE_POINTS, name
+    if os.environ.get(PAUSE_ENV) == name and os.environ.get(FAULTS_ENV) == "1":
+        os.kill(os.getpid(), signal.SIGSTOP)

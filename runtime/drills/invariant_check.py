@@ -56,7 +56,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtime.constants import SESSION_ENV
+from runtime.constants import SESSION_ENV, TRUNK_NAME
 from runtime.drills.session_logs import SessionLogs
 from runtime.errors import ExarchError, SnapshotRefused
 from runtime.settlement.fleet_yield import read_result
@@ -201,6 +201,13 @@ def _check_settled(s: SessionLogs) -> InvariantResult:
         if fy.get("spawned") != len(rep.state.nodes):
             bad.append(
                 f"result.json spawned {fy.get('spawned')!r} != journal {len(rep.state.nodes)}"
+            )
+        if result.get("resumed") and not any(
+            r.get("kind") == "Born" and r.get("agent") == TRUNK_NAME for r in s.transcript
+        ):  # what resume did before it started a run killed during start-up
+            bad.append(
+                f"result.json says {result.get('outcome')!r} after a resume, but the trunk was "
+                "never Born: the run was killed during start-up and never ran"
             )
         notes.append(f"outcome {result.get('outcome')!r}")
     return _result("settled", len(rep.state.nodes), bad, notes)
