@@ -29,9 +29,11 @@ FAULTS_ENV = "EXARCH_FAULTS"
 PAUSE_ENV = "EXARCH_PAUSE_AT"
 """With ``EXARCH_FAULTS=1``: the name of the :func:`pause_point` at which the process stops."""
 
-PAUSE_POINTS = ("run-spec-written",)
+PAUSE_POINTS = ("run-spec-written", "birth-before-admission")
 """Every pause point there is: ``run-spec-written`` -- ``run.json`` written, nothing else of
-the run yet (no transcript, no journal, no agent): a kill there is a kill during start-up."""
+the run yet (no transcript, no journal, no agent): a kill there is a kill during start-up;
+``birth-before-admission`` -- an agent process's child was spawned (its parent has its
+receipt) and reported ``Born``, and the fleet has not yet admitted it in the journal."""
 
 _lock = threading.Lock()
 _scopes = 0
@@ -61,7 +63,8 @@ def injecting_faults() -> Iterator[None]:
 def pause_point(name: str) -> None:
     """Stop this process (``SIGSTOP``) here when it was started with ``EXARCH_FAULTS=1`` and
     ``EXARCH_PAUSE_AT=name``, so whoever started it can SIGKILL it at exactly this moment
-    (``tests/drills/test_startup_kill.py``); otherwise nothing but two environment reads."""
+    (``tests/drills/test_startup_kill.py``, ``tests/drills/test_birth_kill.py``); otherwise
+    nothing but an environment read."""
     assert name in PAUSE_POINTS, name
     if os.environ.get(PAUSE_ENV) == name and os.environ.get(FAULTS_ENV) == "1":
         os.kill(os.getpid(), signal.SIGSTOP)

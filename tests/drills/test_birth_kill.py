@@ -1,0 +1,82 @@
+"""A control process killed while an agent process's child is being born -- the parent holds its
+receipt (``agent c0 ...`` returned ``started``) and has logged it, the fleet has not admitted the
+child in the journal yet -- leaves the child in the journal, so ``resume`` settles it and tells the
+parent, and a model that reads its conversation replies after the resume.
+
+Before, the child's first journal record was its admission at birth: a kill in this window left
+a parent whose log said ``started`` and a journal that knew no such child, so ``resume`` never
+ran it nor told the parent (the audit's "7 of 80 children never ran", and trunks that quiesced
+waiting for them). The kill is real, at the pause point ``birth-before-admission``
+(``runtime/drills/fault_switch.py``); the model is the loopback server of
+``tests/support/fleet_model.py``, whose trunk collects again when its collection was interrupted,
+as a real model does -- a scripted provider plays its rounds by position and cannot
+(docs/drills.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.drills.fault_switch import FAULTS_ENV, PAUSE_ENV
+from runtime.drills.invariant_check import check_session
+from runtime.state.durable import read_json_document, read_jsonl
+from runtime.state.journal import replay
+from runtime.state.session_dir import SessionDir
+from tests.drills.conftest import exarch_cli
+from tests.drills.test_startup_kill import _stopped
+from tests.support.fleet_model import FleetModel, serving
+from tests.support.waiting import eventually
+
+
+def _spawn_logged(session: Path) -> bool:
+    events = session / "agents" / "trunk" / "events.jsonl"
+    return any(
+        r.get("kind") == "tool_result" and r["message"].get("tool_call_id") == "call_spawn"
+        for r in read_jsonl(events).records
+    )
+
+
+@pytest.mark.timeout(180)
+def test_a_child_whose_birth_a_control_kill_cut_short_is_settled_and_the_trunk_replies(
+    tmp_path: Path,
+) -> None:
+    model = FleetModel(dialect="openai", rate=1000, burst=1000, children=1, resumable=True)
+    session = tmp_path / "session"
+    with serving(model) as url:
+        flags = ["--provider", "openai", "--base-url", url, "--model", "m", "--api-key", "k"]
+        env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "birth-before-admission"}
+        argv = ["run", *flags, "--agents", "process", "--session-dir", str(session), "fan out"]
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from cli.main import main; main()", *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=tmp_path,
+        )
+        try:
+            assert eventually(lambda: _stopped(proc.pid), 60), "no birth reached the pause"
+            # the trunk's agent process goes on: it logs the receipt of its spawn call
+            assert eventually(lambda: _spawn_logged(session), 30)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        rep = replay(session / "spawn-journal.jsonl", strict=False)
+        assert "c0" in rep.state.nodes, "the child the trunk holds a receipt for is in the journal"
+        assert rep.state.nodes["c0"].environment is None, "killed before its admission"
+        res = exarch_cli("resume", *flags[4:], str(session))
+    assert res.exit_code == 0, res.output
+    result = read_json_document(session / "result.json")[0]
+    assert result["outcome"] == "replied", res.output
+    assert result["fleetYield"]["neverSettled"] == 0
+    trunk = read_jsonl(session / "agents" / "trunk" / "events.jsonl").records
+    told = [r["text"] for r in trunk if r.get("source") == "agent_result"]
+    assert told == ["[agent c0 finished: failed]\n(no reply)"], "the trunk learned how c0 ended"
+    report = check_session(SessionDir(session))
+    assert report.ok, json.dumps(report.to_json(), indent=1)
