@@ -45,6 +45,13 @@ def _flip(path: Path, index: int, offset: int, value: int) -> int:
     return index + 1
 
 
+def _slow_events(crashed: Path, tmp_path: Path) -> tuple[Path, Path, list[bytes]]:
+    """A copy of the crashed session, its ``slow`` agent's event log and that log's lines."""
+    root = copy_session(crashed, tmp_path)
+    path = root / "agents" / "slow" / "events.jsonl"
+    return root, path, path.read_bytes().splitlines(keepends=True)
+
+
 def _refused_at(root: Path, rel: str, lines: set[int]) -> None:
     """``resume`` (and the reader under it) refuse naming ``rel`` at one of ``lines``; ``check``
     names it as damage too."""
@@ -112,9 +119,7 @@ def test_any_single_byte_flip_in_run_json_is_refused(crashed: Path, data: st.Dat
 def test_the_audits_flip_of_assistant_to_assistan_dot_is_refused(
     crashed: Path, tmp_path: Path
 ) -> None:
-    root = copy_session(crashed, tmp_path)
-    path = root / "agents" / "slow" / "events.jsonl"
-    lines = path.read_bytes().splitlines(keepends=True)
+    root, path, lines = _slow_events(crashed, tmp_path)
     i = next(i for i, raw in enumerate(lines[:-1]) if b'"kind": "assistant"' in raw)
     lines[i] = lines[i].replace(b'"kind": "assistant"', b'"kind": "assistan."', 1)
     path.write_bytes(b"".join(lines))
@@ -123,9 +128,7 @@ def test_the_audits_flip_of_assistant_to_assistan_dot_is_refused(
 
 
 def test_the_audits_changed_tool_call_id_is_refused(crashed: Path, tmp_path: Path) -> None:
-    root = copy_session(crashed, tmp_path)
-    path = root / "agents" / "slow" / "events.jsonl"
-    lines = path.read_bytes().splitlines(keepends=True)
+    root, path, lines = _slow_events(crashed, tmp_path)
     i = next(i for i, raw in enumerate(lines[:-1]) if b'"tool_call_id": "' in raw)
     at = lines[i].index(b'"tool_call_id": "') + len(b'"tool_call_id": "')
     changed = bytearray(lines[i])
@@ -180,9 +183,7 @@ def test_a_line_repaired_by_hand_without_its_checksum_reads_and_is_counted(
     crashed: Path, tmp_path: Path
 ) -> None:
     """What a refusal tells the user to do: repair the line and drop its ``crc`` member."""
-    root = copy_session(crashed, tmp_path)
-    path = root / "agents" / "slow" / "events.jsonl"
-    lines = path.read_bytes().splitlines(keepends=True)
+    root, path, lines = _slow_events(crashed, tmp_path)
     lines[0] = open_line(lines[0].rstrip(b"\n"))[0] + b"\n"
     path.write_bytes(b"".join(lines))
     read = read_jsonl(path)
