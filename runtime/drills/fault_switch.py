@@ -67,4 +67,7 @@ def pause_point(name: str) -> None:
     nothing but an environment read."""
     assert name in PAUSE_POINTS, name
     if os.environ.get(PAUSE_ENV) == name and os.environ.get(FAULTS_ENV) == "1":
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # sent to this thread: it stops on the way out of the call, before its next step (a
+        # signal sent to the process may be taken by another thread, and this one ran on for
+        # a few milliseconds -- far enough to pass the moment)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)

@@ -80,3 +80,57 @@ def test_a_child_whose_birth_a_control_kill_cut_short_is_settled_and_the_trunk_r
     assert told == ["[agent c0 finished: failed]\n(no reply)"], "the trunk learned how c0 ended"
     report = check_session(SessionDir(session))
     assert report.ok, json.dumps(report.to_json(), indent=1)
+
+
+def _records(path: Path) -> int:
+    return len(read_jsonl(path).records)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("moment", [2, 5, 8, 11])
+def test_a_control_kill_at_any_moment_resumes_to_a_reply_that_counts_every_child(
+    tmp_path: Path, moment: int
+) -> None:
+    """Killed once the transcript holds ``moment`` records (children being born, running,
+    settling). The resumed run replies, every child is settled, and the reply is the sum of
+    the parts of the children that replied (``child I`` replies I): a child the kill cut short
+    at birth is settled ``failed`` and its parent told (it adds nothing), never lost."""
+    model = FleetModel(
+        dialect="openai", rate=1000, burst=1000, children=4, calls=4, latency=0.1, resumable=True
+    )
+    session = tmp_path / "session"
+    with serving(model) as url:
+        flags = ["--provider", "openai", "--base-url", url, "--model", "m", "--api-key", "k"]
+        argv = ["run", *flags, "--agents", "process", "--session-dir", str(session), "fan out"]
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from cli.main import main; main()", *argv],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=tmp_path,
+        )
+        try:
+            transcript = session / "transcript.jsonl"
+            assert eventually(
+                lambda: proc.poll() is not None or _records(transcript) >= moment, 120
+            )
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        if not (session / "result.json").exists():
+            res = exarch_cli("resume", *flags[4:], str(session))
+            assert res.exit_code == 0, res.output
+    result = read_json_document(session / "result.json")[0]
+    ends = {
+        r["agent"]: r["outcome"]
+        for r in read_jsonl(session / "transcript.jsonl").records
+        if r["kind"] == "Died" and r["agent"] != "trunk"
+    }  # each child's last end (one cut short at birth has none: it never ran)
+    nodes = replay(session / "spawn-journal.jsonl").state.nodes
+    assert sorted(nodes) == ["c0", "c1", "c2", "c3"], "every child the trunk spawned is known"
+    assert not any(n.open for n in nodes.values()), "and settled"
+    replied = sum(int(name[1:]) for name, outcome in ends.items() if outcome == "replied")
+    assert (result["outcome"], result["reply"]) == ("replied", str(replied)), result
+    assert result["fleetYield"]["neverSettled"] == 0
+    report = check_session(SessionDir(session))
+    assert report.ok, json.dumps(report.to_json(), indent=1)

@@ -165,7 +165,7 @@ class FleetModel:
         texts = _user_texts(body, self.dialect)
         first = texts[0] if texts else ""
         calls_made = _tool_results(body, self.dialect)
-        child = CHILD.match(first.strip())
+        child = CHILD.match(first.strip().split("\n", 1)[0])  # a resume note may follow it
         if child is not None:
             i = int(child.group(1))
             script = f"reply {i}" if calls_made + 1 >= self.calls else f"let x{calls_made} = {i}"
