@@ -61,7 +61,8 @@ def resume_command(
     --backend ray each rebuilt agent's process is started on a Ray node, from the session
     directory's files (which hold every agent's records on the driver's machine,
     docs/scale-out.md). Prints what `run` prints, plus one `resumed:` line (what was rebuilt
-    and healed).
+    and healed). A run killed during start-up (run.json written, nothing else) is started from
+    its beginning. Every record's checksum is checked: a changed byte is a damaged file.
 
     \b
     Exit codes:
