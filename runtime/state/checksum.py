@@ -6,8 +6,8 @@ On disk a record stays one readable JSON object. Its checksum is the object's **
 ``"crc": "xxxxxxxx"`` (8 lower-case hex digits), computed over the object *without* that member
 exactly as it was encoded -- for a JSON line ``{..., "at": "..."}`` the crc covers those bytes,
 and the line written is ``{..., "at": "...", "crc": "xxxxxxxx"}``. So a reader needs no second
-encoding: it checks the fixed-size tail (:data:`LINE_TAIL` bytes), rebuilds the covered bytes by
-cutting it off (closing the brace) and compares; what it parses is the covered object, so no
+encoding: it checks the fixed-size tail (20 bytes), rebuilds the covered bytes by cutting it off
+(closing the brace) and compares; what it parses is the covered object, so no
 reader ever sees a ``crc`` key. A JSON document (``run.json``, ``result.json``) is sealed the
 same way, its crc member the last line before the closing brace.
 
@@ -37,9 +37,7 @@ import google_crc32c
 from runtime.errors import ExarchError
 
 __all__ = [
-    "LINE_TAIL",
     "ChecksumMismatch",
-    "crc32c",
     "open_document",
     "open_line",
     "seal_document",
@@ -48,12 +46,9 @@ __all__ = [
 
 _LINE_HEAD: Final = b', "crc": "'
 _LINE_END: Final = b'"}'
-LINE_TAIL: Final = len(_LINE_HEAD) + 8 + len(_LINE_END)
-"""Bytes a checksum adds to a line: ``, "crc": "xxxxxxxx"`` and the brace it moves."""
 
 _DOC_HEAD: Final = b',\n  "crc": "'
 _DOC_END: Final = b'"\n}'
-_DOC_TAIL: Final = len(_DOC_HEAD) + 8 + len(_DOC_END)
 
 _HEX: Final = b"0123456789abcdef"
 
@@ -62,11 +57,6 @@ class ChecksumMismatch(ExarchError, ValueError):
     """A record's bytes are not the ones its checksum was computed over (or its checksum member
     itself is damaged): something changed it after it was written, and no crash does that. A
     ``ValueError`` too, so a reader that refuses unreadable JSON refuses it the same way."""
-
-
-def crc32c(data: bytes) -> int:
-    """CRC32C (Castagnoli) of ``data`` (google-crc32c's C implementation)."""
-    return int(google_crc32c.value(data))
 
 
 def seal_line(body: bytes) -> bytes:
