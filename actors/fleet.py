@@ -815,7 +815,7 @@ class Fleet:
             # birth admits it, and a control kill between the two left a child no journal
             # knew of -- resume never ran it, nor told the parent (its wait came back short)
             try:
-                self.journal.spawned(name, parent=parent)
+                self.journal.spawned(name, parent=parent, prompt=request.prompt)
             except BaseException as e:
                 with self._lock:
                     self._executors.pop(name, None)
@@ -845,7 +845,8 @@ class Fleet:
                 raise
         executor = AgentExecutor(agent, self.stop_shell)
         self._executors[name] = executor
-        try:
+        try:  # the prompt is journalled: a child killed before its log took it resumes with it
+            self.journal.spawned(name, parent=parent, prompt=request.prompt)
             admit(self.journal, name, executor, ExecutionSpec(node_id=name), parent=parent)
         except Exception as e:
             self._abandon_spawn(agent, executor, e)

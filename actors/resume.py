@@ -452,7 +452,11 @@ def resume_run(
                 )
             )
         for agent in adopted:
-            first = str(prompt) if agent.parent is None and prompt else None
+            # a child's prompt is in its spawned record: one killed before its log took it
+            # (an empty log) is given it again, as the trunk is given the run's
+            first = (
+                str(prompt) if agent.parent is None and prompt else _prompt_of(fleet, agent.name)
+            )
             if isinstance(agent, ProcessAgent):
                 agent.recover(first, RESUME_NOTE)
             elif agent.log.event_count == 0 and first is not None:
@@ -479,6 +483,12 @@ def resume_run(
             governor.close()
     fy = fleet.write_result(outcome, reply, resumed=True, **extra)
     return ResumeOutcome(outcome, reply, fy, session, plan)
+
+
+def _prompt_of(fleet: Any, name: str) -> str | None:
+    node = fleet.journal.state.nodes.get(name)
+    prompt = node.spawned.get("prompt") if node is not None else None
+    return prompt if isinstance(prompt, str) else None
 
 
 def _end_leftovers(session: SessionDir) -> None:
