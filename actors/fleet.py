@@ -893,6 +893,7 @@ class Fleet:
             return
         with self._lock:
             self.hosted[name] = agent
+        pause_point("admitted-before-launch")  # tests/drills/test_birth_kill.py kills here
         self._launch(agent)
 
     def _birth_slot(self, name: str) -> None:

@@ -29,11 +29,13 @@ FAULTS_ENV = "EXARCH_FAULTS"
 PAUSE_ENV = "EXARCH_PAUSE_AT"
 """With ``EXARCH_FAULTS=1``: the name of the :func:`pause_point` at which the process stops."""
 
-PAUSE_POINTS = ("run-spec-written", "birth-before-admission")
+PAUSE_POINTS = ("run-spec-written", "birth-before-admission", "admitted-before-launch")
 """Every pause point there is: ``run-spec-written`` -- ``run.json`` written, nothing else of
 the run yet (no transcript, no journal, no agent): a kill there is a kill during start-up;
 ``birth-before-admission`` -- an agent process's child was spawned (its parent has its
-receipt) and reported ``Born``, and the fleet has not yet admitted it in the journal."""
+receipt) and reported ``Born``, and the fleet has not yet admitted it in the journal;
+``admitted-before-launch`` -- such a child admitted (``dispatched``), not launched: its prompt
+is in no log yet."""
 
 _lock = threading.Lock()
 _scopes = 0

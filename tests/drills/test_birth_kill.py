@@ -145,3 +145,56 @@ def test_a_control_kill_at_any_moment_resumes_to_a_reply_that_counts_every_child
     # began again at epoch 1) -- an open finding of its own
     violated = [r.name for r in report.results if r.status == "violated" and r.name != "committed"]
     assert not violated, json.dumps(report.to_json(), indent=1)
+
+
+KID = """
+[fleet]
+prompt = "delegate"
+
+[[agents.trunk]]
+ral = ["agent kid 'the task only the prompt names'"]
+
+[[agents.trunk]]
+ral = ["let ends = agent-wait; reply $ends[kid][reply]"]
+
+[[agents.trunk]]
+ral = ["let ends = agent-wait; reply $ends[kid][reply]"]
+
+[[agents.kid]]
+ral = ["reply 7"]
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_child_killed_before_its_log_took_its_prompt_resumes_with_its_prompt(
+    tmp_path: Path,
+) -> None:
+    """Killed at ``admitted-before-launch``: the child is dispatched in the journal, its drive
+    loop never ran, so its log holds no prompt. Its prompt is in its ``spawned`` record, and
+    the resume gives it again (before, the rebuilt child got only the resume note: no task)."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(KID)
+    session = tmp_path / "session"
+    env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "admitted-before-launch"}
+    argv = ["run", str(scenario), "--agents", "process", "--session-dir", str(session)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from cli.main import main; main()", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert eventually(lambda: _stopped(proc.pid), 60), "no birth reached the pause"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    kid = session / "agents" / "kid" / "events.jsonl"
+    assert not any(r.get("kind") == "user" for r in read_jsonl(kid).records), "no prompt logged"
+    spawned = replay(session / "spawn-journal.jsonl").state.nodes["kid"].spawned
+    assert spawned["prompt"] == "the task only the prompt names"
+    res = exarch_cli("resume", str(session))
+    assert res.exit_code == 0, res.output
+    texts = [r["text"] for r in read_jsonl(kid).records if r.get("kind") == "user"]
+    assert texts[:1] == ["the task only the prompt names"], texts
+    result = read_json_document(session / "result.json")[0]
+    assert (result["outcome"], result["reply"]) == ("replied", "7"), res.output
