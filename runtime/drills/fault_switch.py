@@ -13,8 +13,13 @@ it does not (``faults=None``), :func:`faults_enabled` decides, and it is on only
 The switch is read when a shell is built, so a shell keeps the answer it was built with; the
 shell host and ral workers get it explicitly from their shell.
 
-The same switch guards the *pause points* (:func:`pause_point`): named moments of a run where a
-test kills the control process for real, at exactly that moment rather than at a guessed time.
+A **crash point** (:func:`crash_point`) is a named window in the control process where a drill
+or a test needs a SIGKILL to land exactly: with the switch on and ``EXARCH_CRASH_AT`` naming it,
+the process SIGKILLs itself there (a timed kill rarely lands in a window microseconds wide).
+A **pause point** (:func:`pause_point`) is a named moment where a test needs the control
+process stopped while the rest of the system goes on (an agent process logs what it was
+answered): with ``EXARCH_PAUSE_AT`` naming it, the process stops itself (``SIGSTOP``) there,
+and the test SIGKILLs it once what it waits for has happened.
 """
 
 from __future__ import annotations
@@ -26,10 +31,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 FAULTS_ENV = "EXARCH_FAULTS"
-PAUSE_ENV = "EXARCH_PAUSE_AT"
-"""With ``EXARCH_FAULTS=1``: the name of the :func:`pause_point` at which the process stops."""
+CRASH_AT_ENV = "EXARCH_CRASH_AT"
 
-PAUSE_POINTS = ("run-spec-written", "birth-before-admission", "admitted-before-launch")
+CRASH_POINTS = frozenset({"settled-before-delivery", "delivered-before-died"})
+"""The named windows (:func:`crash_point`): a child's settlement record written and its result
+not yet delivered to its parent; delivered, and its ``Died`` not yet on the bus."""
+
+PAUSE_ENV = "EXARCH_PAUSE_AT"
+"""With the switch on: the name of the :func:`pause_point` at which the process stops."""
+
+PAUSE_POINTS = frozenset({"run-spec-written", "birth-before-admission", "admitted-before-launch"})
 """Every pause point there is: ``run-spec-written`` -- ``run.json`` written, nothing else of
 the run yet (no transcript, no journal, no agent): a kill there is a kill during start-up;
 ``birth-before-admission`` -- an agent process's child was spawned (its parent has its
@@ -62,13 +73,22 @@ def injecting_faults() -> Iterator[None]:
             _scopes -= 1
 
 
+def crash_point(name: str) -> None:
+    """SIGKILL this process here if fault injection is on and ``EXARCH_CRASH_AT`` is ``name``
+    (one of :data:`CRASH_POINTS`): the window's far side never runs, as in a control process
+    killed there. Off (one environment read) in a real run."""
+    assert name in CRASH_POINTS, name
+    if os.environ.get(CRASH_AT_ENV) == name and faults_enabled():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def pause_point(name: str) -> None:
-    """Stop this process (``SIGSTOP``) here when it was started with ``EXARCH_FAULTS=1`` and
-    ``EXARCH_PAUSE_AT=name``, so whoever started it can SIGKILL it at exactly this moment
-    (``tests/drills/test_startup_kill.py``, ``tests/drills/test_birth_kill.py``); otherwise
-    nothing but an environment read."""
+    """Stop this process (``SIGSTOP``) here if fault injection is on and ``EXARCH_PAUSE_AT`` is
+    ``name`` (one of :data:`PAUSE_POINTS`), so whoever started it can SIGKILL it at exactly
+    this moment (``tests/drills/test_startup_kill.py``, ``tests/drills/test_birth_kill.py``);
+    off (one environment read) in a real run."""
     assert name in PAUSE_POINTS, name
-    if os.environ.get(PAUSE_ENV) == name and os.environ.get(FAULTS_ENV) == "1":
+    if os.environ.get(PAUSE_ENV) == name and faults_enabled():
         # sent to this thread: it stops on the way out of the call, before its next step (a
         # signal sent to the process may be taken by another thread, and this one ran on for
         # a few milliseconds -- far enough to pass the moment)
