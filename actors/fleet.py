@@ -61,7 +61,7 @@ from actors.process import keep_secrets_from_forks
 from actors.registry import start_registry
 from runtime.constants import SCRATCH_ENV, SESSION_ENV, TRUNK_NAME
 from runtime.credentials import SecretPolicy
-from runtime.drills.fault_switch import crash_point
+from runtime.drills.fault_switch import crash_point, pause_point
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, CancelHop, Died, Event, InboxRejected, Resources, SystemNote
 from runtime.fleet.fanin import ChildEnd, WaitAnswer
@@ -859,6 +859,21 @@ class Fleet:
                 self.registry.deregister(name)
                 self._birth_done()
                 raise SpawnFailed(name, AgentProcessFailed("the fleet is closing"))
+            # its slot is on disk before the receipt: the parent may log "started" before the
+            # birth admits it, and a control kill between the two left a child no journal
+            # knew of -- resume never ran it, nor told the parent (its wait came back short)
+            try:
+                self.journal.spawned(name, parent=parent, prompt=request.prompt)
+            except BaseException as e:
+                with self._lock:
+                    self._executors.pop(name, None)
+                    self._actors.pop(name, None)
+                agent.shutdown("close")
+                self.registry.deregister(name)
+                self._birth_done()
+                if not isinstance(e, Exception):
+                    raise
+                raise SpawnFailed(name, e) from e
             self.fanin.spawned(parent, name)
             self.boot_watch.watch(name, agent.kill_unborn)
             assert self._births is not None
@@ -878,7 +893,8 @@ class Fleet:
                 raise
         executor = AgentExecutor(agent, self.stop_shell)
         self._executors[name] = executor
-        try:
+        try:  # the prompt is journalled: a child killed before its log took it resumes with it
+            self.journal.spawned(name, parent=parent, prompt=request.prompt)
             admit(self.journal, name, executor, ExecutionSpec(node_id=name), parent=parent)
         except Exception as e:
             self._abandon_spawn(agent, executor, e)
@@ -898,6 +914,7 @@ class Fleet:
         ``agent-wait`` or its inbox): the parent's verb already returned, so nothing else
         could."""
         assert self.boot_watch is not None
+        pause_point("birth-before-admission")  # tests/drills/test_birth_kill.py kills here
         self.boot_watch.done(agent.name)
         self._birth_done()
         name, parent = agent.name, agent.parent
@@ -924,6 +941,7 @@ class Fleet:
             return
         with self._lock:
             self.hosted[name] = agent
+        pause_point("admitted-before-launch")  # tests/drills/test_birth_kill.py kills here
         self._launch(agent)
 
     def _birth_slot(self, name: str) -> None:

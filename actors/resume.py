@@ -12,12 +12,13 @@ Order, and why:
    exit 2), as does a finished run (:class:`NothingToResume`). A corrupt ``result.json`` is the
    one file healed: it is derived, so its bytes are set aside and it is written afresh.
 1. **Plan** (:func:`plan_resume`, reads only): which agents were alive when the control process
-   died (``Born`` without ``Died``), which open journal slots can be *rebuilt* (dispatched, no
-   execution result yet, parent rebuilt too — tree order) and which must be *healed* with
-   ``resume_sweep`` semantics (a slot that finished but never settled, a slot whose environment
-   died with no parent left to resume it, a slot that never got an environment, a
-   retained-pending slot); each scripted agent's playback cursor; which child results never
-   reached their parent's log.
+   died (``Born`` without ``Died``; a trunk never ``Born`` -- a kill during start-up, after
+   ``run.json`` -- is rebuilt too, from its start), which open journal slots can be *rebuilt*
+   (dispatched, no execution result yet, parent rebuilt too — tree order) and which must be
+   *healed* with ``resume_sweep`` semantics (a slot that finished but never settled, a slot whose
+   environment died with no parent left to resume it, a slot that never got an environment, a
+   retained-pending slot); each scripted agent's playback cursor; which child results never reached
+   their parent's log.
 2. **Reap**: any process the dead run named that still runs (pid + create time) is killed, and
    resume waits until it is gone (at most :data:`LEFTOVER_WAIT`), so no stale shell can write
    next to the rebuilt one and a finished resume leaves none of them running.
@@ -34,7 +35,6 @@ Order, and why:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -68,7 +68,7 @@ from runtime.settlement.fleet_yield import FleetYield, settlement_status
 from runtime.settlement.release_sweep import RetainedChild, adopt_local, release_sweep, spend_of
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability, bound_to, parse_durability
-from runtime.state.durable import atomic_write_bytes
+from runtime.state.durable import write_json_document
 from runtime.state.journal import NodeState, SpawnJournal
 from runtime.state.run_processes import leftover_processes, still_running
 from runtime.state.session_dir import SessionDir
@@ -120,11 +120,13 @@ class ResumePlan:
     snapshots: dict[str, MobileSnapshot | None] = field(default_factory=dict)
     redeliver: list[tuple[str, str]] = field(default_factory=list)  # (child, parent)
     unreachable: list[tuple[str, str]] = field(default_factory=list)  # parent not resumed
+    trunk_unborn: bool = False  # killed during start-up: the trunk starts from its beginning
 
     def to_json(self) -> dict[str, Any]:
         return {
             "aliveAtCrash": self.alive_at_crash,
             "rebuildTrunk": self.rebuild_trunk,
+            "trunkUnborn": self.trunk_unborn,
             "rebuild": self.rebuild,
             "finished": self.finished,
             "orphaned": self.orphaned,
@@ -176,8 +178,9 @@ def plan_resume(session: SessionDir) -> ResumePlan:
     died = Counter(r["agent"] for r in transcript if r.get("kind") == "Died")
     alive = sorted(a for a in born if born[a] > died[a])
     state = files.journal.state
-    trunk_events = session.events(TRUNK_NAME)
-    rebuild_trunk = TRUNK_NAME in alive or (not born and trunk_events.exists())
+    # a trunk never born (a kill during start-up: run.json, then nothing) never ended either:
+    # it is rebuilt, from its start, and the run goes on as if it had just been started
+    rebuild_trunk = TRUNK_NAME in alive or (TRUNK_NAME not in born and TRUNK_NAME not in died)
     resumed = {TRUNK_NAME} if rebuild_trunk else set()
     rebuild: list[str] = []
     finished: list[str] = []
@@ -213,6 +216,7 @@ def plan_resume(session: SessionDir) -> ResumePlan:
         no_env,
         retained,
     )
+    plan.trunk_unborn = TRUNK_NAME not in born
     for r in transcript:
         if r.get("kind") == "Died" and r["agent"] == TRUNK_NAME:
             plan.trunk_outcome = r.get("outcome")
@@ -401,9 +405,8 @@ def resume_run(
     if secrets.to_json() != SecretPolicy.from_json(run.get("secretEnv")).to_json():
         changed["secretEnv"] = secrets.to_json()
     if changed:
-        kept = json.dumps({**run, **changed}, indent=2).encode()
         with bound_to(session.root, policy):  # what the run now keeps, for resume and check
-            atomic_write_bytes(session.run_spec, kept)
+            write_json_document(session.run_spec, {**run, **changed})
     extra: dict[str, Any] = {}
     if plan.files.corrupt_result is not None:  # derived data: set the bytes aside, rebuild it
         extra["corruptResultSetAside"] = set_aside_result(session).name
@@ -467,7 +470,11 @@ def resume_run(
                 )
             )
         for agent in adopted:
-            first = str(prompt) if agent.parent is None and prompt else None
+            # a child's prompt is in its spawned record: one killed before its log took it
+            # (an empty log) is given it again, as the trunk is given the run's
+            first = (
+                str(prompt) if agent.parent is None and prompt else _prompt_of(fleet, agent.name)
+            )
             if isinstance(agent, ProcessAgent):
                 agent.recover(first, RESUME_NOTE)
             elif agent.log.event_count == 0 and first is not None:
@@ -494,6 +501,12 @@ def resume_run(
             governor.close()
     fy = fleet.write_result(outcome, reply, resumed=True, **extra)
     return ResumeOutcome(outcome, reply, fy, session, plan)
+
+
+def _prompt_of(fleet: Any, name: str) -> str | None:
+    node = fleet.journal.state.nodes.get(name)
+    prompt = node.spawned.get("prompt") if node is not None else None
+    return prompt if isinstance(prompt, str) else None
 
 
 def _end_leftovers(session: SessionDir) -> None:

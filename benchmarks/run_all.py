@@ -43,6 +43,7 @@ ORDER = [
     ),
     ("ral_fuzz", "generated programs and hostile text: typed outcomes only, none over 2 s"),
     ("record_shipping", "a Ray host's event-log append shipped to the driver vs written locally"),
+    ("record_checksum", "a session line's CRC32C: written and read, before vs after"),
     ("traffic_governor", "a rate-limited server: share of the limit used, 429s, 10/100/300 agents"),
     (
         "thousand_agents",
@@ -62,6 +63,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "panic_to_ready": ["5", "20"],
     "shell_roundtrip": ["200"],
     "recovery": ["--duration", "5"],
+    "record_checksum": ["--rounds", "5"],
 }
 """Smoke arguments for benchmarks whose own options are not ``--quick``."""
 

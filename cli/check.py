@@ -57,8 +57,10 @@ def check_command(
     session_dir: str, as_json: bool, no_processes: bool, ray_address: str | None
 ) -> None:
     """Check the invariants of a SESSION_DIR (what `run`, `fleet`, `chat`, `resume` or a drill
-    round left): every child settled once, no process left behind, append-only files intact.
-    It names the run's durability (run.json) and what it promised an acknowledged record.
+    round left): every child settled once, no process left behind, append-only files intact
+    (every record's checksum matches: a changed byte is named by file and line; a session
+    written before checksums is noted as such). It names the run's durability (run.json) and
+    what it promised an acknowledged record.
 
     \b
     Exit codes:

@@ -26,7 +26,7 @@ from runtime.replay.divergence import Divergence, Report, compare, read_facts
 from runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability, parse_durability
-from runtime.state.durable import atomic_write_bytes
+from runtime.state.durable import atomic_write_bytes, read_json_document
 from runtime.state.session_dir import SessionDir
 
 DEFAULT_DEADLINE = 600.0
@@ -187,7 +187,7 @@ def _replay_spec(old: SessionDir, out_dir: str | None) -> RunSpec:
     if out_dir is not None and Path(out_dir).resolve() == old.root:
         raise click.UsageError("--session-dir: a replay never writes into the session it replays")
     try:
-        run = json.loads(old.run_spec.read_text())
+        run = read_json_document(old.run_spec)[0]
     except (OSError, ValueError):
         run = {}
     recorded = scenario.recording or {}

@@ -8,7 +8,6 @@ when cancelled by SIGINT / SIGTERM).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from cli.runner import exit_code, signals_cancel
 from runtime.state import disk_full
 from runtime.state.disk_full import DiskFull
 from runtime.state.durability import Durability
+from runtime.state.durable import read_json_document
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_lock import SessionLive
 from runtime.state.session_read import ResumeRefused
@@ -66,7 +66,8 @@ def resume_command(
     --backend ray each rebuilt agent's process is started on a Ray node, from the session
     directory's files (which hold every agent's records on the driver's machine,
     docs/scale-out.md). Prints what `run` prints, plus one `resumed:` line (what was rebuilt
-    and healed).
+    and healed). A run killed during start-up (run.json written, nothing else) is started from
+    its beginning. Every record's checksum is checked: a changed byte is a damaged file.
 
     \b
     Exit codes:
@@ -128,8 +129,11 @@ def resume_command(
     if not report.silent:
         healed = len(plan.finished) + len(plan.orphaned) + len(plan.no_environment)
         healed += len(plan.retained)
+        trunk = "rebuilt" if plan.rebuild_trunk else "had ended"
+        if plan.trunk_unborn:
+            trunk = "started (the run was killed during start-up)"
         click.echo(
-            f"resumed: trunk {'rebuilt' if plan.rebuild_trunk else 'had ended'}, "
+            f"resumed: trunk {trunk}, "
             f"{len(plan.rebuild)} children rebuilt, "
             f"{healed} slots healed, {len(plan.redeliver)} results re-delivered",
             err=True,
@@ -144,7 +148,7 @@ def _connection_overrides(session: SessionDir, connection: ProviderChoice) -> di
     """The flags given, as :func:`actors.resume.resume_run`'s ``connection``; provider flags on
     a scripted run are refused rather than ignored."""
     try:
-        run = json.loads(session.run_spec.read_text())
+        run = read_json_document(session.run_spec)[0]
         provider = str(run["provider"])
     except (OSError, ValueError, KeyError, TypeError):
         return {}  # resume_run refuses the directory with the precise reason

@@ -11,7 +11,6 @@ settle (``result.json`` says ``cancelled``) before the process exits. What is pr
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import signal
@@ -31,6 +30,7 @@ from cli.backend_options import check_backend, make_backend
 from cli.config import with_config
 from cli.recording import open_recording
 from runtime.credentials import SecretPolicy
+from runtime.drills.fault_switch import pause_point
 from runtime.errors import ScenarioError
 from runtime.mcp.config import McpServer
 from runtime.providers import make_provider
@@ -46,7 +46,7 @@ from runtime.shell.limits import ShellLimits
 from runtime.state import disk_full, durability
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability
-from runtime.state.durable import atomic_write_bytes
+from runtime.state.durable import write_json_document
 from runtime.state.session_dir import SessionDir, SessionDirInUse
 from runtime.state.session_lock import SessionLive, SessionLock
 
@@ -441,6 +441,7 @@ def _run_owned(
 
     disk_full.reset()  # a latch an earlier run in this process tripped is not this run's
     write_run_spec(session, spec, grants)
+    pause_point("run-spec-written")  # a kill here: a run that never got going (resume starts it)
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)
     if recording is not None:
         factory = recording.factory
@@ -551,7 +552,7 @@ def write_run_spec(session: SessionDir, spec: RunSpec, grants: GrantPolicy | Non
     if traffic is not None:
         data["traffic"] = traffic.to_dict()  # resume governs with the limits the run was given
     with durability.bound_to(session.root, spec.durability):
-        atomic_write_bytes(session.run_spec, json.dumps(data, indent=2).encode())
+        write_json_document(session.run_spec, data)
 
 
 def session_path(session: SessionDir) -> str:

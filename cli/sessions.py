@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli import HELP_SETTINGS
+from runtime.state.durable import read_json_document
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_lock import SessionLive
 
@@ -72,7 +73,7 @@ def read_entry(root: Path) -> SessionEntry:
     session = SessionDir(root)
     owner = session.live_owner()
     try:
-        outcome = str(json.loads(session.result.read_text()).get("outcome", "unknown"))
+        outcome = str(read_json_document(session.result)[0].get("outcome", "unknown"))
     except FileNotFoundError:
         outcome = "running" if owner is not None else "unfinished"
     except (OSError, ValueError, AttributeError):

@@ -38,6 +38,7 @@ from runtime.events import (
     Resources,
     SystemNote,
 )
+from runtime.state.checksum import open_line
 
 TabItemKind = Literal[
     "user",
@@ -320,8 +321,8 @@ class LogTail:
         out: list[dict[str, Any]] = []
         for line in lines:
             try:
-                rec = json.loads(line)
-            except ValueError:
+                rec = json.loads(open_line(line)[0])
+            except ValueError:  # a damaged line (ChecksumMismatch is one too)
                 continue
             if isinstance(rec, dict):
                 out.append(rec)

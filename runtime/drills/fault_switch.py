@@ -16,6 +16,10 @@ shell host and ral workers get it explicitly from their shell.
 A **crash point** (:func:`crash_point`) is a named window in the control process where a drill
 or a test needs a SIGKILL to land exactly: with the switch on and ``EXARCH_CRASH_AT`` naming it,
 the process SIGKILLs itself there (a timed kill rarely lands in a window microseconds wide).
+A **pause point** (:func:`pause_point`) is a named moment where a test needs the control
+process stopped while the rest of the system goes on (an agent process logs what it was
+answered): with ``EXARCH_PAUSE_AT`` naming it, the process stops itself (``SIGSTOP``) there,
+and the test SIGKILLs it once what it waits for has happened.
 """
 
 from __future__ import annotations
@@ -32,6 +36,17 @@ CRASH_AT_ENV = "EXARCH_CRASH_AT"
 CRASH_POINTS = frozenset({"settled-before-delivery", "delivered-before-died"})
 """The named windows (:func:`crash_point`): a child's settlement record written and its result
 not yet delivered to its parent; delivered, and its ``Died`` not yet on the bus."""
+
+PAUSE_ENV = "EXARCH_PAUSE_AT"
+"""With the switch on: the name of the :func:`pause_point` at which the process stops."""
+
+PAUSE_POINTS = frozenset({"run-spec-written", "birth-before-admission", "admitted-before-launch"})
+"""Every pause point there is: ``run-spec-written`` -- ``run.json`` written, nothing else of
+the run yet (no transcript, no journal, no agent): a kill there is a kill during start-up;
+``birth-before-admission`` -- an agent process's child was spawned (its parent has its
+receipt) and reported ``Born``, and the fleet has not yet admitted it in the journal;
+``admitted-before-launch`` -- such a child admitted (``dispatched``), not launched: its prompt
+is in no log yet."""
 
 _lock = threading.Lock()
 _scopes = 0
@@ -65,3 +80,16 @@ def crash_point(name: str) -> None:
     assert name in CRASH_POINTS, name
     if os.environ.get(CRASH_AT_ENV) == name and faults_enabled():
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def pause_point(name: str) -> None:
+    """Stop this process (``SIGSTOP``) here if fault injection is on and ``EXARCH_PAUSE_AT`` is
+    ``name`` (one of :data:`PAUSE_POINTS`), so whoever started it can SIGKILL it at exactly
+    this moment (``tests/drills/test_startup_kill.py``, ``tests/drills/test_birth_kill.py``);
+    off (one environment read) in a real run."""
+    assert name in PAUSE_POINTS, name
+    if os.environ.get(PAUSE_ENV) == name and faults_enabled():
+        # sent to this thread: it stops on the way out of the call, before its next step (a
+        # signal sent to the process may be taken by another thread, and this one ran on for
+        # a few milliseconds -- far enough to pass the moment)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)

@@ -62,13 +62,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtime.constants import SESSION_ENV
+from runtime.constants import SESSION_ENV, TRUNK_NAME
 from runtime.drills.session_logs import SessionLogs
 from runtime.errors import ExarchError, SnapshotRefused
 from runtime.settlement.fleet_yield import read_result
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import PROMISES, Durability, parse_durability
-from runtime.state.durable import read_jsonl
+from runtime.state.durable import read_json_document, read_jsonl
 from runtime.state.eventlog import EVENT_SHAPE
 from runtime.state.journal import replay
 from runtime.state.run_processes import (
@@ -209,6 +209,13 @@ def _check_settled(s: SessionLogs) -> InvariantResult:
         if fy.get("spawned") != len(rep.state.nodes):
             bad.append(
                 f"result.json spawned {fy.get('spawned')!r} != journal {len(rep.state.nodes)}"
+            )
+        if result.get("resumed") and not any(
+            r.get("kind") == "Born" and r.get("agent") == TRUNK_NAME for r in s.transcript
+        ):  # what resume did before it started a run killed during start-up
+            bad.append(
+                f"result.json says {result.get('outcome')!r} after a resume, but the trunk was "
+                "never Born: the run was killed during start-up and never ran"
             )
         notes.append(f"outcome {result.get('outcome')!r}")
     return _result("settled", len(rep.state.nodes), bad, notes)
@@ -425,7 +432,31 @@ def _check_files(s: SessionLogs) -> InvariantResult:
         "mid-append, set aside by the next append (bytes kept)"
         for p in session.torn_side_files()
     ]
+    notes += _predates_checksums(s)
     return _result("files-parse", checked, bad, notes)
+
+
+def _predates_checksums(s: SessionLogs) -> list[str]:
+    """What of the session was written before records carried checksums: damage there reads
+    as it is (such a session is accepted; ``runtime/state/checksum.py``)."""
+    bare: list[str] = []
+    old = not s.session.run_spec.exists()
+    for p in (s.session.run_spec, s.session.result):
+        try:
+            if not read_json_document(p)[1]:
+                bare.append(p.name)
+                old = old or p == s.session.run_spec
+        except (OSError, ValueError):
+            continue  # missing, or reported as damage above
+    bare += [f"{p} ({n} lines)" for p, n in s.bare.items()]
+    if not bare:
+        return []
+    more = f" and {len(bare) - 6} more files" if len(bare) > 6 else ""
+    what = "the session predates checksums" if old else "records without a checksum (by hand?)"
+    return [
+        f"{what}: {', '.join(bare[:6])}{more} carry none, so a changed byte there cannot be "
+        "detected"
+    ]
 
 
 def _answered_twice(session: SessionDir) -> list[str]:

@@ -4,7 +4,9 @@ every line that does not, reported rather than raised.
 ``resume`` reads the same files strictly (``runtime/state/session_read.py``: damage refuses). The
 checker must instead go on and report everything it finds, so this reader keeps what reads,
 notes a torn last line (the expected shape of a crash mid-append) and records anything else as
-damage named by file and line. Each file is read once (cached), so the ``files-parse``
+damage named by file and line (a line whose checksum does not match among it). Lines written
+before checksums (``runtime/state/checksum.py``) are counted, so ``check`` can say the session
+predates them. Each file is read once (cached), so the ``files-parse``
 invariant, checked last, reports what the other invariants read.
 """
 
@@ -27,6 +29,7 @@ class SessionLogs:
     session: SessionDir
     damage: list[str] = field(default_factory=list)
     torn: list[str] = field(default_factory=list)
+    bare: dict[Path, int] = field(default_factory=dict)  # lines written before checksums
     cache: dict[Path, list[dict[str, Any]]] = field(default_factory=dict)
 
     def jsonl(self, path: Path, shape: Shape | None = None) -> list[dict[str, Any]]:
@@ -40,6 +43,8 @@ class SessionLogs:
                     self.torn.append(f"{rel}:{d.line}: torn last line ({len(d.text)} B) skipped")
                 else:
                     self.damage.append(d.where(str(rel)))
+            if read.bare:
+                self.bare[rel] = read.bare
             self.cache[path] = read.records
         return self.cache[path]
 

@@ -25,14 +25,13 @@ never reached, an ending it never had) without that counting as a divergence.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.state.durable import read_jsonl
+from runtime.state.durable import read_json_document, read_jsonl
 from runtime.state.session_dir import SessionDir
 
 _SECTION = re.compile(r"^\[(error|value|stdout|stderr|notes)\]$", re.MULTILINE)
@@ -201,7 +200,7 @@ def read_facts(session: SessionDir) -> SessionFacts:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = read_json_document(path)[0]
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

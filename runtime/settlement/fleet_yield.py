@@ -16,14 +16,13 @@ included: a
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
 from runtime.errors import ExarchError
-from runtime.state.durable import atomic_write_bytes, now_iso
+from runtime.state.durable import now_iso, read_json_document, write_json_document
 from runtime.state.journal import SettlementState
 from runtime.state.session_dir import SessionDir
 
@@ -237,7 +236,7 @@ def write_result(
         **extra,
     }
     path = session.result
-    atomic_write_bytes(path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode())
+    write_json_document(path, doc)
     return path
 
 
@@ -248,7 +247,7 @@ def read_result(session: SessionDir) -> tuple[dict[str, Any] | None, str | None]
     a hand edit). ``check`` and ``resume`` both decide with this, so they agree."""
     path = session.result
     try:
-        doc = json.loads(path.read_bytes())
+        doc = read_json_document(path)[0]
     except FileNotFoundError:
         return None, None
     except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:

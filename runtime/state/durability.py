@@ -68,6 +68,7 @@ from pathlib import Path, PurePath
 from typing import Literal
 
 from runtime.errors import ExarchError
+from runtime.state.checksum import ChecksumMismatch, open_line, seal_line
 from runtime.state.disk_full import NO_SPACE, disk_full
 from runtime.state.private import FILE_MODE, private_dirs
 
@@ -398,7 +399,7 @@ def set_aside_torn(
         "length": len(data),
         "bytes": base64.b64encode(data).decode("ascii"),
     }
-    line = (json.dumps(record) + "\n").encode()
+    line = seal_line(json.dumps(record).encode())
     _one_shot(torn_path(path), line, sync_for(path) if sync is None else sync)
 
 
@@ -416,8 +417,8 @@ def _last_line_start(fd: int, size: int) -> int:
 
 def _is_record(raw: bytes) -> bool:
     try:
-        return isinstance(json.loads(raw), dict)
-    except (ValueError, UnicodeDecodeError):
+        return isinstance(json.loads(open_line(raw)[0]), dict)
+    except (ValueError, UnicodeDecodeError, ChecksumMismatch):
         return False
 
 

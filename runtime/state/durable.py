@@ -33,6 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from runtime.state import durability
+from runtime.state.checksum import (
+    ChecksumMismatch,
+    open_document,
+    open_line,
+    seal_document,
+    seal_line,
+)
 from runtime.state.durability import TORN_SUFFIX, set_aside_torn, torn_path, write_all
 from runtime.state.private import FILE_MODE, private_dirs
 
@@ -46,10 +53,12 @@ __all__ = [
     "atomic_write_bytes",
     "jsonl_line",
     "now_iso",
+    "read_json_document",
     "read_jsonl",
     "set_aside_torn",
     "stamped_line",
     "torn_path",
+    "write_json_document",
     "write_jsonl",
 ]
 
@@ -73,10 +82,12 @@ def now_iso() -> str:
 
 
 def jsonl_line(record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-    """``record`` (with ``"at"`` added if absent) and its JSON line."""
+    """``record`` (with ``"at"`` added if absent) and its sealed JSON line (its checksum the
+    last member, :mod:`runtime.state.checksum`): every JSON line of a session is made here or
+    in :func:`stamped_line`."""
     if "at" not in record:
         record = {**record, "at": now_iso()}
-    return record, (_encoder.encode(record) + "\n").encode()
+    return record, seal_line(_encoder.encode(record).encode())
 
 
 def stamped_line(record: dict[str, Any]) -> tuple[bytes, int]:
@@ -86,8 +97,8 @@ def stamped_line(record: dict[str, Any]) -> tuple[bytes, int]:
     if "at" in record:  # replaced, never written twice
         record = {k: v for k, v in record.items() if k != "at"}
     body = _encoder.encode(record)
-    line = f'{body[:-1]}, "at": "{now_iso()}"}}\n'.encode()
-    return line, len(body.encode()) + 1
+    line = f'{body[:-1]}, "at": "{now_iso()}"}}'.encode()
+    return seal_line(line), len(body.encode()) + 1
 
 
 def write_jsonl(
@@ -213,6 +224,8 @@ class JsonlRead:
     records: list[dict[str, Any]] = field(default_factory=list)
     damage: list[Damage] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)  # the line of each record
+    sealed: int = 0  # records that carried a checksum (and matched it)
+    bare: int = 0  # records without a checksum: written before checksums, or by hand
 
     @property
     def torn(self) -> bool:
@@ -227,9 +240,11 @@ class JsonlRead:
 def read_jsonl(path: str | os.PathLike[str], shape: Shape | None = None) -> JsonlRead:
     """Read every usable record; report the rest. A missing file reads as empty.
 
-    A line that is not a JSON object, or (with ``shape``) a record that breaks the shape, is
-    damage; a file that cannot be read at all is one damage at line 0. Never raises for what
-    the file holds."""
+    A line whose checksum does not match (:mod:`runtime.state.checksum`), a line that is not a
+    JSON object, or (with ``shape``) a record that breaks the shape, is damage; a file that
+    cannot be read at all is one damage at line 0. A line without a checksum (written before
+    checksums, or repaired by hand without its ``crc`` member) reads as before, counted in
+    ``bare``. Never raises for what the file holds."""
     out = JsonlRead()
     try:
         data = Path(path).read_bytes()
@@ -248,13 +263,25 @@ def read_jsonl(path: str | os.PathLike[str], shape: Shape | None = None) -> Json
         torn = i == len(lines) and not ends_clean
         text = raw[:200].decode("utf-8", "replace")
         try:
-            obj = json.loads(raw)
+            covered, sealed = open_line(raw)
+        except ChecksumMismatch as e:
+            out.damage.append(Damage(i, torn, text, str(e)))
+            continue
+        try:
+            obj = json.loads(covered)
         except (ValueError, UnicodeDecodeError, RecursionError):
             out.damage.append(Damage(i, torn, text, "not JSON"))
             continue
         if not isinstance(obj, dict):
             out.damage.append(Damage(i, torn, text, "not a JSON object"))
             continue
+        if sealed:
+            out.sealed += 1
+        elif "crc" in obj:
+            out.damage.append(Damage(i, torn, text, "damaged checksum member"))
+            continue
+        else:
+            out.bare += 1
         problem = shape.problem(obj) if shape is not None else None
         if problem is not None:
             out.damage.append(Damage(i, False, text, problem))
@@ -262,6 +289,23 @@ def read_jsonl(path: str | os.PathLike[str], shape: Shape | None = None) -> Json
         out.records.append(obj)
         out.lines.append(i)
     return out
+
+
+def write_json_document(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
+    """Replace ``path`` with ``doc`` as an indented JSON document sealed with its checksum
+    (``run.json``, ``result.json``), atomically (:func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, seal_document(doc))
+
+
+def read_json_document(path: str | os.PathLike[str]) -> tuple[Any, bool]:
+    """The JSON document at ``path`` and whether it carried a checksum (one written before
+    checksums did not). Raises ``OSError`` (``FileNotFoundError``), ``ValueError`` for what is
+    not JSON, and :class:`ChecksumMismatch` (a ``ValueError``) for a changed byte."""
+    covered, sealed = open_document(Path(path).read_bytes())
+    doc = json.loads(covered)
+    if not sealed and isinstance(doc, dict) and "crc" in doc:
+        raise ChecksumMismatch("damaged checksum member")
+    return doc, sealed
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

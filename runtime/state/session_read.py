@@ -16,7 +16,6 @@ from the trunk's ``Died``), so a corrupt one is set aside and rebuilt (:func:`se
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from runtime.settlement.fleet_yield import read_result
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability
-from runtime.state.durable import JsonlRead, Shape, read_jsonl
+from runtime.state.durable import JsonlRead, Shape, read_json_document, read_jsonl
 from runtime.state.eventlog import EVENT_SHAPE
 from runtime.state.journal import Replay, replay
 from runtime.state.session_dir import SessionDir
@@ -196,7 +195,7 @@ def read_run(session: SessionDir) -> dict[str, Any]:
     """``run.json``, checked for what restarting the run needs; :class:`ResumeRefused`."""
     path = session.run_spec
     try:
-        run = json.loads(path.read_bytes())
+        run = read_json_document(path)[0]
     except FileNotFoundError:
         raise ResumeRefused(
             f"{session.root}: no {path.name}, so nothing says how to restart it"

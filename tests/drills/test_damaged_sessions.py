@@ -14,9 +14,10 @@ import pytest
 from click.testing import Result
 
 from runtime.drills.invariant_check import check_session
-from runtime.state.durable import read_jsonl
+from runtime.state.durable import read_json_document, read_jsonl
 from runtime.state.session_dir import SessionDir
 from tests.drills.conftest import copy_session, exarch_cli
+from tests.support.records import record_of, rewrite_document, sealed
 
 
 @pytest.fixture
@@ -103,9 +104,7 @@ def test_a_lost_journal_is_refused_by_resume_and_violates_check(session: Path, d
 
 def test_check_flags_a_finished_session_whose_journal_is_emptied(finished: Path) -> None:
     (finished / "spawn-journal.jsonl").write_bytes(b"")
-    (finished / "result.json").write_text(
-        json.dumps({**json.loads((finished / "result.json").read_text()), "fleetYield": {}})
-    )
+    rewrite_document(finished / "result.json", fleetYield={})
     report = check_session(SessionDir(finished))
     assert any(
         "spawn-journal.jsonl is empty: transcript.jsonl records 2 Born child(ren) it never "
@@ -186,9 +185,9 @@ def test_an_event_record_of_the_wrong_shape_is_damage_not_a_crash(session: Path)
     path = session / "agents" / "slow" / "events.jsonl"
     lines = path.read_text().splitlines(keepends=True)
     i = next(i for i, raw in enumerate(lines) if '"kind": "assistant"' in raw)
-    record = json.loads(lines[i])
+    record = record_of(lines[i])
     record["message"]["tool_calls"] = [7]
-    lines[i] = json.dumps(record) + "\n"
+    lines[i] = sealed(record).decode()
     path.write_text("".join(lines))
     res = resume(session)
     assert res.exit_code == 2
@@ -201,7 +200,7 @@ def test_a_died_record_with_an_unknown_outcome_is_refused_from_the_transcript(
     path = session / "transcript.jsonl"
     lines = path.read_text().splitlines(keepends=True)
     i = next(i for i, raw in enumerate(lines) if '"kind": "Died"' in raw)
-    lines[i] = lines[i].replace('"outcome": "replied"', '"outcome": "bogus"')
+    lines[i] = sealed({**record_of(lines[i]), "outcome": "bogus"}).decode()
     path.write_text("".join(lines))
     res = resume(session)
     assert res.exit_code == 2
@@ -209,7 +208,7 @@ def test_a_died_record_with_an_unknown_outcome_is_refused_from_the_transcript(
 
 
 def test_a_damaged_run_json_and_a_vanished_scenario_are_refused(session: Path) -> None:
-    run = json.loads((session / "run.json").read_text())
+    run = read_json_document(session / "run.json")[0]
     Path(run["scenario"]).rename(Path(run["scenario"]).with_suffix(".gone"))
     try:
         res = resume(session)
@@ -217,7 +216,7 @@ def test_a_damaged_run_json_and_a_vanished_scenario_are_refused(session: Path) -
         assert "the scenario this run was started with cannot be read" in res.output
     finally:
         Path(run["scenario"]).with_suffix(".gone").rename(run["scenario"])
-    (session / "run.json").write_text(json.dumps({**run, "provider": 3}))
+    rewrite_document(session / "run.json", provider=3)
     res = resume(session)
     assert res.exit_code == 2 and "run.json is damaged: provider 3" in res.output
 
@@ -233,8 +232,7 @@ def test_a_damaged_run_json_and_a_vanished_scenario_are_refused(session: Path) -
 def test_damaged_grants_or_limits_in_run_json_are_refused_by_name_not_a_traceback(
     session: Path, field: str, value: object
 ) -> None:
-    run = json.loads((session / "run.json").read_text())
-    (session / "run.json").write_text(json.dumps({**run, field: value}))
+    rewrite_document(session / "run.json", **{field: value})
     res = resume(session)
     assert res.exit_code == 2, res.output
     assert f"run.json is damaged: {field} is unreadable" in res.output

@@ -16,6 +16,7 @@ from runtime.state.session_dir import SessionDir
 from runtime.state.session_records import commit_record
 from runtime.state.snapshot import MobileSnapshot
 from tests.drills.conftest import run_scenario_text
+from tests.support.records import sealed
 
 FANOUT = """
 [fleet]
@@ -134,7 +135,7 @@ def _kid_loses_y(healthy: Path, *, later_writes_fail: bool, control_died: bool) 
             if control_died:
                 r = {**r, "outcome": "failed", "cause": "control process died"}
         out.append(r)
-    (healthy / "transcript.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
+    (healthy / "transcript.jsonl").write_bytes(b"".join(sealed(r) for r in out))
     return check_session(SessionDir(healthy)).get("committed").status
 
 

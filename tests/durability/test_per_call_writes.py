@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from runtime.messages import AssistantMessage, StopReason, ToolCall, ToolResult, Usage
 from runtime.state import durability
+from runtime.state.checksum import open_line
 from runtime.state.durability import Durability
 from runtime.state.durable import now_iso, read_jsonl, stamped_line
 from runtime.state.eventlog import AgentLog
@@ -47,7 +48,9 @@ def test_a_stamped_line_is_the_record_plus_its_stamp_and_counts_the_records_own_
 ) -> None:
     line, size = stamped_line(record)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
-    parsed = json.loads(line)
+    covered, sealed = open_line(line.rstrip(b"\n"))
+    assert sealed, "the line carries its checksum"
+    parsed = json.loads(covered)
     assert STAMP.match(parsed.pop("at"))
     assert parsed == record and list(parsed) == list(record)  # same keys, same order
     assert size == len(json.dumps(record, ensure_ascii=False).encode()) + 1

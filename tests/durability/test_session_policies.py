@@ -19,6 +19,7 @@ from runtime.state.session_dir import SessionDir
 from runtime.state.session_read import ResumeRefused, read_run
 from tests.drills.conftest import kill_mid_run
 from tests.support.fsyncs import CountingFsync
+from tests.support.records import rewrite_document
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,15 +102,12 @@ def test_resume_keeps_the_policy_run_json_names(tmp_path: Path) -> None:
 
 def test_run_json_with_an_unknown_durability_is_refused_by_name(tmp_path: Path) -> None:
     _run(tmp_path / "s", Durability.PROCESS)
-    run = json.loads((tmp_path / "s" / "run.json").read_text())
-    (tmp_path / "s" / "run.json").write_text(json.dumps({**run, "durability": "disk"}))
+    rewrite_document(tmp_path / "s" / "run.json", durability="disk")
     with pytest.raises(ResumeRefused, match="durability 'disk' is not one of"):
         read_run(SessionDir(tmp_path / "s"))
 
 
 def test_a_session_older_than_the_knob_reads_as_process(tmp_path: Path) -> None:
     _run(tmp_path / "s", Durability.PROCESS)
-    run = json.loads((tmp_path / "s" / "run.json").read_text())
-    del run["durability"]
-    (tmp_path / "s" / "run.json").write_text(json.dumps(run))
+    rewrite_document(tmp_path / "s" / "run.json", durability=...)
     assert check_session(SessionDir(tmp_path / "s")).durability is Durability.PROCESS

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from runtime.state.journal import (
     fold_settlement,
     replay,
 )
+from tests.support.records import record_of, sealed
 
 Op = tuple[str, str, dict[str, Any]]
 
@@ -154,9 +154,9 @@ def test_a_reused_seq_is_refused_on_replay(ops: list[Op], data) -> None:
         lines = path.read_bytes().splitlines()
         i = data.draw(st.integers(1, len(lines) - 1), label="victim")
         reused = data.draw(st.integers(0, i - 1), label="reused")
-        rec = json.loads(lines[i])
+        rec = record_of(lines[i])
         rec["seq"] = reused
-        lines[i] = json.dumps(rec).encode()
+        lines[i] = sealed(rec).rstrip(b"\n")
         path.write_bytes(b"\n".join(lines) + b"\n")
         with pytest.raises(DuplicateSeq):
             replay(path)

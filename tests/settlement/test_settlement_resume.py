@@ -27,6 +27,7 @@ from runtime.state.journal import (
     StaleReceipt,
     replay,
 )
+from tests.support.records import record_of, sealed
 
 FAST = SweepPolicy(Backoff(attempts=2, base=0.01), grace=1.0)
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,8 +103,8 @@ def _journal_with_retained(tmp_path: Path, reap: Any) -> tuple[SpawnJournal, Loc
 
 
 def _append_raw(path: Path, rec: dict[str, Any]) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(rec) + "\n")
+    with path.open("ab") as f:
+        f.write(sealed(rec))
 
 
 def test_resume_refuses_a_receipt_for_a_mismatched_environment_and_writes_nothing(
@@ -179,12 +180,12 @@ def test_resume_never_kills_a_process_that_reused_the_recorded_pid(tmp_path: Pat
     e = admit(j, "c", ex, ExecutionSpec("c", argv=SLEEP))
     assert e is not None
     # rewrite the journal as if the recorded process had started long before this one
-    lines = [json.loads(x) for x in j.path.read_text().splitlines()]
+    lines = [record_of(x) for x in j.path.read_text().splitlines()]
     for r in lines:
         if r.get("phase") == "environment":
             assert e.pid_started_at is not None
             r["pidStartedAt"] = e.pid_started_at - 1000
-    j.path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    j.path.write_bytes(b"".join(sealed(r) for r in lines))
     report = resume_sweep(j.path, policy=FAST)
     [out] = report.outcomes
     assert out.retained == "release-unconfirmed" and report.recovered == {"c": False}

@@ -13,6 +13,12 @@ The "model" is a stateless policy read off the request's conversation:
   replies with the sum of their replies (and again when it is turned back to verify);
 - a child (its prompt is ``child I``) makes ``calls`` ral calls, the last one ``reply I``.
 
+With ``resumable``, the trunk reads the conversation as a model would after a resume: a
+collection whose result says it did not complete (the control process died during it, and
+``resume`` marked it interrupted) is made again, instead of going on to ``reply $total`` with
+nothing collected. A scripted provider cannot: it plays its rounds by position
+(docs/drills.md, "Resuming a scripted run").
+
 So a run of N children makes N x ``calls`` child requests and about four of the trunk's.
 """
 
@@ -76,6 +82,8 @@ class FleetModel:
     calls: int = 5
     latency: float = 0.0
     headers: bool = True
+    resumable: bool = False
+    """Collect again when the collection's result says it was interrupted (see above)."""
     """Send the rate-limit headers (False: a server that only ever says 429)."""
     ok: int = 0
     refused: int = 0
@@ -157,7 +165,7 @@ class FleetModel:
         texts = _user_texts(body, self.dialect)
         first = texts[0] if texts else ""
         calls_made = _tool_results(body, self.dialect)
-        child = CHILD.match(first.strip())
+        child = CHILD.match(first.strip().split("\n", 1)[0])  # a resume note may follow it
         if child is not None:
             i = int(child.group(1))
             script = f"reply {i}" if calls_made + 1 >= self.calls else f"let x{calls_made} = {i}"
@@ -165,6 +173,8 @@ class FleetModel:
         if calls_made == 0:
             script = "; ".join(f"agent c{i} 'child {i}'" for i in range(self.children))
             return self._call("call_spawn", script, usage)
+        if self.resumable and not _collected(body, self.dialect):
+            return self._call(f"call_wait{calls_made}", COLLECT, usage)
         if calls_made == 1:  # one call collects every child (agent-wait), then replies
             return self._call("call_wait", COLLECT, usage)
         return self._call(f"call_r{calls_made}", "reply $total", usage)
@@ -194,6 +204,27 @@ def _user_texts(body: dict[str, Any], dialect: str) -> list[str]:
                 if isinstance(block, dict) and block.get("type") == "text":
                     out.append(str(block.get("text", "")))
     return out
+
+
+def _collected(body: dict[str, Any], dialect: str) -> bool:
+    """Whether a collection (``call_wait*``) has a result that is not an error or interrupted."""
+    for m in body.get("messages") or ():
+        if dialect == "openai" and m.get("role") == "tool":
+            results = [(str(m.get("tool_call_id")), m.get("content"))]
+        elif dialect == "anthropic" and isinstance(m.get("content"), list):
+            results = [
+                (str(b.get("tool_use_id")), b.get("content"))
+                for b in m["content"]
+                if isinstance(b, dict) and b.get("type") == "tool_result"
+            ]
+        else:
+            continue
+        for call_id, content in results:
+            text = content if isinstance(content, str) else json.dumps(content)
+            broken = "[error]" in text[:80] or "interrupted" in text or "cancelled" in text
+            if call_id.startswith("call_wait") and not broken:
+                return True
+    return False
 
 
 def _tool_results(body: dict[str, Any], dialect: str) -> int:
