@@ -168,6 +168,8 @@ def test_a_full_disk_stops_the_run_with_one_message_and_resume_finishes_it_once_
     assert "free on its file system" in run.stderr
     assert run.stderr.rstrip().endswith("outcome: failed")
     done_before = {c: _results(session, c) for c in ("c0", "c1", "c2", "c3")}
+    journal = read_jsonl(session / "spawn-journal.jsonl").records
+    settled_before = {str(r["id"]) for r in journal if r.get("kind") == "settled"}
 
     full = _exarch("resume", str(session))  # nothing freed yet: refused the same way
     assert full.returncode == 1, full.stderr
@@ -178,7 +180,6 @@ def test_a_full_disk_stops_the_run_with_one_message_and_resume_finishes_it_once_
     resumed = _exarch("resume", str(session))
     assert resumed.returncode == 0, resumed.stderr
     assert "outcome: replied" in resumed.stderr
-    quiesced = 0
     for child, before in done_before.items():
         after = _results(session, child)
         # no completed call lost: every result written before the stop is there as it was
@@ -188,12 +189,15 @@ def test_a_full_disk_stops_the_run_with_one_message_and_resume_finishes_it_once_
         replied = [t for t in after.values() if t == "[value]\nunit"]
         assert len(outputs) + len(interrupted) + len(replied) == 41  # every call answered once
         assert len(interrupted) <= 1  # at most the call in flight when the disk filled
-        # A scripted child whose `reply` was the call in flight moves on past it (its replies
-        # are positional) and quiesces; a model would be told and reply again.
-        quiesced += not replied
-    assert f"children: {quiesced} quiesced, {4 - quiesced} replied" in resumed.stderr or (
-        quiesced == 0 and "children: 4 replied" in resumed.stderr
-    )
+    # A scripted child whose `reply` was the call in flight moves on past it (its replies are
+    # positional) and quiesces; a model would be told and reply again. So does one whose `reply`
+    # returned but whose settlement the full disk refused: its reply's value was never durable
+    # (a known gap, docs/drills.md "A full disk"). A child settled before the stop never does.
+    ended = re.search(r"children: (?:(\d+) quiesced, )?(\d+) replied", resumed.stderr)
+    assert ended is not None, resumed.stderr
+    gone = int(ended.group(1) or 0)
+    assert gone + int(ended.group(2)) == 4
+    assert gone <= 4 - len(settled_before), "a child settled before the stop lost its reply"
     check = _exarch("check", str(session))
     assert check.returncode == 0, check.stdout + check.stderr
 
