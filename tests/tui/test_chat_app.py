@@ -59,6 +59,7 @@ def test_a_typed_prompt_reaches_the_trunk_and_its_scripted_reply_and_ral_call_ap
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agents", ["thread", "process"])
 def test_branch_opens_a_focused_conversing_tab_that_answers_in_its_own_tab(
     tmp_path: Path, agents: Literal["thread", "process"]
@@ -99,6 +100,7 @@ ral = ["sleep 20"]
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agents", ["thread", "process"])
 def test_esc_during_a_long_sleep_cancels_the_turn_while_an_earlier_sub_agent_keeps_running(
     tmp_path: Path, agents: Literal["thread", "process"]
@@ -135,6 +137,7 @@ def test_esc_during_a_long_sleep_cancels_the_turn_while_an_earlier_sub_agent_kee
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agents", ["thread", "process"])
 def test_clear_empties_the_tab_and_nothing_from_before_returns(
     tmp_path: Path, agents: Literal["thread", "process"]
@@ -182,6 +185,7 @@ def test_clear_empties_the_tab_and_nothing_from_before_returns(
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_resources_shows_the_card_and_neither_it_nor_tab_focus_renews_anything(
     tmp_path: Path,
 ) -> None:
@@ -259,6 +263,7 @@ class _Swappable(ScriptedProvider):
         )
 
 
+@pytest.mark.slow
 def test_model_swap_typed_mid_turn_lands_on_the_next_turn_never_mid_turn(tmp_path: Path) -> None:
     served: list[tuple[str, str]] = []
 
@@ -296,6 +301,7 @@ def test_model_swap_typed_mid_turn_lands_on_the_next_turn_never_mid_turn(tmp_pat
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_a_slash_command_rejected_by_a_full_inbox_shows_on_the_error_line(
     tmp_path: Path,
 ) -> None:
@@ -328,6 +334,7 @@ def test_a_slash_command_rejected_by_a_full_inbox_shows_on_the_error_line(
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agents", ["thread", "process"])
 def test_ctrl_c_once_interrupts_and_twice_quits_leaving_no_process(
     tmp_path: Path, agents: Literal["thread", "process"]
@@ -391,6 +398,7 @@ ral = ["sleep 1", "reply 'counted'"]
 """
 
 
+@pytest.mark.slow
 def test_a_tab_hidden_while_its_agent_answers_shows_the_end_of_the_answer_when_shown_again(
     tmp_path: Path,
 ) -> None:
