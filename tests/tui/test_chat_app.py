@@ -53,7 +53,12 @@ def test_a_typed_prompt_reaches_the_trunk_and_its_scripted_reply_and_ral_call_ap
             call = _ral(c, "trunk", "echo checked")
             assert call is not None and call.result is not None and "checked" in call.result
             assert "never sent" not in c.text()
-            await c.until(lambda: "scripted:chat" in c.app.status_line, what="the status line")
+            # the status line is redrawn on its own tick: one drawn before the turn took the
+            # prompt still shows it queued ("inbox 1 ... turns 0"; seen on a quiet box)
+            await c.until(
+                lambda: "scripted:chat" in c.app.status_line and "turns 1" in c.app.status_line,
+                what="the status line after the turn",
+            )
             assert "inbox 0" in c.app.status_line and "trunk" in c.app.status_line
 
     asyncio.run(scenario())
