@@ -288,7 +288,7 @@ def one(
             sampled = names[:PSS_SAMPLE]
             for name in sampled:
                 agent = fleet.hosted[name]
-                pss += _pss(agent.shell_pid())
+                pss += _pss(_shell_pid(agent))
                 if isinstance(agent, ProcessAgent):
                     pss += _pss(agent.pid)
             shells = [_shell_pid(fleet.hosted[x]) for x in names]

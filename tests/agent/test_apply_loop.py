@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from runtime.constants import MAX_STEPS
 from runtime.messages import EMPTY_REPLY_STUB
 from tests.agent.conftest import Run
@@ -25,6 +27,7 @@ def _results(run: Run) -> list[dict[str, object]]:
 # --- admission at the commit boundary (X2 / X7) ----------------------------------------------
 
 
+@pytest.mark.slow
 def test_non_json_tool_arguments_are_committed_as_an_empty_object_and_answered_as_missing_script(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -54,6 +57,7 @@ def test_non_json_tool_arguments_are_committed_as_an_empty_object_and_answered_a
     )
 
 
+@pytest.mark.slow
 def test_an_empty_assistant_reply_is_committed_with_the_stub_and_repaired_by_a_nudge(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -78,6 +82,7 @@ def test_an_empty_assistant_reply_is_committed_with_the_stub_and_repaired_by_a_n
     assert events[i + 1]["kind"] == "nudge" and events[i + 1]["nudge"] == "empty_repair"
 
 
+@pytest.mark.slow
 def test_every_requested_tool_id_gets_exactly_one_result_in_request_order(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -109,6 +114,7 @@ def test_every_requested_tool_id_gets_exactly_one_result_in_request_order(
 # --- max tokens ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_max_tokens_without_a_tool_call_keeps_the_partial_and_posts_a_continue_nudge(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -139,6 +145,7 @@ def test_max_tokens_without_a_tool_call_keeps_the_partial_and_posts_a_continue_n
     assert run.stdout.strip() == "42"
 
 
+@pytest.mark.slow
 def test_a_scripted_truncated_error_also_keeps_the_partial_and_continues(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -163,6 +170,7 @@ def test_a_scripted_truncated_error_also_keeps_the_partial_and_continues(
     assert not run.kinds("transcript.jsonl", "ProviderError")
 
 
+@pytest.mark.slow
 def test_max_tokens_with_tool_calls_dispatches_them_and_posts_no_continue_nudge(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -192,6 +200,7 @@ def test_max_tokens_with_tool_calls_dispatches_them_and_posts_no_continue_nudge(
 # --- MAX_STEPS --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_turn_that_never_stops_calling_tools_is_capped_at_max_steps_and_never_re_driven(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -218,6 +227,7 @@ def test_a_turn_that_never_stops_calling_tools_is_capped_at_max_steps_and_never_
     assert [d["outcome"] for d in died] == ["capped"]
 
 
+@pytest.mark.slow
 def test_an_unbudgeted_pin_reminder_loop_is_bounded_by_max_steps_across_self_nudges(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -240,6 +250,7 @@ def test_an_unbudgeted_pin_reminder_loop_is_bounded_by_max_steps_across_self_nud
 # --- provider errors --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_rate_limit_surfaces_as_a_provider_error_event_and_never_as_a_nudge(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -264,6 +275,7 @@ def test_a_rate_limit_surfaces_as_a_provider_error_event_and_never_as_a_nudge(
     assert "rate" not in texts.lower(), "nothing about the failure reaches the model"
 
 
+@pytest.mark.slow
 def test_an_exhausted_transport_in_a_child_fails_the_child_without_a_nudge_and_the_parent_hears(
     run_scenario: Callable[..., Run],
 ) -> None:

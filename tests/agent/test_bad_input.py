@@ -10,6 +10,7 @@ import pytest
 from tests.agent.conftest import Run, exarch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("toml", "where", "what"),
     [
@@ -33,11 +34,13 @@ def test_a_malformed_scenario_exits_2_with_the_file_position(
     assert not (run.session / "result.json").exists(), "nothing ran"
 
 
+@pytest.mark.slow
 def test_a_missing_scenario_file_exits_2(tmp_path: Path) -> None:
     p = exarch(["run", str(tmp_path / "nope.toml")], cwd=tmp_path)
     assert p.returncode == 2 and "nope.toml" in p.stderr
 
 
+@pytest.mark.slow
 def test_network_flags_on_the_scripted_provider_exit_2(run_scenario: Callable[..., Run]) -> None:
     run = run_scenario('[fleet]\nprompt = "x"\n', "--timeout", "1")
     assert run.code == 2 and "network providers only" in run.stderr

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from runtime.fleet.compaction import SUMMARY_PREAMBLE
 from runtime.messages import UserMessage
 from tests.agent.conftest import Live, Run
@@ -34,6 +36,7 @@ ral = ["reply (add $a $b)"]
 """
 
 
+@pytest.mark.slow
 def test_usage_in_the_top_15_percent_of_the_window_appends_a_compacted_record(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -50,6 +53,7 @@ def test_usage_in_the_top_15_percent_of_the_window_appends_a_compacted_record(
     assert len(notices) == 1
 
 
+@pytest.mark.slow
 def test_usage_under_the_threshold_never_compacts(run_scenario: Callable[..., Run]) -> None:
     run = run_scenario(SCENARIO.replace("usage_tokens = 860", "usage_tokens = 840"))
     assert run.code == 0, run.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from runtime.constants import DISK_WARN_CHECK_INTERVAL
 from tests.agent.conftest import Live, Run
 from tests.support.waiting import wait_for
@@ -23,6 +25,7 @@ repeat = 2
 """
 
 
+@pytest.mark.slow
 def test_a_disk_ceiling_warns_once_per_excursion_checked_every_32_calls(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -51,6 +54,7 @@ def test_without_a_ceiling_nothing_is_walked_and_nothing_is_said(
     assert not [n for n in live.kinds("SystemNote") if "disk" in n["text"]]
 
 
+@pytest.mark.slow
 def test_an_armed_schedule_parks_the_agent_until_it_wakes_it(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -90,6 +94,7 @@ def test_an_armed_schedule_parks_the_agent_until_it_wakes_it(
     assert unschedule[0]["value"] == "[value]\ntrue"
 
 
+@pytest.mark.slow
 def test_a_pin_is_reminded_with_must_reply_additively_and_repeats_while_pinned(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -165,6 +170,7 @@ def test_a_schedule_on_a_child_holds_it_until_its_wakeup_and_then_it_replies(
 SIX_HUNDRED_KB = "join (map { |x| '" + "x" * 100 + "' } (range 6000))"
 
 
+@pytest.mark.slow
 def test_the_disk_warning_counts_the_scratch_directory_inside_the_session_once(
     run_scenario: Callable[..., Run],
 ) -> None:

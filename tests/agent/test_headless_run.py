@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.agent.conftest import ROOT, Run
 
 
+@pytest.mark.slow
 def test_the_readme_fanout_example_replies_with_the_verified_total(
     run_scenario: Callable[..., Run],
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import pytest
+
 from tests.agent.conftest import Run, exarch
 
 LIMITED = """
@@ -26,6 +28,7 @@ ral = ["cancel $w; reply $small"]
 """
 
 
+@pytest.mark.slow
 def test_run_refuses_a_big_binding_and_a_second_worker_under_its_flags_and_check_holds(
     run_scenario: Callable[..., Run],
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from runtime.messages import AssistantMessage, ToolResult, UserMessage
 from tests.agent.conftest import Live, Run
 from tests.agent.providers import Recording
@@ -75,6 +77,7 @@ def test_without_memory_a_child_inherits_nothing_but_its_prompt(
     assert next(e["kind"] for e in live.events("kid")) == "user"
 
 
+@pytest.mark.slow
 def test_the_spawn_receipt_says_memory_and_bad_options_are_refused_by_name(
     run_scenario: Callable[..., Run],
 ) -> None:

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.agent.conftest import ROOT, exarch, read_records
 from tests.support.protocol_servers import (
     Exchange,
@@ -58,6 +60,7 @@ def _anthropic_call(call_id: str, script: str) -> Exchange:
     )
 
 
+@pytest.mark.slow
 def test_openai_run_calls_ral_then_replies(protocol_server: ProtocolServer, tmp_path: Path) -> None:
     protocol_server.script(
         _openai_call("call_1", "ral", json.dumps({"script": "let x = add 40 2"})),
@@ -78,6 +81,7 @@ def test_openai_run_calls_ral_then_replies(protocol_server: ProtocolServer, tmp_
     assert result["outcome"] == "replied" and result["reply"] == "42"
 
 
+@pytest.mark.slow
 def test_anthropic_run_calls_ral_then_replies(
     protocol_server: ProtocolServer, tmp_path: Path
 ) -> None:
@@ -103,6 +107,7 @@ def test_anthropic_run_calls_ral_then_replies(
     assert read_records(session / "transcript.jsonl")
 
 
+@pytest.mark.slow
 def test_unknown_tools_and_broken_arguments_are_answered_in_order_on_the_wire(
     protocol_server: ProtocolServer, tmp_path: Path
 ) -> None:
@@ -137,6 +142,7 @@ def test_unknown_tools_and_broken_arguments_are_answered_in_order_on_the_wire(
     assert [r["call_id"] for r in io[:3]] == ["c1", "c2", "c3"]
 
 
+@pytest.mark.slow
 def test_a_provider_that_never_answers_times_out_into_a_provider_error_and_the_run_fails(
     protocol_server: ProtocolServer, tmp_path: Path
 ) -> None:
@@ -152,6 +158,7 @@ def test_a_provider_that_never_answers_times_out_into_a_provider_error_and_the_r
     assert [e["kind"] for e in events] == ["user"], "no nudge, nothing committed"
 
 
+@pytest.mark.slow
 def test_a_rate_limited_request_is_retried_and_the_run_still_replies(
     protocol_server: ProtocolServer, tmp_path: Path
 ) -> None:
@@ -167,6 +174,7 @@ def test_a_rate_limited_request_is_retried_and_the_run_still_replies(
     assert not [r for r in transcript if r["kind"] == "ProviderError"]
 
 
+@pytest.mark.slow
 def test_chat_sends_no_system_prompt_and_no_tool_and_prints_the_answer(
     protocol_server: ProtocolServer, tmp_path: Path
 ) -> None:
@@ -196,6 +204,7 @@ def test_a_model_swap_on_a_network_provider_keeps_the_endpoint_and_changes_the_m
     assert (r.model, s.model, s.name) == ("a", "b", "anthropic")
 
 
+@pytest.mark.slow
 def test_a_stream_that_never_ends_is_cancelled_by_ctrl_c_and_the_run_exits_130(
     protocol_server: ProtocolServer, tmp_path: Path
 ) -> None:

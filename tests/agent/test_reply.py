@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from runtime.state.eventlog import AgentLog, ProtocolState
 from tests.agent.conftest import Live, Run
 from tests.support.waiting import HANG_GUARD, wait_for
 
 
+@pytest.mark.slow
 def test_the_headless_trunks_first_reply_is_turned_back_and_the_second_honoured(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -61,6 +64,7 @@ def test_a_turned_back_reply_stands_when_the_trunk_never_replies_again(
     assert any("first reply stands" in t for t in notes)
 
 
+@pytest.mark.slow
 def test_a_childs_reply_ends_it_after_its_batch_and_cancels_its_descendants(
     run_scenario: Callable[..., Run],
 ) -> None:

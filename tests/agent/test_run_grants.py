@@ -77,6 +77,7 @@ def _replies(run: Run) -> dict[str, list[str]]:
     return {name: [p.strip() for p in text.split(" | ")] for name, text in out.items()}
 
 
+@pytest.mark.slow
 def test_run_grant_exec_confines_the_trunk_and_every_descendant(
     run_scenario: Callable[..., Run], tmp_path: Path
 ) -> None:
@@ -90,6 +91,7 @@ def test_run_grant_exec_confines_the_trunk_and_every_descendant(
         assert inside == "inside-ok" and outside == "outside-secret", name
 
 
+@pytest.mark.slow
 def test_run_grant_root_confines_the_file_builtins_of_the_trunk_and_every_descendant(
     run_scenario: Callable[..., Run], tmp_path: Path
 ) -> None:
@@ -144,6 +146,7 @@ def test_a_pattern_table_narrows_every_agent_it_matches(
     assert replies["kid"][0] == replies["grandkid"][0] == "not granted: exec printf"
 
 
+@pytest.mark.slow
 def test_the_resolved_grants_are_recorded_in_run_json_for_resume(
     run_scenario: Callable[..., Run], tmp_path: Path
 ) -> None:
@@ -190,6 +193,7 @@ def test_a_scenario_grant_of_a_missing_program_exits_2_naming_its_line(
     assert not run.session.exists()
 
 
+@pytest.mark.slow
 def test_a_mistyped_key_in_a_grants_table_is_printed_as_a_warning(
     run_scenario: Callable[..., Run], tmp_path: Path
 ) -> None:
@@ -286,6 +290,7 @@ ral = ["reply (concat (try { printf exec-ok } catch e { $e[message] }))"]
 """
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_the_grants_resolved_when_it_began(tmp_path: Path) -> None:
     """After SIGKILL of the control process, ``resume`` reads the resolved grants from
     run.json: a child first spawned after the resume is still narrowed by its table."""
@@ -317,6 +322,7 @@ def test_a_resumed_run_keeps_the_grants_resolved_when_it_began(tmp_path: Path) -
     assert [r["reply"] for r in late] == ["not granted: exec printf"]
 
 
+@pytest.mark.slow
 def test_chat_refuses_a_grant_it_cannot_make_with_exit_2_before_the_screen_opens(
     tmp_path: Path,
 ) -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from runtime.constants import STDOUT_CAP, VALUE_CAP
 from tests.agent.conftest import Run
 
 
+@pytest.mark.slow
 def test_a_shell_crash_mid_turn_rolls_back_and_the_turn_continues_with_earlier_bindings(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -39,6 +42,7 @@ def test_a_shell_crash_mid_turn_rolls_back_and_the_turn_continues_with_earlier_b
     assert run.result["outcome"] == "replied"
 
 
+@pytest.mark.slow
 def test_a_50_mb_result_is_clipped_head_and_tail_and_the_transcript_records_what_the_model_saw(
     run_scenario: Callable[..., Run],
 ) -> None:

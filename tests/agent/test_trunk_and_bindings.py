@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.agent.conftest import Live, Run
 from tests.support.waiting import wait_for
 
@@ -42,6 +44,7 @@ def test_a_cascade_stops_the_trunks_run_through_its_shell_root_as_it_stops_any_c
     assert sleep["error"] == "error" and "cancelled" in sleep["value"]
 
 
+@pytest.mark.slow
 def test_a_name_used_by_a_call_that_crashed_survives_the_rollback_of_that_call(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -82,6 +85,7 @@ def test_a_name_used_by_a_call_that_crashed_survives_the_rollback_of_that_call(
 BLOB = "let blob = { join (map { |x| '" + "x" * 100 + "' } (range 12000)) }"
 
 
+@pytest.mark.slow
 def test_a_large_binding_reaches_the_model_as_a_residency_nudge_once_per_excursion(
     run_scenario: Callable[..., Run],
 ) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from runtime.messages import ToolResult, UserMessage
 from tests.agent.conftest import Live, Run
 from tests.agent.providers import Recording
@@ -28,6 +30,7 @@ def _in_flight(events: list[dict[str, Any]], script: str) -> bool:
 # --- latches and the sticky token -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_genuine_turn_resets_the_nudge_budgets_and_a_self_nudge_does_not(
     run_scenario: Callable[..., Run],
 ) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from runtime.constants import INBOX_SOURCE_CAP
 from tests.agent.conftest import Live, Run
 from tests.support.waiting import wait_for
@@ -17,6 +19,7 @@ def surfaces(events: list[dict[str, Any]]) -> list[str]:
     return [e["text"] for e in events if e["kind"] == "user" and e["source"] == "surface"]
 
 
+@pytest.mark.slow
 def test_a_headless_trunk_with_a_running_worker_waits_and_is_woken_by_its_result(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -101,6 +104,7 @@ def test_a_child_waiting_for_its_workers_is_not_nudged_and_hears_of_each_one(
 FLOOD = INBOX_SOURCE_CAP + 2
 
 
+@pytest.mark.slow
 def test_surfaced_results_beyond_the_inbox_quota_are_rejected_and_recorded(
     live_fleet: Callable[..., Live],
 ) -> None:
@@ -185,6 +189,7 @@ def test_after_clear_a_worker_completion_from_before_it_is_dropped_and_recorded(
     assert surfaces(live.events()) == [], "no pre-clear worker output reaches the new context"
 
 
+@pytest.mark.slow
 def test_a_reaped_worker_stays_in_the_transcript_while_a_finished_one_is_surfaced(
     run_scenario: Callable[..., Run],
 ) -> None:

@@ -90,6 +90,7 @@ messages = st.one_of(*(_message_strategy(t) for t in MESSAGE_TYPES))
 ids = st.none() | st.integers(min_value=0, max_value=2**63 - 1)
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(msg=messages, rid=ids, reply_to=ids)
 def test_every_message_survives_encode_then_decode_unchanged(

@@ -142,6 +142,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)  # a guard: a fresh interpreter starts ten processes, on a loaded box
 def test_every_agent_host_and_shell_dies_when_their_control_process_is_sigkilled(
     tmp_path: Path,

@@ -72,6 +72,7 @@ def _transcript(fleet: Fleet) -> list[dict[str, Any]]:
     return read_jsonl(fleet.session.transcript).records
 
 
+@pytest.mark.slow
 def test_a_20_agent_fleet_runs_each_agent_in_its_own_process_and_survives_a_sigkill(
     process_fleet: Callable[..., Fleet],
 ) -> None:
@@ -221,6 +222,7 @@ def _exarch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_run_with_agents_process_prints_the_fanout_reply_from_three_agent_processes(
     tmp_path: Path,
 ) -> None:
@@ -242,6 +244,7 @@ def test_run_with_agents_process_prints_the_fanout_reply_from_three_agent_proces
     assert len({r["pid"] for r in born}) == 3
 
 
+@pytest.mark.slow
 def test_run_records_with_agents_process_and_the_recording_plays_back_to_the_same_reply(
     tmp_path: Path,
 ) -> None:

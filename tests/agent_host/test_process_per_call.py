@@ -90,6 +90,7 @@ def _workers(fleet: Fleet, n: int) -> list[ProcessAgent]:
     return agents  # type: ignore[return-value]
 
 
+@pytest.mark.slow
 def test_without_a_budget_every_round_trip_reaches_the_fleets_spend_and_none_waits_for_it(
     fleet_of: Callable[..., Fleet],
 ) -> None:

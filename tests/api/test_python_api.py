@@ -137,6 +137,7 @@ def test_every_public_name_has_a_docstring_and_a_section_in_docs_api() -> None:
                     assert f"{member}" in api_doc, f"docs/api.md: {name}.{member} missing"
 
 
+@pytest.mark.slow
 def test_the_embedding_example_prints_the_fanout_sum(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(

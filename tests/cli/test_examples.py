@@ -93,6 +93,7 @@ def test_a_large_example_has_a_small_twin_that_is_run() -> None:
         assert documented(twin).command == documented(example).command
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", HEADLESS, ids=[e.stem for e in HEADLESS])
 def test_a_headless_example_prints_what_it_documents_and_leaves_nothing_outside_its_session(
     example: Path, tmp_path: Path
@@ -119,6 +120,7 @@ def test_a_headless_example_prints_what_it_documents_and_leaves_nothing_outside_
     assert _leftovers(cwd / ".exarch" / "sessions") == [session.name]
 
 
+@pytest.mark.slow
 def test_the_fanout_example_runs_from_a_directory_whose_files_shadow_standard_modules(
     tmp_path: Path,
 ) -> None:
@@ -165,6 +167,7 @@ def test_the_chat_example_answers_its_first_message_and_leaves_nothing_behind(
     assert _leftovers(tmp_path) == ["chat.toml", "session", "tmp"]
 
 
+@pytest.mark.slow
 def test_each_agent_finds_its_own_scratch_directory_in_exarch_scratch(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -196,6 +199,7 @@ def test_each_agent_finds_its_own_scratch_directory_in_exarch_scratch(
     assert _leftovers(scratch) == ["trunk"], "a child's scratch goes with its environment"
 
 
+@pytest.mark.slow
 def test_the_readme_first_run_prints_what_the_readme_shows(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## First five minutes", 1)[1].split("\n## ", 1)[0]

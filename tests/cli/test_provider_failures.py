@@ -48,6 +48,7 @@ def _closed_port() -> int:
     return port
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_no_api_key_for_the_hosted_service_is_refused_at_once_but_a_local_server_needs_none(
     provider: str, protocol_server: ProtocolServer, tmp_path: Path
@@ -90,6 +91,7 @@ def test_a_refused_connection_fails_the_run_and_prints_the_reason_on_stderr(
     assert "outcome: failed" in p.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [401, 403])
 def test_a_401_or_403_is_never_retried_and_the_run_prints_why(
     status: int, protocol_server: ProtocolServer, tmp_path: Path
@@ -110,6 +112,7 @@ def test_a_401_or_403_is_never_retried_and_the_run_prints_why(
     assert "a retry would have got this" not in p.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_the_key_and_the_endpoint_come_from_the_providers_usual_variables(
     provider: str, protocol_server: ProtocolServer, tmp_path: Path

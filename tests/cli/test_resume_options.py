@@ -23,6 +23,7 @@ def _reply_call(call_id: str, value: str) -> Exchange:
     return Exchange(chunks=openai_chunks(tool_calls=[(call_id, "ral", script)]))
 
 
+@pytest.mark.slow
 def test_resume_of_a_network_run_takes_a_new_endpoint_and_model_and_the_key_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

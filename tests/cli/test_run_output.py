@@ -113,6 +113,7 @@ def test_the_session_path_is_the_first_line_printed_while_the_trunk_is_still_wor
     assert "\x1b[" not in err and "turn 1" not in err, "off a terminal: no live display"
 
 
+@pytest.mark.slow
 def test_a_trunk_ral_error_is_printed_as_it_happens_and_the_run_still_quiesces_with_exit_0(
     tmp_path: Path, no_reply: Run
 ) -> None:
@@ -152,6 +153,7 @@ def test_a_trunk_that_ends_with_text_but_never_replies_prints_that_text_with_a_n
     assert "note: the trunk ended without calling `reply`; its last text was:" in run.stderr
 
 
+@pytest.mark.slow
 def test_quiet_prints_the_reply_alone_and_nothing_on_stderr(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -160,6 +162,7 @@ def test_quiet_prints_the_reply_alone_and_nothing_on_stderr(
     assert (run.stdout, run.stderr) == ("7\n", "")
 
 
+@pytest.mark.slow
 def test_json_prints_exactly_one_object_with_the_last_text_and_the_error_field(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -175,6 +178,7 @@ def test_json_prints_exactly_one_object_with_the_last_text_and_the_error_field(
     assert "outcome:" not in run.stderr and "session:" not in run.stderr
 
 
+@pytest.mark.slow
 def test_on_a_terminal_run_draws_a_live_line_per_agent_with_turn_calls_tokens_and_last_call(
     tmp_path: Path,
 ) -> None:
@@ -218,6 +222,7 @@ def test_on_a_terminal_run_draws_a_live_line_per_agent_with_turn_calls_tokens_an
     assert screen.rstrip().endswith("outcome: replied\r\nchildren: 1 replied\r\ndone")
 
 
+@pytest.mark.slow
 def test_unknown_scenario_keys_are_printed_as_warnings_with_their_file_position(
     tmp_path: Path, run_scenario: Callable[..., Run]
 ) -> None:
@@ -242,6 +247,7 @@ def test_unknown_scenario_keys_are_printed_as_warnings_with_their_file_position(
     ]
 
 
+@pytest.mark.slow
 def test_after_ctrl_c_of_run_on_the_chat_example_stdout_carries_nothing_but_a_reply(
     tmp_path: Path,
 ) -> None:

@@ -30,6 +30,7 @@ def _scenario(tmp_path: Path) -> tuple[Path, Path, Path]:
     return key, ws, toml
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(abi() < 6, reason="needs Landlock ABI >= 6")
 def test_a_workspace_write_run_is_refused_the_key_and_records_its_mode(tmp_path: Path) -> None:
     _key, ws, toml = _scenario(tmp_path)
@@ -48,6 +49,7 @@ def test_a_workspace_write_run_is_refused_the_key_and_records_its_mode(tmp_path:
         assert not f.is_file() or SECRET.encode() not in f.read_bytes(), f
 
 
+@pytest.mark.slow
 def test_a_scripted_run_without_sandbox_is_full_access_and_says_so_in_run_json(
     tmp_path: Path,
 ) -> None:

@@ -100,6 +100,7 @@ def _refused_as_live(p: subprocess.CompletedProcess[str], live: LiveRun) -> None
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_resume_and_a_second_run_on_a_live_session_are_refused_and_the_live_run_completes_untouched(
     live: LiveRun,
@@ -121,6 +122,7 @@ def test_resume_and_a_second_run_on_a_live_session_are_refused_and_the_live_run_
     assert json.loads((live.session / "result.json").read_text())["outcome"] == "replied"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_drill_into_a_live_session_is_refused_naming_the_live_run(live: LiveRun) -> None:
     live.wait_busy()
@@ -133,6 +135,7 @@ def test_a_drill_into_a_live_session_is_refused_naming_the_live_run(live: LiveRu
     assert (code, out.strip()) == (0, "done")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_resume_carries_on_a_run_whose_control_process_was_sigkilled(live: LiveRun) -> None:
     live.wait_busy()
@@ -146,6 +149,7 @@ def test_resume_carries_on_a_run_whose_control_process_was_sigkilled(live: LiveR
     assert resumed.stdout.strip() == "done"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_run_recording_into_a_file_a_live_run_records_is_refused_and_the_file_holds_one_run(
     tmp_path: Path,
@@ -174,6 +178,7 @@ def test_a_run_recording_into_a_file_a_live_run_records_is_refused_and_the_file_
 QUICK = '[fleet]\nprompt = "x"\n' + '[[agents.trunk]]\nral = ["reply 1"]\n' * 2
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_sessions_lists_every_run_with_its_outcome_size_and_liveness_and_prune_spares_the_live_one(
     tmp_path: Path,

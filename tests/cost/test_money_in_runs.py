@@ -113,6 +113,7 @@ BUDGET = """
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(3 * RUN_GUARD)
 @pytest.mark.parametrize("agents", ["thread", "process"])
 def test_budget_cancels_the_fleet_settles_every_child_and_exits_1(
@@ -144,6 +145,7 @@ def test_budget_cancels_the_fleet_settles_every_child_and_exits_1(
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+@pytest.mark.slow
 def test_a_budget_on_a_scripted_run_is_accepted_as_free_with_a_note(
     run_scenario: Callable[..., Run],
 ) -> None:
@@ -167,6 +169,7 @@ def openai_reply(text: str, script: str | None, prompt: int, completion: int) ->
     return Exchange(chunks=chunks)
 
 
+@pytest.mark.slow
 def test_a_compaction_summary_is_a_round_trip_whose_cost_is_counted(tmp_path: Path) -> None:
     server = ProtocolServer().start()
     try:
@@ -200,6 +203,7 @@ def test_a_compaction_summary_is_a_round_trip_whose_cost_is_counted(tmp_path: Pa
     assert trunk["trunk"]["usd"] == "0.002140"  # (910 + 1020 + 105 + 105) tokens at $1/M
 
 
+@pytest.mark.slow
 def test_fleet_stops_at_its_budget_too_and_its_yield_table_shows_the_cost(
     tmp_path: Path,
 ) -> None:

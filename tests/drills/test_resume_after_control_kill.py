@@ -17,6 +17,7 @@ from runtime.state.session_read import NothingToResume
 from tests.drills.conftest import CRASH_SCENARIO, kill_mid_run, settled_ids
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_of_the_control_process_finishes_with_every_child_settled(
     tmp_path: Path,
 ) -> None:

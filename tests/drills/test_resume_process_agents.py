@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from actors.resume import resume_run
 from runtime.drills.invariant_check import check_session
 from runtime.state.durable import read_jsonl
@@ -19,6 +21,7 @@ def _born(session: Path) -> list[dict[str, object]]:
     return [r for r in read_jsonl(session / "transcript.jsonl").records if r["kind"] == "Born"]
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_of_an_agents_process_run_rebuilds_its_agents_as_processes(
     tmp_path: Path,
 ) -> None:
@@ -48,6 +51,7 @@ def test_resume_after_sigkill_of_an_agents_process_run_rebuilds_its_agents_as_pr
     assert report.ok, json.dumps(report.to_json(), indent=1)
 
 
+@pytest.mark.slow
 def test_resume_with_agents_thread_rebuilds_a_process_run_in_this_process_and_says_so_in_run_json(
     tmp_path: Path,
 ) -> None:

@@ -71,6 +71,7 @@ _TORN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(_TORN))
 def test_resume_after_a_torn_tail_finishes_and_every_file_parses(
     crashed: Path, tmp_path: Path, name: str

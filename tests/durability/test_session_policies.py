@@ -86,6 +86,7 @@ def test_a_process_run_makes_no_fsync_through_its_policy(tmp_path: Path) -> None
     assert report.ok and report.durability is Durability.PROCESS
 
 
+@pytest.mark.slow
 def test_resume_keeps_the_policy_run_json_names(tmp_path: Path) -> None:
     session = kill_mid_run(tmp_path, "--durability", "machine")
     assert json.loads((session / "run.json").read_text())["durability"] == "machine"

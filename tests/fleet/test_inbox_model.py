@@ -142,7 +142,7 @@ class InboxModel(RuleBasedStateMachine):
                 assert n <= SMALL_SOURCE_CAP
 
 
-TestInboxRuleAgainstModel = InboxModel.TestCase
+TestInboxRuleAgainstModel = pytest.mark.slow(InboxModel.TestCase)
 TestInboxRuleAgainstModel.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None
 )

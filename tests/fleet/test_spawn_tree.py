@@ -153,6 +153,7 @@ def test_ordinary_agent_names_register(name: str) -> None:
     assert tree.register(name, returns=False).name == name
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(st.data())
 def test_has_live_descendants_answers_as_the_walk_of_live_descendants_does(

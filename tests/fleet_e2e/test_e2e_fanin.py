@@ -80,6 +80,7 @@ def result_turns(events: list[dict[str, Any]]) -> list[str]:
     return [e["text"] for e in events if e["kind"] == "user" and e["source"] == "agent_result"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_agent_wait_returns_every_childs_reply_in_one_call_and_none_arrives_again_as_a_turn(
     tmp_path: Path, backend: str
@@ -114,6 +115,7 @@ error_message = "the endpoint refused the request"
 """
 
 
+@pytest.mark.slow
 def test_a_child_that_fails_is_reported_by_agent_wait_with_its_outcome_and_reason(
     tmp_path: Path,
 ) -> None:
@@ -278,6 +280,7 @@ def test_three_hundred_replies_refused_by_a_full_inbox_are_all_read_back_with_ag
     assert_check_holds(run.session)
 
 
+@pytest.mark.slow
 def test_a_parent_is_told_of_held_replies_once_in_one_notice_with_its_next_turn(
     fleet_of: Callable[..., FleetRun], tmp_path: Path
 ) -> None:

@@ -52,6 +52,7 @@ ral = ["sleep 30"]
 """
 
 
+@pytest.mark.slow
 def test_ten_thousand_messages_at_a_busy_agent_accept_exactly_the_source_cap_and_reject_the_rest(
     fleet_of: Callable[..., FleetRun],
 ) -> None:

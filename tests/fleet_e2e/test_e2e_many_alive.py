@@ -60,6 +60,7 @@ def collected(run: FleetRun) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_batch_of_120_agent_verbs_has_every_child_alive_together_and_one_cancel_leaves_no_process(
     fleet_of: Callable[..., FleetRun],

@@ -138,6 +138,7 @@ def busy_run(tmp_path: Path) -> Iterator[BusyRun]:
         run.cleanup()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_sigkill_of_the_control_process_leaves_no_shell_worker_program_or_helper_behind(
     busy_run: BusyRun,
@@ -151,6 +152,7 @@ def test_sigkill_of_the_control_process_leaves_no_shell_worker_program_or_helper
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_cancelling_signal_to_run_cancels_the_busy_tree_settles_it_and_exits_with_its_code(

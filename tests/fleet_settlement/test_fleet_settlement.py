@@ -104,6 +104,7 @@ def test_a_child_killed_before_release_settles_release_unconfirmed_and_keeps_its
     assert state.never_settled == []
 
 
+@pytest.mark.slow
 def test_a_fanout_of_50_children_with_random_crashes_ends_with_never_settled_zero(
     tmp_path: Path,
 ) -> None:

@@ -165,6 +165,7 @@ def test_a_local_server_is_asked_without_a_key_and_answers(
     assert req.body["stream_options"] == {"include_usage": True}
 
 
+@pytest.mark.slow
 def test_run_against_a_local_server_with_no_key_calls_ral_and_replies(
     server: ProtocolServer, dialect: Dialect, tmp_path: Path
 ) -> None:

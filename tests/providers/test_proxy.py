@@ -225,6 +225,7 @@ LABEL = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
 """A DNS label starting with a letter (all-digit names would be IP addresses)."""
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(LABEL, min_size=1, max_size=4),

@@ -54,6 +54,7 @@ values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(values)
 def test_any_value_round_trips_to_an_equal_value(v: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.support.ral_programs import GRAMMAR, TEXT, check, run_bounded
@@ -34,12 +35,14 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(GRAMMAR)
 def test_grammar_shaped_programs_end_in_a_typed_outcome_in_time(source: str) -> None:
     check(run_bounded(source, _cwd(), BUDGET), LIMIT)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(TEXT)
 def test_hostile_text_ends_in_a_typed_outcome_in_time(source: str) -> None:

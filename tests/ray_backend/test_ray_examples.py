@@ -26,7 +26,7 @@ from tests.ray_backend.conftest import ROOT, START_TIMEOUT, Cluster
 from tests.support.terminal import Terminal
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _borns(session: Path) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import pytest
 
 from tests.ray_backend.conftest import ROOT, START_TIMEOUT, Cluster
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 PEST = r"""
 import os, socket, sys, time

@@ -18,7 +18,7 @@ import pytest
 from tests.ray_backend.conftest import START_TIMEOUT, Cluster
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _sleepers(gate: Path) -> str:

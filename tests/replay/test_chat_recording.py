@@ -31,6 +31,7 @@ text = "Three items."
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agents", ["thread", "process"])
 def test_a_chat_recording_answers_the_same_messages_with_the_same_replies(
     tmp_path: Path, agents: Literal["thread", "process"]

@@ -8,6 +8,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from tests.agent.conftest import exarch
 from tests.support.terminal import ROOT
 
@@ -26,6 +28,7 @@ def _session() -> list[tuple[str, list[str]]]:
     return steps
 
 
+@pytest.mark.slow
 def test_the_documented_round_trip_prints_what_the_example_shows(tmp_path: Path) -> None:
     steps = _session()
     assert [cmd.split()[:2] for cmd, _ in steps] == [

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runtime.providers.scenario import load_scenario
 from runtime.state.durable import read_jsonl
 from tests.agent.conftest import ROOT, exarch
@@ -107,6 +109,7 @@ def _recorded(routed_server: AgentRoutedServer, tmp_path: Path) -> tuple[Path, P
     return work, session, recording
 
 
+@pytest.mark.slow
 def test_a_recorded_fleet_replays_offline_to_the_same_output_and_replay_finds_no_divergence(
     routed_server: AgentRoutedServer, tmp_path: Path
 ) -> None:
@@ -158,6 +161,7 @@ def test_a_recorded_fleet_replays_offline_to_the_same_output_and_replay_finds_no
     assert len(routed_server.requests) == served
 
 
+@pytest.mark.slow
 def test_replay_reports_exactly_the_call_that_read_a_changed_file_and_exits_1(
     routed_server: AgentRoutedServer, tmp_path: Path
 ) -> None:
@@ -190,6 +194,7 @@ def _kill_when(proc: subprocess.Popen[Any], cond: Any, what: str) -> None:
         proc.wait()
 
 
+@pytest.mark.slow
 def test_a_recording_sigkilled_mid_run_still_replays_its_prefix(
     routed_server: AgentRoutedServer, tmp_path: Path
 ) -> None:
@@ -253,6 +258,7 @@ def _answered(session: Path, agent: str, call_id: str) -> bool:
     )
 
 
+@pytest.mark.slow
 def test_a_fleet_recorded_with_agents_as_processes_replays_offline_with_no_divergence(
     routed_server: AgentRoutedServer, tmp_path: Path
 ) -> None:

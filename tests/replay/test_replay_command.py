@@ -8,6 +8,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runtime.providers.scenario import load_scenario
 from tests.agent.conftest import exarch
 
@@ -90,6 +92,7 @@ def test_record_into_a_missing_directory_is_refused_before_any_session_exists(
     assert sorted(x.name for x in tmp_path.iterdir()) == ["s.toml"]
 
 
+@pytest.mark.slow
 def test_a_child_spawned_under_another_name_is_a_spawn_divergence_and_the_replay_ends(
     tmp_path: Path,
 ) -> None:
@@ -138,6 +141,7 @@ ral = ["reply ok"]
 """
 
 
+@pytest.mark.slow
 def test_timestamps_and_pids_diverge_unless_the_ignore_rules_blank_them(tmp_path: Path) -> None:
     work, session = _record(tmp_path, VOLATILE)
     code, report, out = _replay(session, tmp_path / "strict", cwd=work)

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runtime.state.binding_log import log_path, read_log
 from runtime.state.snapshot import MobileSnapshot
 from tests.support.waiting import HANG_GUARD, wait_for
@@ -53,6 +55,7 @@ _WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_sigkill_during_compaction_leaves_base_and_log_readable_with_every_committed_binding(
     tmp_path: Path,
 ) -> None:

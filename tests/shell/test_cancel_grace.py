@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import psutil
+import pytest
 
 from actors.shell import CANCEL_GRACE
 from runtime.state.durable import read_jsonl
@@ -20,6 +21,7 @@ def _spinning(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_interrupting_a_host_spinning_in_c_code_kills_it_and_rolls_the_call_back(
     start_shell, tmp_path: Path
 ) -> None:
@@ -41,6 +43,7 @@ def test_interrupting_a_host_spinning_in_c_code_kills_it_and_rolls_the_call_back
     assert "did not stop within" in rec["reason"]
 
 
+@pytest.mark.slow
 def test_cancelling_the_root_of_a_spinning_host_leaves_the_shell_cancelled_and_no_spinner(
     start_shell,
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -86,4 +87,4 @@ class LedgerVersusModel(RuleBasedStateMachine):
 LedgerVersusModel.TestCase.settings = settings(
     max_examples=150, stateful_step_count=40, deadline=None
 )
-test_ledger_agrees_with_the_naive_model = LedgerVersusModel.TestCase
+test_ledger_agrees_with_the_naive_model = pytest.mark.slow(LedgerVersusModel.TestCase)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -77,7 +78,7 @@ class PruneVersusNaive(RuleBasedStateMachine):
         assert self.ledger.names() == frozenset(self.last)
 
 
-TestPruneVersusNaive = PruneVersusNaive.TestCase
+TestPruneVersusNaive = pytest.mark.slow(PruneVersusNaive.TestCase)
 TestPruneVersusNaive.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 
 

@@ -134,6 +134,7 @@ def test_usage_below_the_estimate_is_credited_back() -> None:
     assert lane.ready_at(estimate, 0.0) == pytest.approx(0.5)
 
 
+@pytest.mark.slow
 def test_the_queue_grants_in_order_of_first_ask_and_a_429_keeps_its_place() -> None:
     gov = Governor(TrafficLimits(rpm=60))  # one a second
     order: list[str] = []

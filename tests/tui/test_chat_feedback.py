@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from tests.tui.conftest import BRANCH_SCENARIO, chat
 
 ONE_REPLY = """
@@ -21,6 +23,7 @@ text = "Here again."
 """
 
 
+@pytest.mark.slow
 def test_a_refused_model_switch_and_an_unknown_command_show_on_the_error_line_not_in_the_tab(
     tmp_path: Path,
 ) -> None:
@@ -44,6 +47,7 @@ def test_a_refused_model_switch_and_an_unknown_command_show_on_the_error_line_no
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_slash_commands_and_unknown_commands_do_not_count_as_turns(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with chat(tmp_path, ONE_REPLY) as c:
@@ -100,6 +104,7 @@ def test_what_the_error_line_said_leaves_it_at_the_next_line_sent(tmp_path: Path
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_what_the_error_line_said_leaves_it_when_another_tab_is_shown(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with chat(tmp_path, BRANCH_SCENARIO) as c:

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from actors.agent_process import ProcessAgent
 from tests.tui.conftest import Chat, chat
 
@@ -63,6 +65,7 @@ def test_the_trunk_answers_in_the_chat_from_a_process_other_than_the_ui(tmp_path
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_model_and_resources_typed_to_a_process_trunk_run_in_its_process(
     tmp_path: Path,
 ) -> None:

@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.support.terminal import Terminal
 from tests.support.waiting import wait_for
 
 
+@pytest.mark.slow
 def test_the_bare_command_opens_the_demo_says_so_on_screen_and_ctrl_c_twice_leaves_no_process(
     tmp_path: Path,
 ) -> None:
