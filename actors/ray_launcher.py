@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import signal
 import tempfile
@@ -47,7 +46,7 @@ from actors.agent_process_host import HostBoot, agent_host_connect_main
 from actors.process import ensure_fork_server, fork_server_address, start_process
 from runtime.constants import SCRATCH_ENV
 from runtime.state.private import private_dirs
-from runtime.state.record_mirror import seed
+from runtime.state.record_mirror import node_copy_name, seed
 from runtime.state.run_processes import RunProcess, still_running
 from runtime.state.session_dir import SessionDir
 
@@ -62,9 +61,13 @@ def node_session(driver: SessionDir) -> SessionDir:
     """This node's copy of the driver's session directory: under ``$EXARCH_NODE_SESSIONS``
     (default ``<temp dir>/exarch-node``), named by the driver's directory and a digest of its
     full path, so two runs never share one even when their directories share a name."""
-    base = Path(os.environ.get(NODE_SESSIONS_ENV) or Path(tempfile.gettempdir()) / "exarch-node")
-    digest = hashlib.sha256(str(driver.root.resolve()).encode()).hexdigest()[:10]
-    return SessionDir.at(base / f"{driver.root.name}-{digest}")
+    return SessionDir.at(node_sessions_base() / node_copy_name(driver.root))
+
+
+def node_sessions_base() -> Path:
+    """Where this node keeps session copies: ``$EXARCH_NODE_SESSIONS``, else
+    ``<temp dir>/exarch-node``."""
+    return Path(os.environ.get(NODE_SESSIONS_ENV) or Path(tempfile.gettempdir()) / "exarch-node")
 
 
 def on_node(boot: HostBoot, local: SessionDir) -> HostBoot:

@@ -166,11 +166,6 @@ def fleet_command(
            is left behind
       143  cancelled by SIGTERM, likewise
     """
-    if backend == "ray" and record:
-        raise click.UsageError(
-            "--record keeps every agent's provider in this process: "
-            "it cannot be combined with --backend ray"
-        )
     spec = spec_for(
         target,
         connection,

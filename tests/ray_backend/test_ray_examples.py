@@ -119,6 +119,36 @@ def test_fanout_example_lands_on_both_nodes_replies_and_ships_every_file_to_the_
     assert cluster.agent_processes() == []
 
 
+def test_a_fanout_recorded_on_the_cluster_replays_locally_with_no_divergence(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    session = tmp_path / "recorded"
+    recording = tmp_path / "fanout-rec.toml"
+    p = cluster.exarch(
+        "run", str(ROOT / "examples" / "fanout.toml"), "--backend", "ray",
+        "--ray-address", cluster.address, "--session-dir", str(session),
+        "--record", str(recording),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert len({b["node"] for b in _borns(session)}) == 2  # recorded from both nodes
+    recorded = recording.read_text()
+    assert (session / "recording.toml").read_text() == recorded
+    for agent in ("trunk", "lo", "hi"):
+        assert f"[[agents.{agent}]]" in recorded, recorded
+    # the trunk's `pwd` ran on its node, in that node's copy of the session directory
+    trunk_said = (session / "agents" / "trunk" / "events.jsonl").read_text()
+    assert any(str(cluster.node_sessions(i)) in trunk_said for i in (0, 1)), trunk_said
+    replayed = tmp_path / "replayed"
+    # locally: no Ray address, the recorded run.json's process agents on this machine
+    p = cluster.exarch("replay", str(session), "--session-dir", str(replayed), "--json")
+    report = json.loads(p.stdout)
+    assert p.returncode == 0 and report["divergences"] == [], p.stdout + p.stderr
+    assert {b["node"] for b in _borns(replayed)} == {"local"}
+    assert (report["agents"], report["diverged"]) == (3, False), report
+    assert report["calls"] >= 6, report  # every ral call of the three agents compared
+    assert cluster.agent_processes() == []
+
+
 def test_chain_example_runs_unchanged_on_the_cluster_and_settles_every_link(
     cluster: Cluster, tmp_path: Path
 ) -> None:

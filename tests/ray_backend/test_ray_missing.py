@@ -57,21 +57,6 @@ def test_ray_address_or_placement_without_backend_ray_exits_2_and_names_the_flag
         assert not session.exists()
 
 
-def test_backend_ray_with_record_is_refused_with_exit_2_before_anything_starts(
-    tmp_path: Path,
-) -> None:
-    session = tmp_path / "session"
-    for command in ("run", "fleet"):
-        p = exarch(
-            [command, str(ROOT / "examples" / "fanout.toml"), "--backend", "ray",
-             "--record", str(tmp_path / "rec.toml"), "--session-dir", str(session)],
-            cwd=tmp_path,
-        )  # fmt: skip
-        assert p.returncode == 2, p.stderr
-        assert "--record" in p.stderr and "--backend ray" in p.stderr
-        assert not session.exists()
-
-
 def test_backend_ray_with_an_address_nothing_answers_at_exits_2_at_once_and_says_so(
     tmp_path: Path,
 ) -> None:
