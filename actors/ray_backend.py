@@ -206,6 +206,11 @@ class RayBackend:
         """Nodes where a host died of a signal or a start failed: when (monotonic seconds)."""
         self._removed: set[str] = set()
         """Nodes :meth:`remove_node` took out: never placed on, never removed again."""
+        self._sessions: set[str] = set()
+        """The driver's session directories this backend started hosts for (their node copies
+        are removed at :meth:`close`)."""
+        self._used: set[str] = set()
+        """Every node a host was started on (a node whose launcher died still holds copies)."""
 
     def connect(self) -> None:
         """Join the cluster now (``ray.init``), on the calling thread: the CLI's main thread,
@@ -302,6 +307,9 @@ class RayBackend:
         key = secrets.token_bytes(32)
         host_id = f"{boot.spec.name}#{next(self._ids)}"
         name = boot.spec.name
+        with self._lock:
+            self._sessions.add(str(boot.session.root))
+            self._used.add(node)
         with open_listener(self._host) as server:
             files = agent_files(boot.session, name)  # the driver's copy: a restart
             done = launcher.run.remote(host_id, server.getsockname()[:2], key, boot, files)
@@ -404,14 +412,35 @@ class RayBackend:
         if error:
             raise RayFaultRefused(f"node {node}: {error}")
 
+    def left_on_nodes(self, session_root: str, remove: bool) -> list[str]:
+        """This run's copies of the session directory at ``session_root`` found on any alive
+        node (``node ID: path``), removed there unless ``remove`` is false (``check``)."""
+        self._connect()
+        nodes = [str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")]
+        asked = [self.launcher(node).sweep.remote([session_root], remove) for node in nodes]
+        found = self._ray.get(asked, timeout=BORN_TIMEOUT)
+        return [f"node {node}: {path}" for node, paths in zip(nodes, found) for path in paths]
+
     def close(self) -> None:
-        """Stop every launcher (its hosts, its fork server), then disconnect from Ray
-        (stopping the local instance this backend started, if any)."""
+        """Stop every launcher (its hosts, its fork server) and remove its node's copies of
+        this run's session directories, then disconnect from Ray (stopping the local instance
+        this backend started, if any). A node used by a launcher that died meanwhile gets a
+        new one for the removal, if the node is still alive."""
+        with self._lock:
+            sessions = sorted(self._sessions)
+            now = time.monotonic()
+            lost = {n for n, at in self._suspect.items() if now - at < SUSPECT_SECS}
+            orphaned = self._used - set(self._launchers) - self._removed - lost - {""}
+        if sessions and orphaned:
+            with contextlib.suppress(Exception):
+                alive = {str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")}
+                for node in orphaned & alive:
+                    self.launcher(node)
         with self._lock:
             launchers, self._launchers = list(self._launchers.values()), {}
         ray = self._ray
         if launchers:
-            closing = [launcher.close.remote() for launcher in launchers]
+            closing = [launcher.close.remote(sessions) for launcher in launchers]
             with contextlib.suppress(Exception):
                 ray.wait(closing, num_returns=len(closing), timeout=2 * SHELL_GRACE)
             for launcher in launchers:

@@ -25,6 +25,10 @@ Invariants:
   of this fork server (a shell), so a reused pid is never hit.
 - A shell whose host ended is given :data:`SHELL_GRACE` to see its end of file and exit, then
   killed (as the local backend's ``_reap_shell`` does on the driver's machine).
+- Nothing of a run is left on the node: :meth:`NodeLauncher.close` removes this node's copy of
+  every session directory the driver names (its hosts' files and scratch), after the hosts that
+  wrote them are dead; :meth:`NodeLauncher.sweep` does it for ``check`` after a driver that
+  died before closing its launchers.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import tempfile
 from dataclasses import replace
@@ -219,11 +224,28 @@ class NodeLauncher:
         node: ``check``'s leftover-process rule, asked of every node."""
         return [i for i, p in enumerate(procs) if still_running(p)]
 
-    def close(self) -> None:
-        """Kill every host, shell and worker forked here, then stop the fork server (the
-        launcher itself is ``ray.kill``-ed by the driver)."""
-        if not self._server_pid:
-            return
+    def sweep(self, driver_roots: list[str], remove: bool = True) -> list[str]:
+        """This node's copies of the session directories at ``driver_roots`` (the driver's
+        paths) that exist here, removed unless ``remove`` is false: what a run left on this
+        node."""
+        found = []
+        for root in driver_roots:
+            copy = node_session(SessionDir(Path(root))).root
+            if copy.exists():
+                found.append(str(copy))
+                if remove:
+                    shutil.rmtree(copy, ignore_errors=True)
+        return found
+
+    def close(self, driver_roots: list[str] | None = None) -> None:
+        """Kill every host, shell and worker forked here, stop the fork server (the launcher
+        itself is ``ray.kill``-ed by the driver), then remove this node's copies of the session
+        directories at ``driver_roots``."""
+        if self._server_pid:
+            self._stop_forks()
+        self.sweep(driver_roots or [])
+
+    def _stop_forks(self) -> None:
         with contextlib.suppress(psutil.Error):
             children = psutil.Process(self._server_pid).children(recursive=True)
             for p in children:
