@@ -147,7 +147,9 @@ def chat_command(
         raise
     if recording is not None:
         factory = recording.factory
-    hosts = make_backend(backend, ray_address, placement)
+    hosts = make_backend(
+        backend, ray_address, placement, loaded.placement if loaded is not None else ()
+    )
     try:
         fleet = Fleet(
             session,

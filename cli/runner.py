@@ -414,7 +414,10 @@ def _run_owned(
     if recording is not None:
         factory = recording.factory
     owned = hosts is None
-    backend = make_backend(spec.backend, spec.ray_address, spec.placement) if owned else hosts
+    tables = spec.scenario.placement if spec.scenario is not None else ()
+    backend = (
+        make_backend(spec.backend, spec.ray_address, spec.placement, tables) if owned else hosts
+    )
     fleet = Fleet(
         session,
         factory,

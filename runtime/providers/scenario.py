@@ -28,6 +28,7 @@ from typing import Any
 
 from runtime.credentials import valid_name
 from runtime.errors import GrantUnresolvable, ScenarioError
+from runtime.fleet.placement import PLACEMENT_KEYS, BadResourceRequest, ResourceRequest
 from runtime.messages import StopReason
 from runtime.ral.grants import Grants
 from runtime.replay.recording import drop_torn_tail
@@ -131,6 +132,9 @@ class Scenario:
     grants: tuple[GrantTable, ...] = ()
     recording: Mapping[str, Any] | None = None
     """The ``[recording]`` table of a recorded scenario (provider, model, ...), else None."""
+    placement: tuple[tuple[str, ResourceRequest], ...] = ()
+    """``[placement.PATTERN]`` tables: each agent's Ray resource request
+    (``runtime/fleet/placement.py``), in file order."""
 
     @property
     def prompt(self) -> str | None:
@@ -288,7 +292,7 @@ class _Parser:
 
     def scenario(self, doc: dict[str, Any]) -> Scenario:
         for key in doc:
-            if key not in ("fleet", "agents", "grants", "recording"):
+            if key not in ("fleet", "agents", "grants", "recording", "placement"):
                 self.warn(self._section_line(key), key, "unknown top-level key (ignored)")
         fleet = self.fleet(doc.get("fleet", {}))
         agents_doc = doc.get("agents", {})
@@ -303,6 +307,7 @@ class _Parser:
             else:
                 exact[name] = parsed
         grants = self.grants(doc.get("grants", {}))
+        placement = self.placement(doc.get("placement", {}))
         return Scenario(
             fleet=fleet,
             agents=exact,
@@ -311,7 +316,27 @@ class _Parser:
             warnings=tuple(self.warnings),
             grants=grants,
             recording=self.recording(doc.get("recording")),
+            placement=placement,
         )
+
+    def placement(self, doc: Any) -> tuple[tuple[str, ResourceRequest], ...]:
+        if not isinstance(doc, dict):
+            raise self.fail(self._section_line("placement"), "placement", "expected a table")
+        out = []
+        for name, table in doc.items():
+            path = f"placement.{_quote(name)}"
+            line = self._table_line("placement", name)
+            if not isinstance(table, dict):
+                raise self.fail(line, path, _expected(f"a table ([{path}])", table))
+            for key in table:
+                if key not in PLACEMENT_KEYS:
+                    self.warn(self._key_line(line, key), f"{path}.{key}", "unknown key (ignored)")
+            try:
+                out.append((name, ResourceRequest.from_table(path, table)))
+            except BadResourceRequest as e:
+                key_path, _, what = str(e).partition(": ")
+                raise self.fail(line, key_path, what) from None
+        return tuple(out)
 
     def recording(self, table: Any) -> Mapping[str, Any] | None:
         if table is None:

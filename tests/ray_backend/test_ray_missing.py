@@ -57,6 +57,26 @@ def test_ray_address_or_placement_without_backend_ray_exits_2_and_names_the_flag
         assert not session.exists()
 
 
+def test_a_resource_request_without_backend_ray_or_with_a_bad_amount_exits_2_and_says_why(
+    tmp_path: Path,
+) -> None:
+    session = tmp_path / "session"
+    cases = (
+        (["--num-cpus", "1"], "--num-cpus and --resource need --backend ray"),
+        (["--resource", "gpu=1"], "--num-cpus and --resource need --backend ray"),
+        (["--resource", "gpu"], "expected NAME=AMOUNT"),
+        (["--resource", "gpu=-1"], "expected a finite amount >= 0"),
+        (["--resource", "CPU=1"], "CPU is asked with num_cpus"),
+    )
+    for args, says in cases:
+        p = exarch(
+            ["run", str(ROOT / "examples" / "fanout.toml"), *args, "--session-dir", str(session)],
+            cwd=tmp_path,
+        )
+        assert p.returncode == 2 and says in p.stderr, (args, p.stderr)
+        assert not session.exists()
+
+
 def test_backend_ray_with_an_address_nothing_answers_at_exits_2_at_once_and_says_so(
     tmp_path: Path,
 ) -> None:
