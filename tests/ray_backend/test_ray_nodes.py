@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tests.ray_backend.conftest import START_TIMEOUT, Cluster
+from tests.ray_backend.test_ray_node_loss import _records
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -75,14 +76,6 @@ ral = ["reply 2"]
 [[agents."new-*"]]
 ral = ["reply 3"]
 """
-
-
-def _records(session: Path) -> list[dict[str, Any]]:
-    try:
-        text = (session / "transcript.jsonl").read_text()
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
 
 
 def _notice(session: Path, notice: str, node: str) -> dict[str, Any] | None:
