@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -78,6 +79,7 @@ from runtime.fleet.nudge import (
 )
 from runtime.fleet.park import Construction, ParkMode, park_mode, returns_for
 from runtime.messages import AssistantMessage, ToolCall, ToolResult, admit_with_report
+from runtime.observe.round_trip import RoundTrip
 from runtime.prompt import build_system_prompt
 from runtime.providers.base import (
     RAL_TOOL,
@@ -197,6 +199,8 @@ class Agent:
         self._residency_due: list[InboxNudge] = []
         """Residency nudges of the running batch, posted after it (the log awaits results)."""
         self.stats = AgentStats()
+        self._trip = RoundTrip()
+        """The provider round trip in flight (or the last one): its stream events count on it."""
         self.outcome: AgentOutcome | None = None
         self._ended_cause: str | None = None
         self.reply_value: Any = None
@@ -595,6 +599,7 @@ class Agent:
             self.stats.steps += 1
             raw: AssistantMessage
             self.site.before_wait()  # a round trip can take minutes: batched events go first
+            self._trip = RoundTrip()
             try:
                 raw = provider.complete(
                     self.log.render_transcript(),
@@ -614,7 +619,7 @@ class Agent:
             empty = raw.is_empty
             msg, unencodable = admit_with_report(raw)  # X2/X7 at the commit boundary
             committed = self.log.append_assistant(msg)
-            self.count_usage(msg, provider.model)
+            self.count_usage(msg, provider, self._trip)
             self.stats.in_flight.append({"committed": committed.data["message"]})
             turn.last_text = msg.text
             if msg.tool_calls:  # MaxTokens with tool calls dispatches them (X6)
@@ -626,13 +631,23 @@ class Agent:
             return classify(msg.stop_reason.value, has_tool_calls=False, empty=empty)
 
     def _on_stream_event(self, ev: Any) -> None:
+        self._trip.note(ev)
         to_dict = getattr(ev, "to_dict", None)
         self.stats.in_flight.append(to_dict() if callable(to_dict) else {"event": repr(ev)})
 
-    def count_usage(self, msg: AssistantMessage, model: str) -> None:
-        """One round trip's tokens and money on this agent's meter and the fleet's spend."""
+    def count_usage(
+        self, msg: AssistantMessage, provider: Provider, trip: RoundTrip, operation: str = "chat"
+    ) -> None:
+        """One round trip's tokens and money on this agent's meter and the fleet's spend, and
+        its ``ModelCall`` event (``trip``: when it began, its attempts and rate waits)."""
+        model = provider.model
         cost = self.stats.spend.charge(model, msg.usage, self.site.prices())
         self.site.charge(self.name, cost)
+        self.site.publish(
+            trip.event(
+                self.name, msg, model=model, provider=provider.name, cost=cost, operation=operation
+            )
+        )
         if msg.usage is not None:
             self.stats.tokens_known = True
             self.stats.input_tokens += msg.usage.input_tokens
@@ -648,10 +663,11 @@ class Agent:
             return
         self.site.before_wait()
         try:
+            trip = RoundTrip()
             reply = provider.summary_reply(
                 self.log.render_transcript(), self.token, system=self.system
             )
-            self.count_usage(reply, provider.model)  # compaction is a paid round trip too
+            self.count_usage(reply, provider, trip, "summary")  # a paid round trip too
             summary = reply.text
         except Cancelled:
             return
@@ -715,7 +731,9 @@ class Agent:
     def run_ral(self, call_id: str, script: str) -> ToolResult:
         """One ral tool call through the shell; the digest is what the model and transcript see."""
         self.stats.ral_calls += 1
+        began = time.monotonic()
         out = self.site.run_shell(self.name, script)
+        seconds = round(time.monotonic() - began, 6)
         self._note_residency(out)
         self.site.publish(
             Io(
@@ -724,6 +742,7 @@ class Agent:
                 script=script,
                 value=out.content,
                 error="error" if out.is_error else None,
+                seconds=seconds,
             )
         )
         return ToolResult(call_id, out.content, is_error=out.is_error)

@@ -72,7 +72,7 @@ from actors.agent_process_host import (
     returned,
     unpickle,
 )
-from actors.channel import AgentChannel, Then
+from actors.channel import AgentChannel
 from actors.channel_hub import ChannelHub
 from actors.frames import ChannelClosed
 from actors.host_pool import HostPool
@@ -88,6 +88,7 @@ from runtime.fleet.agent_channel import (
     Call,
     CancelFrame,
     ChannelMessage,
+    DiskFullFrame,
     Ended,
     Envelope,
     InterruptFrame,
@@ -98,12 +99,16 @@ from runtime.fleet.agent_channel import (
     Shutdown,
 )
 from runtime.fleet.fanin import WaitAnswer
-from runtime.fleet.inbox import InboxFull, InboxMsg, PushEffect
+from runtime.fleet.inbox import AgentResult, InboxFull, InboxMsg, PushEffect
 from runtime.fleet.park import returns_for
 from runtime.fleet.supervision import Action, RestartIntensity
 from runtime.replay.provider import RecordSink
+from runtime.state import disk_full
+from runtime.state.disk_full import DiskFull
 from runtime.state.durability import ShippedRecord
+from runtime.state.durable import read_jsonl
 from runtime.state.record_mirror import RecordRefused, apply_shipped
+from runtime.state.session_records import logged_results
 from runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
@@ -179,22 +184,23 @@ class RemoteInbox:
         a cascade's 100 results to one parent took 15-41 ms each (load 16-23), and the 32
         pool threads that settle every end ran out."""
         agent = self._agent
+        host = agent.sending(msg)
 
         def then(reply: ChannelMessage | None, error: BaseException | None) -> None:
             if error is not None or reply is None:  # the host is gone: the item is late
-                agent.off_reader(agent.keep_late, msg)
+                agent.off_reader(agent.keep_late, msg, host)
                 return
             try:
                 returned("push", reply)
             except InboxFull as full:
-                agent.off_reader(refused, full)
+                agent.off_reader(agent.refused_result, msg, refused, full)
             except Exception:
                 log.exception("%s: a push's verdict", agent.name)
 
         try:
-            agent.begin_call("push", msg, then=then)
+            host.channel.begin(Call("push", pickle.dumps((msg,))), CALL_TIMEOUT, then=then)
         except (PeerGone, ChannelClosed):
-            agent.keep_late(msg)
+            agent.keep_late(msg, host)
 
     def wake(self) -> None:
         """The host wakes its own inbox when a cancel reaches it."""
@@ -290,6 +296,13 @@ class ProcessAgent:
         self.done = threading.Event()
         self.restarts = 0
         self.late: list[InboxMsg] = []
+        self._unlogged: dict[str, AgentResult] = {}
+        """Children's results sent to a host of this agent that its event log may not hold yet
+        (not refused by its inbox, not collected by a wait or a read): a host SIGKILLed before
+        it logged one took it along, so a restart delivers each again that the log lacks, and a
+        down records each as undelivered (:meth:`_redeliver`, :meth:`_give_up_results`)."""
+        self._given_up: set[str] = set()
+        """Children whose result a down recorded as undelivered (never recorded twice)."""
         self.pids: list[int] = []
         """Every host pid this agent ran in, first start first (a restart adds one)."""
         self.site_calls: Counter[str] = Counter()
@@ -357,11 +370,6 @@ class ProcessAgent:
         if timeout is None:
             return request_call(self._host.channel, method, *args)
         return request_call(self._host.channel, method, *args, timeout=timeout)
-
-    def begin_call(self, method: str, *args: Any, then: Then) -> None:
-        """:meth:`call` without the wait: sent now, ``then`` called on the channel's reader
-        with the reply (or the error) once it is known."""
-        self._host.channel.begin(Call(method, pickle.dumps(args)), CALL_TIMEOUT, then=then)
 
     def off_reader(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn`` on the fleet's pool, or here once the pool is shut down."""
@@ -487,15 +495,83 @@ class ProcessAgent:
         for item in late:
             self.site.record_rejected(InboxRejected.of(self.name, item, reason="recipient ended"))
 
-    def keep_late(self, msg: InboxMsg) -> None:
+    def keep_late(self, msg: InboxMsg, host: _Host | None = None) -> None:
         """An item its host did not take (gone): kept for :meth:`record_leftovers`, or recorded
         at once if that already ran (a push whose verdict came back after the deregistration
-        that let the settlement record the leftovers)."""
+        that let the settlement record the leftovers). A child's result that a crashed host
+        (no ``Ended``) did not take stays with the supervisor: the restart delivers it again,
+        a down records it (``_unlogged``)."""
         with self._lock:
+            if isinstance(msg, AgentResult):
+                if msg.child in self._given_up:
+                    return
+                if msg.child in self._unlogged and (host is None or not host.ended):
+                    return
             if not self._leftovers_recorded:
                 self.late.append(msg)
                 return
         self.site.record_rejected(InboxRejected.of(self.name, msg, reason="recipient ended"))
+
+    def sending(self, msg: InboxMsg) -> _Host:
+        """A push nobody waits on is about to be sent: the host it goes to (the current one),
+        a child's result counted as not logged until the log, a refusal or a collection says
+        otherwise. Under the lock that a restart switches hosts under, so a result is either
+        sent to the new host or known to the restart that delivers the lost ones again."""
+        with self._lock:
+            if isinstance(msg, AgentResult):
+                self._unlogged[msg.child] = msg
+            return self._host
+
+    def refused_result(
+        self, msg: InboxMsg, refused: Callable[[InboxFull], None], full: InboxFull
+    ) -> None:
+        """Its host's full inbox refused ``msg``: ``refused`` records it (and the registry holds
+        a child's result for ``agent-result``), so it is no longer this agent's to deliver."""
+        if isinstance(msg, AgentResult):
+            with self._lock:
+                self._unlogged.pop(msg.child, None)
+        refused(full)
+
+    def collected(self, children: tuple[str, ...]) -> None:
+        """A wait's answer or a read reached its host with these children's ends (``Collected``
+        on the bus): their results reached the agent by that way."""
+        with self._lock:
+            for child in children:
+                self._unlogged.pop(child, None)
+
+    def _logged_results(self) -> set[str]:
+        """The children whose result its event log holds, as the control side reads the file
+        (a dead host wrote, or shipped, everything it logged before its end of file)."""
+        events = self.site.session.events(self.name)
+        if not events.exists():
+            return set()
+        return logged_results(read_jsonl(events).records)
+
+    def _redeliver(self, pending: list[AgentResult]) -> None:
+        """After a restart, before its launch: every result sent to a dead host that its log
+        lacks goes to the new host's inbox again, through the registry (a full inbox refuses
+        it and the registry records and holds it, a stale one is recorded stale)."""
+        if not pending:
+            return
+        logged = self._logged_results()
+        for msg in pending:
+            if msg.child in logged:
+                with self._lock:
+                    if self._unlogged.get(msg.child) is msg:
+                        del self._unlogged[msg.child]
+                continue
+            self.site.deliver(self.name, msg, msg.child)
+
+    def _give_up_results(self) -> None:
+        """A down: the results its dead host never logged are recorded as undelivered (with
+        the leftovers, :meth:`record_leftovers`)."""
+        logged = self._logged_results()
+        with self._lock:
+            for child, msg in self._unlogged.items():
+                if child not in logged:
+                    self.late.append(msg)
+                    self._given_up.add(child)
+            self._unlogged.clear()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.done.wait(timeout)
@@ -548,6 +624,7 @@ class ProcessAgent:
                     cause = f"restart failed: {e}"
             self._end_cause = f"down: {cause}"
             self.host_lost = True
+            self._give_up_results()
             self.site.publish(Notice(self.name, notice="Down", text=decision.detail))
         self._finish(AgentOutcome.FAILED)
 
@@ -562,6 +639,7 @@ class ProcessAgent:
             if not closing:
                 self._host = host
                 self.restarts += 1
+            pending = list(self._unlogged.values())
         if closing:
             host.shutdown("close")
             return
@@ -581,6 +659,7 @@ class ProcessAgent:
         standing = self.site.standing(self.name)
         if standing.cancel_cause is not None:  # cancelled while it was down
             self.send_cancel(standing.cancel_cause)
+        self._redeliver(pending)
         if self._launched:
             try:
                 self.call("launch")
@@ -733,7 +812,15 @@ class _Host:
         args = unpickle(msg.payload) or ()
         fn = table[msg.method]
         self._agent.site_calls[msg.method] += 1  # the reader thread is its only writer
+        if msg.method == "read_result":  # a child's end read: its result reached the agent
+            fn = self._read_result
         self._agent._pool.submit(answer_call, self.channel, rid, lambda: fn(site, *args))
+
+    def _read_result(self, site: Any, parent: str, child: str) -> tuple[dict[str, Any], int]:
+        end, held = SITE_CALLS["read_result"](site, parent, child)
+        if end.get("outcome") != "running":
+            self._agent.collected((child,))
+        return end, held
 
     def _wait_children(self, rid: int, args: tuple[str, str, tuple[str, ...] | None]) -> None:
         """``agent-wait``, answered late: registered here (the pool thread returns at once),
@@ -745,8 +832,11 @@ class _Host:
         channel = self.channel
 
         def answer(value: WaitAnswer) -> None:
-            if not channel.reply(rid, ReturnFrame(pickle.dumps(value))) and value.ends:
-                self._agent.off_reader(site.give_back, parent, value.ends)
+            if not channel.reply(rid, ReturnFrame(pickle.dumps(value))):
+                if value.ends:
+                    self._agent.off_reader(site.give_back, parent, value.ends)
+            elif value.ends:
+                self._agent.collected(value.children)
 
         try:
             now = site.wait_children(*args, answer)
@@ -785,6 +875,8 @@ class _Host:
                 self._record(msg)
             except RecordRefused as e:  # nothing written; the run goes on without it
                 log.warning("%s", e)
+        elif isinstance(msg, DiskFullFrame):  # the host has stopped: the run stops with it
+            disk_full.trip(DiskFull(msg.path, msg.reason, msg.free_bytes))
         elif isinstance(msg, Ended):
             self.ended = True
             self._agent._pool.submit(self._agent._ended, self, unpickle(msg.payload))

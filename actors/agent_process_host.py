@@ -92,6 +92,7 @@ from runtime.fleet.agent_channel import (
     Call,
     CancelFrame,
     ChannelMessage,
+    DiskFullFrame,
     Ended,
     Envelope,
     InterruptFrame,
@@ -109,7 +110,8 @@ from runtime.providers.governor import install_gate
 from runtime.providers.prices import PriceTable
 from runtime.replay.provider import RecordingProvider, unrecorded
 from runtime.shell.limits import ShellLimits
-from runtime.state import durability
+from runtime.state import disk_full, durability
+from runtime.state.disk_full import EXIT_DISK_FULL, DiskFull
 from runtime.state.durability import Durability, ShippedRecord
 from runtime.state.session_dir import SessionDir
 from runtime.state.snapshot import MobileSnapshot
@@ -324,6 +326,8 @@ def _serve_host(
 ) -> None:
     try:
         host = AgentProcess(conn, boot, node=node, shell_start=shell)
+        disk_full.reset()  # a latch its fork server copied from the control process is not its
+        disk_full.on_trip(host.stop_for_a_full_disk)
         files = durability.bind(
             boot.session.root, boot.durability, ship=host.ship if ship else None
         )
@@ -519,6 +523,15 @@ class AgentProcess:
                 return
             with self._buffer_lock:
                 self._send_locked()
+
+    def stop_for_a_full_disk(self, err: DiskFull) -> None:
+        """A session file this host writes was refused for lack of space (the latch's
+        listener, on the failing thread): tell the control side, which stops the run, and end
+        here at once -- as a SIGKILL would, every record written so far intact and nothing
+        more attempted (its shell sees end of file and goes with it)."""
+        with contextlib.suppress(Exception):  # a control side already gone learns from the EOF
+            self.channel.try_send(DiskFullFrame(self.name, err.path, err.reason, err.free_bytes))
+        os._exit(EXIT_DISK_FULL)
 
     def call(self, method: str, *args: Any) -> Any:
         self.flush()

@@ -16,12 +16,13 @@ program, not inherited by its children) reaches it; the kernel re-parents it to 
   (a fork racing the SIGSTOP is restarted after it, which never comes), so one top-down walk
   finds them all.
 
-Not covered: a host SIGKILLed by someone else (the OOM killer, a user) or one that dies with a
-SIGKILLed control process (its ``PR_SET_PDEATHSIG``) takes no action, and what it had adopted
-moves on to init. ``check`` finds those by the ``EXARCH_SESSION`` variable they inherited
-(``runtime/drills/invariant_check.py``) and ``resume`` kills them; a pid namespace per host
-would close it (docs/security.md). A cgroup per host would too, but is not writable for a
-user without a delegated cgroup v2 subtree (this machine mounts v1 controllers, root-owned).
+Not covered here: a host SIGKILLed by someone else (the OOM killer, a user) or one that dies
+with a SIGKILLed control process (its ``PR_SET_PDEATHSIG``) takes no action, and what it had
+adopted moves on to init. Where a pids cgroup is writable, ``actors/pid_cgroup.py`` closes it
+(the shell that sees its host die kills what is left in the host's leaf; the fleet's end and
+``resume`` sweep the session's group); elsewhere ``check`` finds those by the
+``EXARCH_SESSION`` variable they inherited (``runtime/drills/invariant_check.py``) and
+``resume`` kills them.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 import pykka
 
+from actors import pid_cgroup
 from actors.agent import Agent, AgentOutcome, AgentSpec
 from actors.agent_executor import AgentExecutor
 from actors.agent_process import (
@@ -60,12 +61,14 @@ from actors.ray_nodes import NodeChange, NodeWatch
 from actors.registry import start_registry
 from runtime.constants import SCRATCH_ENV, SESSION_ENV, TRUNK_NAME
 from runtime.credentials import SecretPolicy
+from runtime.drills.fault_switch import crash_point
 from runtime.errors import NameUsed, SpawnFailed
 from runtime.events import Born, Died, Event, InboxRejected, Notice, Resources, SystemNote
 from runtime.fleet.fanin import ChildEnd, WaitAnswer
 from runtime.fleet.inbox import Surface
 from runtime.fleet.park import Construction
 from runtime.fleet.registry import Entry
+from runtime.observe.otel import LIVE_BUFFER, LiveExport, SpanExport
 from runtime.providers.base import Provider
 from runtime.providers.governor import Governor
 from runtime.providers.prices import PriceTable
@@ -91,6 +94,7 @@ from runtime.settlement.release_sweep import (
     release_sweep,
     settle_child,
 )
+from runtime.shell import pid_cgroup as pid_groups
 from runtime.shell.confinement import Sandbox, SandboxMode
 from runtime.shell.limits import ShellLimits
 from runtime.state import durability
@@ -156,6 +160,9 @@ class FleetConfig:
     secrets: SecretPolicy = field(default_factory=SecretPolicy)
     """The variables no shell sees (``runtime/credentials.py``): every agent's environment is
     scrubbed by it where its grants are decided, and the fork server starts without them."""
+    otlp_endpoint: str | None = None
+    """An OpenTelemetry collector (OTLP/HTTP base URL) the bus's events are exported to as
+    spans while the fleet runs (``runtime/observe/otel.py``; needs the ``otel`` extra)."""
 
 
 class _AgentActor(QuotaActor):
@@ -194,11 +201,18 @@ class Fleet:
         self.session = session
         self.config = config or FleetConfig()
         keep_secrets_from_forks(self.config.secrets)
+        endpoint = self.config.otlp_endpoint  # refused (OtelMissing) before anything starts
+        spans = SpanExport(session.root, endpoint) if endpoint else None
         self._session_marker = str(session.root.resolve())
         """``$EXARCH_SESSION`` in every agent's shell (``runtime/constants.py``)."""
         self._provider_for = provider_for
         self._files: DurableFiles | None = durability.bind(session.root, self.config.durability)
         self.bus = start_bus(session.transcript)
+        self._otlp = (
+            LiveExport(self.bus.subscribe(LIVE_BUFFER, name="otlp"), spans)
+            if spans is not None
+            else None
+        )
         lease: dict[str, Any] = {}
         if self.config.lease_bound is not None:
             lease["lease_bound"] = self.config.lease_bound
@@ -307,7 +321,15 @@ class Fleet:
             base if base is not None else (os.path.realpath(self.config.cwd or os.getcwd()),)
         )
         mode = self.config.limits.sandbox or SandboxMode.FULL_ACCESS
-        return Sandbox(mode, tuple(workspace), False, self._scratch_for(name))
+        capped = pid_groups.hierarchy() is not None
+        return Sandbox(
+            mode,
+            tuple(workspace),
+            False,
+            self._scratch_for(name),
+            self.config.limits.max_processes if capped else None,
+            pid_groups.agent_group(self._session_marker, name) if capped else None,
+        )
 
     def _granted_spec(self, spec: AgentSpec) -> AgentSpec:
         """Decide the agent's grants, once, for every way an agent is made (trunk, fork,
@@ -546,9 +568,12 @@ class Fleet:
         if self.host_pool is not None:
             self.host_pool.close()
         self.hub.close()  # after every host's shutdown: their ends of file are read on it
+        pid_cgroup.sweep_session(self._session_marker)  # whatever a dead host left behind
         try:
             self._registry.stop()
             self.bus.stop()
+            if self._otlp is not None:  # the bus is closed: its last events, then a flush
+                self._otlp.close()
         finally:
             self._closed = True
             files, self._files = self._files, None
@@ -987,6 +1012,8 @@ class Fleet:
             self.registry.cancel_descendants(agent.name, "parent ended")
             self.registry.deregister(agent.name)
             agent.record_leftovers()  # delivered between the agent's exit and deregister
+            if agent.parent is not None:
+                crash_point("delivered-before-died")
             reply = render(agent.reply_value) if agent.parent is None and agent.replied else None
             self.publish(
                 Died(agent.name, outcome=outcome.value, cause=agent.terminated, reply=reply)
@@ -1031,6 +1058,7 @@ class Fleet:
             if not observable:
                 with self._lock:
                     self._retained.append(RetainedChild(agent.name, executor))
+        crash_point("settled-before-delivery")
         replied = agent.replied and agent.reply_value is not None
         end = ChildEnd(
             agent.name,

@@ -668,6 +668,12 @@ class CancelListener:
     listener re-trips ``session.cancel`` every poll interval, closing the window between a run
     starting and its scope existing. Between cancels the thread blocks (no idle wake-ups: a
     host costs nothing while its agent thinks).
+
+    A cancel is applied under the lock that :meth:`begin` and :meth:`end` take, in the same
+    hold as the decision that it hits the run in flight: applied after releasing it, a cancel
+    decided for run N could land once the main thread had ended N and begun N+1, and
+    ``session.cancel`` (which trips whatever run is in flight) stopped N+1 instead. So the run
+    a cancel hits is still the current one when it is tripped; ``begin``/``end`` wait for it.
     """
 
     def __init__(self, ctl: Channel, cancel: Callable[[str], None]) -> None:
@@ -718,16 +724,18 @@ class CancelListener:
                 with contextlib.suppress(OSError):
                     self._wake_r.recv(4096)
             if self._ctl.conn not in ready:
-                if self._live():
-                    self._cancel(self._reason)
+                with self._lock:  # re-trip the run in flight, never its successor
+                    if self._current is not None and self.event.is_set():
+                        self._cancel(self._reason)
                 continue
             try:
                 frame = self._ctl.recv()
             except ChannelClosed:
                 self.peer_gone.set()
-                self._reason = "control side gone"
-                self.event.set()
-                self._cancel(self._reason)
+                with self._lock:
+                    self._reason = "control side gone"
+                    self.event.set()
+                    self._cancel(self._reason)
                 return
             except FrameError:
                 # An undecodable frame names no run, so there is nothing it could cancel; the
@@ -746,5 +754,4 @@ class CancelListener:
                     hit = self._current is not None and self._current <= int(target)
                 if hit:
                     self.event.set()
-            if hit:
-                self._cancel(reason)
+                    self._cancel(reason)  # under the lock: the run it hit is still current

@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 from actors.agent import Agent, AgentSpec
 from actors.agent_process import ProcessAgent
+from actors.pid_cgroup import sweep_session
 from actors.process_identity import kill_and_wait
 from runtime.constants import TRUNK_NAME
 from runtime.credentials import SecretPolicy
@@ -75,7 +76,7 @@ from runtime.state.session_read import (
     read_session,
     set_aside_result,
 )
-from runtime.state.session_records import CONTROL_DIED
+from runtime.state.session_records import CONTROL_DIED, logged_results
 from runtime.state.snapshot import MobileSnapshot
 
 RESUME_NOTE = (
@@ -163,14 +164,6 @@ def played_rounds(files: SessionFiles, agent: str) -> int:
     return max(assistants + errors, top + 1)
 
 
-def _result_logged(files: SessionFiles, parent: str, child: str) -> bool:
-    head = f"[agent {child} finished"
-    return any(
-        r.get("kind") == "user" and r.get("source") == "agent_result" and r["text"].startswith(head)
-        for r in files.events_of(parent)
-    )
-
-
 def plan_resume(session: SessionDir) -> ResumePlan:
     """Read the session and decide (see the module docstring); raises :class:`ResumeRefused`
     (:class:`DamagedSession` naming file and line when a file it builds on is damaged)."""
@@ -229,11 +222,14 @@ def plan_resume(session: SessionDir) -> ResumePlan:
         for r in transcript
         if r.get("kind") == "InboxRejected"
     }
+    logged: dict[str, set[str]] = {}
     for n in nodes:
         parent = n.spawned.get("parent")
         if not isinstance(parent, str) or n.id in resumed:
             continue
-        if (parent, n.id) in rejected or _result_logged(files, parent, n.id):
+        if parent not in logged:
+            logged[parent] = logged_results(files.events_of(parent))
+        if (parent, n.id) in rejected or n.id in logged[parent]:
             continue
         (plan.redeliver if parent in resumed else plan.unreachable).append((n.id, parent))
     return plan
@@ -284,6 +280,19 @@ def _heal(journal: SpawnJournal, plan: ResumePlan) -> None:
         release_sweep(journal, sweep, retain="release")
 
 
+def _died_at_crash(node: NodeState | None, name: str) -> Died:
+    """The ``Died`` of an agent that was alive on the bus when the control process died. A
+    child whose end the journal already recorded (its execution result: the control process
+    died between its settlement and its ``Died``) dies with that outcome, so its one terminal
+    story agrees; any other incarnation died with the control process."""
+    last = node.results[-1] if node is not None and node.results else None
+    if last is None or not last.get("outcome"):
+        return Died(name, outcome="failed", cause=CONTROL_DIED)
+    outcome = str(last["outcome"])
+    cause = None if outcome == "replied" else str(last.get("reason") or outcome)
+    return Died(name, outcome=outcome, cause=cause)
+
+
 def _result_of(node: NodeState) -> AgentResult:
     last = node.results[-1] if node.results else {}
     terminal = node.terminal or {}
@@ -313,6 +322,7 @@ def resume_run(
     agents: Literal["thread", "process"] | None = None,
     backend: Any = None,
     secret_env: tuple[str, ...] = (),
+    otlp_endpoint: str | None = None,
 ) -> ResumeOutcome:
     """Resume the run in ``session`` to its end (see the module docstring).
 
@@ -329,7 +339,8 @@ def resume_run(
     host begins from the driver's copy of the agent's files. ``secret_env`` marks more
     variables secret besides those ``run.json`` names (and is then written to it); the key in
     use, from ``connection`` or the provider's variable, is kept out of every shell as in the
-    run (``runtime/credentials.py``)."""
+    run (``runtime/credentials.py``). ``otlp_endpoint``: export the resumed run's spans there,
+    into the session's one trace (``runtime/observe/otel.py``)."""
     from actors.fleet import Fleet, FleetConfig
 
     plan = plan_resume(session)
@@ -407,13 +418,14 @@ def resume_run(
             backend=backend,
             traffic=governor,
             secrets=secrets,
+            otlp_endpoint=otlp_endpoint,
         ),
     )
     outcome, reply = (plan.trunk_outcome or "failed"), plan.trunk_reply
     try:
         _heal(fleet.journal, plan)
         for name in plan.alive_at_crash:
-            fleet.publish(Died(name, outcome="failed", cause=CONTROL_DIED))
+            fleet.publish(_died_at_crash(fleet.journal.state.nodes.get(name), name))
         adopted: list[Agent | ProcessAgent] = []
         order = ([TRUNK_NAME] if plan.rebuild_trunk else []) + plan.rebuild
         for name in order:
@@ -482,6 +494,7 @@ def _end_leftovers(session: SessionDir) -> None:
     """Kill every process the dead run named that still runs and wait until each is gone."""
     procs = leftover_processes(session)
     left = kill_and_wait([(p.pid, partial(still_running, p)) for p in procs], LEFTOVER_WAIT)
+    sweep_session(str(session.root.resolve()))  # and the dead run's (now empty) cgroups
     if left:
         log.warning(
             "the dead run's process(es) %s still run %.0f s after SIGKILL",

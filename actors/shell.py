@@ -69,6 +69,7 @@ from actors.eval_root import EvalRoot
 from actors.frames import ChannelClosed, Frame
 from actors.host_start import HostStart
 from actors.mailbox import QuotaActor, QuotaMailbox
+from actors.pid_cgroup import sweep_leaf
 from actors.process import ChildProcess
 from actors.shell_host import FORK_VERBS, frame_error_text, host_main
 from actors.shell_snapshot import SnapshotKeeper
@@ -78,6 +79,7 @@ from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
 from runtime.drills.fault_switch import faults_enabled
 from runtime.errors import ExarchError
 from runtime.events import Notice
+from runtime.shell.confinement import Sandbox
 from runtime.shell.ledger import BindingLedger, carry_renewals, referenced_names
 from runtime.shell.limits import ShellLimits
 from runtime.shell.worker_retention import WORKER_BACKSTOP_SECS, WORKER_IDLE_CALLS
@@ -738,10 +740,12 @@ class ShellActor(QuotaActor):
         """Panic rollback: fresh host from the durable snapshot; the call's effects are gone,
         except the lease renewals of the names it referenced (``renewed``), which survive."""
         old, self._host = self._host, None
+        keeper = self._keeper
         if old is not None:
             old.kill()
             old.reap(grace=1.0)
-        keeper = self._keeper
+            # a host killed by someone else ran no cleanup: what it left is in its cgroup leaf
+            sweep_leaf(Sandbox.from_dict((keeper.context or {}).get("sandbox")), old.pid)
         ledger = dict(keeper.ledger) or None
         if ledger and renewed:
             ledger = carry_renewals(ledger, renewed, epoch)

@@ -35,6 +35,7 @@ import os
 from multiprocessing.connection import Connection
 from typing import Any
 
+from actors import pid_cgroup
 from actors.frames import Channel, ChannelClosed, Frame
 from actors.landlock import enter_sandbox
 from actors.priority import yield_to_control
@@ -120,6 +121,8 @@ class HostCore:
         self._sent_context: tuple[str, dict[str, str], Any] | None = None
         """(cwd, env, grants) as last sent: the context travels only when it changed."""
         self.listener = CancelListener(ctl, self._cancel)
+        self.pids: pid_cgroup.Joined | None = None
+        """The agent's pids cgroup leaf this host joined (None: no cap)."""
 
     def _cancel(self, reason: str) -> None:
         session = self.session
@@ -160,6 +163,8 @@ class HostCore:
         self.verbs = frozenset(f.get("verbs") or ())
         self.max_binding_bytes = int(f.get("max_binding_bytes") or DEFAULT_MAX_BINDING_BYTES)
         context = DynamicContext.from_dict(dict(f["context"]))
+        if self.pids is None:  # before Landlock: the cgroup files are outside every rule
+            self.pids = pid_cgroup.join_for(context.sandbox)
         enter_sandbox(context.sandbox, context.grants)  # before any ral runs; once
         self.session = Session(
             context=context,
@@ -244,6 +249,11 @@ class HostCore:
                 fields["defined"] = list(rr.defined)
             if not rr.compiled:
                 fields["compiled"] = False
+        refused = self.pids.take_refusals() if self.pids is not None else 0
+        if refused and self.pids is not None:
+            fields["stderr"] = fields.get("stderr", "") + pid_cgroup.refusal_line(
+                refused, self.pids.limit
+            )
         if self.notices:
             fields["notices"] = self._take_notices()
         fields["snapshot"] = snapshot

@@ -34,6 +34,7 @@ from actors.agent_site import BranchRequest
 from runtime.cancel import Cancelled
 from runtime.errors import ExarchError
 from runtime.events import Notice, SystemNote
+from runtime.observe.round_trip import RoundTrip
 from runtime.providers.base import Provider
 from runtime.ral.errors import DeskRefusal
 
@@ -64,7 +65,9 @@ class SlashAgent(Protocol):
 
     def forget_before_clear(self, generation: int) -> None: ...
 
-    def count_usage(self, msg: AssistantMessage, model: str) -> None: ...
+    def count_usage(
+        self, msg: AssistantMessage, provider: Provider, trip: RoundTrip, operation: str = ...
+    ) -> None: ...
 
 
 def refuse(agent: SlashAgent, text: str) -> None:
@@ -108,10 +111,11 @@ def compact_agent(agent: SlashAgent, rest: str = "") -> None:
         return
     provider = agent.provider.current()
     try:
+        trip = RoundTrip()
         reply = provider.summary_reply(
             agent.log.render_transcript(), agent.token, system=agent.system
         )
-        agent.count_usage(reply, provider.model)  # a paid round trip: counted and budgeted
+        agent.count_usage(reply, provider, trip, "summary")  # paid: counted and budgeted
         summary = reply.text
     except Cancelled:
         _note(agent, "/compact interrupted: nothing was dropped")

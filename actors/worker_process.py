@@ -26,10 +26,11 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
+from actors import pid_cgroup
 from actors.frames import Channel, ChannelClosed
 from actors.landlock import enter_sandbox
 from actors.mailbox import QuotaActor
@@ -91,6 +92,7 @@ def worker_main(
         from runtime.ral.session import Session
 
         context = DynamicContext.from_dict(dict(frame["context"]))
+        pids = pid_cgroup.join_for(context.sandbox)  # before Landlock closes /sys
         enter_sandbox(context.sandbox, context.grants)  # before its cancel listener starts
         session = Session(context=context, faults=bool(frame.get("faults")))
         listener = CancelListener(ctl, session.cancel)
@@ -113,6 +115,8 @@ def worker_main(
         listener.begin(0)
         rr = session.run(BODY_NAME, show=encode_in_scope)
         listener.end()
+        if pids is not None and (n := pids.take_refusals()):
+            rr = replace(rr, stderr=rr.stderr + pid_cgroup.refusal_line(n, pids.limit))
         if rr.error is not None:
             data.send("result", error=error_fields(rr.error), stdout=rr.stdout, stderr=rr.stderr)
         elif refused:

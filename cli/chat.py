@@ -28,6 +28,7 @@ from cli.config import with_config
 from cli.durability import durability_option
 from cli.grants import fleet_policy, grant_options
 from cli.limits import limit_options, sandboxed
+from cli.otlp import live_endpoint, otlp_endpoint_option
 from cli.provider_options import ProviderChoice, provider_options
 from cli.recording import open_recording, record_option
 from cli.runner import (
@@ -60,6 +61,7 @@ from runtime.state.durability import Durability
 @durability_option()
 @agents_option()
 @backend_options
+@otlp_endpoint_option()
 def chat_command(
     scenario: str | None,
     connection: ProviderChoice,
@@ -76,6 +78,7 @@ def chat_command(
     backend: Backend,
     ray_address: str | None,
     placement: str | None,
+    otlp_endpoint: str | None,
 ) -> None:
     """Talk to an interactive trunk in a terminal UI: one tab per agent. With no SCENARIO and
     no --model (and so a bare `exarch-actors`) it plays a packaged scripted demo: no network,
@@ -164,6 +167,7 @@ def chat_command(
                 traffic=made.governor,
                 prices=PriceTable().free_of_charge() if provider == "scripted" else PriceTable(),
                 secrets=secret_policy(connection.secret_env, loaded, connection.api_key),
+                otlp_endpoint=live_endpoint(otlp_endpoint),
             ),
         )
         app = ChatApp(

@@ -8,6 +8,7 @@ directory), the project's overriding the user's, and a flag overriding both::
     durability = "machine"       # process | machine
     agents = "thread"            # thread | process
     shell_memory = "4GiB"
+    shell_procs = 256
     max_workers = 32
     max_binding_bytes = "64MiB"
 
@@ -34,7 +35,14 @@ import click
 from cli.provider_options import ProviderChoice
 
 CONNECTION_KEYS = ("provider", "model", "base_url")
-DEFAULT_KEYS = ("durability", "agents", "shell_memory", "max_workers", "max_binding_bytes")
+DEFAULT_KEYS = (
+    "durability",
+    "agents",
+    "shell_memory",
+    "shell_procs",
+    "max_workers",
+    "max_binding_bytes",
+)
 KEYS = CONNECTION_KEYS + DEFAULT_KEYS
 COMMANDS = ("run", "fleet", "chat")
 """The commands a config file sets defaults for (``resume`` keeps what its run.json says)."""

@@ -12,6 +12,15 @@ before that join (``threading._register_atexit``, as ``concurrent.futures`` does
 3. any still running are named on stderr and the process exits at once (``os._exit``) with the
    command's own exit status, its output flushed.
 
+A full disk ends a command at once too (:func:`_stop_for_a_full_disk`, the listener of
+``runtime/state/disk_full.py``'s latch): the first session write refused for lack of space is
+named with the space left (one message, ``outcome: failed``) and the process exits 1 on the
+failing thread, as a control process's death would end it -- every record written so far
+intact, the agent processes and shells going with their fork server -- so ``resume`` carries
+the run on once space is back. Settling the tree first would need the disk it lacks: a bus
+that could not write its transcript died, the fleet waited for it forever and SIGTERM was
+ignored (issue 34).
+
 Installed only for a command run as a process (:func:`install`, from the entry point with
 ``sys.argv``): in a test runner the process is not the command's to end.
 """
@@ -20,9 +29,13 @@ from __future__ import annotations
 
 import os
 import sys
+import termios
 import threading
 import time
 from typing import Any
+
+from runtime.state import disk_full
+from runtime.state.disk_full import DiskFull
 
 EXIT_GRACE = 10.0
 """Seconds the non-daemon threads left at exit get to end (a hang guard: an actor stopped here
@@ -37,6 +50,62 @@ def install() -> None:
         return
     _state["installed"] = True
     threading._register_atexit(_at_exit)  # type: ignore[attr-defined]
+    disk_full.on_trip(_stop_for_a_full_disk)
+    _state["tty"] = _terminal_mode()
+
+
+def _terminal_mode() -> list[Any] | None:
+    """The terminal's mode as the command found it (None: stdin is no terminal)."""
+    try:
+        return termios.tcgetattr(sys.stdin.fileno()) if sys.stdin.isatty() else None
+    except (OSError, ValueError, termios.error):
+        return None
+
+
+def _give_the_terminal_back() -> None:
+    """Before an exit that skips every ``finally``: a full-screen UI (``chat``) that changed
+    the terminal's mode gets it back as the command found it, its screen left and its cursor
+    shown -- else the shell it returns to echoes nothing."""
+    found = _state.get("tty")
+    if found is None or _terminal_mode() == found:
+        return
+    try:
+        termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, found)
+        tty = os.open("/dev/tty", os.O_WRONLY | os.O_NOCTTY)
+        try:  # mouse reports off, the main screen back, the cursor shown
+            os.write(tty, b"\x1b[?1000l\x1b[?1003l\x1b[?1006l\x1b[?1049l\x1b[?25h")
+        finally:
+            os.close(tty)
+    except (OSError, ValueError, termios.error):
+        pass
+
+
+def installed() -> bool:
+    """Whether this process is a command run as a process (the guard is installed)."""
+    return bool(_state["installed"])
+
+
+def _stop_for_a_full_disk(err: DiskFull) -> None:
+    """The latch tripped (on the thread whose write failed, or the channel reader an agent
+    process's report came on): say why, and end the process now (see the module docstring)."""
+    _give_the_terminal_back()
+    _warn(str(err))
+    _say("outcome: failed")
+    end_now(1)
+
+
+def end_now(code: int, why: str | None = None) -> None:
+    """End the process at once with ``code``, ``why`` on stderr and the output flushed: its
+    agent processes and shells end with their fork server, as at a control process's death."""
+    _give_the_terminal_back()
+    if why is not None:
+        _warn(why)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def exiting_with(code: object) -> None:
@@ -58,14 +127,11 @@ def _at_exit() -> None:
     stuck = [t.name for t in _non_daemon() if t.is_alive()]
     if not stuck:
         return
-    _warn(f"{len(stuck)} thread(s) still running {EXIT_GRACE:g} s after the command ended "
-          f"({', '.join(stuck)}); exiting without them")  # fmt: skip
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(_state["code"])
+    end_now(
+        _state["code"],
+        f"{len(stuck)} thread(s) still running {EXIT_GRACE:g} s after the command ended "
+        f"({', '.join(stuck)}); exiting without them",
+    )
 
 
 def _stop_actors() -> None:
@@ -85,7 +151,18 @@ def _non_daemon() -> list[threading.Thread]:
 
 
 def _warn(text: str) -> None:
+    _say(f"exarch-actors: {text}")
+
+
+def _say(line: str) -> None:
+    """``line`` on the process's real stderr (fd 2), after what its streams hold: a
+    full-screen UI (``chat``) has ``sys.stderr`` captured while it runs."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
     try:
-        print(f"exarch-actors: {text}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
+        os.write(2, f"{line}\n".encode())
+    except OSError:
         pass

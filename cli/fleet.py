@@ -24,6 +24,7 @@ from cli.backend_options import Agents, Backend, agents_option, backend_options
 from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.limits import limit_options
+from cli.otlp import live_endpoint, otlp_endpoint_option
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.recording import record_option
 from cli.run_report import RunReporter, agent_line, live_agents
@@ -145,6 +146,7 @@ def cost_text(cost: dict[str, Any]) -> str:
 @limit_options
 @durability_option()
 @cost_options
+@otlp_endpoint_option()
 def fleet_command(
     target: str,
     connection: ProviderChoice,
@@ -160,6 +162,7 @@ def fleet_command(
     limits: ShellLimits,
     durability: Durability,
     cost: CostChoice,
+    otlp_endpoint: str | None,
 ) -> None:
     """Run a multi-agent SCENARIO.toml (or a PROMPT for a real model) with a live spawn-tree
     view, then print the fleet yield (spawned, done, down, cancelled, never settled).
@@ -171,12 +174,15 @@ def fleet_command(
     Exit codes:
       0    the trunk replied or quiesced
       1    the run failed (the `error:` line says why), was capped, or reached --budget
-           (outcome `budget`: the tree is cancelled, every child settled)
+           (outcome `budget`: the tree is cancelled, every child settled), or a session
+           file could not be written for lack of space (one `disk full:` line names it and
+           the space left; `resume` finishes the run once space is back)
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service,
            --backend ray without Ray installed (the message gives the install line)
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
-      143  cancelled by SIGTERM, likewise
+      143  cancelled by SIGTERM, likewise (a second signal while the tree settles ends
+           the command at once)
     """
     spec = spec_for(
         target,
@@ -191,6 +197,7 @@ def fleet_command(
         backend=backend,
         ray_address=ray_address,
         placement=placement,
+        otlp_endpoint=live_endpoint(otlp_endpoint),
     )
     report = RunReporter(
         as_json=as_json, quiet=quiet, live=not no_live, view=render_tree, keep_view=True

@@ -2,12 +2,13 @@
 live in :mod:`runtime.shell.limits`)::
 
     --shell-memory SIZE       RLIMIT_DATA of every shell host and worker (default 2GiB)
+    --shell-procs N           processes at once per agent, in its pids cgroup (default 512)
     --max-workers N           running spawn workers per shell (default 64)
     --max-binding-bytes SIZE  largest binding a shell keeps (default 256MiB)
     --sandbox MODE            read-only | workspace-write | full-access (default: workspace-write
                               for a network model, full-access for a scripted run)
 
-``@limit_options`` adds the three flags and hands the command one ``limits: ShellLimits``.
+``@limit_options`` adds the flags and hands the command one ``limits: ShellLimits``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import click
 from runtime.shell.confinement import MODES, SandboxMode, SandboxUnavailable, check_mode
 from runtime.shell.limits import (
     DEFAULT_MAX_BINDING_BYTES,
+    DEFAULT_MAX_PROCESSES,
     DEFAULT_MAX_WORKERS,
     DEFAULT_SHELL_MEMORY,
+    MIN_PROCESSES,
     BadLimit,
     ShellLimits,
     format_size,
@@ -76,11 +79,12 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
         max_workers: int,
         max_binding_bytes: int,
         sandbox: str | None,
+        shell_procs: int,
         **kwargs: Any,
     ) -> Any:
         mode = None if sandbox is None else SandboxMode(sandbox)
         try:
-            limits = ShellLimits(shell_memory, max_workers, max_binding_bytes, mode)
+            limits = ShellLimits(shell_memory, max_workers, max_binding_bytes, mode, shell_procs)
         except BadLimit as e:
             raise click.UsageError(str(e)) from None
         return command(*args, limits=limits, **kwargs)
@@ -102,6 +106,15 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
             metavar="SIZE",
             help="Memory limit of each shell and worker process (RLIMIT_DATA; default "
             f"{format_size(DEFAULT_SHELL_MEMORY).replace(' ', '')}; '{UNLIMITED}' for none).",
+        ),
+        click.option(
+            "--shell-procs",
+            type=click.IntRange(min=MIN_PROCESSES),
+            default=DEFAULT_MAX_PROCESSES,
+            metavar="N",
+            help="Processes at once per agent: its shell, workers and programs share one pids "
+            f"cgroup (a fork bomb stops there; default {DEFAULT_MAX_PROCESSES}; where no pids "
+            "cgroup is writable, no cap).",
         ),
         click.option(
             "--max-workers",

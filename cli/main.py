@@ -33,6 +33,16 @@ _SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
         "Replay a recorded session offline; report where ral results diverge.",
     ),
     "chat": ("cli.chat", "chat_command", "Talk to a conversing trunk in a terminal UI."),
+    "trace": (
+        "cli.trace",
+        "trace_command",
+        "Write a session as a Chrome trace (Perfetto JSON), one track per agent.",
+    ),
+    "report": (
+        "cli.report",
+        "report_command",
+        "Write a session as one self-contained HTML report.",
+    ),
     "sessions": (
         "cli.sessions",
         "sessions_command",

@@ -26,9 +26,12 @@ from cli.backend_options import (
     make_backend,
 )
 from cli.durability import durability_option
+from cli.otlp import live_endpoint, otlp_endpoint_option
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.run_report import RunReporter
 from cli.runner import exit_code, signals_cancel
+from runtime.state import disk_full
+from runtime.state.disk_full import DiskFull
 from runtime.state.durability import Durability
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_lock import SessionLive
@@ -42,6 +45,7 @@ from runtime.state.session_read import ResumeRefused
 @durability_option(inherit=True)
 @agents_option(inherit=True)
 @backend_options
+@otlp_endpoint_option()
 def resume_command(
     session_dir: str,
     connection: ProviderChoice,
@@ -52,6 +56,7 @@ def resume_command(
     backend: Backend,
     ray_address: str | None,
     placement: str | None,
+    otlp_endpoint: str | None,
 ) -> None:
     """Resume a run from its SESSION_DIR after the control process died, and finish it.
 
@@ -67,13 +72,16 @@ def resume_command(
     Exit codes:
       0    the trunk replied or quiesced
       1    the run failed (the `error:` line says why) or was capped
+           or a session file could not be written for lack of space (one `disk full:`
+           line names it and the space left; `resume` finishes the run once space is back)
       2    the directory cannot be resumed (a run still alive owns it: its pid is named;
            not a session, no run.json, already finished, a damaged session file named by
            file and line), a bad flag, no API key for the
            hosted service, or --backend ray without Ray installed
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
-      143  cancelled by SIGTERM, likewise
+      143  cancelled by SIGTERM, likewise (a second signal while the tree settles ends
+           the command at once)
     """
     session = SessionDir(Path(session_dir).resolve())
     overrides = _connection_overrides(session, connection)
@@ -83,6 +91,11 @@ def resume_command(
     except SessionLive as e:
         raise Refused(str(e)) from None
     click.get_current_context().call_on_close(lock.release)  # held until the command ends
+    try:  # a disk still full refuses before anything is touched, as a run it stops says
+        disk_full.probe(session.root)
+    except DiskFull as e:
+        disk_full.trip(e)  # a command ends here (cli/exit_guard.py): the message, exit 1
+        raise
     report = RunReporter(as_json=as_json, quiet=quiet)
     hit = {"cancel": False}
     with signals_cancel(lambda: hit.__setitem__("cancel", True)) as interrupted:
@@ -102,6 +115,7 @@ def resume_command(
                 agents=agents,
                 backend=hosts,
                 secret_env=connection.secret_env,
+                otlp_endpoint=live_endpoint(otlp_endpoint),
             )
         except ResumeRefused as e:
             raise Refused(str(e)) from None

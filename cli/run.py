@@ -13,6 +13,7 @@ from cli.cost_options import CostChoice, cost_options
 from cli.durability import durability_option
 from cli.grants import grant_options
 from cli.limits import limit_options
+from cli.otlp import live_endpoint, otlp_endpoint_option
 from cli.provider_options import ProviderChoice, output_options, provider_options
 from cli.recording import record_option
 from cli.run_report import RunReporter
@@ -46,6 +47,7 @@ from runtime.state.durability import Durability
 @limit_options
 @durability_option()
 @cost_options
+@otlp_endpoint_option()
 def run_command(
     target: str | None,
     show_config: bool,
@@ -66,6 +68,7 @@ def run_command(
     limits: ShellLimits,
     durability: Durability,
     cost: CostChoice,
+    otlp_endpoint: str | None,
 ) -> None:
     """Run a headless trunk on a SCENARIO.toml (the scripted provider: no network, no key) or
     on a PROMPT (a real model), and print its reply. A bare word that names no file but names
@@ -102,11 +105,14 @@ def run_command(
       1    the run failed (a provider error: the `error:` line says which), was capped,
            reached --budget (outcome `budget`: the tree is cancelled, every child settled),
            or quiesced without a reply while a child failed (`children:` counts them)
+           or a session file could not be written for lack of space (one `disk full:`
+           line names it and the space left; `resume` finishes the run once space is back)
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service,
            --backend ray without Ray installed (the message gives the install line)
       130  cancelled by Ctrl-C (SIGINT): the whole tree is cancelled and settled, no process
            is left behind
-      143  cancelled by SIGTERM, likewise
+      143  cancelled by SIGTERM, likewise (a second signal while the tree settles ends
+           the command at once)
     """
     if show_config:
         for line in config.provenance_lines(click.get_current_context()):
@@ -132,6 +138,7 @@ def run_command(
         backend=backend,
         ray_address=ray_address,
         placement=placement,
+        otlp_endpoint=live_endpoint(otlp_endpoint),
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
     result = run_headless(spec, observer=report)

@@ -12,6 +12,7 @@ settle (``result.json`` says ``cancelled``) before the process exits. What is pr
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import threading
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import click
 
-from cli import Refused
+from cli import Refused, exit_guard
 from cli.backend_options import check_backend, make_backend
 from cli.config import with_config
 from cli.recording import open_recording
@@ -41,7 +42,7 @@ from runtime.ral.grants import GrantPolicy
 from runtime.ral.values import render
 from runtime.settlement.fleet_yield import FleetYield
 from runtime.shell.limits import ShellLimits
-from runtime.state import durability
+from runtime.state import disk_full, durability
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import Durability
 from runtime.state.durable import atomic_write_bytes
@@ -59,6 +60,8 @@ EXIT_CODES = {
     "budget": 1,
     "cancelled": 130,
 }
+
+log = logging.getLogger(__name__)
 
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 """Signals that cancel a headless run (the whole tree) instead of killing the process."""
@@ -130,6 +133,8 @@ class RunSpec:
     """``--placement``: None is ``spread``."""
     secret_env: tuple[str, ...] = ()
     """``--secret-env``: variables kept out of every shell besides the provider's keys."""
+    otlp_endpoint: str | None = None
+    """``--otlp-endpoint``: the collector the run's spans go to (``cli/otlp.py``)."""
 
     @property
     def secrets(self) -> SecretPolicy:
@@ -312,15 +317,28 @@ class Interruption:
 def signals_cancel(cancel: Callable[[], None]) -> Iterator[Interruption]:
     """SIGINT (Ctrl-C) and SIGTERM cancel the run (the whole tree) instead of ending the process
     on the spot: the caller lets the tree settle, writes ``result.json`` and exits 130 / 143.
-    A shell that ignores the cancel is killed after its grace, so settling always ends."""
+    A shell that ignores the cancel is killed after its grace, so settling always ends.
+
+    A second signal while the tree settles ends a command at once (128 + signum), as a
+    control process's death would (``resume`` carries the run on): a run whose settling
+    cannot end -- its bus dead of a failed write, say -- is never left to SIGKILL. A cancel
+    that fails is logged, never raised into the interrupted thread."""
     hit = Interruption()
     if threading.current_thread() is not threading.main_thread():
         yield hit
         return
 
     def handler(signum: int, _frame: FrameType | None) -> None:
+        if hit.is_set() and exit_guard.installed():
+            exit_guard.end_now(
+                128 + signum,
+                f"{signal.Signals(signum).name} again: not waiting for the tree to settle",
+            )
         hit._set(signum)
-        cancel()
+        try:
+            cancel()
+        except Exception:
+            log.exception("cancelling the run on %s failed", signal.Signals(signum).name)
 
     previous = {sig: signal.signal(sig, handler) for sig in CANCEL_SIGNALS}
     try:
@@ -409,6 +427,7 @@ def _run_owned(
     """:func:`run_headless` once the session is owned (its lock held by the caller)."""
     from actors.fleet import Fleet, FleetConfig
 
+    disk_full.reset()  # a latch an earlier run in this process tripped is not this run's
     write_run_spec(session, spec, grants)
     recording = open_recording(spec, session, factory, prompt=prompt, system=system)
     if recording is not None:
@@ -433,6 +452,7 @@ def _run_owned(
             backend=backend,
             traffic=governor,
             secrets=spec.secrets,
+            otlp_endpoint=spec.otlp_endpoint,
         ),
     )
     outcome = "failed"
@@ -451,6 +471,12 @@ def _run_owned(
             while not fleet.wait_empty(0.1):
                 if observer is not None:
                     observer.tick()
+                if disk_full.tripped() is not None:  # a caller in-process: not ended by it
+                    fleet.cancel_all("disk full")
+                    break
+        full = disk_full.tripped()
+        if full is not None:
+            raise full
         outcome = trunk.outcome.value if trunk.outcome is not None else "failed"
         if interrupted.is_set():
             outcome = "cancelled"

@@ -34,9 +34,11 @@ if TYPE_CHECKING:
         RunRefused,
         check,
         replay_recording,
+        report,
         resume,
         run,
         start,
+        trace,
     )
 
 __all__ = [
@@ -46,9 +48,11 @@ __all__ = [
     "RunRefused",
     "check",
     "replay_recording",
+    "report",
     "resume",
     "run",
     "start",
+    "trace",
 ]
 
 

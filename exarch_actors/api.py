@@ -1,5 +1,5 @@
-"""The Python API: what the ``run``, ``resume``, ``check`` and ``replay`` commands do, as
-functions (docs/api.md).
+"""The Python API: what the ``run``, ``resume``, ``check``, ``replay``, ``trace`` and
+``report`` commands do, as functions (docs/api.md).
 
 One code path: :func:`start` builds its ``RunSpec`` with the ``run`` command's own
 ``cli.runner.spec_for`` and runs it with ``cli.runner.run_headless``; :func:`replay` is the
@@ -16,6 +16,7 @@ bus's bounded buffer (``actors/bus.py``: a consumer that falls behind is handed 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -29,10 +30,14 @@ from actors.bus import SUBSCRIBER_BUFFER, Subscription
 from cli.backend_options import DEFAULT_AGENTS
 from cli.provider_options import ProviderChoice
 from cli.replay import DEFAULT_DEADLINE, replay_session
+from cli.report import session_report
 from cli.run_report import live_agents
 from cli.runner import RunOutcome, RunSpec, run_headless, spec_for
 from runtime.drills.invariant_check import InvariantReport, NotASession, check_session
 from runtime.events import Event
+from runtime.observe.chrome_trace import chrome_trace
+from runtime.observe.otel import OtelMissing, otel_available
+from runtime.observe.spans import NotASessionDir, read_view
 from runtime.providers.prices import PriceTable
 from runtime.replay.divergence import Report
 from runtime.settlement.fleet_yield import FleetYield
@@ -250,9 +255,12 @@ def _spec(
     secret_env: tuple[str, ...],
     disk_warn_bytes: int | None,
     window_tokens: int | None,
+    otlp_endpoint: str | None,
 ) -> RunSpec:
     if backend == "ray" and record:
         raise RunRefused("record keeps every agent's provider in this process: not with ray")
+    if otlp_endpoint and not otel_available():
+        raise RunRefused(str(OtelMissing()))
     connection = ProviderChoice(
         provider=provider, model=model, base_url=base_url, api_key=api_key, secret_env=secret_env
     )
@@ -275,6 +283,7 @@ def _spec(
             backend=backend,
             ray_address=ray_address,
             placement=placement,
+            otlp_endpoint=otlp_endpoint,
         )
     except click.ClickException as e:
         raise RunRefused(e.format_message()) from None
@@ -303,6 +312,7 @@ def start(
     secret_env: tuple[str, ...] = (),
     disk_warn_bytes: int | None = None,
     window_tokens: int | None = None,
+    otlp_endpoint: str | None = None,
     buffer: int = SUBSCRIBER_BUFFER,
 ) -> Run:
     """Start a run in a thread of its own and return its :class:`Run` handle at once.
@@ -334,6 +344,7 @@ def start(
         secret_env=secret_env,
         disk_warn_bytes=disk_warn_bytes,
         window_tokens=window_tokens,
+        otlp_endpoint=otlp_endpoint,
     )
     return Run(spec, buffer)
 
@@ -360,12 +371,16 @@ def resume(
     durability: Durability | None = None,
     agents: Literal["thread", "process"] | None = None,
     secret_env: tuple[str, ...] = (),
+    otlp_endpoint: str | None = None,
 ) -> Result:
     """Resume the run in ``session_dir`` after its control process died, and finish it (what
     ``exarch-actors resume`` does). Raises :class:`RunRefused` for a directory that is not a
-    session, holds no unfinished run, or has a damaged file."""
+    session, holds no unfinished run, or has a damaged file (or ``otlp_endpoint`` without the
+    otel extra)."""
     from actors.resume import resume_run
 
+    if otlp_endpoint and not otel_available():
+        raise RunRefused(str(OtelMissing()))
     overrides = {
         k: v
         for k, v in {"model": model, "base_url": base_url, "api_key": api_key}.items()
@@ -378,6 +393,7 @@ def resume(
             durability=durability,
             agents=agents,
             secret_env=secret_env,
+            otlp_endpoint=otlp_endpoint,
         )
     except ResumeRefused as e:
         raise RunRefused(str(e)) from None
@@ -392,6 +408,35 @@ def check(session_dir: str | Path, *, processes: bool = True) -> InvariantReport
         return check_session(SessionDir(Path(session_dir)), processes=processes)
     except NotASession as e:
         raise RunRefused(str(e)) from None
+
+
+def trace(session_dir: str | Path, output: str | Path | None = None) -> dict[str, Any]:
+    """The session as a Chrome trace object (``exarch-actors trace``: the JSON that
+    ui.perfetto.dev and chrome://tracing open), also written to ``output`` when given. Raises
+    :class:`RunRefused` if it is not a session."""
+    try:
+        view = read_view(SessionDir(Path(session_dir)))
+    except NotASessionDir as e:
+        raise RunRefused(str(e)) from None
+    doc = chrome_trace(view)
+    if output is not None:
+        Path(output).write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    return doc
+
+
+def report(
+    session_dir: str | Path, output: str | Path | None = None, *, processes: bool = True
+) -> str:
+    """The session's self-contained HTML report (``exarch-actors report``), also written to
+    ``output`` when given; ``processes=False`` skips the leftover-process invariant. Raises
+    :class:`RunRefused` if it is not a session."""
+    try:
+        page = session_report(SessionDir(Path(session_dir)), processes=processes)
+    except NotASessionDir as e:
+        raise RunRefused(str(e)) from None
+    if output is not None:
+        Path(output).write_text(page, encoding="utf-8")
+    return page
 
 
 def replay_recording(

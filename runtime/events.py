@@ -1,5 +1,6 @@
-"""Fleet bus events (``Born``, ``Died``, ``Notice``, ``Io``, ``Resources``, ``ProviderFailed``
-(kind ``ProviderError``), ``SystemNote``, and the transcript-only ``InboxRejected``).
+"""Fleet bus events (``Born``, ``Died``, ``Notice``, ``Io``, ``ModelCall``, ``Resources``,
+``ProviderFailed`` (kind ``ProviderError``), ``SystemNote``, and the transcript-only
+``InboxRejected``).
 
 Each event is a frozen dataclass naming the agent it concerns; :meth:`Event.to_record` is the
 ``transcript.jsonl`` line (docs/scenarios.md: every record has ``"kind"``, ``"agent"`` and an ISO
@@ -101,8 +102,37 @@ class Io(Event):
     stdout: str = ""
     stderr: str = ""
     error: str | None = None
+    seconds: float | None = None
+    """How long the call ran (``at`` is its end); None for a call refused without running."""
     at: str = field(default_factory=now_iso)
     kind: ClassVar[str] = "Io"
+
+
+@dataclass(frozen=True)
+class ModelCall(Event):
+    """One provider round trip that returned a reply (``at`` is when it came back): what the
+    trace, the report and the OpenTelemetry export show of a model request
+    (``runtime/observe/``). ``operation`` is ``chat`` (a turn's step) or ``summary``
+    (compaction). Tokens are None when the reply carried no usage; ``cost`` is the dollar
+    amount as a decimal string, None when unknown (an unpriced model, no usage). ``attempts``
+    counts transport attempts (1 + retries), ``rate_wait`` the seconds it waited in the traffic
+    governor."""
+
+    model: str = ""
+    provider: str = ""
+    operation: str = "chat"
+    seconds: float = 0.0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cost: str | None = None
+    stop_reason: str = ""
+    tool_calls: int = 0
+    attempts: int = 1
+    rate_wait: float = 0.0
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "ModelCall"
 
 
 @dataclass(frozen=True)

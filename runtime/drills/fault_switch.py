@@ -12,16 +12,26 @@ it does not (``faults=None``), :func:`faults_enabled` decides, and it is on only
 
 The switch is read when a shell is built, so a shell keeps the answer it was built with; the
 shell host and ral workers get it explicitly from their shell.
+
+A **crash point** (:func:`crash_point`) is a named window in the control process where a drill
+or a test needs a SIGKILL to land exactly: with the switch on and ``EXARCH_CRASH_AT`` naming it,
+the process SIGKILLs itself there (a timed kill rarely lands in a window microseconds wide).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 FAULTS_ENV = "EXARCH_FAULTS"
+CRASH_AT_ENV = "EXARCH_CRASH_AT"
+
+CRASH_POINTS = frozenset({"settled-before-delivery", "delivered-before-died"})
+"""The named windows (:func:`crash_point`): a child's settlement record written and its result
+not yet delivered to its parent; delivered, and its ``Died`` not yet on the bus."""
 
 _lock = threading.Lock()
 _scopes = 0
@@ -46,3 +56,12 @@ def injecting_faults() -> Iterator[None]:
     finally:
         with _lock:
             _scopes -= 1
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL this process here if fault injection is on and ``EXARCH_CRASH_AT`` is ``name``
+    (one of :data:`CRASH_POINTS`): the window's far side never runs, as in a control process
+    killed there. Off (one environment read) in a real run."""
+    assert name in CRASH_POINTS, name
+    if os.environ.get(CRASH_AT_ENV) == name and faults_enabled():
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -21,7 +21,10 @@ violation:
   ``Collected`` notice (returned by ``agent-wait`` or read by ``agent-result``, never
   delivered as a turn). A child never dispatched never ran: its parent's ``agent`` call failed
   instead (``spawn failed: ...``), so there is no result to find.
-- ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation).
+- ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation),
+  and a child whose end the spawn journal recorded (its execution result) died with that
+  outcome: one terminal story, even when the control process died between the settlement and
+  the ``Died`` (``resume`` writes the ``Died`` from the journal).
 - ``no-leftover-processes`` — no pid the run named (journal environment records, ``Commit``
   records) still runs: matched with ``psutil`` *and* its create time, so a reused pid is not
   blamed. Looked for on this machine, or on every node of a Ray cluster (``check
@@ -32,7 +35,10 @@ violation:
   (the expected shape of a crash mid-append), and so is a ``.torn`` side file (a torn tail the
   next append set aside); a corrupt inner line, a record without the shape its readers rely
   on, an unreadable ``result.json``/``run.json`` or a refused snapshot is a violation (a corrupt
-  ``result.json`` is ``settled``'s too, with what to do: resume rebuilds it).
+  ``result.json`` is ``settled``'s too, with what to do: resume rebuilds it). So is a
+  duplicated line in an event log: a tool call answered twice (a second ``tool_result`` of a
+  call id no assistant message issued again in between, the shape a write retried after a
+  partial one left behind), which no provider accepts.
 
 What the files can prove depends on the run's durability policy (``run.json``'s
 ``durability``, absent: ``process``; :mod:`runtime.state.durability`), and the report names it.
@@ -63,16 +69,18 @@ from runtime.settlement.fleet_yield import read_result
 from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from runtime.state.durability import PROMISES, Durability, parse_durability
 from runtime.state.durable import read_jsonl
+from runtime.state.eventlog import EVENT_SHAPE
 from runtime.state.journal import replay
 from runtime.state.run_processes import (
     LocalProcesses,
     ProcessTable,
+    grouped_processes,
     marked_processes,
     run_processes,
 )
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_read import ResumeRefused, read_run
-from runtime.state.session_records import CONTROL_DIED, born_children
+from runtime.state.session_records import CONTROL_DIED, born_children, logged_results
 from runtime.state.snapshot import MobileSnapshot
 
 Status = Literal["held", "violated", "skipped"]
@@ -309,16 +317,6 @@ def _behind_at_control_death(s: SessionLogs, commits: list[dict[str, Any]]) -> s
     return out
 
 
-def _result_logged(s: SessionLogs, parent: str, child: str) -> bool:
-    head = f"[agent {child} finished"
-    return any(
-        r.get("kind") == "user"
-        and r.get("source") == "agent_result"
-        and str(r.get("text", "")).startswith(head)
-        for r in s.events(parent)
-    )
-
-
 def _check_rejections(s: SessionLogs) -> InvariantResult:
     rep = replay(s.session.journal, strict=False)
     rejected: set[tuple[str, str]] = set()
@@ -338,6 +336,7 @@ def _check_rejections(s: SessionLogs) -> InvariantResult:
                 collected.add((str(r.get("agent")), str(child)))
     bad: list[str] = []
     checked = 0
+    logged: dict[str, set[str]] = {}
     for nid, node in rep.state.nodes.items():
         parent = node.spawned.get("parent")
         if node.open or not isinstance(parent, str) or "dispatched" not in node.phases:
@@ -345,7 +344,7 @@ def _check_rejections(s: SessionLogs) -> InvariantResult:
         checked += 1
         if (parent, nid) in rejected or (parent, nid) in collected:
             continue
-        if _result_logged(s, parent, nid):
+        if nid in logged.setdefault(parent, logged_results(s.events(parent))):
             continue
         bad.append(
             f"{nid}: its result is neither in {parent}'s event log, nor InboxRejected, nor "
@@ -368,6 +367,15 @@ def _check_registry_empty(s: SessionLogs) -> InvariantResult:
         for a in sorted(set(born) | set(died))
         if born[a] != died[a]
     ]
+    last_died = {str(r.get("agent")): r for r in _by_kind(s.transcript, "Died")}
+    for nid, node in replay(s.session.journal, strict=False).state.nodes.items():
+        ended = node.results[-1].get("outcome") if node.results else None
+        record = last_died.get(nid)
+        if ended is not None and record is not None and record.get("outcome") != ended:
+            bad.append(
+                f"{nid}: its last Died says {record.get('outcome')!r}, its settlement "
+                f"recorded {ended!r}"
+            )
     return _result("registry-empty", sum(born.values()), bad)
 
 
@@ -377,6 +385,9 @@ def _check_processes(s: SessionLogs, table: ProcessTable) -> InvariantResult:
     named = {p.pid for p in procs}
     marked = [p for p in marked_processes(s.session) if p.pid not in named]
     bad += [f"{p.owner}: pid {p.pid} outlived its shell ({SESSION_ENV})" for p in marked]
+    seen = named | {p.pid for p in marked}
+    grouped = [p for p in grouped_processes(s.session) if p.pid not in seen]
+    bad += [f"{p.owner}: pid {p.pid} outlived its shell" for p in grouped]
     unverifiable = sum(1 for p in procs if p.started_at is None)
     notes = [f"{unverifiable} pids without a recorded start time"] if unverifiable else []
     if table.where != LocalProcesses.where:
@@ -412,12 +423,44 @@ def _check_files(s: SessionLogs) -> InvariantResult:
                 MobileSnapshot.load(p)
             except SnapshotRefused as e:
                 bad.append(f"{p.relative_to(session.root)}: {e}")
+    bad.extend(_answered_twice(session))
     notes = list(s.torn) + [
         f"{p.relative_to(session.root)}: {len(read_jsonl(p).records)} torn tail(s) of a crash "
         "mid-append, set aside by the next append (bytes kept)"
         for p in session.torn_side_files()
     ]
     return _result("files-parse", checked, bad, notes)
+
+
+def _answered_twice(session: SessionDir) -> list[str]:
+    """Each ``tool_result`` line of an agent's event logs that answers a tool call already
+    answered since an assistant message last issued it (a restarted scripted agent issues its
+    call ids again: each issue may be answered once)."""
+    bad: list[str] = []
+    for agent in session.agent_names():
+        for path in session.event_logs(agent):
+            read = read_jsonl(path, EVENT_SHAPE)
+            answered: dict[str, int] = {}
+            for line, r in zip(read.lines, read.records, strict=True):
+                message = r.get("message")
+                if not isinstance(message, dict):
+                    continue
+                if r.get("kind") == "assistant":
+                    for call in message.get("tool_calls") or ():
+                        if isinstance(call, dict):
+                            answered.pop(str(call.get("id")), None)
+                    continue
+                call_id = message.get("tool_call_id")
+                if r.get("kind") != "tool_result" or not isinstance(call_id, str):
+                    continue
+                if call_id in answered:
+                    bad.append(
+                        f"{path.relative_to(session.root)}:{line}: a duplicated line: tool "
+                        f"call {call_id} answered again (first at line {answered[call_id]})"
+                    )
+                else:
+                    answered[call_id] = line
+    return bad
 
 
 def check_session(

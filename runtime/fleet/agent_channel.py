@@ -361,6 +361,19 @@ class RecordFrame(ChannelMessage):
     """A ``rename``'s new path."""
 
 
+@dataclass(frozen=True)
+class DiskFullFrame(ChannelMessage):
+    """Host -> control: a session file the host writes could not be written for lack of space
+    (``runtime/state/disk_full.py``); the host stops at once, and the control side stops the
+    run with this message instead of restarting the agent."""
+
+    KIND: ClassVar[str] = "disk-full"
+    agent: str
+    path: str
+    reason: str
+    free_bytes: int | None = None
+
+
 MESSAGE_TYPES: tuple[type[ChannelMessage], ...] = (
     Spawn,
     BornFrame,
@@ -386,6 +399,7 @@ MESSAGE_TYPES: tuple[type[ChannelMessage], ...] = (
     PublishFrame,
     Ended,
     RecordFrame,
+    DiskFullFrame,
 )
 BY_KIND: dict[str, type[ChannelMessage]] = {t.KIND: t for t in MESSAGE_TYPES}
 assert len(BY_KIND) == len(MESSAGE_TYPES), "two message types share a KIND"

@@ -70,12 +70,17 @@ def default_mode(provider: str) -> SandboxMode:
 @dataclass(frozen=True)
 class Sandbox:
     """One agent's sandbox: its ``mode``, the run's ``workspace`` (real paths), whether programs
-    may use the network, and the agent's ``scratch`` directory."""
+    may use the network, the agent's ``scratch`` directory, and its process cap: at most
+    ``processes`` processes at once in its pids cgroup ``group`` (``actors/pid_cgroup.py``;
+    None: no cap, where no pids cgroup is writable). The cap applies in every mode,
+    full-access included: it is a resource limit, not a confinement of what a program sees."""
 
     mode: SandboxMode = SandboxMode.FULL_ACCESS
     workspace: tuple[str, ...] = ()
     network: bool = False
     scratch: str | None = None
+    processes: int | None = None
+    group: str | None = None
 
     @property
     def confined(self) -> bool:
@@ -86,12 +91,13 @@ class Sandbox:
 
     def describe(self) -> str:
         """One line for people (``/resources``, the first turn, the run's start)."""
+        procs = "" if self.processes is None else f"; at most {self.processes} processes"
         if not self.confined:
-            return "full-access: not confined by the kernel"
+            return f"full-access: not confined by the kernel{procs}"
         where = ", ".join(self.workspace) or "nothing"
         writes = "scratch only" if self.mode is SandboxMode.READ_ONLY else f"{where} and scratch"
         net = "network allowed" if self.network else "no network"
-        return f"{self.mode.value}: reads system dirs and {where}; writes {writes}; {net}"
+        return f"{self.mode.value}: reads system dirs and {where}; writes {writes}; {net}{procs}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +105,8 @@ class Sandbox:
             "workspace": list(self.workspace),
             "network": self.network,
             "scratch": self.scratch,
+            "processes": self.processes,
+            "group": self.group,
         }
 
     @classmethod
@@ -110,6 +118,8 @@ class Sandbox:
             tuple(str(p) for p in d.get("workspace") or ()),
             bool(d.get("network")),
             None if d.get("scratch") is None else str(d["scratch"]),
+            None if d.get("processes") is None else int(d["processes"]),
+            None if d.get("group") is None else str(d["group"]),
         )
 
 

@@ -14,6 +14,10 @@ spent:
   starts keep the same limit, each for itself (a program's memory bomb ends in its own
   ``MemoryError`` / failed ``malloc``, reported on its stderr).
 - **live workers** (running ``spawn`` workers per shell): one more ``spawn`` is a ral error.
+- **processes** (``--shell-procs``): the agent's shell host, its workers and every program they
+  started share one pids cgroup capped at this many processes at once
+  (``actors/pid_cgroup.py``); one more ``fork`` is ``EAGAIN`` in the program that made it, and
+  the call's result says the cap was hit. Where no pids cgroup is writable there is no cap.
 - **binding bytes** (a binding's encoding, which is what the durable snapshot holds): a larger
   ``let`` is refused with a ral error naming the binding, and nothing is bound.
 
@@ -48,8 +52,17 @@ DEFAULT_SHELL_MEMORY = 2 * GiB
 DEFAULT_MAX_WORKERS = 64
 """Running workers one shell may have at once."""
 
+DEFAULT_MAX_PROCESSES = 512
+"""Processes one agent's shell host, workers and programs may have at once. A shell host with
+its 64 workers (:data:`DEFAULT_MAX_WORKERS`) is 65; a build that runs ``make -j`` with a
+compiler per core stays far below; a fork bomb stops here instead of at the machine's
+``pid_max`` (4,194,304 on the dev box, where it takes every other agent down first)."""
+
 DEFAULT_MAX_BINDING_BYTES = 256 * MiB
 """The largest binding encoding a shell keeps (and so the largest a snapshot holds)."""
+
+MIN_PROCESSES = 2
+"""The shell host itself and one program."""
 
 MIN_SHELL_MEMORY = 64 * MiB
 """A smaller memory limit cannot hold a shell host at all (23 MiB of data before any value)."""
@@ -70,6 +83,8 @@ class ShellLimits:
     """The kernel confinement of every shell (``--sandbox``; ``runtime/shell/confinement.py``).
     None: not chosen -- the command resolves it by provider (:meth:`resolved`); a fleet given
     None runs unconfined."""
+    max_processes: int = DEFAULT_MAX_PROCESSES
+    """Processes at once per agent (``--shell-procs``; see the module docstring)."""
 
     def __post_init__(self) -> None:
         if self.memory_bytes is not None and self.memory_bytes < MIN_SHELL_MEMORY:
@@ -81,6 +96,11 @@ class ShellLimits:
             raise BadLimit(f"max workers must be at least 1, got {self.max_workers}")
         if self.max_binding_bytes < 1:
             raise BadLimit(f"max binding bytes must be at least 1, got {self.max_binding_bytes}")
+        if self.max_processes < MIN_PROCESSES:
+            raise BadLimit(
+                f"shell processes must be at least {MIN_PROCESSES} (a shell host and one "
+                f"program), got {self.max_processes}"
+            )
 
     def to_json(self) -> dict[str, int | str | None]:
         return {
@@ -88,6 +108,7 @@ class ShellLimits:
             "maxWorkers": self.max_workers,
             "maxBindingBytes": self.max_binding_bytes,
             "sandbox": None if self.sandbox is None else self.sandbox.value,
+            "maxProcesses": self.max_processes,
         }
 
     def resolved(self, provider: str) -> ShellLimits:
@@ -109,6 +130,7 @@ class ShellLimits:
             max_workers=int(data.get("maxWorkers", DEFAULT_MAX_WORKERS)),
             max_binding_bytes=int(data.get("maxBindingBytes", DEFAULT_MAX_BINDING_BYTES)),
             sandbox=None if data.get("sandbox") is None else SandboxMode(str(data["sandbox"])),
+            max_processes=int(data.get("maxProcesses", DEFAULT_MAX_PROCESSES)),
         )
 
 

@@ -46,6 +46,7 @@ import msgpack
 
 from runtime.errors import SnapshotRefused
 from runtime.state import durability
+from runtime.state.disk_full import NO_SPACE, disk_full
 from runtime.state.private import FILE_MODE, private_dirs
 
 FORMAT = "exarch-binding-log"
@@ -193,12 +194,14 @@ class BindingLogWriter:
             if self.fsync:
                 os.fsync(fd)
             os.replace(tmp, self.path)
-        except BaseException:
+        except BaseException as e:
             os.close(fd)
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+            if isinstance(e, OSError) and e.errno in NO_SPACE:
+                raise disk_full(self.path, e) from None
             raise
         if self.fsync:
             _fsync_dir(self.path.parent)
@@ -210,7 +213,7 @@ class BindingLogWriter:
     def append(self, record: dict[str, Any]) -> int:
         """Append one frame (one ``write(2)``; fsync'd only when the writer was opened with
         ``fsync=True``); returns its size. Raises ``OSError`` if the write fails, after cutting
-        any partial frame off again."""
+        any partial frame off again (:class:`DiskFull` for a full disk, the latch tripped)."""
         if self._fd is None:
             raise OSError(f"binding log {self.path} is not open")
         frame = encode_log_frame(record)
@@ -218,12 +221,14 @@ class BindingLogWriter:
             _write_all(self._fd, frame)
             if self.fsync:
                 os.fsync(self._fd)
-        except OSError:
+        except OSError as e:
             try:
                 os.ftruncate(self._fd, self.size)
                 os.lseek(self._fd, self.size, os.SEEK_SET)
             except OSError:
                 pass
+            if e.errno in NO_SPACE:
+                raise disk_full(self.path, e) from None
             raise
         self.size += len(frame)
         durability.shipped(self.path, "bytes", frame)

@@ -68,6 +68,7 @@ from pathlib import Path, PurePath
 from typing import Literal
 
 from runtime.errors import ExarchError
+from runtime.state.disk_full import NO_SPACE, disk_full
 from runtime.state.private import FILE_MODE, private_dirs
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,12 @@ class AppendFile:
             if self._closed:
                 _one_shot(self.path, data, self._repair_sync)
                 return 0
-            fd, size = self._current_fd()
+            try:
+                fd, size = self._current_fd()
+            except OSError as e:  # no inode, or no block for a new directory
+                if e.errno not in NO_SPACE:
+                    raise
+                raise disk_full(self.path, e) from None
             try:  # the lock free, as it nearly always is: no context manager (~2 us an append)
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -195,7 +201,7 @@ class AppendFile:
             start_on_a_fresh_line(self.path, fd, self._repair_sync)
             size = os.fstat(fd).st_size
         self._end = -1
-        write_all(fd, data)
+        write_all(fd, data, self.path)
         return size
 
     def wait(self, ticket: int) -> None:
@@ -213,10 +219,12 @@ class AppendFile:
                 fd, target = self._fd, self._written
             try:
                 self._fsync(fd)  # no lock held: other appenders write meanwhile
-            except BaseException:
+            except BaseException as e:
                 with self._sync:
                     self._syncing = False
                     self._sync.notify_all()
+                if isinstance(e, OSError) and e.errno in NO_SPACE:  # write-back refused
+                    raise disk_full(self.path, e) from None
                 raise
             with self._sync:
                 self.fsyncs += 1
@@ -283,7 +291,7 @@ def _one_shot(path: Path, data: bytes, sync: FsyncFn) -> None:
         try:
             with _file_lock(fd):
                 start_on_a_fresh_line(path, fd, sync)
-                write_all(fd, data)
+                write_all(fd, data, path)
             sync(fd)
         finally:
             os.close(fd)
@@ -413,11 +421,31 @@ def _is_record(raw: bytes) -> bool:
         return False
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes, path: str | os.PathLike[str] | None = None) -> None:
+    """Write all of ``data`` to ``fd`` (an append-mode or fresh file the caller alone writes
+    now). A write the disk refuses (:data:`~runtime.state.disk_full.NO_SPACE`) leaves nothing
+    of ``data`` behind: the bytes already written are cut off again, so the file holds the
+    record wholly or not at all and a retry never duplicates a line. With ``path`` that
+    failure is raised as :class:`~runtime.state.disk_full.DiskFull` (the latch tripped)."""
     view = memoryview(data)
     while view:
-        n = os.write(fd, view)
+        try:
+            n = os.write(fd, view)
+        except OSError as e:
+            if e.errno not in NO_SPACE:
+                raise
+            _cut_back(fd, len(data) - len(view))
+            if path is None:
+                raise
+            raise disk_full(path, e) from None
         view = view[n:]
+
+
+def _cut_back(fd: int, written: int) -> None:
+    """Remove the last ``written`` bytes of ``fd``'s file: a refused write's fragment."""
+    if written:
+        with contextlib.suppress(OSError):  # a file that cannot shrink keeps a torn tail
+            os.ftruncate(fd, os.fstat(fd).st_size - written)
 
 
 # --- one commit per call ---------------------------------------------------------------------

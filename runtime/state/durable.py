@@ -273,7 +273,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     sync = durability.sync_for(p)
     try:
         try:
-            write_all(fd, data)
+            write_all(fd, data, p)
             sync(fd)
         finally:
             os.close(fd)

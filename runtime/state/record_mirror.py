@@ -95,7 +95,7 @@ def seed(session: SessionDir, name: str, files: dict[str, bytes]) -> None:
         target = _allowed(session, name, rel)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
         try:
-            write_all(fd, data)
+            write_all(fd, data, target)
         finally:
             os.close(fd)
 
@@ -137,7 +137,7 @@ def _append_bytes(path: Path, data: bytes) -> None:
     private_dirs(path.parent)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
-        write_all(fd, data)
+        write_all(fd, data, path)
         durability.sync_for(path)(fd)
     finally:
         os.close(fd)

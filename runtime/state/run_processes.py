@@ -22,6 +22,7 @@ from typing import Protocol
 import psutil
 
 from runtime.constants import SESSION_ENV
+from runtime.shell.pid_cgroup import session_members
 from runtime.state.durable import read_jsonl
 from runtime.state.session_dir import SessionDir
 from runtime.state.session_records import RECORD_SHAPE
@@ -90,11 +91,32 @@ def marked_processes(session: SessionDir) -> list[RunProcess]:
     return out
 
 
+def grouped_processes(session: SessionDir) -> list[RunProcess]:
+    """Processes still in the session's pids cgroup (``runtime/shell/pid_cgroup.py``): every
+    host, worker and program of the run joined it, and none can leave it, whatever it did to
+    its environment. Empty where no pids cgroup is writable."""
+    out: list[RunProcess] = []
+    for pid in session_members(str(session.root.resolve())):
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                owner = f"{p.name()} (in the session's cgroup)"
+                out.append(RunProcess(owner, pid, p.create_time()))
+        except psutil.Error:
+            continue
+    return out
+
+
 def leftover_processes(session: SessionDir) -> list[RunProcess]:
-    """The processes ``session`` named, or that its environment marks, that still run."""
+    """The processes ``session`` named, or that its environment or its cgroup marks, that
+    still run."""
     named = [p for p in run_processes(session) if still_running(p)]
     seen = {p.pid for p in named}
-    return named + [p for p in marked_processes(session) if p.pid not in seen]
+    for p in marked_processes(session) + grouped_processes(session):
+        if p.pid not in seen:
+            seen.add(p.pid)
+            named.append(p)
+    return named
 
 
 class ProcessTable(Protocol):

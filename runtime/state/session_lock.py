@@ -32,6 +32,7 @@ from typing import Any
 import psutil
 
 from runtime.errors import ExarchError
+from runtime.state.disk_full import NO_SPACE, disk_full
 from runtime.state.private import FILE_MODE
 
 LOCK_NAME = "owner.lock"
@@ -148,7 +149,12 @@ class SessionLock:
                     time.sleep(_RETRY_SECS)
             me = Owner.of_this_process(command or _command_line())
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(me.to_json()).encode(), 0)
+            try:
+                os.pwrite(fd, json.dumps(me.to_json()).encode(), 0)
+            except OSError as e:
+                if e.errno not in NO_SPACE:
+                    raise
+                raise disk_full(path, e) from None
         except BaseException:
             os.close(fd)
             raise

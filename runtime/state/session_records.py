@@ -66,6 +66,20 @@ def born_children(transcript: Iterable[dict[str, Any]]) -> set[str]:
     }
 
 
+def logged_results(events: Iterable[dict[str, Any]]) -> set[str]:
+    """The children whose result an agent's event log holds: each ``user`` record of source
+    ``agent_result`` opens ``[agent NAME finished: STATUS]`` (``Agent._admit_input``). What
+    ``resume``, a restart and the checker read to tell a result that reached its parent."""
+    found: set[str] = set()
+    for r in events:
+        if r.get("kind") != "user" or r.get("source") != "agent_result":
+            continue
+        head = str(r.get("text", ""))
+        if head.startswith("[agent ") and " finished" in head:
+            found.add(head[len("[agent ") : head.index(" finished")])
+    return found
+
+
 def commit_record(agent: str, result: Any, pid: int | None) -> dict[str, Any]:
     """The ``Commit`` forensic record of one clean ral call (``result`` is the shell's
     ToolResult: ``.epoch``, ``.defined``), with the shell pid that ran it and that pid's create

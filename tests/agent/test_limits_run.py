@@ -44,6 +44,7 @@ def test_run_refuses_a_big_binding_and_a_second_worker_under_its_flags_and_check
         "maxWorkers": 1,
         "maxBindingBytes": 1024,
         "sandbox": "full-access",  # a scripted run's default: the user's own scenario
+        "maxProcesses": 512,
     }
     committed = {n for r in run.commits() for n in r["defined"]}
     assert "big" not in committed and "small" in committed

@@ -23,6 +23,8 @@ EXIT_CODES = {
     "drill": {0, 1, 2, 130, 143},
     "check": {0, 1, 2},
     "sessions": {0, 2},
+    "trace": {0, 2},
+    "report": {0, 2},
 }
 PROVIDER_FLAGS = ("--model", "--base-url", "--api-key", "--timeout", "--retries")
 

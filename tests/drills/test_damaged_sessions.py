@@ -245,3 +245,22 @@ def test_resume_of_a_clean_crash_still_finishes(session: Path) -> None:
     assert res.exit_code == 0, res.output
     assert check_session(SessionDir(session)).ok
     assert [r["kind"] for r in read_jsonl(session / "transcript.jsonl").records].count("Born") > 0
+
+
+def test_a_duplicated_tool_result_line_in_an_event_log_violates_files_parse(
+    finished: Path,
+) -> None:
+    """The shape a write retried after a partial one left (issue 34): one line twice."""
+    assert check_session(SessionDir(finished)).get("files-parse").status == "held"
+    log = next(p for p in sorted(finished.glob("agents/*/events.jsonl")) if b"tool_result" in
+               p.read_bytes())  # fmt: skip
+    lines = log.read_bytes().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if b'"tool_result"' in line)
+    log.write_bytes(b"".join([*lines[: first + 1], lines[first], *lines[first + 1 :]]))
+    details = check_session(SessionDir(finished)).get("files-parse").details
+    call = json.loads(lines[first])["message"]["tool_call_id"]
+    assert any(
+        f"events.jsonl:{first + 2}: a duplicated line: tool call {call} answered again "
+        f"(first at line {first + 1})" in d
+        for d in details
+    ), details

@@ -20,6 +20,17 @@ from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
+
+def _sleepers(gate: Path) -> str:
+    """Two sleepers held in their first call until ``gate`` exists: the test opens it only once
+    the lost node's agent was restarted or settled down, so that agent is mid-run when its node
+    goes, however long the loss takes to reach it (a fixed ``sleep 6`` raced it: ~1 run in 4
+    the lost node's host outlived its node and replied first, neither ``Restarted`` nor
+    ``Down``). A restarted sleeper replays its script from its spawn: the gate is open by then."""
+    hold = f"sh -c 'while [ ! -e {gate} ]; do sleep 0.05; done'"
+    return SLEEPERS.replace("HOLD", hold)
+
+
 SLEEPERS = """
 [fleet]
 prompt = "Start two sleepers and report."
@@ -36,7 +47,7 @@ repeat = 2
 ral = ["reply 'sleepers finished'"]
 
 [[agents."s*"]]
-ral = ["sleep 6"]
+ral = ["HOLD"]
 
 [[agents."s*"]]
 ral = ["reply 7"]
@@ -55,7 +66,8 @@ def test_a_node_lost_mid_run_moves_or_downs_its_agents_and_the_fleet_finishes_se
     cluster: Cluster, tmp_path: Path
 ) -> None:
     scenario = tmp_path / "sleepers.toml"
-    scenario.write_text(SLEEPERS)
+    gate = tmp_path / "gate"
+    scenario.write_text(_sleepers(gate))
     session = tmp_path / "lost"
     with cluster.ray_run(scenario, session) as run:
         borns = wait_for(
@@ -69,6 +81,15 @@ def test_a_node_lost_mid_run_moves_or_downs_its_agents_and_the_fleet_finishes_se
         # the host's parents: its launcher's fork server, the launcher, the node's raylet
         raylet = next(p for p in psutil.Process(lost["pid"]).parents() if p.name() == "raylet")
         os.kill(raylet.pid, signal.SIGKILL)  # the node: its workers die with their raylet
+        wait_for(
+            lambda: any(
+                r.get("notice") in ("Restarted", "Down") and r["agent"] == lost["agent"]
+                for r in _records(session)
+            ),
+            START_TIMEOUT,
+            "the lost node's agent restarted or down",
+        )
+        gate.touch()
         _, err = run.communicate(timeout=START_TIMEOUT)
     assert run.returncode == 0, err
     records = _records(session)

@@ -1,0 +1,123 @@
+"""A child's result that reached an agent process's inbox but not yet its event log survives the
+process's SIGKILL: the restart delivers it again (issue 34, item 1).
+
+The interleaving is forced, not timed: the parent is held in a ral call that waits for a gate
+file the test creates, so the child's result is queued in the parent's inbox (read from its
+process) for as long as the test needs, and the SIGKILL lands while it is there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors.agent_process import ProcessAgent
+from actors.fleet import Fleet, FleetConfig
+from runtime.drills.invariant_check import check_session
+from runtime.providers.scenario import parse_scenario
+from runtime.providers.scripted import ScenarioPlayback
+from runtime.state.durable import read_jsonl
+from runtime.state.session_dir import SessionDir
+from runtime.state.session_records import logged_results
+from tests.support.waiting import wait_for
+
+
+def _scenario(gate: Path) -> str:
+    # a's first call spawns b, then waits for the gate; replayed after the restart (a scripted
+    # provider restarts from its spawn), the spawn is refused (b's name is used) and caught
+    hold = f"sh -c 'while [ ! -e {gate} ]; do sleep 0.02; done'"
+    return f"""
+[fleet]
+prompt = "delegate"
+
+[[agents.trunk]]
+ral = ["agent a 'go'"]
+
+[[agents.trunk]]
+text = "waiting for a"
+stop = "end_turn"
+repeat = 30
+
+[[agents.a]]
+ral = ["try {{ agent b 'go' }} catch e {{ echo refused }}; {hold}"]
+
+[[agents.a]]
+text = "waiting for b"
+stop = "end_turn"
+repeat = 30
+
+[[agents.b]]
+ral = ["reply 'b says hello'"]
+"""
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    toml = _scenario(tmp_path / "gate")
+    playback = ScenarioPlayback(parse_scenario(toml, source=str(tmp_path / "s.toml")))
+    fleet = Fleet(
+        SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
+    )
+    fleet.start_trunk(playback.scenario.prompt, interactive=True)
+    yield fleet
+    fleet.close()
+
+
+def _results_in_log(fleet: Fleet, name: str) -> set[str]:
+    events = fleet.session.events(name)
+    return logged_results(read_jsonl(events).records) if events.exists() else set()
+
+
+def test_a_result_queued_in_an_agent_process_killed_before_it_logged_it_reaches_the_restart(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    a = wait_for(lambda: fleet.hosted.get("a"), 60, "a's process")
+    assert isinstance(a, ProcessAgent)
+    b_node = lambda: fleet.journal.state.nodes.get("b")  # noqa: E731
+    wait_for(lambda: b_node() is not None and not b_node().open, 60, "b settled")  # type: ignore[union-attr]
+    # b's result sits in a's inbox, in a's process: a is held in its call by the gate
+    wait_for(lambda: a.probe().get("inbox", {}).get("agent_result") == 1, 30, "b's result queued")
+    assert "b" not in _results_in_log(fleet, "a")
+    os.kill(a.pids[0], signal.SIGKILL)
+    wait_for(lambda: a.restarts == 1, 60, "a restarted")
+    (tmp_path / "gate").touch()
+    wait_for(lambda: "b" in _results_in_log(fleet, "a"), 30, "b's result in a's event log")
+    fleet.cancel_all("done")
+    wait_for(lambda: fleet.wait_empty(0), 60, "the fleet empty")
+    fy = fleet.close()
+    assert fy.never_settled == 0
+    fleet.write_result("cancelled", None)
+    report = check_session(fleet.session)
+    rejections = [r for r in report.to_json()["invariants"] if r["name"] == "rejections"]
+    assert rejections and rejections[0]["status"] == "held", rejections
+
+
+def test_a_result_its_agent_process_never_logged_is_recorded_undelivered_when_the_agent_goes_down(
+    fleet: Fleet,
+) -> None:
+    a = wait_for(lambda: fleet.hosted.get("a"), 60, "a's process")
+    assert isinstance(a, ProcessAgent)
+    wait_for(lambda: a.probe().get("inbox", {}).get("agent_result") == 1, 60, "b's result queued")
+    for kill in range(4):  # the gate stays shut: every incarnation is held in its first call
+        wait_for(lambda k=kill: len(a.pids) == k + 1, 60, f"start {kill + 1}")  # type: ignore[misc]
+        os.kill(a.pids[-1], signal.SIGKILL)
+    assert a.wait(60)
+    assert a.outcome is not None and a.outcome.value == "failed"
+    assert "b" not in _results_in_log(fleet, "a")
+    fleet.cancel_all("done")
+    wait_for(lambda: fleet.wait_empty(0), 60, "the fleet empty")
+    fleet.close()
+    fleet.write_result("cancelled", None)
+    rejected = [
+        r
+        for r in read_jsonl(fleet.session.transcript).records
+        if r["kind"] == "InboxRejected" and r["agent"] == "a"
+    ]
+    assert [r["message"]["child"] for r in rejected] == ["b"]
+    report = check_session(fleet.session)
+    rejections = [r for r in report.to_json()["invariants"] if r["name"] == "rejections"]
+    assert rejections and rejections[0]["status"] == "held", rejections
