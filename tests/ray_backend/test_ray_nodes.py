@@ -100,11 +100,13 @@ def test_a_node_removed_mid_run_leaves_a_new_one_joins_and_takes_the_next_agents
     scenario.write_text(REJOIN.format(go=go))
     session = tmp_path / "rejoin"
     with cluster.ray_run(scenario, session) as run:
-        trunk = wait_for(
-            lambda: next((r for r in _records(session) if r["kind"] == "Born"), None),
+        wait_for(
+            lambda: run.poll() is not None or any(r["kind"] == "Born" for r in _records(session)),
             START_TIMEOUT,
             "the trunk's Born",
         )
+        assert run.poll() is None, run.communicate()  # the driver's output, if it ended first
+        trunk = next(r for r in _records(session) if r["kind"] == "Born")
         head = trunk["node"]
         (worker,) = [n for n in cluster.nodes() if n != head]  # the request put it on the head
         os.kill(_raylet_of(cluster, worker).pid, signal.SIGKILL)  # the worker node is lost
