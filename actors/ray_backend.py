@@ -113,8 +113,8 @@ class RayHostFailed(ExarchError):
 
 
 class PlacementInfeasible(RayHostFailed):
-    """An agent's resource request fits no alive node of the cluster, or its resources were
-    not free there within ``BORN_TIMEOUT``."""
+    """Ray's scheduler placed an agent's resource request on no node within
+    ``BORN_TIMEOUT`` (no node has it, or none had it free)."""
 
 
 class _LauncherGone(ExarchError):
@@ -371,7 +371,8 @@ class RayBackend:
         if not group.wait(timeout_seconds=int(BORN_TIMEOUT)):
             self._release(group)
             raise PlacementInfeasible(
-                f"agent {name}: no node had {request.describe()} free within {BORN_TIMEOUT:g} s"
+                f"agent {name}: no node of the cluster held {request.describe()} "
+                f"within {BORN_TIMEOUT:g} s (none has it, or none had it free)"
             )
         held = str(placement_group_table(group)["bundles_to_node_id"][0])
         if held != node:  # Ray chose another: count it there
@@ -424,15 +425,15 @@ class RayBackend:
             raise RayHostFailed(f"agent {name}: its host {cause} before it connected")
 
     def _place(self, request: ResourceRequest | None = None) -> str:
-        """The node for a new host: among the alive nodes that could hold ``request`` at all
-        (:class:`PlacementInfeasible` if none), the one ``spread`` or ``pack`` prefers."""
+        """The node for a new host: among the alive nodes that could hold ``request`` at all,
+        the one ``spread`` or ``pack`` prefers. None listed that could (Ray's node table may
+        lag behind its scheduler): ``""``, and Ray's scheduler alone decides
+        (:meth:`_reserve`)."""
         nodes = [
             n for n in self._ray.nodes() if n.get("Alive") and str(n["NodeID"]) not in self._removed
         ]
         if request is not None and not request.empty:
             nodes = [n for n in nodes if request.fits(n.get("Resources", {}))]
-            if not nodes:
-                raise PlacementInfeasible(f"no alive node has {request.describe()}")
         alive = [str(n["NodeID"]) for n in nodes]
         if not alive:
             return ""
