@@ -78,6 +78,7 @@ from actors.frames import ChannelClosed
 from actors.host_pool import HostPool
 from actors.host_reaper import HostReaper
 from actors.process import fork_server_address, process_context, start_process
+from actors.ray_nodes import NodeChange, NodeWatch
 from actors.traffic_gate import ADMIT, NOTICES, serve_admit, serve_notice
 from runtime.cancel import CancelScope
 from runtime.errors import ExarchError
@@ -253,6 +254,11 @@ class HostBackend(Protocol):
     so the channel protocol is the same frames over a socket instead of a pipe."""
 
     def launch(self, boot: HostBoot) -> tuple[Connection, HostProcess]: ...
+
+    def watch_nodes(self, on_change: Callable[[NodeChange], None]) -> NodeWatch:
+        """A watch of the nodes it starts hosts on, joining and leaving, for the fleet's
+        notices and views (``actors/ray_nodes.py``); the caller closes it."""
+        ...
 
 
 class ProcessAgent:

@@ -58,12 +58,22 @@ from actors.host_reaper import HostReaper
 from actors.mailbox import Cancel, QuotaActor
 from actors.mcp_site import McpSetup, McpSite
 from actors.process import keep_secrets_from_forks
+from actors.ray_nodes import NodeChange, NodeWatch
 from actors.registry import start_registry
 from runtime.constants import SCRATCH_ENV, SESSION_ENV, TRUNK_NAME
 from runtime.credentials import SecretPolicy
 from runtime.drills.fault_switch import crash_point, pause_point
 from runtime.errors import NameUsed, SpawnFailed
-from runtime.events import Born, CancelHop, Died, Event, InboxRejected, Resources, SystemNote
+from runtime.events import (
+    Born,
+    CancelHop,
+    Died,
+    Event,
+    InboxRejected,
+    Notice,
+    Resources,
+    SystemNote,
+)
 from runtime.fleet.fanin import ChildEnd, WaitAnswer
 from runtime.fleet.inbox import Surface
 from runtime.fleet.park import Construction
@@ -271,8 +281,19 @@ class Fleet:
                 self.host_pool = HostPool(self.config.limits.memory_bytes)
                 self.boot_watch = BootWatch(BORN_TIMEOUT)
                 self._births = ThreadPoolExecutor(BIRTH_THREADS, thread_name_prefix="birth")
+        self.nodes: NodeWatch | None = None
+        """The cluster's nodes joining and leaving (a backend's; ``actors/ray_nodes.py``):
+        each change is a ``NodeJoined`` / ``NodeLeft`` notice, and the ``fleet`` view's roster."""
+        if self.config.backend is not None:
+            self.nodes = self.config.backend.watch_nodes(self._node_changed)
 
     # --- lifecycle --------------------------------------------------------------------------
+
+    def _node_changed(self, change: NodeChange) -> None:
+        """A node joined or left: a notice in the trunk's name (the run's, not an agent's)."""
+        name = self.trunk.name if self.trunk is not None else TRUNK_NAME
+        data = {"node": change.node, "address": change.address, "alive": change.alive}
+        self.publish(Notice(name, notice=change.notice, text=change.describe(), data=data))
 
     def start_trunk(
         self,
@@ -554,6 +575,8 @@ class Fleet:
                 ref.stop(block=True, timeout=5.0)
             except Exception:  # already stopped (ActorDeadError): the state wanted
                 pass
+        if self.nodes is not None:
+            self.nodes.close()
         if self.boot_watch is not None:
             self.boot_watch.close()
         if self._births is not None:

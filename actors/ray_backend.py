@@ -38,6 +38,14 @@ Invariants:
 - Ray is optional (``pip install -e '.[ray]'``): it is imported only when a backend is made,
   and its absence is :class:`RayNotInstalled`, never an ``ImportError``.
 
+An agent with a resource request (``runtime/fleet/placement.py``: ``num_cpus``, custom
+resources) is handed to Ray's scheduler: a placement group of one bundle, asked of the node the
+placement chose among those that could hold it, held by Ray where the resources are free; its
+host is forked on that node and the group removed when the host ends. :meth:`RayBackend.
+watch_nodes` is the fleet's node watch (``actors/ray_nodes.py``): a node that left is dropped
+from the books, one that joined is placed on from the next start (placement reads Ray's alive
+nodes every time).
+
 The session directory is the driver's: each host writes a copy on its node
 (:func:`actors.ray_launcher.node_session`, seeded with the driver's copy of its agent's files)
 and ships every durable write to the driver (``runtime/state/record_mirror.py``), so no node
@@ -57,7 +65,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Literal
@@ -66,7 +74,9 @@ from actors.agent_process import BORN_TIMEOUT
 from actors.agent_process_host import HostBoot
 from actors.launch_listener import accept_host, open_listener
 from actors.ray_launcher import SHELL_GRACE, NodeLauncher
+from actors.ray_nodes import NodeChange, NodeWatch
 from runtime.errors import ExarchError
+from runtime.fleet.placement import PlacementPolicy, ResourceRequest
 from runtime.state.record_mirror import agent_files
 from runtime.state.run_processes import RunProcess
 
@@ -100,6 +110,11 @@ class RayUnreachable(ExarchError):
 
 class RayHostFailed(ExarchError):
     """A Ray-hosted agent never connected back (its host ended first, or took too long)."""
+
+
+class PlacementInfeasible(RayHostFailed):
+    """Ray's scheduler placed an agent's resource request on no node within
+    ``BORN_TIMEOUT`` (no node has it, or none had it free)."""
 
 
 class _LauncherGone(ExarchError):
@@ -154,6 +169,9 @@ class RayHostProcess:
     on_end: Any = None
     shell_pid: int | None = None
     """Its shell, once ``Born``: the launcher reaps it with the host."""
+    group: Any = None
+    """The placement group holding its resource request on its node, if it made one (removed
+    when the host ends)."""
 
     def born(self, pid: int, shell_pid: int | None) -> None:
         """The host reported ``Born``: its launcher is told which shell is the host's."""
@@ -189,9 +207,16 @@ class RayBackend:
     Connects to Ray on first use: ``address`` ``HOST:PORT`` or ``auto``, or None for a local
     Ray instance of its own, which :meth:`close` stops."""
 
-    def __init__(self, address: str | None = None, placement: Placement = "spread") -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        placement: Placement = "spread",
+        requests: PlacementPolicy | None = None,
+    ) -> None:
         self.address = address
         self.placement = placement
+        self.requests = requests or PlacementPolicy()
+        """Each agent's resource request (``runtime/fleet/placement.py``)."""
         self._ray = require_ray()
         self._lock = threading.Lock()
         self._launcher_class: Any = None
@@ -206,6 +231,11 @@ class RayBackend:
         """Nodes where a host died of a signal or a start failed: when (monotonic seconds)."""
         self._removed: set[str] = set()
         """Nodes :meth:`remove_node` took out: never placed on, never removed again."""
+        self._sessions: set[str] = set()
+        """The driver's session directories this backend started hosts for (their node copies
+        are removed at :meth:`close`)."""
+        self._used: set[str] = set()
+        """Every node a host was started on (a node whose launcher died still holds copies)."""
 
     def connect(self) -> None:
         """Join the cluster now (``ray.init``), on the calling thread: the CLI's main thread,
@@ -253,6 +283,33 @@ class RayBackend:
                 self._launchers[node] = launcher
             return launcher
 
+    def alive_nodes(self) -> dict[str, str]:
+        """The cluster's alive nodes: id -> address."""
+        self._connect()
+        return {
+            str(n["NodeID"]): str(n.get("NodeManagerAddress", ""))
+            for n in self._ray.nodes()
+            if n.get("Alive")
+        }
+
+    def watch_nodes(self, on_change: Callable[[NodeChange], None]) -> NodeWatch:
+        """A watch of the cluster's nodes (``actors/ray_nodes.py``) that also keeps this
+        backend's books: a node that left holds none of its hosts and no launcher any more.
+        ``on_change`` hears each change after that; the caller closes the watch."""
+
+        def changed(change: NodeChange) -> None:
+            if change.change == "left":
+                with self._lock:
+                    self._placed.pop(change.node, None)
+                    self._suspect.pop(change.node, None)
+                    launcher = self._launchers.pop(change.node, None)
+                if launcher is not None:
+                    with contextlib.suppress(Exception):
+                        self._ray.kill(launcher, no_restart=True)
+            on_change(change)
+
+        return NodeWatch(self.alive_nodes, changed)
+
     def launchers(self) -> dict[str, Any]:
         """The live launchers by node id (what ``check`` may ask for leftovers)."""
         with self._lock:
@@ -284,28 +341,67 @@ class RayBackend:
 
     def launch(self, boot: HostBoot) -> tuple[Connection, RayHostProcess]:
         self._connect()
-        node = self._place()
+        request = self.requests.for_agent(boot.spec.name)
+        node = self._place(request)
+        group = None
         try:
+            if not request.empty:
+                node, group = self._reserve(node, request, boot.spec.name)
             try:
-                return self._launch_on(node, boot)
+                return self._launch_on(node, boot, group)
             except _LauncherGone:  # its Ray worker was killed: a new launcher, once
-                return self._launch_on(node, boot)
+                return self._launch_on(node, boot, group)
         except BaseException as e:
             self._unplace(node)
+            self._release(group)
             if isinstance(e, _LauncherGone):
                 self._suspect[node] = time.monotonic()
                 raise RayHostFailed(f"agent {boot.spec.name}: {e}") from e
             raise
 
-    def _launch_on(self, node: str, boot: HostBoot) -> tuple[Connection, RayHostProcess]:
+    def _reserve(self, node: str, request: ResourceRequest, name: str) -> tuple[str, Any]:
+        """Hand ``request`` to Ray's scheduler: a placement group of one bundle, asked of
+        ``node`` (placement's choice) and put by Ray where the resources are free, preferring
+        it. Returns the node it holds them on, and the group."""
+        from ray.util.placement_group import placement_group, placement_group_table
+
+        group = placement_group(
+            [request.bundle()], strategy="STRICT_PACK", _soft_target_node_id=node or None
+        )
+        if not group.wait(timeout_seconds=int(BORN_TIMEOUT)):
+            self._release(group)
+            raise PlacementInfeasible(
+                f"agent {name}: no node of the cluster held {request.describe()} "
+                f"within {BORN_TIMEOUT:g} s (none has it, or none had it free)"
+            )
+        held = str(placement_group_table(group)["bundles_to_node_id"][0])
+        if held != node:  # Ray chose another: count it there
+            self._unplace(node)
+            with self._lock:
+                self._placed[held] = self._placed.get(held, 0) + 1
+        return held, group
+
+    def _release(self, group: Any) -> None:
+        if group is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            with contextlib.suppress(Exception):
+                remove_placement_group(group)
+
+    def _launch_on(
+        self, node: str, boot: HostBoot, group: Any = None
+    ) -> tuple[Connection, RayHostProcess]:
         launcher = self.launcher(node)
         key = secrets.token_bytes(32)
         host_id = f"{boot.spec.name}#{next(self._ids)}"
         name = boot.spec.name
+        with self._lock:
+            self._sessions.add(str(boot.session.root))
+            self._used.add(node)
         with open_listener(self._host) as server:
             files = agent_files(boot.session, name)  # the driver's copy: a restart
             done = launcher.run.remote(host_id, server.getsockname()[:2], key, boot, files)
-            handle = RayHostProcess(launcher, host_id, done, node, on_end=self._ended)
+            handle = RayHostProcess(launcher, host_id, done, node, on_end=self._ended, group=group)
             deadline = time.monotonic() + BORN_TIMEOUT
             conn = accept_host(server, key, name, lambda: self._watch(handle, name, deadline))
         handle.on_end = self._ended
@@ -328,12 +424,17 @@ class RayBackend:
             handle.kill()
             raise RayHostFailed(f"agent {name}: its host {cause} before it connected")
 
-    def _place(self) -> str:
-        alive = [
-            str(n["NodeID"])
-            for n in self._ray.nodes()
-            if n.get("Alive") and str(n["NodeID"]) not in self._removed
+    def _place(self, request: ResourceRequest | None = None) -> str:
+        """The node for a new host: among the alive nodes that could hold ``request`` at all,
+        the one ``spread`` or ``pack`` prefers. None listed that could (Ray's node table may
+        lag behind its scheduler): ``""``, and Ray's scheduler alone decides
+        (:meth:`_reserve`)."""
+        nodes = [
+            n for n in self._ray.nodes() if n.get("Alive") and str(n["NodeID"]) not in self._removed
         ]
+        if request is not None and not request.empty:
+            nodes = [n for n in nodes if request.fits(n.get("Resources", {}))]
+        alive = [str(n["NodeID"]) for n in nodes]
         if not alive:
             return ""
         with self._lock:
@@ -355,6 +456,8 @@ class RayBackend:
         if handle.exitcode == -9:  # killed, or its launcher died: the node may be going
             self._suspect[handle.node] = time.monotonic()
         self._unplace(handle.node)
+        group, handle.group = handle.group, None
+        self._release(group)
 
     # -- faults, for the drill (runtime/drills/nemesis.py: RAY) ---------------------------------
 
@@ -404,14 +507,35 @@ class RayBackend:
         if error:
             raise RayFaultRefused(f"node {node}: {error}")
 
+    def left_on_nodes(self, session_root: str, remove: bool) -> list[str]:
+        """This run's copies of the session directory at ``session_root`` found on any alive
+        node (``node ID: path``), removed there unless ``remove`` is false (``check``)."""
+        self._connect()
+        nodes = [str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")]
+        asked = [self.launcher(node).sweep.remote([session_root], remove) for node in nodes]
+        found = self._ray.get(asked, timeout=BORN_TIMEOUT)
+        return [f"node {node}: {path}" for node, paths in zip(nodes, found) for path in paths]
+
     def close(self) -> None:
-        """Stop every launcher (its hosts, its fork server), then disconnect from Ray
-        (stopping the local instance this backend started, if any)."""
+        """Stop every launcher (its hosts, its fork server) and remove its node's copies of
+        this run's session directories, then disconnect from Ray (stopping the local instance
+        this backend started, if any). A node used by a launcher that died meanwhile gets a
+        new one for the removal, if the node is still alive."""
+        with self._lock:
+            sessions = sorted(self._sessions)
+            now = time.monotonic()
+            lost = {n for n, at in self._suspect.items() if now - at < SUSPECT_SECS}
+            orphaned = self._used - set(self._launchers) - self._removed - lost - {""}
+        if sessions and orphaned:
+            with contextlib.suppress(Exception):
+                alive = {str(n["NodeID"]) for n in self._ray.nodes() if n.get("Alive")}
+                for node in orphaned & alive:
+                    self.launcher(node)
         with self._lock:
             launchers, self._launchers = list(self._launchers.values()), {}
         ray = self._ray
         if launchers:
-            closing = [launcher.close.remote() for launcher in launchers]
+            closing = [launcher.close.remote(sessions) for launcher in launchers]
             with contextlib.suppress(Exception):
                 ray.wait(closing, num_returns=len(closing), timeout=2 * SHELL_GRACE)
             for launcher in launchers:

@@ -32,14 +32,18 @@ Invariants:
   raylet not yet reaped -- a zombie -- for alive: here init reaps orphans every 1.2-1.5 s, and
   the hosts outlived their node by 2.2 s at load 13 (on a machine whose init never reaps, for
   as long as the run lasts), finishing calls on a node the run had lost.
+- Nothing of a run is left on the node: :meth:`NodeLauncher.close` removes this node's copy of
+  every session directory the driver names (its hosts' files and scratch), after the hosts that
+  wrote them are dead; :meth:`NodeLauncher.sweep` does it for ``check`` after a driver that
+  died before closing its launchers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Callable
@@ -55,7 +59,7 @@ from actors.agent_process_host import HostBoot, agent_host_connect_main
 from actors.process import ensure_fork_server, fork_server_address, start_process
 from runtime.constants import SCRATCH_ENV
 from runtime.state.private import private_dirs
-from runtime.state.record_mirror import seed
+from runtime.state.record_mirror import node_copy_name, seed
 from runtime.state.run_processes import RunProcess, still_running
 from runtime.state.session_dir import SessionDir
 
@@ -70,9 +74,13 @@ def node_session(driver: SessionDir) -> SessionDir:
     """This node's copy of the driver's session directory: under ``$EXARCH_NODE_SESSIONS``
     (default ``<temp dir>/exarch-node``), named by the driver's directory and a digest of its
     full path, so two runs never share one even when their directories share a name."""
-    base = Path(os.environ.get(NODE_SESSIONS_ENV) or Path(tempfile.gettempdir()) / "exarch-node")
-    digest = hashlib.sha256(str(driver.root.resolve()).encode()).hexdigest()[:10]
-    return SessionDir.at(base / f"{driver.root.name}-{digest}")
+    return SessionDir.at(node_sessions_base() / node_copy_name(driver.root))
+
+
+def node_sessions_base() -> Path:
+    """Where this node keeps session copies: ``$EXARCH_NODE_SESSIONS``, else
+    ``<temp dir>/exarch-node``."""
+    return Path(os.environ.get(NODE_SESSIONS_ENV) or Path(tempfile.gettempdir()) / "exarch-node")
 
 
 def on_node(boot: HostBoot, local: SessionDir) -> HostBoot:
@@ -259,11 +267,28 @@ class NodeLauncher:
         finally:
             os._exit(1)
 
-    def close(self) -> None:
-        """Kill every host, shell and worker forked here, then stop the fork server (the
-        launcher itself is ``ray.kill``-ed by the driver)."""
-        if not self._server_pid:
-            return
+    def sweep(self, driver_roots: list[str], remove: bool = True) -> list[str]:
+        """This node's copies of the session directories at ``driver_roots`` (the driver's
+        paths) that exist here, removed unless ``remove`` is false: what a run left on this
+        node."""
+        found = []
+        for root in driver_roots:
+            copy = node_session(SessionDir(Path(root))).root
+            if copy.exists():
+                found.append(str(copy))
+                if remove:
+                    shutil.rmtree(copy, ignore_errors=True)
+        return found
+
+    def close(self, driver_roots: list[str] | None = None) -> None:
+        """Kill every host, shell and worker forked here, stop the fork server (the launcher
+        itself is ``ray.kill``-ed by the driver), then remove this node's copies of the session
+        directories at ``driver_roots``."""
+        if self._server_pid:
+            self._stop_forks()
+        self.sweep(driver_roots or [])
+
+    def _stop_forks(self) -> None:
         with contextlib.suppress(psutil.Error):
             children = psutil.Process(self._server_pid).children(recursive=True)
             for p in children:

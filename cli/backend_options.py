@@ -1,9 +1,15 @@
-"""``--backend local|ray``, ``--ray-address`` and ``--placement``: where agent processes run.
+"""``--backend local|ray``, ``--ray-address``, ``--placement`` and the resource request
+(``--num-cpus``, ``--resource NAME=AMOUNT``): where agent processes run.
 
 ``local`` (the default) keeps every agent on this machine (``--agents`` says thread or process);
 ``ray`` runs each agent as a Ray actor on a cluster (``actors/ray_backend.py``, implies
 ``--agents process``). Ray is an optional extra: without it ``--backend ray`` is refused with
 the install line (exit 2), before any session directory is made.
+
+The resource request is read where the backend is made (:func:`make_backend`), from the
+command's context (``ctx.meta``), so every command with these options passes it on without
+naming it; a scenario's ``[placement.PATTERN]`` tables narrow it per agent
+(``runtime/fleet/placement.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 import click
+
+from runtime.fleet.placement import BadResourceRequest, PlacementPolicy, ResourceRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,8 +53,41 @@ def agents_option(*, inherit: bool = False) -> Callable[[F], F]:
     return add
 
 
+REQUEST_META = "exarch.resource-request"
+"""Where ``--num-cpus`` and ``--resource`` leave the command line's base request."""
+
+
+def _request(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    num_cpus, resources = ctx.meta.get(REQUEST_META, (None, ()))
+    if param.name == "num_cpus":
+        num_cpus = value
+    else:
+        resources = tuple(value)
+    try:
+        PlacementPolicy.of(num_cpus, resources)
+    except BadResourceRequest as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+    ctx.meta[REQUEST_META] = (num_cpus, resources)
+
+
 def backend_options(fn: F) -> F:
-    """The three options, in ``--help`` order."""
+    """The options, in ``--help`` order."""
+    fn = click.option(
+        "--resource",
+        metavar="NAME=AMOUNT",
+        multiple=True,
+        expose_value=False,
+        callback=_request,
+        help="--backend ray: a custom Ray resource each agent's host reserves on its node "
+        "(repeatable; a scenario's [placement.PATTERN] tables set it per agent).",
+    )(fn)
+    fn = click.option(
+        "--num-cpus",
+        type=click.FloatRange(min=0),
+        expose_value=False,
+        callback=_request,
+        help="--backend ray: CPUs each agent's host reserves on its node (default 0).",
+    )(fn)
     fn = click.option(
         "--placement",
         type=click.Choice(["spread", "pack"]),
@@ -79,6 +120,8 @@ def check_backend(
         if address is not None or placement is not None:
             flag = "--ray-address" if address is not None else "--placement"
             raise click.UsageError(f"{flag} needs --backend ray")
+        if not _base_request().empty:
+            raise click.UsageError("--num-cpus and --resource need --backend ray")
         return
     from actors.ray_backend import RayNotInstalled, require_ray
 
@@ -88,14 +131,27 @@ def check_backend(
         raise click.UsageError(str(e)) from None
 
 
-def make_backend(backend: Backend, address: str | None, placement: str | None) -> Any:
-    """The fleet's ``HostBackend``: None for ``local``."""
+def _base_request() -> ResourceRequest:
+    ctx = click.get_current_context(silent=True)
+    num_cpus, resources = ctx.meta.get(REQUEST_META, (None, ())) if ctx else (None, ())
+    return PlacementPolicy.of(num_cpus, resources).base
+
+
+def make_backend(
+    backend: Backend,
+    address: str | None,
+    placement: str | None,
+    tables: tuple[tuple[str, ResourceRequest], ...] = (),
+) -> Any:
+    """The fleet's ``HostBackend``: None for ``local``. ``tables``: the scenario's
+    ``[placement.PATTERN]`` requests, over the command line's."""
     if backend != "ray":
         return None
     from actors.ray_backend import RayBackend
 
     check_backend(backend, address, placement)
-    hosts = RayBackend(address, "pack" if placement == "pack" else "spread")
+    requests = PlacementPolicy(_base_request(), tables)
+    hosts = RayBackend(address, "pack" if placement == "pack" else "spread", requests)
     try:
         hosts.connect()  # on this (the main) thread, before any UI or pool thread asks for one
     except Exception as e:

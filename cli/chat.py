@@ -97,18 +97,13 @@ def chat_command(
     Exit codes:
       0    you quit (result.json records the trunk's outcome)
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service,
-           --backend ray without Ray installed, or --backend ray with --record
+           --backend ray without Ray installed
     """
     from actors.fleet import Fleet, FleetConfig
     from actors.mcp_site import McpSetup
     from cli.tui.app import ChatApp
 
     check_backend(backend, ray_address, placement)
-    if backend == "ray" and record:
-        raise click.UsageError(
-            "--record keeps the exchanges of agents in this machine's processes: "
-            "it cannot be combined with --backend ray"
-        )
     connection = with_config(connection, scenario=scenario is not None)
     provider, model = connection.provider, connection.model
     intro = None
@@ -163,7 +158,9 @@ def chat_command(
         raise
     if recording is not None:
         factory = recording.factory
-    hosts = make_backend(backend, ray_address, placement)
+    hosts = make_backend(
+        backend, ray_address, placement, loaded.placement if loaded is not None else ()
+    )
     try:
         fleet = Fleet(
             session,

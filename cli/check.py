@@ -51,7 +51,8 @@ def report_table(report: InvariantReport, title: str | None = None) -> Table:
     "--ray-address",
     metavar="HOST:PORT|auto",
     help="A run of --backend ray: look for its leftover processes on every node of this Ray "
-    "cluster (each node looks on its own) instead of this machine.",
+    "cluster (each node looks on its own) instead of this machine, and for the nodes' copies "
+    "of its session directory, which are removed once none of its processes runs.",
 )
 def check_command(
     session_dir: str, as_json: bool, no_processes: bool, ray_address: str | None

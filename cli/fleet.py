@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from actors.ray_nodes import NodeWatch
 from cli import HELP_SETTINGS
 from cli.backend_options import Agents, Backend, agents_option, backend_options
 from cli.cost_options import CostChoice, cost_options
@@ -63,10 +64,21 @@ def render_tree(report: RunReporter) -> Tree:
             add(node.add(label(name)), name)
 
     add(root, None)
+    if fleet.nodes is not None:  # --backend ray: the cluster's nodes, joining and leaving
+        root.add(nodes_line(fleet.nodes))
     governor = getattr(fleet.config, "traffic", None)
     if governor is not None:
         root.add(traffic_line(governor.figures()))
     return root
+
+
+def nodes_line(watch: NodeWatch) -> Text:
+    """The cluster under the tree: how many nodes are alive, and the latest joins and leaves."""
+    line = Text(f"nodes · {len(watch.roster)} alive", style="bold")
+    for change in list(watch.recent)[-3:]:
+        style = "green" if change.change == "joined" else "red"
+        line.append(f" · {change.change} {change.node[:8]} ({change.address})", style=style)
+    return line
 
 
 def traffic_line(figures: dict[str, Any]) -> Text:
@@ -177,11 +189,6 @@ def fleet_command(
       143  cancelled by SIGTERM, likewise (a second signal while the tree settles ends
            the command at once)
     """
-    if backend == "ray" and record:
-        raise click.UsageError(
-            "--record keeps every agent's provider in this process: "
-            "it cannot be combined with --backend ray"
-        )
     spec = spec_for(
         target,
         connection,

@@ -27,6 +27,7 @@ from runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
 from runtime.shell.limits import ShellLimits
 from runtime.state.durability import Durability, parse_durability
 from runtime.state.durable import atomic_write_bytes, read_json_document
+from runtime.state.record_mirror import node_copy_name
 from runtime.state.session_dir import SessionDir
 
 DEFAULT_DEADLINE = 600.0
@@ -161,7 +162,9 @@ def replay_session(
     if outcome.outcome == "cancelled" and not observer.hit:
         return outcome, None
     new = outcome.session
-    normalise = dataclasses.replace(normalise, roots=_roots(old.root, new.root))
+    normalise = dataclasses.replace(
+        normalise, roots=_roots(old.root, new.root), copies=(node_copy_name(old.root),)
+    )
     report = compare(read_facts(old), read_facts(new), normalise, ignore=normalise.describe())
     if observer.hit:
         late = Divergence(

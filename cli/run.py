@@ -126,11 +126,6 @@ def run_command(
         return
     if target is None:
         raise click.UsageError("Missing argument 'SCENARIO.toml|PROMPT'.")
-    if backend == "ray" and record:
-        raise click.UsageError(
-            "--record keeps every agent's provider in this process: "
-            "it cannot be combined with --backend ray"
-        )
     spec = spec_for(
         target,
         connection,

@@ -31,7 +31,7 @@ from cli.config import with_config
 from cli.recording import open_recording
 from runtime.credentials import SecretPolicy
 from runtime.drills.fault_switch import pause_point
-from runtime.errors import ScenarioError
+from runtime.errors import ExarchError, ScenarioError
 from runtime.mcp.config import McpServer
 from runtime.providers import make_provider
 from runtime.providers.base import Provider
@@ -446,7 +446,10 @@ def _run_owned(
     if recording is not None:
         factory = recording.factory
     owned = hosts is None
-    backend = make_backend(spec.backend, spec.ray_address, spec.placement) if owned else hosts
+    tables = spec.scenario.placement if spec.scenario is not None else ()
+    backend = (
+        make_backend(spec.backend, spec.ray_address, spec.placement, tables) if owned else hosts
+    )
     fleet = Fleet(
         session,
         factory,
@@ -478,7 +481,12 @@ def _run_owned(
         with signals_cancel(lambda: fleet.cancel_all("interrupted")) as interrupted:
             if observer is not None:
                 observer.attach(fleet)
-            trunk = fleet.start_trunk(prompt, chat=spec.chat, system=system)
+            try:
+                trunk = fleet.start_trunk(prompt, chat=spec.chat, system=system)
+            except ExarchError as e:  # its Ray host could not start (a placement refused)
+                if spec.backend != "ray":
+                    raise
+                raise TrunkNotStarted(f"the trunk could not start: {e}") from None
             if interrupted.is_set():
                 fleet.cancel_all("interrupted")
             if on_start is not None:
@@ -514,6 +522,13 @@ def _run_owned(
                 observer.detach()
     fy = fleet.write_result(outcome, reply)
     return RunOutcome(outcome, reply, fy, session, interrupted.signum)
+
+
+class TrunkNotStarted(click.ClickException):
+    """The trunk's host could not be started (on Ray: no node held its resource request):
+    the run fails (exit 1) with the reason, never a traceback."""
+
+    exit_code = 1
 
 
 def open_session(session_dir: str | None) -> tuple[SessionDir, SessionLock]:

@@ -399,6 +399,10 @@ def _check_processes(s: SessionLogs, table: ProcessTable) -> InvariantResult:
     notes = [f"{unverifiable} pids without a recorded start time"] if unverifiable else []
     if table.where != LocalProcesses.where:
         notes.append(f"looked for on {table.where}; programs by {SESSION_ENV} on this machine")
+    # a node's copy of the session is removed only once nothing of the run runs any more
+    copies = table.left_on_nodes(str(s.session.root), remove=not bad)
+    verb = "kept while its processes run" if bad else "removed"
+    notes += [f"a copy of the session left on {c} ({verb})" for c in copies]
     return _result("no-leftover-processes", len(procs), bad, notes)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from runtime.credentials import valid_name
 from runtime.errors import GrantUnresolvable, ScenarioError
+from runtime.fleet.placement import PLACEMENT_KEYS, BadResourceRequest, ResourceRequest
 from runtime.mcp.config import McpConfigInvalid, McpServer, server_from_table
 from runtime.mcp.replies import McpReply, replies_from_table
 from runtime.messages import StopReason
@@ -140,6 +141,9 @@ class Scenario:
     mcp_replies: Mapping[str, tuple[McpReply, ...]] = field(default_factory=dict)
     """Recorded MCP results by server (``[[mcp.NAME.replies]]``): a run that has them for a
     server serves that server from them and never starts it (``runtime/mcp/replies.py``)."""
+    placement: tuple[tuple[str, ResourceRequest], ...] = ()
+    """``[placement.PATTERN]`` tables: each agent's Ray resource request
+    (``runtime/fleet/placement.py``), in file order."""
 
     @property
     def prompt(self) -> str | None:
@@ -300,7 +304,7 @@ class _Parser:
 
     def scenario(self, doc: dict[str, Any]) -> Scenario:
         for key in doc:
-            if key not in ("fleet", "agents", "grants", "recording", "mcp"):
+            if key not in ("fleet", "agents", "grants", "recording", "mcp", "placement"):
                 self.warn(self._section_line(key), key, "unknown top-level key (ignored)")
         fleet = self.fleet(doc.get("fleet", {}))
         agents_doc = doc.get("agents", {})
@@ -316,6 +320,7 @@ class _Parser:
                 exact[name] = parsed
         grants = self.grants(doc.get("grants", {}))
         mcp, replies = self.mcp(doc.get("mcp", {}))
+        placement = self.placement(doc.get("placement", {}))
         return Scenario(
             fleet=fleet,
             agents=exact,
@@ -326,6 +331,7 @@ class _Parser:
             recording=self.recording(doc.get("recording")),
             mcp=mcp,
             mcp_replies=replies,
+            placement=placement,
         )
 
     def mcp(
@@ -351,6 +357,24 @@ class _Parser:
             except McpConfigInvalid as e:
                 raise ScenarioError(str(e)) from None
         return tuple(servers), replies
+    def placement(self, doc: Any) -> tuple[tuple[str, ResourceRequest], ...]:
+        if not isinstance(doc, dict):
+            raise self.fail(self._section_line("placement"), "placement", "expected a table")
+        out = []
+        for name, table in doc.items():
+            path = f"placement.{_quote(name)}"
+            line = self._table_line("placement", name)
+            if not isinstance(table, dict):
+                raise self.fail(line, path, _expected(f"a table ([{path}])", table))
+            for key in table:
+                if key not in PLACEMENT_KEYS:
+                    self.warn(self._key_line(line, key), f"{path}.{key}", "unknown key (ignored)")
+            try:
+                out.append((name, ResourceRequest.from_table(path, table)))
+            except BadResourceRequest as e:
+                key_path, _, what = str(e).partition(": ")
+                raise self.fail(line, key_path, what) from None
+        return tuple(out)
 
     def recording(self, table: Any) -> Mapping[str, Any] | None:
         if table is None:

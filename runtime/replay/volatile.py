@@ -14,7 +14,8 @@ Rules (``exarch-actors replay --ignore NAME``, repeatable; ``all`` names every o
 ``--ignore-regex RE`` (repeatable) blanks every match of RE as ``<ignored>``. One rule is always
 on: the two session directories (the recorded run's and the replay's, each ``$EXARCH_SCRATCH``
 lives in its own) become ``<session>``; they differ by construction, not because the workflow
-changed.
+changed. So does a Ray node's copy of the recorded session (``copies``: its name, the same on
+every node; any absolute path ending in it), where that run's hosts kept their files and scratch.
 
 Invariants (property-tested): normalising is idempotent; text with none of these parts is left
 unchanged; two texts that differ only in a part a rule blanks normalise to the same text. The
@@ -80,6 +81,8 @@ class Normaliser:
     rules: frozenset[str] = frozenset()
     patterns: tuple[str, ...] = ()
     roots: tuple[str, ...] = ()
+    copies: tuple[str, ...] = ()
+    """Names of node copies of a session directory (``runtime/state/record_mirror.py``)."""
     tmp: tuple[str, ...] = field(default_factory=temp_dirs)
 
     def __post_init__(self) -> None:
@@ -93,6 +96,9 @@ class Normaliser:
         object.__setattr__(self, "_compiled", compiled)
         roots = sorted({r.rstrip("/") for r in self.roots if r.rstrip("/")}, key=len, reverse=True)
         object.__setattr__(self, "_roots", tuple(roots))
+        names = "|".join(re.escape(c) for c in self.copies if c)
+        copies = re.compile(rf"(?:/[^/\s\"'`]+)*/(?:{names})(?![\w.-])") if names else None
+        object.__setattr__(self, "_copies", copies)
         tmp = "|".join(re.escape(d) for d in self.tmp)
         object.__setattr__(
             self,
@@ -103,6 +109,9 @@ class Normaliser:
     def __call__(self, text: str) -> str:
         for root in self.__dict__["_roots"]:
             text = text.replace(root, "<session>")
+        copies = self.__dict__["_copies"]
+        if copies is not None:
+            text = copies.sub("<session>", text)
         if "time" in self.rules:
             text = _TIME.sub("<time>", text)
         if "pid" in self.rules:

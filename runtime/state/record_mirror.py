@@ -36,6 +36,7 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path, PurePosixPath
 
@@ -46,11 +47,27 @@ from runtime.state.durable import atomic_write_bytes
 from runtime.state.private import FILE_MODE, private_dirs
 from runtime.state.session_dir import SessionDir
 
-__all__ = ["RecordRefused", "ShippedRecord", "agent_files", "apply_shipped", "seed"]
+__all__ = [
+    "RecordRefused",
+    "ShippedRecord",
+    "agent_files",
+    "apply_shipped",
+    "node_copy_name",
+    "seed",
+]
 
 
 class RecordRefused(ExarchError):
     """A shipped record names a path its host may not write, or an unknown operation."""
+
+
+def node_copy_name(driver_root: Path) -> str:
+    """The name of a node's copy of the session directory at ``driver_root`` (the same on
+    every node: the driver's directory name and a digest of its full path, so two runs never
+    share a copy even when their directories share a name). ``replay`` reads a path that ends
+    in it as the recorded session's own."""
+    digest = hashlib.sha256(str(driver_root.resolve()).encode()).hexdigest()[:10]
+    return f"{driver_root.name}-{digest}"
 
 
 def agent_files(session: SessionDir, name: str) -> dict[str, bytes]:

@@ -132,6 +132,11 @@ class ProcessTable(Protocol):
         """Those of ``procs`` that still run there."""
         ...
 
+    def left_on_nodes(self, session_root: str, remove: bool) -> list[str]:
+        """Copies of the session directory a run left on other machines (its Ray nodes),
+        removed unless ``remove`` is false: one line each."""
+        ...
+
 
 class LocalProcesses:
     """This machine's process table."""
@@ -140,3 +145,6 @@ class LocalProcesses:
 
     def running(self, procs: Sequence[RunProcess]) -> list[RunProcess]:
         return [p for p in procs if still_running(p)]
+
+    def left_on_nodes(self, session_root: str, remove: bool) -> list[str]:
+        return []  # one machine: the session directory is the run's only copy

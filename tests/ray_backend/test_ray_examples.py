@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from runtime.state.durable import append_jsonl
+from runtime.state.record_mirror import node_copy_name
 from runtime.state.session_records import commit_record
 from tests.ray_backend.conftest import ROOT, START_TIMEOUT, Cluster
 from tests.support.terminal import Terminal
@@ -99,23 +100,47 @@ def test_fanout_example_lands_on_both_nodes_replies_and_ships_every_file_to_the_
     assert result["fleetYield"]["done"] == 2
     # each host wrote its node's copy (never the driver's directory), and shipped every file
     agents = sorted(b["agent"] for b in _borns(session))
-    wrote: dict[int, set[str]] = {0: set(), 1: set()}
     for agent in agents:
-        driver = {p.name: p.read_bytes() for p in (session / "agents" / agent).iterdir()}
-        assert {"events.jsonl", "snapshot.msgpack"} <= set(driver), driver.keys()
-        copies = {i: _files_under(cluster.node_sessions(i), agent) for i in (0, 1)}
-        node = next(i for i, files in copies.items() if files)
-        wrote[node].add(agent)
-        assert copies[node] == driver  # byte for byte on the driver too
-    assert wrote[0] and wrote[1]
+        driver = {p.name for p in (session / "agents" / agent).iterdir()}
+        assert {"events.jsonl", "snapshot.msgpack"} <= driver, driver
     commits = [r for a in agents for r in _records(session, f"agents/{a}/commits.jsonl")]
     assert commits and {r["kind"] for r in commits} == {"Commit"}
     assert {r["agent"] for r in commits} == set(agents)
     _all_destroyed(session, 2)  # each child's host stopped its shell on its node
-    # and removed its scratch there (the driver's teardown removes only its own copy)
+    # and nothing of the run is left on either node: no scratch, no copy of the session
     for i in (0, 1):
-        assert list(cluster.node_sessions(i).glob("*/scratch/*")) == []
+        assert _left_on_node(cluster, i, session) == []
     _check(cluster, session)
+    assert cluster.agent_processes() == []
+
+
+def test_a_fanout_recorded_on_the_cluster_replays_locally_with_no_divergence(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    session = tmp_path / "recorded"
+    recording = tmp_path / "fanout-rec.toml"
+    p = cluster.exarch(
+        "run", str(ROOT / "examples" / "fanout.toml"), "--backend", "ray",
+        "--ray-address", cluster.address, "--session-dir", str(session),
+        "--record", str(recording),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert len({b["node"] for b in _borns(session)}) == 2  # recorded from both nodes
+    recorded = recording.read_text()
+    assert (session / "recording.toml").read_text() == recorded
+    for agent in ("trunk", "lo", "hi"):
+        assert f"[[agents.{agent}]]" in recorded, recorded
+    # the trunk's `pwd` ran on its node, in that node's copy of the session directory
+    trunk_said = (session / "agents" / "trunk" / "events.jsonl").read_text()
+    assert any(str(cluster.node_sessions(i)) in trunk_said for i in (0, 1)), trunk_said
+    replayed = tmp_path / "replayed"
+    # locally: no Ray address, the recorded run.json's process agents on this machine
+    p = cluster.exarch("replay", str(session), "--session-dir", str(replayed), "--json")
+    report = json.loads(p.stdout)
+    assert p.returncode == 0 and report["divergences"] == [], p.stdout + p.stderr
+    assert {b["node"] for b in _borns(replayed)} == {"local"}
+    assert (report["agents"], report["diverged"]) == (3, False), report
+    assert report["calls"] >= 6, report  # every ral call of the three agents compared
     assert cluster.agent_processes() == []
 
 
@@ -349,15 +374,30 @@ def test_sigkilling_the_driver_leaves_nothing_of_the_run_on_any_node(
         driver.kill()
         run.communicate(timeout=START_TIMEOUT)
         wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "nothing of ours left")
+    # the launchers died with the driver's job, before they could remove the nodes' copies of
+    # the session: each host's files are still there, and the driver's are a prefix of them
+    left = {i: _left_on_node(cluster, i, session) for i in (0, 1)}
+    assert left[0] and left[1], left
+    for agent in ("trunk", "w"):
+        copies = [cluster.node_sessions(i) / node_copy_name(session) for i in (0, 1)]
+        log = next(
+            c / "agents" / agent / "events.jsonl" for c in copies if (c / "agents" / agent).is_dir()
+        )
+        shipped = session / "agents" / agent / "events.jsonl"  # none yet: the empty prefix
+        assert log.read_bytes().startswith(shipped.read_bytes() if shipped.exists() else b"")
+    # check --ray-address finds them on both nodes, says so, and removes them
+    _, rule = _leftover_rule(cluster, session)  # the killed run itself is not settled
+    assert rule["status"] == "held", rule
+    found = [n for n in rule["notes"] if n.startswith("a copy of the session left on node")]
+    assert len(found) == 2 and all(n.endswith("(removed)") for n in found), rule["notes"]
+    assert _left_on_node(cluster, 0, session) == _left_on_node(cluster, 1, session) == []
 
 
-def _files_under(root: Path, agent: str) -> dict[str, bytes]:
-    """``agent``'s files in every node session copy under ``root``, by file name."""
-    found: dict[str, bytes] = {}
-    for p in root.glob(f"*/agents/{agent}/*"):
-        if p.is_file():
-            found[p.name] = p.read_bytes()
-    return found
+def _left_on_node(cluster: Cluster, node: int, session: Path) -> list[str]:
+    """Every file or directory the run into ``session`` left on node ``node`` (its copy of
+    the session directory, and what is in it)."""
+    copy = cluster.node_sessions(node) / node_copy_name(session)
+    return sorted(str(p) for p in [copy, *copy.rglob("*")] if p.exists())
 
 
 def _records(session: Path, name: str) -> list[dict[str, Any]]:

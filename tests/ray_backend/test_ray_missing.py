@@ -57,18 +57,23 @@ def test_ray_address_or_placement_without_backend_ray_exits_2_and_names_the_flag
         assert not session.exists()
 
 
-def test_backend_ray_with_record_is_refused_with_exit_2_before_anything_starts(
+def test_a_resource_request_without_backend_ray_or_with_a_bad_amount_exits_2_and_says_why(
     tmp_path: Path,
 ) -> None:
     session = tmp_path / "session"
-    for command in ("run", "fleet"):
+    cases = (
+        (["--num-cpus", "1"], "--num-cpus and --resource need --backend ray"),
+        (["--resource", "gpu=1"], "--num-cpus and --resource need --backend ray"),
+        (["--resource", "gpu"], "expected NAME=AMOUNT"),
+        (["--resource", "gpu=-1"], "expected a finite amount >= 0"),
+        (["--resource", "CPU=1"], "CPU is asked with num_cpus"),
+    )
+    for args, says in cases:
         p = exarch(
-            [command, str(ROOT / "examples" / "fanout.toml"), "--backend", "ray",
-             "--record", str(tmp_path / "rec.toml"), "--session-dir", str(session)],
+            ["run", str(ROOT / "examples" / "fanout.toml"), *args, "--session-dir", str(session)],
             cwd=tmp_path,
-        )  # fmt: skip
-        assert p.returncode == 2, p.stderr
-        assert "--record" in p.stderr and "--backend ray" in p.stderr
+        )
+        assert p.returncode == 2 and says in p.stderr, (args, p.stderr)
         assert not session.exists()
 
 

@@ -11,7 +11,11 @@ from hypothesis import strategies as st
 
 from runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
 
-EVERY = Normaliser(frozenset(RULES), roots=("/srv/sessions/20240501T100000Z-abc123",))
+EVERY = Normaliser(
+    frozenset(RULES),
+    roots=("/srv/sessions/20240501T100000Z-abc123",),
+    copies=("20240501T100000Z-abc123-0123456789",),
+)
 
 # Surrounding text that holds no volatile part: no digit, no slash, no "pid".
 plain = st.text(st.characters(blacklist_categories=("Cs", "Nd")).filter(lambda c: c not in "/"))
@@ -67,6 +71,15 @@ def test_the_random_directory_under_tmp_is_blanked_and_what_follows_it_kept(name
 def test_a_session_root_reads_as_session_before_any_tmp_rule_sees_it() -> None:
     n = Normaliser(frozenset({"tmp"}), roots=("/tmp/pytest-7/run1/",), tmp=("/tmp",))
     assert n("/tmp/pytest-7/run1/scratch/kid/x") == "<session>/scratch/kid/x"
+
+
+def test_a_ray_nodes_copy_of_the_session_reads_as_session_wherever_the_node_keeps_it() -> None:
+    n = Normaliser(frozenset({"tmp"}), copies=("run1-0123456789",), tmp=("/tmp",))
+    assert n("cwd /tmp/exr-x/node1-sessions/run1-0123456789/scratch/trunk") == (
+        "cwd <session>/scratch/trunk"
+    )
+    assert n("/var/lib/exarch-node/run1-0123456789") == "<session>"
+    assert n("/a/run1-0123456789x/f") == "/a/run1-0123456789x/f", "only the whole name"
 
 
 def test_a_number_that_is_no_pid_date_or_time_is_kept_by_every_rule() -> None:
