@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -62,21 +63,59 @@ def _children() -> set[int]:
         return set()
 
 
+_FORK_SERVER_DEATHS: list[str] = []
+"""Tests during which the session's fork server died (and a later start replaced it)."""
+
+
+def _fork_server_pid() -> int | None:
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)  # private, 3.8-3.13
+    return pid if isinstance(pid, int) else None
+
+
+def _shared_helpers() -> set[int]:
+    """The fork server and multiprocessing's resource tracker as they are now: they live for
+    the whole session, and one started again inside a test (its predecessor died) is not that
+    test's leak. Killing it as one made every later test that starts a process start another
+    and "leak" it in turn: 103 teardown errors in one CI run."""
+    from multiprocessing import resource_tracker
+
+    pids = {_fork_server_pid()}
+    pids.add(getattr(resource_tracker._resource_tracker, "_pid", None))
+    return {p for p in pids if isinstance(p, int)}
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name the tests during which the shared fork server died: not a leak, but a run that
+    kills a process it did not start is a defect worth finding."""
+    if _FORK_SERVER_DEATHS:
+        terminalreporter.write_line(
+            "the session's fork server died during: " + ", ".join(_FORK_SERVER_DEATHS)
+        )
+
+
 @pytest.fixture(autouse=True)
-def no_leaked_processes() -> Iterator[None]:
+def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail a test that leaves a child process (or a non-daemon thread) behind.
 
     Processes get a short grace period to finish exiting: a reaped child can take a few
     milliseconds to disappear from the process table.
     """
+    from actors.process import ensure_fork_server
+
+    ensure_fork_server()  # restarted outside the census if an earlier test's run killed it
+    server = _fork_server_pid()
     before = _children()
     threads_before = {t.ident for t in threading.enumerate()}
     yield
+    if _fork_server_pid() != server:
+        _FORK_SERVER_DEATHS.append(request.node.nodeid)
     deadline = time.monotonic() + 3.0
-    leaked = _children() - before
+    leaked = _children() - before - _shared_helpers()
     while leaked and time.monotonic() < deadline:
         time.sleep(0.02)
-        leaked = {p for p in _children() - before if _alive(p)}
+        leaked = {p for p in _children() - before - _shared_helpers() if _alive(p)}
     if leaked:
         for pid in leaked:
             try:

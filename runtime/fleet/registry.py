@@ -401,6 +401,10 @@ class FleetRegistry:
                         stack.append((recipient, child))
                     continue
                 if node.cancel_cause is not None:
+                    # an earlier cancel signalled it and its subtree (or is doing so on its
+                    # own thread: an ending parent's ``cancel_descendants`` racing this one):
+                    # nothing is sent again, but its subtree is reached all the same
+                    stack.extend((recipient, c) for c in reversed(tree.children_of(node)))
                     continue
                 node.cancel_cause = cause
                 h = handles[recipient]

@@ -433,6 +433,19 @@ def test_each_hop_runs_the_ending_hook_before_the_token_and_the_parent_before_th
     assert order == ["ending parent", "token parent", "ending child", "token child"]
 
 
+def test_a_cancel_reports_the_whole_subtree_below_a_node_another_cancel_marked_first() -> None:
+    # an ending parent's ``cancel_descendants`` can mark a node on its own thread before this
+    # cascade's walk reaches it: the walk sends it nothing but still reports what lies below
+    core = FleetRegistry()
+    heard: dict[str, list[str]] = {}
+    core.register(TRUNK_NAME, returns=False, interactive=True)
+    for name, parent in (("top", TRUNK_NAME), ("mid", "top"), ("leaf", "mid")):
+        core.register(name, parent, returns=True, on_cancel=heard.setdefault(name, []).append)
+    assert core.cancel_descendants("top", "first") == ["mid", "leaf"]
+    assert core.cancel("top", "second") == ["top", "mid", "leaf"]
+    assert heard == {"top": ["second"], "mid": ["first"], "leaf": ["first"]}  # one signal each
+
+
 def test_a_cancel_hops_parent_to_child_and_reports_its_subtree_ended_after_the_last_end() -> None:
     hops: list[CancelHop] = []
     core = FleetRegistry(on_hop=hops.append)

@@ -65,11 +65,6 @@ def _host_pid(agent: Agent) -> int:
     return host.pid
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race since the hop-by-hop cancel: registry.cancel's returned list can miss "
-    "nodes whose hop had not run yet (CI 2026-12-04, 1 of 1); every agent still ended cancelled",
-)
 def test_cancelling_the_trunk_stops_seven_busy_shells_and_leaves_no_process(
     fleet_of: Callable[..., FleetRun],
 ) -> None:

@@ -166,6 +166,19 @@ class Cluster:
         ids: list[str] = json.loads(line.removeprefix("NODES "))
         return ids
 
+    def head(self) -> str:
+        """The id of the head node (the one with Ray's ``node:__internal_head__`` resource)."""
+        script = (
+            f"import ray; ray.init(address='{self.address}', logging_level='ERROR');"
+            "print('HEAD ' + ' '.join(n['NodeID'] for n in ray.nodes() if n['Alive'] and "
+            "any(k.startswith('node:__internal_head__') for k in n['Resources'])))"
+        )
+        p = self.run([sys.executable, "-c", script])
+        assert p.returncode == 0, p.stderr
+        line = next(x for x in reversed(p.stdout.splitlines()) if x.startswith("HEAD "))
+        (head,) = line.removeprefix("HEAD ").split()
+        return head
+
     def raylets(self) -> int:
         """How many nodes have a raylet running: a node whose raylet was killed is lost."""
         count = 0

@@ -92,11 +92,6 @@ def _raylet_of(cluster: Cluster, node: str) -> psutil.Process:
     raise AssertionError(f"no raylet of node {node}")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known flake: after the node-loss tests the trunk's head-resource request finds no "
-    "listed node within 60 s (failed in CI 2026-12-04 and in 2 of 4 helper runs)",
-)
 def test_a_node_removed_mid_run_leaves_a_new_one_joins_and_takes_the_next_agents(
     cluster: Cluster, tmp_path: Path
 ) -> None:
