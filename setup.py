@@ -1,33 +1,21 @@
 """Where each package lands (the rest of the metadata is pyproject.toml's).
 
-A wheel installs one top-level package, ``exarch_actors``, with the repository's ``runtime/``,
-``actors/``, ``cli/`` and ``examples/`` mapped under it (``exarch_actors/_alias.py`` lets the
-source keep importing them by their short names). An editable install (``pip install -e .``,
-setuptools' ``editable_wheel`` command) keeps the clone's layout as it is: the three folders
-are top-level packages beside ``exarch_actors/``, so a ``python -c "from cli.main import
-main"`` from a clone goes on working.
+One top-level package, ``exarch_actors``, in a wheel and in an editable install alike. The
+repository keeps ``runtime/``, ``actors/`` and ``cli/`` at its top level; ``exarch_actors/``
+holds a symbolic link to each, so ``exarch_actors.runtime`` *is* ``runtime/`` in a clone (and
+for mypy), and the wheel's build copies the files the links reach. Every source file imports
+the long names (``from exarch_actors.runtime.errors import ...``): nothing claims ``runtime``,
+``actors`` or ``cli`` in a user's process, so a package of that name beside it is never
+shadowed. The examples are packaged too (``exarch-actors run fanout`` from a wheel).
 """
 
 from __future__ import annotations
 
-import sys
-
 from setuptools import find_packages, setup
 
-LAYERS = ("runtime", "actors", "cli")
-FOUND = find_packages(include=[f"{top}*" for top in LAYERS])
+PACKAGES = find_packages(include=["exarch_actors", "exarch_actors.*"])  # follows the links
 
-if "editable_wheel" in sys.argv:
-    setup(packages=["exarch_actors", *FOUND])
-else:
-    setup(
-        packages=[
-            "exarch_actors",
-            "exarch_actors.examples",
-            *(f"exarch_actors.{name}" for name in FOUND),
-        ],
-        package_dir={
-            "exarch_actors.examples": "examples",
-            **{f"exarch_actors.{top}": top for top in LAYERS},
-        },
-    )
+setup(
+    packages=[*PACKAGES, "exarch_actors.examples"],
+    package_dir={"exarch_actors.examples": "examples"},
+)

@@ -47,18 +47,18 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from actors.agent_site import AgentSite
-from actors.desk import AgentDesk
-from actors.schedules import Schedules
-from actors.slash_commands import run_slash
-from runtime.cancel import Cancelled, CancelScope
-from runtime.constants import MAX_STEPS
-from runtime.events import InboxRejected, Io, Notice, ProviderFailed, SystemNote
-from runtime.fleet.compaction import compaction_due
-from runtime.fleet.digest import Section, clip_agent_reply, clip_section
-from runtime.fleet.diskwarn import DiskWarn
-from runtime.fleet.fanin import is_held_notice
-from runtime.fleet.inbox import (
+from exarch_actors.actors.agent_site import AgentSite
+from exarch_actors.actors.desk import AgentDesk
+from exarch_actors.actors.schedules import Schedules
+from exarch_actors.actors.slash_commands import run_slash
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.constants import MAX_STEPS
+from exarch_actors.runtime.events import InboxRejected, Io, Notice, ProviderFailed, SystemNote
+from exarch_actors.runtime.fleet.compaction import compaction_due
+from exarch_actors.runtime.fleet.digest import Section, clip_agent_reply, clip_section
+from exarch_actors.runtime.fleet.diskwarn import DiskWarn
+from exarch_actors.runtime.fleet.fanin import is_held_notice
+from exarch_actors.runtime.fleet.inbox import (
     SURFACE,
     AgentMessage,
     AgentResult,
@@ -69,7 +69,7 @@ from runtime.fleet.inbox import (
     Surface,
     UserSteering,
 )
-from runtime.fleet.nudge import (
+from exarch_actors.runtime.fleet.nudge import (
     NudgeInputs,
     NudgeKind,
     NudgeLatches,
@@ -80,29 +80,29 @@ from runtime.fleet.nudge import (
     decide,
     waiting_matters,
 )
-from runtime.fleet.park import Construction, ParkMode, park_mode, returns_for
-from runtime.messages import AssistantMessage, ToolCall, ToolResult, admit_with_report
-from runtime.observe.round_trip import RoundTrip
-from runtime.prompt import build_system_prompt
-from runtime.providers.base import (
+from exarch_actors.runtime.fleet.park import Construction, ParkMode, park_mode, returns_for
+from exarch_actors.runtime.messages import AssistantMessage, ToolCall, ToolResult, admit_with_report
+from exarch_actors.runtime.observe.round_trip import RoundTrip
+from exarch_actors.runtime.prompt import build_system_prompt
+from exarch_actors.runtime.providers.base import (
     RAL_TOOL,
     Provider,
     ProviderError,
     ProviderHandle,
     Truncated,
 )
-from runtime.ral.values import render
-from runtime.settlement.cost import SpendMeter
-from runtime.shell.confinement import confined_line
-from runtime.shell.ledger import LargeBinding
-from runtime.state import durability
-from runtime.state.eventlog import AgentLog
+from exarch_actors.runtime.ral.values import render
+from exarch_actors.runtime.settlement.cost import SpendMeter
+from exarch_actors.runtime.shell.confinement import confined_line
+from exarch_actors.runtime.shell.ledger import LargeBinding
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.eventlog import AgentLog
 
 if TYPE_CHECKING:
-    from actors.agent_site import ShellOutput
-    from runtime.fleet.inbox import Inbox
-    from runtime.ral.context import DynamicContext
-    from runtime.state.snapshot import MobileSnapshot
+    from exarch_actors.actors.agent_site import ShellOutput
+    from exarch_actors.runtime.fleet.inbox import Inbox
+    from exarch_actors.runtime.ral.context import DynamicContext
+    from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 
 log = logging.getLogger(__name__)

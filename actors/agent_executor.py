@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psutil
 
-from actors.process_identity import exited
-from runtime.settlement.cost import dollars
-from runtime.settlement.executor import (
+from exarch_actors.actors.process_identity import exited
+from exarch_actors.runtime.settlement.cost import dollars
+from exarch_actors.runtime.settlement.executor import (
     Accounting,
     CancelAck,
     EnvironmentState,
@@ -37,14 +37,14 @@ from runtime.settlement.executor import (
     Observation,
     Receipt,
 )
-from runtime.settlement.fleet_yield import settlement_status
-from runtime.state.private import private_dirs
+from exarch_actors.runtime.settlement.fleet_yield import settlement_status
+from exarch_actors.runtime.state.private import private_dirs
 
 if TYPE_CHECKING:
     from pathlib import Path
     from threading import Event
 
-    from actors.agent import AgentOutcome, AgentStats
+    from exarch_actors.actors.agent import AgentOutcome, AgentStats
 
 
 class ExecutedAgent(Protocol):

@@ -42,9 +42,9 @@ from typing import Any
 
 import psutil
 
-from actors.channel import AgentChannel
-from actors.priority import yield_to_control
-from actors.process import (
+from exarch_actors.actors.channel import AgentChannel
+from exarch_actors.actors.priority import yield_to_control
+from exarch_actors.actors.process import (
     become_group_leader,
     die_with_parent,
     fork_server_address,
@@ -52,9 +52,9 @@ from actors.process import (
     start_process,
     use_fork_server,
 )
-from actors.shell import ShellActor
-from runtime.errors import ExarchError, InboxFull
-from runtime.fleet.agent_channel import (
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.errors import ExarchError, InboxFull
+from exarch_actors.runtime.fleet.agent_channel import (
     BornFrame,
     CancelFrame,
     ChannelMessage,
@@ -76,8 +76,15 @@ from runtime.fleet.agent_channel import (
     VerdictFrame,
     rejection_of,
 )
-from runtime.fleet.inbox import AgentMessage, AgentResult, Command, Inbox, InboxMsg, UserSteering
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.fleet.inbox import (
+    AgentMessage,
+    AgentResult,
+    Command,
+    Inbox,
+    InboxMsg,
+    UserSteering,
+)
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 BORN_TIMEOUT = 30.0
 """Seconds a new agent host may take to report ``BornFrame`` (its shell restored and ready)."""

@@ -57,8 +57,8 @@ from typing import Any, Protocol
 
 import psutil
 
-from actors.agent import Agent, AgentOutcome, AgentStats
-from actors.agent_process_host import (
+from exarch_actors.actors.agent import Agent, AgentOutcome, AgentStats
+from exarch_actors.actors.agent_process_host import (
     CALL_TIMEOUT,
     Charge,
     EndReport,
@@ -72,18 +72,18 @@ from actors.agent_process_host import (
     returned,
     unpickle,
 )
-from actors.channel import AgentChannel
-from actors.channel_hub import ChannelHub
-from actors.frames import ChannelClosed
-from actors.host_pool import HostPool
-from actors.host_reaper import HostReaper
-from actors.process import fork_server_address, process_context, start_process
-from actors.ray_nodes import NodeChange, NodeWatch
-from actors.traffic_gate import ADMIT, NOTICES, serve_admit, serve_notice
-from runtime.cancel import CancelScope
-from runtime.errors import ExarchError
-from runtime.events import Event, InboxRejected, Notice
-from runtime.fleet.agent_channel import (
+from exarch_actors.actors.channel import AgentChannel
+from exarch_actors.actors.channel_hub import ChannelHub
+from exarch_actors.actors.frames import ChannelClosed
+from exarch_actors.actors.host_pool import HostPool
+from exarch_actors.actors.host_reaper import HostReaper
+from exarch_actors.actors.process import fork_server_address, process_context, start_process
+from exarch_actors.actors.ray_nodes import NodeChange, NodeWatch
+from exarch_actors.actors.traffic_gate import ADMIT, NOTICES, serve_admit, serve_notice
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.events import Event, InboxRejected, Notice
+from exarch_actors.runtime.fleet.agent_channel import (
     BornFrame,
     Call,
     CancelFrame,
@@ -98,19 +98,25 @@ from runtime.fleet.agent_channel import (
     ReturnFrame,
     Shutdown,
 )
-from runtime.fleet.fanin import WaitAnswer
-from runtime.fleet.inbox import AgentResult, ExitSignal, InboxFull, InboxMsg, PushEffect
-from runtime.fleet.park import returns_for
-from runtime.fleet.supervision import Action, RestartIntensity
-from runtime.mcp.replies import McpRequest
-from runtime.replay.provider import RecordSink
-from runtime.state import disk_full
-from runtime.state.disk_full import DiskFull
-from runtime.state.durability import ShippedRecord
-from runtime.state.durable import read_jsonl
-from runtime.state.record_mirror import RecordRefused, apply_shipped
-from runtime.state.session_records import logged_results
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.runtime.fleet.fanin import WaitAnswer
+from exarch_actors.runtime.fleet.inbox import (
+    AgentResult,
+    ExitSignal,
+    InboxFull,
+    InboxMsg,
+    PushEffect,
+)
+from exarch_actors.runtime.fleet.park import returns_for
+from exarch_actors.runtime.fleet.supervision import Action, RestartIntensity
+from exarch_actors.runtime.mcp.replies import McpRequest
+from exarch_actors.runtime.replay.provider import RecordSink
+from exarch_actors.runtime.state import disk_full
+from exarch_actors.runtime.state.disk_full import DiskFull
+from exarch_actors.runtime.state.durability import ShippedRecord
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.record_mirror import RecordRefused, apply_shipped
+from exarch_actors.runtime.state.session_records import logged_results
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -54,16 +54,16 @@ from typing import Any
 
 import pykka
 
-from actors.agent import Agent, AgentOutcome, AgentSpec, AgentStats
-from actors.agent_executor import remove_scratch
-from actors.agent_shell import (
+from exarch_actors.actors.agent import Agent, AgentOutcome, AgentSpec, AgentStats
+from exarch_actors.actors.agent_executor import remove_scratch
+from exarch_actors.actors.agent_shell import (
     WorkerCount,
     agent_resources,
     run_agent_shell,
     start_agent_shell,
     stop_agent_shell,
 )
-from actors.agent_site import (
+from exarch_actors.actors.agent_site import (
     BranchRequest,
     ParkReads,
     ShellOutput,
@@ -71,26 +71,26 @@ from actors.agent_site import (
     SpawnRequest,
     Standing,
 )
-from actors.channel import AgentChannel
-from actors.host_start import HostStart
-from actors.priority import (
+from exarch_actors.actors.channel import AgentChannel
+from exarch_actors.actors.host_start import HostStart
+from exarch_actors.actors.priority import (
     REACHED_NICE,
     stand_aside,
     stand_back,
     yield_to_control,
 )
-from actors.process import (
+from exarch_actors.actors.process import (
     ChildProcess,
     become_group_leader,
     die_with_parent,
     use_fork_server,
 )
-from actors.shell import ShellActor
-from actors.traffic_gate import RemoteGate
-from runtime.cancel import CancelScope
-from runtime.errors import ExarchError
-from runtime.events import CancelHop, Event, InboxRejected, Resources
-from runtime.fleet.agent_channel import (
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.actors.traffic_gate import RemoteGate
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.events import CancelHop, Event, InboxRejected, Resources
+from exarch_actors.runtime.fleet.agent_channel import (
     BornFrame,
     Call,
     CancelFrame,
@@ -105,8 +105,8 @@ from runtime.fleet.agent_channel import (
     ReturnFrame,
     Shutdown,
 )
-from runtime.fleet.fanin import ChildEnd, WaitAnswer
-from runtime.fleet.inbox import (
+from exarch_actors.runtime.fleet.fanin import ChildEnd, WaitAnswer
+from exarch_actors.runtime.fleet.inbox import (
     ExitSignal,
     Inbox,
     InboxMsg,
@@ -114,18 +114,18 @@ from runtime.fleet.inbox import (
     Surface,
     UserSteering,
 )
-from runtime.mcp.replies import McpRequest
-from runtime.messages import AssistantMessage
-from runtime.providers.base import Provider
-from runtime.providers.governor import install_gate
-from runtime.providers.prices import PriceTable
-from runtime.replay.provider import RecordingProvider, unrecorded
-from runtime.shell.limits import ShellLimits
-from runtime.state import disk_full, durability
-from runtime.state.disk_full import EXIT_DISK_FULL, DiskFull
-from runtime.state.durability import Durability, ShippedRecord
-from runtime.state.session_dir import SessionDir
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.runtime.mcp.replies import McpRequest
+from exarch_actors.runtime.messages import AssistantMessage
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.providers.governor import install_gate
+from exarch_actors.runtime.providers.prices import PriceTable
+from exarch_actors.runtime.replay.provider import RecordingProvider, unrecorded
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.state import disk_full, durability
+from exarch_actors.runtime.state.disk_full import EXIT_DISK_FULL, DiskFull
+from exarch_actors.runtime.state.durability import Durability, ShippedRecord
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 

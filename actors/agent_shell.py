@@ -23,28 +23,28 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from actors.agent_site import ShellOutput, ShellParts
-from actors.eval_root import EvalRoot
-from actors.host_start import HostStart
-from actors.shell import ShellActor, run_call
-from actors.shell_workers import WorkerSurfaces
-from runtime.events import Event, Resources
-from runtime.fleet.digest import digest_tool_result
-from runtime.fleet.diskwarn import disk_usage
-from runtime.fleet.inbox import Surface
-from runtime.fleet.probes import ResourceFigures, event_rows, resources
-from runtime.ral.context import DynamicContext
-from runtime.shell.confinement import Sandbox
-from runtime.shell.limits import ShellLimits
-from runtime.state import durability
-from runtime.state.durable import append_jsonl
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_records import commit_record
+from exarch_actors.actors.agent_site import ShellOutput, ShellParts
+from exarch_actors.actors.eval_root import EvalRoot
+from exarch_actors.actors.host_start import HostStart
+from exarch_actors.actors.shell import ShellActor, run_call
+from exarch_actors.actors.shell_workers import WorkerSurfaces
+from exarch_actors.runtime.events import Event, Resources
+from exarch_actors.runtime.fleet.digest import digest_tool_result
+from exarch_actors.runtime.fleet.diskwarn import disk_usage
+from exarch_actors.runtime.fleet.inbox import Surface
+from exarch_actors.runtime.fleet.probes import ResourceFigures, event_rows, resources
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.shell.confinement import Sandbox
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.durable import append_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_records import commit_record
 
 if TYPE_CHECKING:
-    from actors.agent import Agent
-    from runtime.ral.context import DynamicContext
-    from runtime.state.snapshot import MobileSnapshot
+    from exarch_actors.actors.agent import Agent
+    from exarch_actors.runtime.ral.context import DynamicContext
+    from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 

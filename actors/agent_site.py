@@ -26,18 +26,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from decimal import Decimal
 
-    from actors.eval_root import EvalRoot
-    from actors.shell_workers import WorkerSurfaces
-    from runtime.events import Event, InboxRejected, Notice, Resources
-    from runtime.fleet.fanin import ChildEnd, WaitAnswer
-    from runtime.fleet.inbox import Surface
-    from runtime.mcp.replies import McpRequest
-    from runtime.providers.base import Provider
-    from runtime.providers.prices import PriceTable
-    from runtime.ral.context import DynamicContext
-    from runtime.state.eventlog import LogEvent
-    from runtime.state.session_dir import SessionDir
-    from runtime.state.snapshot import MobileSnapshot
+    from exarch_actors.actors.eval_root import EvalRoot
+    from exarch_actors.actors.shell_workers import WorkerSurfaces
+    from exarch_actors.runtime.events import Event, InboxRejected, Notice, Resources
+    from exarch_actors.runtime.fleet.fanin import ChildEnd, WaitAnswer
+    from exarch_actors.runtime.fleet.inbox import Surface
+    from exarch_actors.runtime.mcp.replies import McpRequest
+    from exarch_actors.runtime.providers.base import Provider
+    from exarch_actors.runtime.providers.prices import PriceTable
+    from exarch_actors.runtime.ral.context import DynamicContext
+    from exarch_actors.runtime.state.eventlog import LogEvent
+    from exarch_actors.runtime.state.session_dir import SessionDir
+    from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 
 @dataclass(frozen=True)

@@ -46,15 +46,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pykka
 from pykka import messages as pykka_messages
 
-from actors.mailbox import QuotaActor
-from runtime.constants import INBOX_SOURCE_CAP
-from runtime.errors import InboxFull
-from runtime.events import Event, InboxRejected, Overflow
-from runtime.fleet.inbox import SURFACE
-from runtime.state import durability
-from runtime.state.disk_full import DiskFull
-from runtime.state.durability import AppendFile
-from runtime.state.durable import append_jsonl, jsonl_line
+from exarch_actors.actors.mailbox import QuotaActor
+from exarch_actors.runtime.constants import INBOX_SOURCE_CAP
+from exarch_actors.runtime.errors import InboxFull
+from exarch_actors.runtime.events import Event, InboxRejected, Overflow
+from exarch_actors.runtime.fleet.inbox import SURFACE
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.disk_full import DiskFull
+from exarch_actors.runtime.state.durability import AppendFile
+from exarch_actors.runtime.state.durable import append_jsonl, jsonl_line
 
 if TYPE_CHECKING:
     from pykka._envelope import Envelope

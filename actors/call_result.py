@@ -11,8 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.errors import ExarchError
-from runtime.events import Notice
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.events import Notice
 
 
 class ShellBootFailed(ExarchError):

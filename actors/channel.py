@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
-from actors.channel_hub import ChannelHub
-from actors.frames import Channel, ChannelClosed
-from runtime.fleet.agent_channel import (
+from exarch_actors.actors.channel_hub import ChannelHub
+from exarch_actors.actors.frames import Channel, ChannelClosed
+from exarch_actors.runtime.fleet.agent_channel import (
     CONTROL_KINDS,
     ChannelMessage,
     ChannelProtocolError,

@@ -32,7 +32,7 @@ import os
 import signal
 from collections.abc import Callable, Iterable
 
-from actors.process_identity import children_of, exited
+from exarch_actors.actors.process_identity import children_of, exited
 
 PR_SET_CHILD_SUBREAPER = 36
 

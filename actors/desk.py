@@ -18,24 +18,24 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from actors.agent_site import SpawnRequest
-from actors.desk_mcp import PendingMcp
-from actors.desk_wait import PendingWait, wait_arguments
-from runtime.errors import ExarchError
-from runtime.fleet.fanin import is_held_notice
-from runtime.fleet.inbox import AgentResult
-from runtime.mcp.values import VERBS as MCP_VERBS
-from runtime.prompt import advertised_verbs
-from runtime.ral.errors import DeskRefusal
-from runtime.ral.values import UNIT, render
+from exarch_actors.actors.agent_site import SpawnRequest
+from exarch_actors.actors.desk_mcp import PendingMcp
+from exarch_actors.actors.desk_wait import PendingWait, wait_arguments
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.fleet.fanin import is_held_notice
+from exarch_actors.runtime.fleet.inbox import AgentResult
+from exarch_actors.runtime.mcp.values import VERBS as MCP_VERBS
+from exarch_actors.runtime.prompt import advertised_verbs
+from exarch_actors.runtime.ral.errors import DeskRefusal
+from exarch_actors.runtime.ral.values import UNIT, render
 
 if TYPE_CHECKING:
-    from actors.agent_site import AgentSite
-    from actors.schedules import Schedules
-    from runtime.fleet.inbox import Inbox
-    from runtime.providers.base import ProviderHandle
-    from runtime.state.eventlog import AgentLog
-    from runtime.state.snapshot import MobileSnapshot
+    from exarch_actors.actors.agent_site import AgentSite
+    from exarch_actors.actors.schedules import Schedules
+    from exarch_actors.runtime.fleet.inbox import Inbox
+    from exarch_actors.runtime.providers.base import ProviderHandle
+    from exarch_actors.runtime.state.eventlog import AgentLog
+    from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 
 SPAWN_OPTIONS = ("memory",)

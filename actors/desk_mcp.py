@@ -24,14 +24,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from runtime.errors import ExarchError
-from runtime.mcp.replies import CALL, LIST, McpRequest
-from runtime.mcp.values import arguments
-from runtime.ral.errors import DeskRefusal
-from runtime.ral.values import UNIT, render
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.mcp.replies import CALL, LIST, McpRequest
+from exarch_actors.runtime.mcp.values import arguments
+from exarch_actors.runtime.ral.errors import DeskRefusal
+from exarch_actors.runtime.ral.values import UNIT, render
 
 if TYPE_CHECKING:
-    from actors.agent_site import AgentSite
+    from exarch_actors.actors.agent_site import AgentSite
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class PendingMcp:
 
     def ready(self) -> dict[str, Any] | None:
         """The answer frame's fields once the answer is here, else None."""
-        from runtime.ral.codec import encode_value
+        from exarch_actors.runtime.ral.codec import encode_value
 
         with self._lock:
             outcome = self._outcome

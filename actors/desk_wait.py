@@ -27,15 +27,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runtime.errors import ExarchError
-from runtime.fleet.fanin import RUNNING_END, WaitAnswer, is_held_notice
-from runtime.fleet.inbox import AgentResult
-from runtime.ral.errors import DeskRefusal
-from runtime.ral.values import render
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.fleet.fanin import RUNNING_END, WaitAnswer, is_held_notice
+from exarch_actors.runtime.fleet.inbox import AgentResult
+from exarch_actors.runtime.ral.errors import DeskRefusal
+from exarch_actors.runtime.ral.values import render
 
 if TYPE_CHECKING:
-    from actors.agent_site import AgentSite
-    from runtime.fleet.inbox import Inbox
+    from exarch_actors.actors.agent_site import AgentSite
+    from exarch_actors.runtime.fleet.inbox import Inbox
 
 
 class WaitOwner(Protocol):
@@ -126,7 +126,7 @@ class PendingWait:
 
     def ready(self) -> dict[str, Any] | None:
         """The answer frame's fields once the answer is here (taken once), else None."""
-        from runtime.ral.codec import encode_value
+        from exarch_actors.runtime.ral.codec import encode_value
 
         with self._lock:
             outcome = self._outcome

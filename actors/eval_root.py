@@ -24,8 +24,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from actors.process import ChildProcess
-from runtime.cancel import CancelScope
+from exarch_actors.actors.process import ChildProcess
+from exarch_actors.runtime.cancel import CancelScope
 
 KILL_RECORD_WAIT = 5.0
 """Seconds a pump that saw its host die waits for a terminal cancel's kill of it, under way,

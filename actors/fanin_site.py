@@ -24,10 +24,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from runtime.events import InboxRejected, Notice
-from runtime.fleet.fanin import ChildEnd, FanIn, NotAChild, WaitAnswer, held_notice
-from runtime.fleet.registry import FleetRegistry
-from runtime.state.journal import SpawnJournal
+from exarch_actors.runtime.events import InboxRejected, Notice
+from exarch_actors.runtime.fleet.fanin import ChildEnd, FanIn, NotAChild, WaitAnswer, held_notice
+from exarch_actors.runtime.fleet.registry import FleetRegistry
+from exarch_actors.runtime.state.journal import SpawnJournal
 
 log = logging.getLogger(__name__)
 

@@ -30,18 +30,23 @@ from typing import Any, Literal
 
 import pykka
 
-from actors import pid_cgroup
-from actors.agent import Agent, AgentOutcome, AgentSpec
-from actors.agent_executor import AgentExecutor
-from actors.agent_process import (
+from exarch_actors.actors import pid_cgroup
+from exarch_actors.actors.agent import Agent, AgentOutcome, AgentSpec
+from exarch_actors.actors.agent_executor import AgentExecutor
+from exarch_actors.actors.agent_process import (
     BORN_TIMEOUT,
     AgentProcessFailed,
     HostBackend,
     HostBoot,
     ProcessAgent,
 )
-from actors.agent_shell import agent_resources, run_agent_shell, start_agent_shell, stop_agent_shell
-from actors.agent_site import (
+from exarch_actors.actors.agent_shell import (
+    agent_resources,
+    run_agent_shell,
+    start_agent_shell,
+    stop_agent_shell,
+)
+from exarch_actors.actors.agent_site import (
     BranchRequest,
     ParkReads,
     ShellOutput,
@@ -49,22 +54,22 @@ from actors.agent_site import (
     SpawnRequest,
     Standing,
 )
-from actors.boot_watch import BootWatch
-from actors.bus import start_bus
-from actors.channel_hub import ChannelHub
-from actors.fanin_site import FanInSite
-from actors.host_pool import HostPool
-from actors.host_reaper import HostReaper
-from actors.mailbox import Cancel, QuotaActor
-from actors.mcp_site import McpSetup, McpSite
-from actors.process import keep_secrets_from_forks
-from actors.ray_nodes import NodeChange, NodeWatch
-from actors.registry import start_registry
-from runtime.constants import SCRATCH_ENV, SESSION_ENV, TRUNK_NAME
-from runtime.credentials import SecretPolicy
-from runtime.drills.fault_switch import crash_point, pause_point
-from runtime.errors import NameUsed, SpawnFailed
-from runtime.events import (
+from exarch_actors.actors.boot_watch import BootWatch
+from exarch_actors.actors.bus import start_bus
+from exarch_actors.actors.channel_hub import ChannelHub
+from exarch_actors.actors.fanin_site import FanInSite
+from exarch_actors.actors.host_pool import HostPool
+from exarch_actors.actors.host_reaper import HostReaper
+from exarch_actors.actors.mailbox import Cancel, QuotaActor
+from exarch_actors.actors.mcp_site import McpSetup, McpSite
+from exarch_actors.actors.process import keep_secrets_from_forks
+from exarch_actors.actors.ray_nodes import NodeChange, NodeWatch
+from exarch_actors.actors.registry import start_registry
+from exarch_actors.runtime.constants import SCRATCH_ENV, SESSION_ENV, TRUNK_NAME
+from exarch_actors.runtime.credentials import SecretPolicy
+from exarch_actors.runtime.drills.fault_switch import crash_point, pause_point
+from exarch_actors.runtime.errors import NameUsed, SpawnFailed
+from exarch_actors.runtime.events import (
     Born,
     CancelHop,
     Died,
@@ -74,30 +79,30 @@ from runtime.events import (
     Resources,
     SystemNote,
 )
-from runtime.fleet.fanin import ChildEnd, WaitAnswer
-from runtime.fleet.inbox import Surface
-from runtime.fleet.park import Construction
-from runtime.fleet.registry import Entry
-from runtime.mcp.replies import McpRequest
-from runtime.observe.otel import LIVE_BUFFER, LiveExport, SpanExport
-from runtime.providers.base import Provider
-from runtime.providers.governor import Governor
-from runtime.providers.prices import PriceTable
-from runtime.ral.context import DynamicContext
-from runtime.ral.errors import DeskRefusal
-from runtime.ral.grants import GrantPolicy, Grants
-from runtime.ral.values import render
-from runtime.replay.provider import RecordingProvider, unrecorded
-from runtime.settlement.cost import FleetSpend, dollars
-from runtime.settlement.executor import ExecutionSpec
-from runtime.settlement.fleet_yield import (
+from exarch_actors.runtime.fleet.fanin import ChildEnd, WaitAnswer
+from exarch_actors.runtime.fleet.inbox import Surface
+from exarch_actors.runtime.fleet.park import Construction
+from exarch_actors.runtime.fleet.registry import Entry
+from exarch_actors.runtime.mcp.replies import McpRequest
+from exarch_actors.runtime.observe.otel import LIVE_BUFFER, LiveExport, SpanExport
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.providers.governor import Governor
+from exarch_actors.runtime.providers.prices import PriceTable
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.ral.errors import DeskRefusal
+from exarch_actors.runtime.ral.grants import GrantPolicy, Grants
+from exarch_actors.runtime.ral.values import render
+from exarch_actors.runtime.replay.provider import RecordingProvider, unrecorded
+from exarch_actors.runtime.settlement.cost import FleetSpend, dollars
+from exarch_actors.runtime.settlement.executor import ExecutionSpec
+from exarch_actors.runtime.settlement.fleet_yield import (
     FleetCost,
     FleetYield,
     fleet_yield,
     settlement_status,
     write_result,
 )
-from runtime.settlement.release_sweep import (
+from exarch_actors.runtime.settlement.release_sweep import (
     RetainedChild,
     SweepPolicy,
     admit,
@@ -105,16 +110,16 @@ from runtime.settlement.release_sweep import (
     release_sweep,
     settle_child,
 )
-from runtime.shell import pid_cgroup as pid_groups
-from runtime.shell.confinement import Sandbox, SandboxMode
-from runtime.shell.limits import ShellLimits
-from runtime.state import durability
-from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.state.durability import Durability, DurableFiles
-from runtime.state.journal import SpawnJournal
-from runtime.state.private import private_dirs
-from runtime.state.session_dir import SessionDir
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.runtime.shell import pid_cgroup as pid_groups
+from exarch_actors.runtime.shell.confinement import Sandbox, SandboxMode
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from exarch_actors.runtime.state.durability import Durability, DurableFiles
+from exarch_actors.runtime.state.journal import SpawnJournal
+from exarch_actors.runtime.state.private import private_dirs
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ import dataclasses
 import gc
 import sys
 
-from runtime.prompt import preload
+from exarch_actors.runtime.prompt import preload
 
 
 def cache_slot_names() -> int:
@@ -41,8 +41,8 @@ def cache_slot_names() -> int:
     cached = 0
     for name, module in list(sys.modules.items()):
         if module is None or module.__name__ != name:
-            continue  # a short-name key of an installed wheel's module (exarch_actors/_alias.py)
-        if not name.removeprefix("exarch_actors.").startswith(("runtime.", "actors.")):
+            continue
+        if not name.startswith(("exarch_actors.runtime.", "exarch_actors.actors.")):
             continue
         for value in list(vars(module).values()):
             if (

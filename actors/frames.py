@@ -37,7 +37,7 @@ from typing import Any
 
 import msgpack
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 KINDS = frozenset(
     {

@@ -40,8 +40,8 @@ from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
-from actors.agent_process_host import agent_process_main
-from actors.process import fork_server_address, process_context, start_process
+from exarch_actors.actors.agent_process_host import agent_process_main
+from exarch_actors.actors.process import fork_server_address, process_context, start_process
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from actors.process import ChildProcess
-from actors.shell_host import host_main
+from exarch_actors.actors.process import ChildProcess
+from exarch_actors.actors.shell_host import host_main
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ import resource
 import struct
 from typing import Any
 
-from runtime.ral.grants import Grants
-from runtime.shell.confinement import (
+from exarch_actors.runtime.ral.grants import Grants
+from exarch_actors.runtime.shell.confinement import (
     MAX_OPEN_FILES,
     Ruleset,
     Sandbox,

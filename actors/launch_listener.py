@@ -27,7 +27,7 @@ import struct
 from collections.abc import Callable
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 log = logging.getLogger(__name__)
 

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pykka
 from pykka import messages as pykka_messages
 
-from runtime.cancel import CancelScope
-from runtime.constants import INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
-from runtime.errors import InboxFull
-from runtime.fleet.inbox import COMMAND, InboxRule, PushEffect, source_of
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.constants import INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
+from exarch_actors.runtime.errors import InboxFull
+from exarch_actors.runtime.fleet.inbox import COMMAND, InboxRule, PushEffect, source_of
 
 if TYPE_CHECKING:
     from pykka._envelope import Envelope

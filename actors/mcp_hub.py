@@ -40,15 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.mcp.config import McpServer
-from runtime.mcp.errors import (
+from exarch_actors.runtime.mcp.config import McpServer
+from exarch_actors.runtime.mcp.errors import (
     McpRequestFailed,
     McpServerCrashed,
     McpServerUnavailable,
     McpServerUnknown,
 )
-from runtime.mcp.replies import LIST, McpReply, McpRequest, ReplyBook, arguments_key
-from runtime.mcp.values import ToolLine, call_value, tool_lines, tools_value
+from exarch_actors.runtime.mcp.replies import LIST, McpReply, McpRequest, ReplyBook, arguments_key
+from exarch_actors.runtime.mcp.values import ToolLine, call_value, tool_lines, tools_value
 
 log = logging.getLogger(__name__)
 

@@ -40,11 +40,12 @@ def launch(argv: list[str]) -> int:
         return 1
     rules = json.loads(rules_json)
     if rules is not None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        # where ``exarch_actors`` is: this file is exarch_actors/actors/mcp_launch.py
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         if root not in sys.path:
             sys.path.insert(0, root)
-        from actors.landlock import enter, limit_files
-        from runtime.shell.confinement import MAX_OPEN_FILES, Ruleset
+        from exarch_actors.actors.landlock import enter, limit_files
+        from exarch_actors.runtime.shell.confinement import MAX_OPEN_FILES, Ruleset
 
         limit_files(MAX_OPEN_FILES)
         enter(

@@ -23,17 +23,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runtime.constants import SESSION_ENV
-from runtime.mcp.config import McpServer
-from runtime.mcp.errors import McpSdkMissing, McpServerUnknown, NotGranted
-from runtime.mcp.replies import McpReply, McpRequest, ReplyBook
-from runtime.mcp.values import prompt_section
-from runtime.ral.grants import Grants
-from runtime.shell.confinement import Sandbox, etc_entries, path_dirs, python_paths, ruleset
+from exarch_actors.runtime.constants import SESSION_ENV
+from exarch_actors.runtime.mcp.config import McpServer
+from exarch_actors.runtime.mcp.errors import McpSdkMissing, McpServerUnknown, NotGranted
+from exarch_actors.runtime.mcp.replies import McpReply, McpRequest, ReplyBook
+from exarch_actors.runtime.mcp.values import prompt_section
+from exarch_actors.runtime.ral.grants import Grants
+from exarch_actors.runtime.shell.confinement import (
+    Sandbox,
+    etc_entries,
+    path_dirs,
+    python_paths,
+    ruleset,
+)
 
 if TYPE_CHECKING:
-    from actors.mcp_hub import McpHub, McpLaunch
-    from runtime.state.session_dir import SessionDir
+    from exarch_actors.actors.mcp_hub import McpHub, McpLaunch
+    from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ class McpSite:
 
     def hub(self) -> McpHub:
         """The hub, made now if need be (its loop and servers start at its first request)."""
-        from actors.mcp_hub import McpHub
+        from exarch_actors.actors.mcp_hub import McpHub
 
         with self._lock:
             if self._hub is None:
@@ -83,7 +89,7 @@ class McpSite:
             return self._hub
 
     def _launch(self) -> McpLaunch:
-        from actors.mcp_hub import McpLaunch
+        from exarch_actors.actors.mcp_hub import McpLaunch
 
         env = self._config.secrets.scrub(os.environ)
         env[SESSION_ENV] = str(self._session.root.resolve())

@@ -34,8 +34,8 @@ import signal
 import time
 from pathlib import Path
 
-from runtime.shell.confinement import Sandbox
-from runtime.shell.pid_cgroup import hierarchy, members, session_group
+from exarch_actors.runtime.shell.confinement import Sandbox
+from exarch_actors.runtime.shell.pid_cgroup import hierarchy, members, session_group
 
 SWEEP_ROUNDS = 50
 """Kill-and-reread rounds of a sweep: a member forking while it is killed is caught by the next

@@ -51,29 +51,29 @@ from typing import Any
 
 import psutil
 
-from actors.descendants import (
+from exarch_actors.actors.descendants import (
     become_subreaper,
     end_descendants,
     freeze_descendants,
     reap_adopted,
 )
-from actors.frames import Channel, ChannelClosed, FrameError
-from actors.priority import to_idle_class
-from actors.process_identity import HAS_PROC, create_time, kill_program, start_ticks
-from runtime.cancel import POLL_INTERVAL
-from runtime.credentials import DEFAULT as DEFAULT_SECRETS
-from runtime.credentials import SecretPolicy
+from exarch_actors.actors.frames import Channel, ChannelClosed, FrameError
+from exarch_actors.actors.priority import to_idle_class
+from exarch_actors.actors.process_identity import HAS_PROC, create_time, kill_program, start_ticks
+from exarch_actors.runtime.cancel import POLL_INTERVAL
+from exarch_actors.runtime.credentials import DEFAULT as DEFAULT_SECRETS
+from exarch_actors.runtime.credentials import SecretPolicy
 
 PRELOAD = [
-    "actors.shell_host",
-    "actors.worker_process",
-    "actors.agent_host",
-    "actors.agent_process",
-    "actors.agent_process_host",
-    "runtime.providers.scripted",
-    "runtime.ral.session",
-    "runtime.ral.codec",
-    "actors.fork_warm",
+    "exarch_actors.actors.shell_host",
+    "exarch_actors.actors.worker_process",
+    "exarch_actors.actors.agent_host",
+    "exarch_actors.actors.agent_process",
+    "exarch_actors.actors.agent_process_host",
+    "exarch_actors.runtime.providers.scripted",
+    "exarch_actors.runtime.ral.session",
+    "exarch_actors.runtime.ral.codec",
+    "exarch_actors.actors.fork_warm",
 ]
 """Modules the fork server imports once, so a new host or worker starts warm (the last one
 fills the caches an agent process would fill after its fork and freezes the GC:
@@ -82,11 +82,8 @@ module), so ``tests/agent_host/test_spawn_path.py`` checks what a child inherits
 
 
 def preload_names() -> list[str]:
-    """:data:`PRELOAD` under the names this module was imported by: the short names in a clone,
-    ``exarch_actors.``-prefixed in an installed wheel, where the fork server (which has not
-    imported ``exarch_actors``) finds them only so (``exarch_actors/_alias.py``)."""
-    prefix = __name__.removesuffix("actors.process")
-    return [prefix + name for name in PRELOAD]
+    """:data:`PRELOAD`, the long names by which every process imports them."""
+    return list(PRELOAD)
 
 
 _ctx_lock = threading.Lock()

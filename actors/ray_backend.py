@@ -70,15 +70,15 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
-from actors.agent_process import BORN_TIMEOUT
-from actors.agent_process_host import HostBoot
-from actors.launch_listener import accept_host, open_listener
-from actors.ray_launcher import SHELL_GRACE, NodeLauncher
-from actors.ray_nodes import NodeChange, NodeWatch
-from runtime.errors import ExarchError
-from runtime.fleet.placement import PlacementPolicy, ResourceRequest
-from runtime.state.record_mirror import agent_files
-from runtime.state.run_processes import RunProcess
+from exarch_actors.actors.agent_process import BORN_TIMEOUT
+from exarch_actors.actors.agent_process_host import HostBoot
+from exarch_actors.actors.launch_listener import accept_host, open_listener
+from exarch_actors.actors.ray_launcher import SHELL_GRACE, NodeLauncher
+from exarch_actors.actors.ray_nodes import NodeChange, NodeWatch
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.fleet.placement import PlacementPolicy, ResourceRequest
+from exarch_actors.runtime.state.record_mirror import agent_files
+from exarch_actors.runtime.state.run_processes import RunProcess
 
 Placement = Literal["spread", "pack"]
 

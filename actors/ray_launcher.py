@@ -55,13 +55,13 @@ from typing import Any
 
 import psutil
 
-from actors.agent_process_host import HostBoot, agent_host_connect_main
-from actors.process import ensure_fork_server, fork_server_address, start_process
-from runtime.constants import SCRATCH_ENV
-from runtime.state.private import private_dirs
-from runtime.state.record_mirror import node_copy_name, seed
-from runtime.state.run_processes import RunProcess, still_running
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_process_host import HostBoot, agent_host_connect_main
+from exarch_actors.actors.process import ensure_fork_server, fork_server_address, start_process
+from exarch_actors.runtime.constants import SCRATCH_ENV
+from exarch_actors.runtime.state.private import private_dirs
+from exarch_actors.runtime.state.record_mirror import node_copy_name, seed
+from exarch_actors.runtime.state.run_processes import RunProcess, still_running
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 SHELL_GRACE = 5.0
 """Seconds a shell whose host ended may take to exit before it is killed."""

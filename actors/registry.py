@@ -31,16 +31,16 @@ from typing import Any, ClassVar
 import pykka
 from pykka import messages as pykka_messages
 
-from actors.mailbox import QuotaActor
-from runtime.fleet.inbox import AgentMessage, AgentResult, PushEffect, Surface
-from runtime.fleet.registry import (
+from exarch_actors.actors.mailbox import QuotaActor
+from exarch_actors.runtime.fleet.inbox import AgentMessage, AgentResult, PushEffect, Surface
+from exarch_actors.runtime.fleet.registry import (
     Entry,
     FleetRegistry,
     HopRecorder,
     LeaseReport,
     RejectionRecorder,
 )
-from runtime.fleet.spawn_tree import IDLE_LEASE_SECS, Clock
+from exarch_actors.runtime.fleet.spawn_tree import IDLE_LEASE_SECS, Clock
 
 
 class _LeaseReaper:

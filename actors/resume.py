@@ -44,43 +44,48 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
-from actors.agent import Agent, AgentSpec
-from actors.agent_process import ProcessAgent
-from actors.mcp_site import McpSetup
-from actors.pid_cgroup import sweep_session
-from actors.process_identity import kill_and_wait
-from runtime.constants import TRUNK_NAME
-from runtime.credentials import SecretPolicy
-from runtime.errors import ExarchError
-from runtime.events import Died, InboxRejected, SystemNote
-from runtime.fleet.inbox import AgentResult, UserSteering
-from runtime.fleet.park import Construction
-from runtime.mcp.config import servers_from_run
-from runtime.messages import AssistantMessage
-from runtime.providers import make_provider
-from runtime.providers.base import Provider
-from runtime.providers.scenario import Scenario, load_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.providers.traffic import TrafficLimits
-from runtime.ral.grants import GrantPolicy
-from runtime.ral.values import render
-from runtime.settlement.fleet_yield import FleetYield, settlement_status
-from runtime.settlement.release_sweep import RetainedChild, adopt_local, release_sweep, spend_of
-from runtime.shell.limits import ShellLimits
-from runtime.state.durability import Durability, bound_to, parse_durability
-from runtime.state.durable import write_json_document
-from runtime.state.journal import NodeState, SpawnJournal
-from runtime.state.run_processes import leftover_processes, still_running
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_read import (
+from exarch_actors.actors.agent import Agent, AgentSpec
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.mcp_site import McpSetup
+from exarch_actors.actors.pid_cgroup import sweep_session
+from exarch_actors.actors.process_identity import kill_and_wait
+from exarch_actors.runtime.constants import TRUNK_NAME
+from exarch_actors.runtime.credentials import SecretPolicy
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.events import Died, InboxRejected, SystemNote
+from exarch_actors.runtime.fleet.inbox import AgentResult, UserSteering
+from exarch_actors.runtime.fleet.park import Construction
+from exarch_actors.runtime.mcp.config import servers_from_run
+from exarch_actors.runtime.messages import AssistantMessage
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.providers.scenario import Scenario, load_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.providers.traffic import TrafficLimits
+from exarch_actors.runtime.ral.grants import GrantPolicy
+from exarch_actors.runtime.ral.values import render
+from exarch_actors.runtime.settlement.fleet_yield import FleetYield, settlement_status
+from exarch_actors.runtime.settlement.release_sweep import (
+    RetainedChild,
+    adopt_local,
+    release_sweep,
+    spend_of,
+)
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.state.durability import Durability, bound_to, parse_durability
+from exarch_actors.runtime.state.durable import write_json_document
+from exarch_actors.runtime.state.journal import NodeState, SpawnJournal
+from exarch_actors.runtime.state.run_processes import leftover_processes, still_running
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_read import (
     ResumeRefused,
     SessionFiles,
     load_snapshot,
     read_session,
     set_aside_result,
 )
-from runtime.state.session_records import CONTROL_DIED, logged_results
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.runtime.state.session_records import CONTROL_DIED, logged_results
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 RESUME_NOTE = (
     "[system note] The run was resumed after its control process died. Any tool call that was "
@@ -348,7 +353,7 @@ def resume_run(
     use, from ``connection`` or the provider's variable, is kept out of every shell as in the
     run (``runtime/credentials.py``). ``otlp_endpoint``: export the resumed run's spans there,
     into the session's one trace (``runtime/observe/otel.py``)."""
-    from actors.fleet import Fleet, FleetConfig
+    from exarch_actors.actors.fleet import Fleet, FleetConfig
 
     plan = plan_resume(session)
     _end_leftovers(session)

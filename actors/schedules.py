@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from runtime.fleet.inbox import ScheduledWakeup
+from exarch_actors.runtime.fleet.inbox import ScheduledWakeup
 
 MIN_PERIOD = 0.05
 """Seconds. A shorter period would turn a schedule into a busy loop of turns."""

@@ -64,28 +64,28 @@ from typing import Any
 
 import pykka
 
-from actors.call_result import CallResult, ShellBootFailed, ShellClosed, ShellProbe
-from actors.eval_root import EvalRoot
-from actors.frames import ChannelClosed, Frame
-from actors.host_start import HostStart
-from actors.mailbox import QuotaActor, QuotaMailbox
-from actors.pid_cgroup import sweep_leaf
-from actors.process import ChildProcess
-from actors.shell_host import FORK_VERBS, frame_error_text, host_main
-from actors.shell_snapshot import SnapshotKeeper
-from actors.shell_workers import WorkerPool, WorkerSurfaces
-from runtime.cancel import POLL_INTERVAL, CancelScope
-from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
-from runtime.drills.fault_switch import faults_enabled
-from runtime.errors import ExarchError
-from runtime.events import Notice
-from runtime.shell.confinement import Sandbox
-from runtime.shell.ledger import BindingLedger, carry_renewals, referenced_names
-from runtime.shell.limits import ShellLimits
-from runtime.shell.worker_retention import WORKER_BACKSTOP_SECS, WORKER_IDLE_CALLS
-from runtime.state.durable import append_jsonl
-from runtime.state.session_dir import SessionDir
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.actors.call_result import CallResult, ShellBootFailed, ShellClosed, ShellProbe
+from exarch_actors.actors.eval_root import EvalRoot
+from exarch_actors.actors.frames import ChannelClosed, Frame
+from exarch_actors.actors.host_start import HostStart
+from exarch_actors.actors.mailbox import QuotaActor, QuotaMailbox
+from exarch_actors.actors.pid_cgroup import sweep_leaf
+from exarch_actors.actors.process import ChildProcess
+from exarch_actors.actors.shell_host import FORK_VERBS, frame_error_text, host_main
+from exarch_actors.actors.shell_snapshot import SnapshotKeeper
+from exarch_actors.actors.shell_workers import WorkerPool, WorkerSurfaces
+from exarch_actors.runtime.cancel import POLL_INTERVAL, CancelScope
+from exarch_actors.runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
+from exarch_actors.runtime.drills.fault_switch import faults_enabled
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.events import Notice
+from exarch_actors.runtime.shell.confinement import Sandbox
+from exarch_actors.runtime.shell.ledger import BindingLedger, carry_renewals, referenced_names
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.shell.worker_retention import WORKER_BACKSTOP_SECS, WORKER_IDLE_CALLS
+from exarch_actors.runtime.state.durable import append_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -596,8 +596,8 @@ class ShellActor(QuotaActor):
 
     def _begin_desk_wait(self, host: ChildProcess, eid: int, f: Frame, got: _Run) -> None:
         """A deferred desk verb: registered with the desk, answered by the pump once ready."""
-        from runtime.ral.codec import decode_value
-        from runtime.ral.errors import DeskRefusal
+        from exarch_actors.runtime.ral.codec import decode_value
+        from exarch_actors.runtime.ral.errors import DeskRefusal
 
         try:
             args = [decode_value(b) for b in f.get("args") or ()]
@@ -622,8 +622,8 @@ class ShellActor(QuotaActor):
             host.data.try_send("answer", id=eid, **fields)
 
     def _desk_call(self, f: Frame) -> dict[str, Any]:
-        from runtime.ral.codec import decode_value, encode_value
-        from runtime.ral.errors import DeskRefusal
+        from exarch_actors.runtime.ral.codec import decode_value, encode_value
+        from exarch_actors.runtime.ral.errors import DeskRefusal
 
         verb = str(f["verb"])
         if self._desk is None:
@@ -917,7 +917,7 @@ def _replace(result: CallResult, **changes: Any) -> CallResult:
 
 def _context_dict(context: Any) -> dict[str, Any]:
     if context is None:
-        from runtime.ral.context import DynamicContext
+        from exarch_actors.runtime.ral.context import DynamicContext
 
         return DynamicContext().to_dict()
     if isinstance(context, dict):

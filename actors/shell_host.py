@@ -35,11 +35,11 @@ import os
 from multiprocessing.connection import Connection
 from typing import Any
 
-from actors import pid_cgroup
-from actors.frames import Channel, ChannelClosed, Frame
-from actors.landlock import enter_sandbox
-from actors.priority import yield_to_control
-from actors.process import (
+from exarch_actors.actors import pid_cgroup
+from exarch_actors.actors.frames import Channel, ChannelClosed, Frame
+from exarch_actors.actors.landlock import enter_sandbox
+from exarch_actors.actors.priority import yield_to_control
+from exarch_actors.actors.process import (
     CancelListener,
     become_group_leader,
     die_with_parent,
@@ -47,9 +47,9 @@ from actors.process import (
     limit_memory,
     report_programs,
 )
-from runtime.cancel import POLL_INTERVAL, Cancelled
-from runtime.ral.values import render
-from runtime.shell.limits import DEFAULT_MAX_BINDING_BYTES
+from exarch_actors.runtime.cancel import POLL_INTERVAL, Cancelled
+from exarch_actors.runtime.ral.values import render
+from exarch_actors.runtime.shell.limits import DEFAULT_MAX_BINDING_BYTES
 
 FORK_VERBS = frozenset({"agent"})
 """Desk verbs that fork a child agent: their enquiry carries the live scope (the
@@ -103,7 +103,7 @@ class HostCore:
     but ``session.cancel``, which is thread-safe)."""
 
     def __init__(self, data: Channel, ctl: Channel) -> None:
-        from runtime.shell.ledger import BindingLedger
+        from exarch_actors.runtime.shell.ledger import BindingLedger
 
         self.data = data
         self.session: Any = None
@@ -155,10 +155,10 @@ class HostCore:
                 return
 
     def on_restore(self, f: Frame) -> None:
-        from runtime.ral.codec import decode_value
-        from runtime.ral.context import DynamicContext
-        from runtime.ral.session import Session
-        from runtime.shell.ledger import BindingLedger
+        from exarch_actors.runtime.ral.codec import decode_value
+        from exarch_actors.runtime.ral.context import DynamicContext
+        from exarch_actors.runtime.ral.session import Session
+        from exarch_actors.runtime.shell.ledger import BindingLedger
 
         self.verbs = frozenset(f.get("verbs") or ())
         self.max_binding_bytes = int(f.get("max_binding_bytes") or DEFAULT_MAX_BINDING_BYTES)
@@ -293,7 +293,7 @@ class HostCore:
         the ledger waits: nothing to examine)."""
         if not sink:
             return []
-        from runtime.shell.ledger import reaches_running_worker
+        from exarch_actors.runtime.shell.ledger import reaches_running_worker
 
         running = self.running
         session = self.session
@@ -390,7 +390,7 @@ class HostCore:
 
     def fork_fields(self) -> dict[str, Any]:
         """The live scope and context, for a desk verb that forks a child agent."""
-        from runtime.ral.codec import encode_value
+        from exarch_actors.runtime.ral.codec import encode_value
 
         blobs: dict[str, bytes] = {}
         for name, value in self.session.bindings().items():
@@ -409,9 +409,9 @@ def encode_binding(name: str, value: Any, max_bytes: int) -> bytes:
     structure nested more than 1024 levels deep; builtins encode by name), and running out of
     memory while encoding.
     """
-    from runtime.ral.codec import encode_value
-    from runtime.ral.errors import RalError
-    from runtime.shell.limits import format_size
+    from exarch_actors.runtime.ral.codec import encode_value
+    from exarch_actors.runtime.ral.errors import RalError
+    from exarch_actors.runtime.shell.limits import format_size
 
     def over() -> str:  # built only for a refusal
         return (
@@ -444,8 +444,8 @@ class _EnquiryDesk:
         return self._core.verbs
 
     def call(self, verb: str, args: list[Any]) -> Any:
-        from runtime.ral.codec import decode_value, encode_value
-        from runtime.ral.errors import DeskRefusal
+        from exarch_actors.runtime.ral.codec import decode_value, encode_value
+        from exarch_actors.runtime.ral.errors import DeskRefusal
 
         fields: dict[str, Any] = {"verb": verb, "args": [encode_value(a) for a in args]}
         if verb in FORK_VERBS:
@@ -464,9 +464,9 @@ class _EnquiryWorkers:
         self._claimed: tuple[str, str, str] | None = None
 
     def spawn(self, closure: Any, ctx: Any, scope: Any) -> Any:
-        from runtime.ral.codec import encode_value
-        from runtime.ral.errors import RalError
-        from runtime.ral.values import WorkerHandle
+        from exarch_actors.runtime.ral.codec import encode_value
+        from exarch_actors.runtime.ral.errors import RalError
+        from exarch_actors.runtime.ral.values import WorkerHandle
 
         answer = self._core.enquire("spawn", closure=encode_value(closure), context=ctx.to_dict())
         if answer.get("error"):
@@ -476,8 +476,8 @@ class _EnquiryWorkers:
         return WorkerHandle(wid)
 
     def await_(self, handle: Any, scope: Any) -> Any:
-        from runtime.ral.codec import decode_value
-        from runtime.ral.errors import RalError
+        from exarch_actors.runtime.ral.codec import decode_value
+        from exarch_actors.runtime.ral.errors import RalError
 
         answer = self._core.enquire("await", scope=scope, worker=handle.id)
         self._claimed = (
@@ -497,7 +497,7 @@ class _EnquiryWorkers:
         return claimed[1], claimed[2]
 
     def settled(self, handle: Any) -> bool:
-        from runtime.ral.errors import RalError
+        from exarch_actors.runtime.ral.errors import RalError
 
         answer = self._core.enquire("settled", worker=handle.id)
         if answer.get("error"):
@@ -505,7 +505,7 @@ class _EnquiryWorkers:
         return bool(answer["value"])
 
     def cancel(self, handle: Any) -> None:
-        from runtime.ral.errors import RalError
+        from exarch_actors.runtime.ral.errors import RalError
 
         answer = self._core.enquire("cancel", worker=handle.id)
         if answer.get("error"):

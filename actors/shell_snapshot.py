@@ -43,12 +43,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from actors.frames import Frame
-from runtime.events import Notice
-from runtime.shell.ledger import apply_delta
-from runtime.state.binding_log import BindingLogWriter, log_path
-from runtime.state.durable import atomic_write_bytes
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.actors.frames import Frame
+from exarch_actors.runtime.events import Notice
+from exarch_actors.runtime.shell.ledger import apply_delta
+from exarch_actors.runtime.state.binding_log import BindingLogWriter, log_path
+from exarch_actors.runtime.state.durable import atomic_write_bytes
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 SNAPSHOT_FILE_EVERY = 32
 """Calls a frame may be skipped when only the ledger's clock moved (see the module docstring)."""

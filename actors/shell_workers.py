@@ -32,16 +32,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from actors.eval_root import EvalRoot
-from actors.frames import Frame
-from actors.process import ChildProcess
-from actors.worker_process import WorkerLink, start_worker
-from runtime.events import Notice
-from runtime.fleet.inbox import Surface
-from runtime.shell.limits import ShellLimits
-from runtime.shell.surfacing import SurfaceRule, surface_text
-from runtime.shell.worker_retention import UnknownWorker, WorkerRegistry
-from runtime.state.durable import append_jsonl
+from exarch_actors.actors.eval_root import EvalRoot
+from exarch_actors.actors.frames import Frame
+from exarch_actors.actors.process import ChildProcess
+from exarch_actors.actors.worker_process import WorkerLink, start_worker
+from exarch_actors.runtime.events import Notice
+from exarch_actors.runtime.fleet.inbox import Surface
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.shell.surfacing import SurfaceRule, surface_text
+from exarch_actors.runtime.shell.worker_retention import UnknownWorker, WorkerRegistry
+from exarch_actors.runtime.state.durable import append_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +144,8 @@ class WorkerSurfaces:
 
 def completion_text(link: WorkerLink) -> str:
     """A settled worker's completion as the model reads it (value or error, output)."""
-    from runtime.ral.codec import decode_value
-    from runtime.ral.values import render
+    from exarch_actors.runtime.ral.codec import decode_value
+    from exarch_actors.runtime.ral.values import render
 
     out = link.outcome
     error = link.error_text()

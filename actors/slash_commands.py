@@ -30,21 +30,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from actors.agent_site import BranchRequest
-from runtime.cancel import Cancelled
-from runtime.errors import ExarchError
-from runtime.events import Notice, SystemNote
-from runtime.observe.round_trip import RoundTrip
-from runtime.providers.base import Provider
-from runtime.ral.errors import DeskRefusal
+from exarch_actors.actors.agent_site import BranchRequest
+from exarch_actors.runtime.cancel import Cancelled
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.events import Notice, SystemNote
+from exarch_actors.runtime.observe.round_trip import RoundTrip
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.ral.errors import DeskRefusal
 
 if TYPE_CHECKING:
-    from actors.agent_site import AgentSite
-    from actors.schedules import Schedules
-    from runtime.cancel import CancelScope
-    from runtime.messages import AssistantMessage
-    from runtime.providers.base import ProviderHandle
-    from runtime.state.eventlog import AgentLog
+    from exarch_actors.actors.agent_site import AgentSite
+    from exarch_actors.actors.schedules import Schedules
+    from exarch_actors.runtime.cancel import CancelScope
+    from exarch_actors.runtime.messages import AssistantMessage
+    from exarch_actors.runtime.providers.base import ProviderHandle
+    from exarch_actors.runtime.state.eventlog import AgentLog
 
 
 REFUSED = "Refused"

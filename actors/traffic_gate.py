@@ -25,17 +25,17 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from actors.channel import AgentChannel
-from runtime.cancel import CancelScope
-from runtime.fleet.agent_channel import Call, ChannelMessage, ReturnFrame
-from runtime.providers.governor import (
+from exarch_actors.actors.channel import AgentChannel
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.fleet.agent_channel import Call, ChannelMessage, ReturnFrame
+from exarch_actors.runtime.providers.governor import (
     Ask,
     Governor,
     TrafficVerdict,
     new_ticket_id,
     wait_for_grant,
 )
-from runtime.providers.traffic import Cost, WireLimits
+from exarch_actors.runtime.providers.traffic import Cost, WireLimits
 
 ADMIT = "traffic_admit"
 NOTICES = frozenset({"traffic_withdraw", "traffic_observe", "traffic_finish"})

@@ -30,12 +30,12 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from actors import pid_cgroup
-from actors.frames import Channel, ChannelClosed
-from actors.landlock import enter_sandbox
-from actors.mailbox import QuotaActor
-from actors.priority import yield_to_control
-from actors.process import (
+from exarch_actors.actors import pid_cgroup
+from exarch_actors.actors.frames import Channel, ChannelClosed
+from exarch_actors.actors.landlock import enter_sandbox
+from exarch_actors.actors.mailbox import QuotaActor
+from exarch_actors.actors.priority import yield_to_control
+from exarch_actors.actors.process import (
     CancelListener,
     ChildProcess,
     become_group_leader,
@@ -44,8 +44,8 @@ from actors.process import (
     limit_memory,
     report_programs,
 )
-from actors.shell_host import error_fields, frame_error_text
-from runtime.cancel import POLL_INTERVAL
+from exarch_actors.actors.shell_host import error_fields, frame_error_text
+from exarch_actors.runtime.cancel import POLL_INTERVAL
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +87,9 @@ def worker_main(
         frame = data.recv()
         if frame.kind != "run":
             return
-        from runtime.ral.codec import decode_value, encode_value
-        from runtime.ral.context import DynamicContext
-        from runtime.ral.session import Session
+        from exarch_actors.runtime.ral.codec import decode_value, encode_value
+        from exarch_actors.runtime.ral.context import DynamicContext
+        from exarch_actors.runtime.ral.session import Session
 
         context = DynamicContext.from_dict(dict(frame["context"]))
         pids = pid_cgroup.join_for(context.sandbox)  # before Landlock closes /sys

@@ -26,10 +26,10 @@ from collections.abc import Callable
 import msgpack
 import psutil
 
-from actors.agent_host import AgentHost
-from actors.process import ChildProcess, ensure_fork_server
-from actors.shell import ShellActor
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_host import AgentHost
+from exarch_actors.actors.process import ChildProcess, ensure_fork_server
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 LOOP = "for i in (range {n}) {{ for j in (range 500) {{ let k = $j }} }}"
 """A CPU-bound ral loop of ``n`` x 500 iterations (the first run in a fresh shell is slower, so

@@ -25,15 +25,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.fleet import Fleet, FleetConfig
-from actors.process import ensure_fork_server
-from actors.shell import ShellActor
-from runtime.cancel import CancelScope
-from runtime.messages import AssistantMessage, TranscriptItem
-from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import AssistantMessage, TranscriptItem
+from exarch_actors.runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 WARMUP = 20
 

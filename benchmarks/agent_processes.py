@@ -54,18 +54,18 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.agent_process import ProcessAgent, evaluating
-from actors.agent_site import SpawnRequest
-from actors.fleet import Fleet, FleetConfig
-from actors.process import ensure_fork_server
-from actors.process_identity import exited
-from runtime.cancel import CancelScope
-from runtime.constants import MAX_STEPS
-from runtime.messages import AssistantMessage, TranscriptItem
-from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_process import ProcessAgent, evaluating
+from exarch_actors.actors.agent_site import SpawnRequest
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.process_identity import exited
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.constants import MAX_STEPS
+from exarch_actors.runtime.messages import AssistantMessage, TranscriptItem
+from exarch_actors.runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 class GateFile(Provider):

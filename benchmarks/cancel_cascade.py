@@ -22,9 +22,9 @@ import threading
 import time
 from collections import deque
 
-from actors.registry import start_registry
-from runtime.cancel import CancelScope
-from runtime.constants import SPAWN_FUEL, TRUNK_NAME
+from exarch_actors.actors.registry import start_registry
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.constants import SPAWN_FUEL, TRUNK_NAME
 
 
 def tree_shape(n: int) -> list[tuple[str, str | None]]:

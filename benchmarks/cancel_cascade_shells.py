@@ -34,13 +34,13 @@ from pathlib import Path
 
 import psutil
 
-from actors.fleet import Fleet
-from actors.process import ensure_fork_server
-from runtime.constants import TRUNK_NAME
-from runtime.providers import make_provider
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.fleet import Fleet
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.runtime.constants import TRUNK_NAME
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cancel_cascade import one_run, tree_shape

@@ -5,7 +5,7 @@ Two measurements on real ShellActors (real host processes, real pipes):
 - **honest shells** — N shells at once, each busy in a CPU-bound ral loop (the worst case for
   a poll point: every core is saturated), are interrupted together; per shell, the time from
   ``interrupt`` to the call's result. Their worst case must sit far below
-  :data:`actors.shell.CANCEL_GRACE`, or a healthy shell would be killed and rolled back.
+  :data:`shell_module.CANCEL_GRACE`, or a healthy shell would be killed and rolled back.
 - **a spinning shell** — one shell in ``fault spin`` (C code holding the GIL: the host cannot
   honour a cancel at all) is interrupted; the time to the rolled-back result is the grace plus
   the kill plus booting a fresh host from the snapshot.
@@ -23,10 +23,10 @@ import threading
 import time
 from typing import Any
 
-import actors.shell
-from actors.process import ensure_fork_server
-from actors.shell import ShellActor
-from runtime.state.session_dir import SessionDir
+import exarch_actors.actors.shell as shell_module
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 LOOP = "for i in (range 100000) { for j in (range 1000) { let n = add 1 1 } }"
 """CPU-bound, and every native call in it short (a ``range 10000000`` would itself be one long
@@ -116,8 +116,8 @@ def main() -> int:
     if args.quick:
         args.shells, args.repeat, args.spins = 10, 1, 1
     if args.grace is not None:
-        actors.shell.CANCEL_GRACE = args.grace
-    grace = actors.shell.CANCEL_GRACE
+        shell_module.CANCEL_GRACE = args.grace
+    grace = shell_module.CANCEL_GRACE
     ensure_fork_server()
     with tempfile.TemporaryDirectory() as root:
         all_times: list[float] = []

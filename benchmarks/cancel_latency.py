@@ -43,15 +43,15 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.process import ensure_fork_server
-from actors.shell import ShellActor
-from runtime.cancel import Cancelled, CancelScope
-from runtime.messages import UserMessage
-from runtime.providers import make_provider
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.ral.session import Session
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.messages import UserMessage
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.ral.session import Session
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.protocol_servers import Exchange, ProtocolServer, openai_chunks, sse
 
 RAL_BOUND = 0.100

@@ -21,12 +21,12 @@ import sys
 import tempfile
 import time
 
-from actors.process import ensure_fork_server
-from actors.shell import ShellActor
-from runtime.ral.codec import encode_value
-from runtime.shell.ledger import BindingLedger
-from runtime.state.session_dir import SessionDir
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.ral.codec import encode_value
+from exarch_actors.runtime.shell.ledger import BindingLedger
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 
 def _scope(n: int) -> MobileSnapshot:

@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.landlock import abi
-from actors.process import ensure_fork_server
-from actors.shell import ShellActor
-from runtime.ral.context import DynamicContext
-from runtime.ral.grants import Grants
-from runtime.shell.confinement import Sandbox, SandboxMode
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.landlock import abi
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.ral.grants import Grants
+from exarch_actors.runtime.shell.confinement import Sandbox, SandboxMode
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 def _shell(root: Path, mode: SandboxMode, i: int) -> Any:

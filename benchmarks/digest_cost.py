@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.fleet.digest import digest_tool_result
+from exarch_actors.runtime.fleet.digest import digest_tool_result
 
 BIG = 50 << 20
 SMALL = 50 << 10

@@ -19,9 +19,9 @@ from typing import Any
 
 import pykka
 
-from actors.mailbox import QuotaActor
-from runtime.constants import INBOX_SOURCE_CAP
-from runtime.fleet.inbox import AgentMessage
+from exarch_actors.actors.mailbox import QuotaActor
+from exarch_actors.runtime.constants import INBOX_SOURCE_CAP
+from exarch_actors.runtime.fleet.inbox import AgentMessage
 
 
 class PlainCounter(pykka.ThreadingActor):

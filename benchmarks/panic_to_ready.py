@@ -15,9 +15,9 @@ import sys
 import tempfile
 import time
 
-from actors.process import ensure_fork_server
-from actors.shell import ShellActor
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 def main() -> None:

@@ -39,16 +39,16 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.fleet import FleetConfig
-from actors.process import ChildProcess, ensure_fork_server
-from actors.shell import ShellActor
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.fleet import FleetConfig
+from exarch_actors.actors.process import ChildProcess, ensure_fork_server
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 if "durability" in FleetConfig.__dataclass_fields__:
-    from runtime.state import durability as _durability
+    from exarch_actors.runtime.state import durability as _durability
 
     POLICIES: list[Any] = list(_durability.Durability)
 else:  # code older than the knob (a before/after figure): the stack runs as that code does
@@ -69,7 +69,7 @@ def run_call(shell: Any, script: str) -> Any:
     """The call path the fleet uses (on the caller's thread when the actor is idle); through
     the mailbox on code older than it (a before/after figure)."""
     try:
-        from actors.shell import run_call as call
+        from exarch_actors.actors.shell import run_call as call
     except ImportError:
         return shell.run(script)
     return call(shell, script)
@@ -80,7 +80,7 @@ def stack(calls: int, script: str, policy: Any) -> float:
 
     Two calls per scripted reply: a turn is capped at MAX_STEPS (250) provider round trips,
     fewer than the calls measured."""
-    from actors.fleet import Fleet
+    from exarch_actors.actors.fleet import Fleet
 
     toml = f"""
 [fleet]
@@ -120,8 +120,8 @@ ral = ["reply done"]
 def fanout(agents: int, calls: int) -> tuple[int, int, float]:
     """A fan-out of ``agents`` children making ``calls`` ral calls each under ``machine``:
     (records appended, fsyncs of them, seconds): group commit across concurrent agents."""
-    from actors.fleet import Fleet
-    from runtime.drills.nemesis import synthetic_scenario
+    from exarch_actors.actors.fleet import Fleet
+    from exarch_actors.runtime.drills.nemesis import synthetic_scenario
 
     playback = ScenarioPlayback(parse_scenario(synthetic_scenario(agents, calls, call_ms=0)))
     with tempfile.TemporaryDirectory() as d:

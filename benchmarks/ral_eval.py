@@ -18,10 +18,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from runtime.ral.compile import STATS, Scope, compile_program, harvest, no_gc
-from runtime.ral.natives import build_sigma
-from runtime.ral.parser import parse
-from runtime.ral.session import Session
+from exarch_actors.runtime.ral.compile import STATS, Scope, compile_program, harvest, no_gc
+from exarch_actors.runtime.ral.natives import build_sigma
+from exarch_actors.runtime.ral.parser import parse
+from exarch_actors.runtime.ral.session import Session
 
 _SHAPES = [
     "let a{k} = add {i} 1",

@@ -41,12 +41,12 @@ from typing import Any
 # the tree measured: this one, or (``--base``'s subprocess) an earlier one
 sys.path.insert(0, os.environ.get("RAY_CALL_CODE") or str(Path(__file__).resolve().parents[1]))
 
-from actors.fleet import Fleet, FleetConfig
-from actors.ray_backend import RayBackend
-from runtime.providers import make_provider
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.actors.ray_backend import RayBackend
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 def scenario(calls: int) -> str:
@@ -200,7 +200,7 @@ def per_call(backend: Any, calls: int, extra: int, rounds: int) -> tuple[float, 
 def bare_call(n: int) -> float:
     import ray
 
-    from actors.ray_launcher import NodeLauncher
+    from exarch_actors.actors.ray_launcher import NodeLauncher
 
     host_class: Any = ray.remote(NodeLauncher)
     actor: Any = host_class.options(num_cpus=0).remote()
@@ -240,9 +240,9 @@ def main() -> None:
             start = host_start(backend, args.host_start_only)
         finally:
             backend.close()
-        import actors
+        import exarch_actors.actors as actors_package
 
-        print(json.dumps({"code": actors.__file__, "host_start_s": start}))
+        print(json.dumps({"code": actors_package.__file__, "host_start_s": start}))
         return
     calls, extra, rounds, pings = (5, 20, 1, 200) if args.quick else (10, 100, 3, 2000)
     agents, agent_calls = (4, 10) if args.quick else (20, 50)

@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.agent_process import ProcessAgent
-from actors.fleet import Fleet, FleetConfig
-from actors.ray_backend import RayBackend
-from runtime.providers import make_provider
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.actors.ray_backend import RayBackend
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 SCENARIO = """
 [fleet]

@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.state.checksum import open_line
-from runtime.state.durable import _encoder, jsonl_line, now_iso, stamped_line
+from exarch_actors.runtime.state.checksum import open_line
+from exarch_actors.runtime.state.durable import _encoder, jsonl_line, now_iso, stamped_line
 
 PER_ROUND = 2000
 

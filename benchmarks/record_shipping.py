@@ -30,13 +30,13 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from actors.channel import AgentChannel
-from runtime.fleet.agent_channel import Envelope, RecordFrame, ReturnFrame
-from runtime.state import durability
-from runtime.state.durability import Durability, ShippedRecord
-from runtime.state.eventlog import AgentLog
-from runtime.state.record_mirror import apply_shipped
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.channel import AgentChannel
+from exarch_actors.runtime.fleet.agent_channel import Envelope, RecordFrame, ReturnFrame
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.durability import Durability, ShippedRecord
+from exarch_actors.runtime.state.eventlog import AgentLog
+from exarch_actors.runtime.state.record_mirror import apply_shipped
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 TEXT = "x" * 240
 

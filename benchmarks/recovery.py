@@ -14,8 +14,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from cli.drill import DrillConfig, run_drill
-from runtime.drills.nemesis import parse_faults
+from exarch_actors.cli.drill import DrillConfig, run_drill
+from exarch_actors.runtime.drills.nemesis import parse_faults
 
 
 def main() -> None:

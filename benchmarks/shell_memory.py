@@ -17,10 +17,10 @@ import argparse
 import tempfile
 from typing import Any
 
-from actors.process import ensure_fork_server
-from actors.shell import ShellActor
-from runtime.shell.limits import ShellLimits, format_size
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.shell.limits import ShellLimits, format_size
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 FIELDS = ("VmPeak", "VmSize", "VmHWM", "VmRSS", "VmData")
 

@@ -19,9 +19,9 @@ from multiprocessing.connection import Connection
 
 import msgpack
 
-from actors.process import ChildProcess, ensure_fork_server
-from actors.shell import ShellActor, run_call
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.process import ChildProcess, ensure_fork_server
+from exarch_actors.actors.shell import ShellActor, run_call
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 def echo_main(data: Connection, ctl: Connection, memory_bytes: int | None = None) -> None:

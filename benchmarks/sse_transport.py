@@ -34,10 +34,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from runtime.cancel import CancelScope
-from runtime.messages import UserMessage
-from runtime.providers.base import StreamEvent, TextDelta
-from runtime.providers.openai import OpenAIProvider
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import UserMessage
+from exarch_actors.runtime.providers.base import StreamEvent, TextDelta
+from exarch_actors.runtime.providers.openai import OpenAIProvider
 
 RoundTrip = Callable[[], tuple[float, float]]
 """One round trip: (seconds to the first text delta, seconds for the whole reply)."""

@@ -37,14 +37,14 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actors.agent_process import ProcessAgent
-from actors.fleet import Fleet, FleetConfig
-from actors.process import ensure_fork_server
-from actors.process_identity import exited
-from runtime.events import Born, Died
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.process_identity import exited
+from exarch_actors.runtime.events import Born, Died
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 SIZES = (10, 100, 300, 1000)
 QUICK_SIZES = (10, 50)

@@ -43,7 +43,7 @@ def one(children: int, rate: float, flags: list[str], agents: str) -> dict[str, 
             [
                 sys.executable,
                 "-c",
-                "from cli.main import main; main()",
+                "from exarch_actors.cli.main import main; main()",
                 "run",
                 "--provider",
                 "openai",

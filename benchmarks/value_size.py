@@ -25,9 +25,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.ral.codec import encode_value
-from runtime.ral.errors import ValueTooLarge
-from runtime.ral.values import Variant, refuse_oversized, render
+from exarch_actors.runtime.ral.codec import encode_value
+from exarch_actors.runtime.ral.errors import ValueTooLarge
+from exarch_actors.runtime.ral.values import Variant, refuse_oversized, render
 
 
 def inputs(scale: int) -> dict[str, Any]:

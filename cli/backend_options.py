@@ -19,7 +19,11 @@ from typing import Any, Literal, TypeVar
 
 import click
 
-from runtime.fleet.placement import BadResourceRequest, PlacementPolicy, ResourceRequest
+from exarch_actors.runtime.fleet.placement import (
+    BadResourceRequest,
+    PlacementPolicy,
+    ResourceRequest,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -123,7 +127,7 @@ def check_backend(
         if not _base_request().empty:
             raise click.UsageError("--num-cpus and --resource need --backend ray")
         return
-    from actors.ray_backend import RayNotInstalled, require_ray
+    from exarch_actors.actors.ray_backend import RayNotInstalled, require_ray
 
     try:
         require_ray()
@@ -147,7 +151,7 @@ def make_backend(
     ``[placement.PATTERN]`` requests, over the command line's."""
     if backend != "ray":
         return None
-    from actors.ray_backend import RayBackend
+    from exarch_actors.actors.ray_backend import RayBackend
 
     check_backend(backend, address, placement)
     requests = PlacementPolicy(_base_request(), tables)

@@ -15,8 +15,8 @@ from importlib import resources
 
 import click
 
-from cli import HELP_SETTINGS
-from cli.backend_options import (
+from exarch_actors.cli import HELP_SETTINGS
+from exarch_actors.cli.backend_options import (
     Agents,
     Backend,
     agents_option,
@@ -24,15 +24,15 @@ from cli.backend_options import (
     check_backend,
     make_backend,
 )
-from cli.config import with_config
-from cli.durability import durability_option
-from cli.grants import fleet_policy, grant_options
-from cli.limits import limit_options, sandboxed
-from cli.mcp_options import check_grants, mcp_options, run_servers
-from cli.otlp import live_endpoint, otlp_endpoint_option
-from cli.provider_options import ProviderChoice, provider_options
-from cli.recording import open_recording, record_option
-from cli.runner import (
+from exarch_actors.cli.config import with_config
+from exarch_actors.cli.durability import durability_option
+from exarch_actors.cli.grants import fleet_policy, grant_options
+from exarch_actors.cli.limits import limit_options, sandboxed
+from exarch_actors.cli.mcp_options import check_grants, mcp_options, run_servers
+from exarch_actors.cli.otlp import live_endpoint, otlp_endpoint_option
+from exarch_actors.cli.provider_options import ProviderChoice, provider_options
+from exarch_actors.cli.recording import open_recording, record_option
+from exarch_actors.cli.runner import (
     RunSpec,
     open_session,
     provider_factory,
@@ -40,11 +40,11 @@ from cli.runner import (
     secret_policy,
     session_path,
 )
-from runtime.mcp.config import McpServer
-from runtime.providers.base import Provider
-from runtime.providers.prices import PriceTable
-from runtime.shell.limits import ShellLimits
-from runtime.state.durability import Durability
+from exarch_actors.runtime.mcp.config import McpServer
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.providers.prices import PriceTable
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.state.durability import Durability
 
 
 @click.command("chat", context_settings=HELP_SETTINGS)
@@ -99,9 +99,9 @@ def chat_command(
       2    bad input: an unreadable scenario, a bad flag, no API key for the hosted service,
            --backend ray without Ray installed
     """
-    from actors.fleet import Fleet, FleetConfig
-    from actors.mcp_site import McpSetup
-    from cli.tui.app import ChatApp
+    from exarch_actors.actors.fleet import Fleet, FleetConfig
+    from exarch_actors.actors.mcp_site import McpSetup
+    from exarch_actors.cli.tui.app import ChatApp
 
     check_backend(backend, ray_address, placement)
     connection = with_config(connection, scenario=scenario is not None)
@@ -109,7 +109,7 @@ def chat_command(
     intro = None
     if provider is None and scenario is None and model is None:
         # Nothing chosen: the packaged scripted demo, so the bare command always opens the UI.
-        scenario = str(resources.files("cli.tui").joinpath("demo.toml"))
+        scenario = str(resources.files("exarch_actors.cli.tui").joinpath("demo.toml"))
         intro = "no model given: this is the scripted demo (see --provider / --model)"
         click.echo("no model given: playing the scripted demo (see --provider / --model)", err=True)
     if provider is None:

@@ -14,11 +14,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from cli import HELP_SETTINGS
-from cli.backend_options import check_backend
-from cli.durability import describe_durability
-from runtime.drills.invariant_check import InvariantReport, NotASession, check_session
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli import HELP_SETTINGS
+from exarch_actors.cli.backend_options import check_backend
+from exarch_actors.cli.durability import describe_durability
+from exarch_actors.runtime.drills.invariant_check import InvariantReport, NotASession, check_session
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 _STYLE = {"held": "green", "violated": "bold red", "skipped": "dim"}
 
@@ -72,7 +72,7 @@ def check_command(
     table = None
     if ray_address is not None and not no_processes:
         check_backend("ray")
-        from actors.ray_backend import RayBackend
+        from exarch_actors.actors.ray_backend import RayBackend
 
         table = RayBackend(ray_address)
     try:

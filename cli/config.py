@@ -34,8 +34,8 @@ from typing import Any
 
 import click
 
-from cli.provider_options import ProviderChoice
-from runtime.mcp.config import McpConfigInvalid, merged, servers_from_doc
+from exarch_actors.cli.provider_options import ProviderChoice
+from exarch_actors.runtime.mcp.config import McpConfigInvalid, merged, servers_from_doc
 
 CONNECTION_KEYS = ("provider", "model", "base_url")
 DEFAULT_KEYS = (

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from runtime.providers.prices import BadPrice, PriceTable, price_table
+from exarch_actors.runtime.providers.prices import BadPrice, PriceTable, price_table
 
 
 @dataclass(frozen=True)

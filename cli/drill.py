@@ -45,23 +45,28 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cli import HELP_SETTINGS, Refused
-from cli.backend_options import Backend, backend_options, check_backend, make_backend
-from cli.drill_faults import (
+from exarch_actors.cli import HELP_SETTINGS, Refused
+from exarch_actors.cli.backend_options import Backend, backend_options, check_backend, make_backend
+from exarch_actors.cli.drill_faults import (
     Applied,
     measure_recovery,
     round_times,
 )
-from cli.drill_rounds import DrillStop, LiveFeed, run_in_process, run_killed_and_resumed
-from cli.durability import durability_option
-from runtime.drills.fault_switch import injecting_faults
-from runtime.drills.invariant_check import (
+from exarch_actors.cli.drill_rounds import (
+    DrillStop,
+    LiveFeed,
+    run_in_process,
+    run_killed_and_resumed,
+)
+from exarch_actors.cli.durability import durability_option
+from exarch_actors.runtime.drills.fault_switch import injecting_faults
+from exarch_actors.runtime.drills.invariant_check import (
     InvariantReport,
     InvariantResult,
     NotASession,
     check_session,
 )
-from runtime.drills.nemesis import (
+from exarch_actors.runtime.drills.nemesis import (
     CONTROL,
     KNOWN_KINDS,
     LIVE,
@@ -83,11 +88,11 @@ from runtime.drills.nemesis import (
     sure_calls,
     synthetic_scenario,
 )
-from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.state.durability import Durability
-from runtime.state.durable import atomic_write_bytes, read_jsonl
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_lock import SessionLive
+from exarch_actors.runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from exarch_actors.runtime.state.durability import Durability
+from exarch_actors.runtime.state.durable import atomic_write_bytes, read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_lock import SessionLive
 
 __all__ = [
     "DrillConfig",

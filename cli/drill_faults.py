@@ -37,14 +37,14 @@ from typing import Any
 
 import psutil
 
-from runtime.constants import INBOX_SOURCE_CAP, TRUNK_NAME
-from runtime.drills.nemesis import LANDS_OUTSIDE, RECOVERING, Fault
-from runtime.errors import ExarchError, InboxFull
-from runtime.fleet.inbox import AgentMessage, Command, source_of
-from runtime.fleet.spawn_tree import AgentEnded
-from runtime.state.durable import read_jsonl
-from runtime.state.run_processes import PID_START_TOLERANCE
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.constants import INBOX_SOURCE_CAP, TRUNK_NAME
+from exarch_actors.runtime.drills.nemesis import LANDS_OUTSIDE, RECOVERING, Fault
+from exarch_actors.runtime.errors import ExarchError, InboxFull
+from exarch_actors.runtime.fleet.inbox import AgentMessage, Command, source_of
+from exarch_actors.runtime.fleet.spawn_tree import AgentEnded
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.run_processes import PID_START_TOLERANCE
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 FLOOD = 1000
 WRITE_FAILURE_SECS = 0.15

@@ -35,13 +35,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from cli.drill_faults import Applied, LiveNemesis, ok_calls
-from runtime.drills.fault_switch import FAULTS_ENV
-from runtime.drills.nemesis import Fault, live_order
-from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.state.durability import Durability
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli.drill_faults import Applied, LiveNemesis, ok_calls
+from exarch_actors.runtime.drills.fault_switch import FAULTS_ENV
+from exarch_actors.runtime.drills.nemesis import Fault, live_order
+from exarch_actors.runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from exarch_actors.runtime.state.durability import Durability
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 POLL_SECS = 0.02
 """How often the drill looks at a running round (due faults, the kill threshold, a stop)."""
@@ -173,8 +173,8 @@ def run_in_process(
     """One round in this process; ``agents`` is the fleet's backend (``process`` when the
     drill asks for ``agent-kill``); ``hosts`` the drill's Ray backend (``--backend ray``:
     every agent a Ray actor), kept across rounds."""
-    from cli.runner import RunSpec, run_headless
-    from runtime.providers.scenario import load_scenario
+    from exarch_actors.cli.runner import RunSpec, run_headless
+    from exarch_actors.runtime.providers.scenario import load_scenario
 
     spec = RunSpec(
         "scripted",
@@ -205,7 +205,7 @@ def run_in_process(
 
 def exarch(*args: str) -> list[str]:
     """The ``exarch-actors`` command line for a child process of this interpreter."""
-    return [sys.executable, "-c", "from cli.main import main; main()", *args]
+    return [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *args]
 
 
 def child_env() -> dict[str, str]:
@@ -289,7 +289,7 @@ def run_killed_and_resumed(
         a.detail["interrupted"] = True
     info: dict[str, Any] = {"mode": "killed+resumed" if killed else "subprocess", "runExit": rc}
     if killed:
-        from actors.resume import resume_run
+        from exarch_actors.actors.resume import resume_run
 
         got = _drive(
             lambda on_start: resume_run(session, on_start=on_start),

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from runtime.state.durability import DEFAULT, PROMISES, Durability
+from exarch_actors.runtime.state.durability import DEFAULT, PROMISES, Durability
 
 HELP = (
     "What an acknowledged record of the session's files survives. process: written "

@@ -34,8 +34,8 @@ import threading
 import time
 from typing import Any
 
-from runtime.state import disk_full
-from runtime.state.disk_full import DiskFull
+from exarch_actors.runtime.state import disk_full
+from exarch_actors.runtime.state.disk_full import DiskFull
 
 EXIT_GRACE = 10.0
 """Seconds the non-daemon threads left at exit get to end (a hang guard: an actor stopped here

@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 import click
 
-from runtime.errors import GrantUnresolvable, ScenarioError
-from runtime.providers.scenario import Scenario
-from runtime.ral.grants import GrantPolicy, Grants
+from exarch_actors.runtime.errors import GrantUnresolvable, ScenarioError
+from exarch_actors.runtime.providers.scenario import Scenario
+from exarch_actors.runtime.ral.grants import GrantPolicy, Grants
 
 F = TypeVar("F", bound=Callable[..., Any])
 

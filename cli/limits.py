@@ -19,8 +19,13 @@ from typing import Any
 
 import click
 
-from runtime.shell.confinement import MODES, SandboxMode, SandboxUnavailable, check_mode
-from runtime.shell.limits import (
+from exarch_actors.runtime.shell.confinement import (
+    MODES,
+    SandboxMode,
+    SandboxUnavailable,
+    check_mode,
+)
+from exarch_actors.runtime.shell.limits import (
     DEFAULT_MAX_BINDING_BYTES,
     DEFAULT_MAX_PROCESSES,
     DEFAULT_MAX_WORKERS,
@@ -38,7 +43,7 @@ UNLIMITED = "unlimited"
 def sandboxed(limits: ShellLimits, provider: str) -> ShellLimits:
     """``limits`` with the sandbox mode decided for ``provider``, refused (exit 2, said once)
     when the kernel cannot enforce it."""
-    from actors.landlock import abi
+    from exarch_actors.actors.landlock import abi
 
     limits = limits.resolved(provider)
     try:

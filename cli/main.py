@@ -13,38 +13,58 @@ from typing import Any
 
 import click
 
-from cli import HELP_SETTINGS, exit_guard
+from exarch_actors.cli import HELP_SETTINGS, exit_guard
 
 _SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     # name: (module, attribute, one-line help)
-    "ral": ("cli.ral", "ral_command", "Run ral: a REPL, a one-liner (-c) or a file."),
-    "run": ("cli.run", "run_command", "Run a trunk on a scenario or a prompt; print its reply."),
+    "ral": ("exarch_actors.cli.ral", "ral_command", "Run ral: a REPL, a one-liner (-c) or a file."),
+    "run": (
+        "exarch_actors.cli.run",
+        "run_command",
+        "Run a trunk on a scenario or a prompt; print its reply.",
+    ),
     "fleet": (
-        "cli.fleet",
+        "exarch_actors.cli.fleet",
         "fleet_command",
         "Run a scenario or a prompt with a live spawn-tree view.",
     ),
-    "drill": ("cli.drill", "drill_command", "Break a fleet on purpose; check its invariants."),
-    "check": ("cli.check", "check_command", "Check a session directory's invariants."),
-    "resume": ("cli.resume", "resume_command", "Resume a run from its session directory."),
+    "drill": (
+        "exarch_actors.cli.drill",
+        "drill_command",
+        "Break a fleet on purpose; check its invariants.",
+    ),
+    "check": (
+        "exarch_actors.cli.check",
+        "check_command",
+        "Check a session directory's invariants.",
+    ),
+    "resume": (
+        "exarch_actors.cli.resume",
+        "resume_command",
+        "Resume a run from its session directory.",
+    ),
     "replay": (
-        "cli.replay",
+        "exarch_actors.cli.replay",
         "replay_command",
         "Replay a recorded session offline; report where ral results diverge.",
     ),
-    "chat": ("cli.chat", "chat_command", "Talk to a conversing trunk in a terminal UI."),
+    "chat": (
+        "exarch_actors.cli.chat",
+        "chat_command",
+        "Talk to a conversing trunk in a terminal UI.",
+    ),
     "trace": (
-        "cli.trace",
+        "exarch_actors.cli.trace",
         "trace_command",
         "Write a session as a Chrome trace (Perfetto JSON), one track per agent.",
     ),
     "report": (
-        "cli.report",
+        "exarch_actors.cli.report",
         "report_command",
         "Write a session as one self-contained HTML report.",
     ),
     "sessions": (
-        "cli.sessions",
+        "exarch_actors.cli.sessions",
         "sessions_command",
         "List the sessions under .exarch/sessions; prune old ones (never a live one).",
     ),
@@ -116,16 +136,14 @@ def main(ctx: click.Context, **_: Any) -> None:
     """
     name = ctx.invoked_subcommand
     if name in ("run", "fleet", "chat"):  # config.COMMANDS, without importing it for `ral`
-        from cli import config
+        from exarch_actors.cli import config
 
         config.load_for_command(ctx, name, _LazyGroup().get_command(ctx, name))
     if name is None:
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             # the chat UI on a pipe wrote escape codes into it and hung waiting for keys
             click.echo(ctx.get_help())
-            click.echo(
-                "\nno terminal: the chat UI needs one; give a COMMAND (see above)", err=True
-            )
+            click.echo("\nno terminal: the chat UI needs one; give a COMMAND (see above)", err=True)
             ctx.exit(2)
         if _LazyGroup._available("chat"):
             ctx.invoke(_LazyGroup().get_command(ctx, "chat") or click.Command("noop"))

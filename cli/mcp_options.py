@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import click
 
-from cli import config
-from runtime.mcp.config import McpConfigInvalid, McpServer, merged, server_from_flag
-from runtime.providers.scenario import Scenario
+from exarch_actors.cli import config
+from exarch_actors.runtime.mcp.config import McpConfigInvalid, McpServer, merged, server_from_flag
+from exarch_actors.runtime.providers.scenario import Scenario
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -15,7 +15,12 @@ from typing import Any, TypeVar
 
 import click
 
-from runtime.observe.otel import INSTALL, OtelMissing, endpoint_from_env, otel_available
+from exarch_actors.runtime.observe.otel import (
+    INSTALL,
+    OtelMissing,
+    endpoint_from_env,
+    otel_available,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

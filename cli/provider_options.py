@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import click
 
-from runtime.credentials import valid_name
-from runtime.providers import PROVIDER_NAMES
-from runtime.providers.traffic import TrafficLimits
+from exarch_actors.runtime.credentials import valid_name
+from exarch_actors.runtime.providers import PROVIDER_NAMES
+from exarch_actors.runtime.providers.traffic import TrafficLimits
 
 F = TypeVar("F", bound=Callable[..., Any])
 

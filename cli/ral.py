@@ -22,13 +22,13 @@ from typing import Any
 
 import click
 
-from cli import HELP_SETTINGS
-from cli.grants import grant_options, grants_from_flags
-from runtime.ral.context import DynamicContext
-from runtime.ral.errors import RalSyntaxError
-from runtime.ral.lexer import tokenize
-from runtime.ral.session import RunResult, Session
-from runtime.ral.values import Part, Unit, Variant, render, separators, write_nested
+from exarch_actors.cli import HELP_SETTINGS
+from exarch_actors.cli.grants import grant_options, grants_from_flags
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.ral.errors import RalSyntaxError
+from exarch_actors.runtime.ral.lexer import tokenize
+from exarch_actors.runtime.ral.session import RunResult, Session
+from exarch_actors.runtime.ral.values import Part, Unit, Variant, render, separators, write_nested
 
 HISTORY = os.path.join(os.path.expanduser("~"), ".exarch", "ral_history")
 

@@ -17,14 +17,19 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
-from cli import Refused
-from runtime.constants import TRUNK_NAME
-from runtime.providers.base import Provider
-from runtime.providers.scenario import Scenario
-from runtime.replay.provider import recorded
-from runtime.replay.recording import Recorder, RecordingBusy, RecordingHeader, recording_busy
-from runtime.state.durable import now_iso
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli import Refused
+from exarch_actors.runtime.constants import TRUNK_NAME
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.providers.scenario import Scenario
+from exarch_actors.runtime.replay.provider import recorded
+from exarch_actors.runtime.replay.recording import (
+    Recorder,
+    RecordingBusy,
+    RecordingHeader,
+    recording_busy,
+)
+from exarch_actors.runtime.state.durable import now_iso
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 F = TypeVar("F", bound=Callable[..., Any])
 

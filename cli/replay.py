@@ -19,16 +19,16 @@ from typing import Any
 
 import click
 
-from cli import HELP_SETTINGS
-from cli.runner import RunOutcome, RunSpec, read_scenario, run_headless, session_path
-from runtime.ral.grants import GrantPolicy
-from runtime.replay.divergence import Divergence, Report, compare, read_facts
-from runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
-from runtime.shell.limits import ShellLimits
-from runtime.state.durability import Durability, parse_durability
-from runtime.state.durable import atomic_write_bytes, read_json_document
-from runtime.state.record_mirror import node_copy_name
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli import HELP_SETTINGS
+from exarch_actors.cli.runner import RunOutcome, RunSpec, read_scenario, run_headless, session_path
+from exarch_actors.runtime.ral.grants import GrantPolicy
+from exarch_actors.runtime.replay.divergence import Divergence, Report, compare, read_facts
+from exarch_actors.runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.state.durability import Durability, parse_durability
+from exarch_actors.runtime.state.durable import atomic_write_bytes, read_json_document
+from exarch_actors.runtime.state.record_mirror import node_copy_name
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 DEFAULT_DEADLINE = 600.0
 """Seconds a replay may run before it is cancelled and counts as diverged."""

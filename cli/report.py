@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 
-from cli import HELP_SETTINGS
-from runtime.drills.invariant_check import NotASession, check_session
-from runtime.observe.report_html import render_report
-from runtime.observe.spans import NotASessionDir, read_view
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli import HELP_SETTINGS
+from exarch_actors.runtime.drills.invariant_check import NotASession, check_session
+from exarch_actors.runtime.observe.report_html import render_report
+from exarch_actors.runtime.observe.spans import NotASessionDir, read_view
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 def session_report(session: SessionDir, *, processes: bool = True) -> str:

@@ -14,9 +14,9 @@ from typing import Any
 
 import click
 
-from actors.resume import resume_run
-from cli import HELP_SETTINGS, Refused
-from cli.backend_options import (
+from exarch_actors.actors.resume import resume_run
+from exarch_actors.cli import HELP_SETTINGS, Refused
+from exarch_actors.cli.backend_options import (
     Agents,
     Backend,
     agents_option,
@@ -24,18 +24,18 @@ from cli.backend_options import (
     check_backend,
     make_backend,
 )
-from cli.durability import durability_option
-from cli.otlp import live_endpoint, otlp_endpoint_option
-from cli.provider_options import ProviderChoice, output_options, provider_options
-from cli.run_report import RunReporter
-from cli.runner import exit_code, signals_cancel
-from runtime.state import disk_full
-from runtime.state.disk_full import DiskFull
-from runtime.state.durability import Durability
-from runtime.state.durable import read_json_document
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_lock import SessionLive
-from runtime.state.session_read import ResumeRefused
+from exarch_actors.cli.durability import durability_option
+from exarch_actors.cli.otlp import live_endpoint, otlp_endpoint_option
+from exarch_actors.cli.provider_options import ProviderChoice, output_options, provider_options
+from exarch_actors.cli.run_report import RunReporter
+from exarch_actors.cli.runner import exit_code, signals_cancel
+from exarch_actors.runtime.state import disk_full
+from exarch_actors.runtime.state.disk_full import DiskFull
+from exarch_actors.runtime.state.durability import Durability
+from exarch_actors.runtime.state.durable import read_json_document
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_lock import SessionLive
+from exarch_actors.runtime.state.session_read import ResumeRefused
 
 
 @click.command("resume", context_settings=HELP_SETTINGS)

@@ -7,21 +7,21 @@ from typing import Literal
 
 import click
 
-from cli import HELP_SETTINGS, config
-from cli.backend_options import Backend, agents_option, backend_options
-from cli.cost_options import CostChoice, cost_options
-from cli.durability import durability_option
-from cli.grants import grant_options
-from cli.limits import limit_options
-from cli.mcp_options import mcp_options
-from cli.otlp import live_endpoint, otlp_endpoint_option
-from cli.provider_options import ProviderChoice, output_options, provider_options
-from cli.recording import record_option
-from cli.run_report import RunReporter
-from cli.runner import run_headless, spec_for
-from runtime.mcp.config import McpServer
-from runtime.shell.limits import ShellLimits
-from runtime.state.durability import Durability
+from exarch_actors.cli import HELP_SETTINGS, config
+from exarch_actors.cli.backend_options import Backend, agents_option, backend_options
+from exarch_actors.cli.cost_options import CostChoice, cost_options
+from exarch_actors.cli.durability import durability_option
+from exarch_actors.cli.grants import grant_options
+from exarch_actors.cli.limits import limit_options
+from exarch_actors.cli.mcp_options import mcp_options
+from exarch_actors.cli.otlp import live_endpoint, otlp_endpoint_option
+from exarch_actors.cli.provider_options import ProviderChoice, output_options, provider_options
+from exarch_actors.cli.recording import record_option
+from exarch_actors.cli.run_report import RunReporter
+from exarch_actors.cli.runner import run_headless, spec_for
+from exarch_actors.runtime.mcp.config import McpServer
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.state.durability import Durability
 
 
 @click.command("run", context_settings=HELP_SETTINGS)

@@ -37,13 +37,13 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from cli.runner import session_path
-from runtime.constants import TRUNK_NAME
-from runtime.events import Event, Io, ProviderFailed, SystemNote
-from runtime.messages import EMPTY_REPLY_STUB, AssistantMessage
-from runtime.settlement.cost import show
-from runtime.state.eventlog import AgentLog
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli.runner import session_path
+from exarch_actors.runtime.constants import TRUNK_NAME
+from exarch_actors.runtime.events import Event, Io, ProviderFailed, SystemNote
+from exarch_actors.runtime.messages import EMPTY_REPLY_STUB, AssistantMessage
+from exarch_actors.runtime.settlement.cost import show
+from exarch_actors.runtime.state.eventlog import AgentLog
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 STATE_STYLE = {
     "working": "bold yellow",

@@ -25,33 +25,33 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import click
 
-from cli import Refused, exit_guard
-from cli.backend_options import check_backend, make_backend
-from cli.config import with_config
-from cli.recording import open_recording
-from runtime.credentials import SecretPolicy
-from runtime.drills.fault_switch import pause_point
-from runtime.errors import ExarchError, ScenarioError
-from runtime.mcp.config import McpServer
-from runtime.providers import make_provider
-from runtime.providers.base import Provider
-from runtime.providers.governor import Governor
-from runtime.providers.prices import PriceTable
-from runtime.providers.scenario import Scenario, load_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.ral.grants import GrantPolicy
-from runtime.ral.values import render
-from runtime.settlement.fleet_yield import FleetYield
-from runtime.shell.limits import ShellLimits
-from runtime.state import disk_full, durability
-from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.state.durability import Durability
-from runtime.state.durable import write_json_document
-from runtime.state.session_dir import SessionDir, SessionDirInUse
-from runtime.state.session_lock import SessionLive, SessionLock
+from exarch_actors.cli import Refused, exit_guard
+from exarch_actors.cli.backend_options import check_backend, make_backend
+from exarch_actors.cli.config import with_config
+from exarch_actors.cli.recording import open_recording
+from exarch_actors.runtime.credentials import SecretPolicy
+from exarch_actors.runtime.drills.fault_switch import pause_point
+from exarch_actors.runtime.errors import ExarchError, ScenarioError
+from exarch_actors.runtime.mcp.config import McpServer
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.providers.governor import Governor
+from exarch_actors.runtime.providers.prices import PriceTable
+from exarch_actors.runtime.providers.scenario import Scenario, load_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.ral.grants import GrantPolicy
+from exarch_actors.runtime.ral.values import render
+from exarch_actors.runtime.settlement.fleet_yield import FleetYield
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.state import disk_full, durability
+from exarch_actors.runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from exarch_actors.runtime.state.durability import Durability
+from exarch_actors.runtime.state.durable import write_json_document
+from exarch_actors.runtime.state.session_dir import SessionDir, SessionDirInUse
+from exarch_actors.runtime.state.session_lock import SessionLive, SessionLock
 
 if TYPE_CHECKING:
-    from cli.provider_options import ProviderChoice
+    from exarch_actors.cli.provider_options import ProviderChoice
 
 EXIT_CODES = {
     "replied": 0,
@@ -218,7 +218,7 @@ def spec_for(
     scenario = read_scenario(target) if is_scenario else None
     if provider == "scripted" and scenario is None:
         raise click.UsageError("the scripted provider plays a scenario file (SCENARIO.toml)")
-    from cli.mcp_options import check_grants, run_servers
+    from exarch_actors.cli.mcp_options import check_grants, run_servers
 
     settings["mcp"] = run_servers(tuple(settings.get("mcp") or ()), scenario)
     check_grants(tuple(settings.get("grant_mcp") or ()), settings["mcp"])
@@ -384,8 +384,8 @@ def run_headless(
 
     What can be refused (a bad flag, a missing API key, no prompt) is refused before the
     session directory is created, so a refused run leaves nothing behind."""
-    from cli.grants import fleet_policy
-    from cli.limits import sandboxed
+    from exarch_actors.cli.grants import fleet_policy
+    from exarch_actors.cli.limits import sandboxed
 
     grants = spec.grants or fleet_policy(
         spec.grant_exec, spec.grant_root, spec.scenario, spec.grant_mcp
@@ -436,8 +436,8 @@ def _run_owned(
     observer: RunObserver | None = None,
 ) -> RunOutcome:
     """:func:`run_headless` once the session is owned (its lock held by the caller)."""
-    from actors.fleet import Fleet, FleetConfig
-    from actors.mcp_site import McpSetup
+    from exarch_actors.actors.fleet import Fleet, FleetConfig
+    from exarch_actors.actors.mcp_site import McpSetup
 
     disk_full.reset()  # a latch an earlier run in this process tripped is not this run's
     write_run_spec(session, spec, grants)

@@ -20,10 +20,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from cli import HELP_SETTINGS
-from runtime.state.durable import read_json_document
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_lock import SessionLive
+from exarch_actors.cli import HELP_SETTINGS
+from exarch_actors.runtime.state.durable import read_json_document
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_lock import SessionLive
 
 _STAMP = re.compile(r"^(\d{8}T\d{6}Z)-")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import click
 
-from cli import HELP_SETTINGS
-from cli.otlp import otlp_endpoint_option, require_otel
-from runtime.observe.chrome_trace import dumps
-from runtime.observe.spans import NotASessionDir, read_view
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli import HELP_SETTINGS
+from exarch_actors.cli.otlp import otlp_endpoint_option, require_otel
+from exarch_actors.runtime.observe.chrome_trace import dumps
+from exarch_actors.runtime.observe.spans import NotASessionDir, read_view
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 @click.command("trace", context_settings=HELP_SETTINGS)
@@ -57,7 +57,7 @@ def trace_command(session_dir: str, output: str | None, otlp_endpoint: str | Non
         click.echo(f"trace: {output} ({counts})", err=True)
     if otlp_endpoint is not None:
         require_otel()
-        from runtime.observe.otel import export_session
+        from exarch_actors.runtime.observe.otel import export_session
 
         sent = export_session(SessionDir(Path(session_dir)), otlp_endpoint)
         click.echo(f"otlp: {sent} spans sent to {otlp_endpoint}", err=True)

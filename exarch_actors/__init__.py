@@ -21,11 +21,6 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from exarch_actors import _alias
-
-# the installed layout only: the source's short import names (exarch_actors/_alias.py)
-_alias.install_short_names()
-
 if TYPE_CHECKING:
     from exarch_actors.api import (
         Progress,

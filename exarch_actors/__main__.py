@@ -1,10 +1,9 @@
 """``python -m exarch_actors`` and the ``exarch-actors`` console script: the command line
-(``cli/main.py``), reached through this package so its short import names resolve when
-installed from a wheel (``exarch_actors/_alias.py``)."""
+(``cli/main.py``)."""
 
 from __future__ import annotations
 
-from cli.main import main
+from exarch_actors.cli.main import main
 
 __all__ = ["main"]
 

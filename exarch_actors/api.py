@@ -26,26 +26,26 @@ from typing import Any, ClassVar, Literal
 
 import click
 
-from actors.bus import SUBSCRIBER_BUFFER, Subscription
-from cli.backend_options import DEFAULT_AGENTS
-from cli.provider_options import ProviderChoice
-from cli.replay import DEFAULT_DEADLINE, replay_session
-from cli.report import session_report
-from cli.run_report import live_agents
-from cli.runner import RunOutcome, RunSpec, run_headless, spec_for
-from runtime.drills.invariant_check import InvariantReport, NotASession, check_session
-from runtime.events import Event
-from runtime.observe.chrome_trace import chrome_trace
-from runtime.observe.otel import OtelMissing, otel_available
-from runtime.observe.spans import NotASessionDir, read_view
-from runtime.providers.prices import PriceTable
-from runtime.replay.divergence import Report
-from runtime.settlement.fleet_yield import FleetYield
-from runtime.shell.limits import ShellLimits
-from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.state.durability import Durability
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_read import ResumeRefused
+from exarch_actors.actors.bus import SUBSCRIBER_BUFFER, Subscription
+from exarch_actors.cli.backend_options import DEFAULT_AGENTS
+from exarch_actors.cli.provider_options import ProviderChoice
+from exarch_actors.cli.replay import DEFAULT_DEADLINE, replay_session
+from exarch_actors.cli.report import session_report
+from exarch_actors.cli.run_report import live_agents
+from exarch_actors.cli.runner import RunOutcome, RunSpec, run_headless, spec_for
+from exarch_actors.runtime.drills.invariant_check import InvariantReport, NotASession, check_session
+from exarch_actors.runtime.events import Event
+from exarch_actors.runtime.observe.chrome_trace import chrome_trace
+from exarch_actors.runtime.observe.otel import OtelMissing, otel_available
+from exarch_actors.runtime.observe.spans import NotASessionDir, read_view
+from exarch_actors.runtime.providers.prices import PriceTable
+from exarch_actors.runtime.replay.divergence import Report
+from exarch_actors.runtime.settlement.fleet_yield import FleetYield
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from exarch_actors.runtime.state.durability import Durability
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_read import ResumeRefused
 
 
 class RunRefused(Exception):
@@ -377,7 +377,7 @@ def resume(
     ``exarch-actors resume`` does). Raises :class:`RunRefused` for a directory that is not a
     session, holds no unfinished run, or has a damaged file (or ``otlp_endpoint`` without the
     otel extra)."""
-    from actors.resume import resume_run
+    from exarch_actors.actors.resume import resume_run
 
     if otlp_endpoint and not otel_available():
         raise RunRefused(str(OtelMissing()))

@@ -14,8 +14,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from runtime.fleet.inbox import INBOX_MESSAGE_TYPES, source_of
-from runtime.state.durable import now_iso
+from exarch_actors.runtime.fleet.inbox import INBOX_MESSAGE_TYPES, source_of
+from exarch_actors.runtime.state.durable import now_iso
 
 
 def _jsonable(value: Any) -> Any:

@@ -19,8 +19,8 @@ import re
 from functools import cache
 from importlib import resources
 
-from runtime.errors import ExarchError
-from runtime.mcp.values import VERBS as MCP_VERBS
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.mcp.values import VERBS as MCP_VERBS
 
 AGENT_VERBS: tuple[str, ...] = (
     "agent",
@@ -57,7 +57,9 @@ def advertised_verbs(
 
 @cache
 def _read(name: str) -> str:
-    return resources.files("runtime.prompts").joinpath(name).read_text(encoding="utf-8")
+    return (
+        resources.files("exarch_actors.runtime.prompts").joinpath(name).read_text(encoding="utf-8")
+    )
 
 
 @cache

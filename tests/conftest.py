@@ -102,7 +102,7 @@ def no_leaked_processes(request: pytest.FixtureRequest) -> Iterator[None]:
     Processes get a short grace period to finish exiting: a reaped child can take a few
     milliseconds to disappear from the process table.
     """
-    from actors.process import ensure_fork_server
+    from exarch_actors.actors.process import ensure_fork_server
 
     ensure_fork_server()  # restarted outside the census if an earlier test's run killed it
     server = _fork_server_pid()
@@ -153,7 +153,7 @@ def _stray_threads(before: set[int | None]) -> list[threading.Thread]:
 @pytest.fixture(scope="session", autouse=True)
 def fork_server() -> Iterator[None]:
     """Start the shell fork server once, before any per-test leak check sees it."""
-    from actors.process import ensure_fork_server
+    from exarch_actors.actors.process import ensure_fork_server
 
     ensure_fork_server()
     yield

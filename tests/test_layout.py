@@ -117,7 +117,15 @@ def _imported_names(path: Path, module: str) -> set[str]:
                 source = node.module or ""
             out.add(source)
             out.update(f"{source}.{alias.name}" for alias in node.names)
-    return out
+    return {_short(name) for name in out}
+
+
+def _short(name: str) -> str:
+    """``exarch_actors.runtime.x`` as the graph names it: ``runtime.x`` (the folder it is in)."""
+    head, _, rest = name.partition(".")
+    if head == "exarch_actors" and rest.partition(".")[0] in LAYERS[:3]:
+        return rest
+    return name
 
 
 def _import_graph() -> dict[str, set[str]]:
@@ -194,12 +202,12 @@ def test_the_import_scan_counts_type_checking_function_local_and_relative_import
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n"
-        "    from runtime.state.journal import Journal\n"
-        "import runtime.ral.values\n"
+        "    from exarch_actors.runtime.state.journal import Journal\n"
+        "import exarch_actors.runtime.ral.values\n"
         "from . import park\n"
         "from ..session_dir import SessionDir\n"
         "def f():\n"
-        "    from cli import main\n",
+        "    from exarch_actors.cli import main\n",
         encoding="utf-8",
     )
     found = _imported_names(source, "runtime.fleet.inbox")

@@ -28,7 +28,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Input, TabbedContent, TabPane
 
-from cli.tui.bridge import (
+from exarch_actors.cli.tui.bridge import (
     AgentStatus,
     Bridge,
     Control,
@@ -37,11 +37,11 @@ from cli.tui.bridge import (
     FleetUpdate,
     TabInfo,
 )
-from cli.tui.model import Append, Change, TabItem
-from cli.tui.widgets import ErrorLine, StatusLine, TranscriptView, status_text
+from exarch_actors.cli.tui.model import Append, Change, TabItem
+from exarch_actors.cli.tui.widgets import ErrorLine, StatusLine, TranscriptView, status_text
 
 if TYPE_CHECKING:
-    from actors.fleet import Fleet
+    from exarch_actors.actors.fleet import Fleet
 
 QUIT_WINDOW_SECS = 2.0
 """A second Ctrl-C within this many seconds of the first quits."""
@@ -95,7 +95,7 @@ class ChatApp(App[None]):
         quit_window: float = QUIT_WINDOW_SECS,
         info_secs: float = INFO_SECS,
     ) -> None:
-        from actors.process import ensure_fork_server
+        from exarch_actors.actors.process import ensure_fork_server
 
         # Before textual swaps sys.stderr for its capture object (fileno -1): multiprocessing's
         # resource tracker passes stderr's fd to its child and fails on -1.

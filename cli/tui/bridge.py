@@ -32,20 +32,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from textual.message import Message
 
-from actors.agent import Agent
-from actors.agent_process import ProcessAgent
-from actors.agent_process_host import LiveFigures
-from actors.agent_shell import WorkerCount
-from actors.slash_commands import REFUSED
-from cli.tui.model import Change, LogTail, Transcript
-from runtime.errors import ExarchError, InboxFull
-from runtime.events import Born, Died, Event, InboxRejected, Notice, ProviderFailed
-from runtime.fleet.inbox import Command
+from exarch_actors.actors.agent import Agent
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.agent_process_host import LiveFigures
+from exarch_actors.actors.agent_shell import WorkerCount
+from exarch_actors.actors.slash_commands import REFUSED
+from exarch_actors.cli.tui.model import Change, LogTail, Transcript
+from exarch_actors.runtime.errors import ExarchError, InboxFull
+from exarch_actors.runtime.events import Born, Died, Event, InboxRejected, Notice, ProviderFailed
+from exarch_actors.runtime.fleet.inbox import Command
 
 if TYPE_CHECKING:
     from textual.app import App
 
-    from actors.fleet import Fleet
+    from exarch_actors.actors.fleet import Fleet
 
 POLL_SECS = 0.05
 """Bus wait per pass: a reply shows within ~50 ms of reaching the bus or the log."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from runtime.events import (
+from exarch_actors.runtime.events import (
     Died,
     Event,
     InboxRejected,
@@ -38,7 +38,7 @@ from runtime.events import (
     Resources,
     SystemNote,
 )
-from runtime.state.checksum import open_line
+from exarch_actors.runtime.state.checksum import open_line
 
 TabItemKind = Literal[
     "user",

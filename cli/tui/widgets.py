@@ -12,8 +12,8 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from cli.tui.bridge import AgentStatus
-from cli.tui.model import Append, Change, Reset, TabItem, Update
+from exarch_actors.cli.tui.bridge import AgentStatus
+from exarch_actors.cli.tui.model import Append, Change, Reset, TabItem, Update
 
 _LABEL_STYLE = {
     "user": ("you", "bold cyan"),

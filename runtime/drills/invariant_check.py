@@ -62,26 +62,26 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtime.constants import SESSION_ENV, TRUNK_NAME
-from runtime.drills.session_logs import SessionLogs
-from runtime.errors import ExarchError, SnapshotRefused
-from runtime.settlement.fleet_yield import read_result
-from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.state.durability import PROMISES, Durability, parse_durability
-from runtime.state.durable import read_json_document, read_jsonl
-from runtime.state.eventlog import EVENT_SHAPE
-from runtime.state.journal import replay
-from runtime.state.run_processes import (
+from exarch_actors.runtime.constants import SESSION_ENV, TRUNK_NAME
+from exarch_actors.runtime.drills.session_logs import SessionLogs
+from exarch_actors.runtime.errors import ExarchError, SnapshotRefused
+from exarch_actors.runtime.settlement.fleet_yield import read_result
+from exarch_actors.runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from exarch_actors.runtime.state.durability import PROMISES, Durability, parse_durability
+from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
+from exarch_actors.runtime.state.eventlog import EVENT_SHAPE
+from exarch_actors.runtime.state.journal import replay
+from exarch_actors.runtime.state.run_processes import (
     LocalProcesses,
     ProcessTable,
     grouped_processes,
     marked_processes,
     run_processes,
 )
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_read import ResumeRefused, read_run
-from runtime.state.session_records import CONTROL_DIED, born_children, logged_results
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_read import ResumeRefused, read_run
+from exarch_actors.runtime.state.session_records import CONTROL_DIED, born_children, logged_results
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 Status = Literal["held", "violated", "skipped"]
 

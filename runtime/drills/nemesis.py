@@ -45,7 +45,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 SCRIPTED = (
     "panic",

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.state.durable import Shape, read_jsonl
-from runtime.state.eventlog import EVENT_SHAPE
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_records import RECORD_SHAPE, TRANSCRIPT_SHAPE
+from exarch_actors.runtime.state.durable import Shape, read_jsonl
+from exarch_actors.runtime.state.eventlog import EVENT_SHAPE
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_records import RECORD_SHAPE, TRANSCRIPT_SHAPE
 
 
 @dataclass

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 import msgpack
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 
 class ChannelProtocolError(ExarchError):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runtime.constants import COMPACT_THRESHOLD, COMPACT_WINDOW_FRACTION
+from exarch_actors.runtime.constants import COMPACT_THRESHOLD, COMPACT_WINDOW_FRACTION
 
 SUFFIX_BUDGET_BYTES = COMPACT_THRESHOLD // 5
 """At most 100 KiB of recent history is kept verbatim after a compaction, so one compaction buys

@@ -27,7 +27,13 @@ import codecs
 from collections.abc import Sequence
 from enum import StrEnum
 
-from runtime.constants import AGENT_REPLY_CAP, OPAQUE_CAP, STDERR_CAP, STDOUT_CAP, VALUE_CAP
+from exarch_actors.runtime.constants import (
+    AGENT_REPLY_CAP,
+    OPAQUE_CAP,
+    STDERR_CAP,
+    STDOUT_CAP,
+    VALUE_CAP,
+)
 
 
 class Section(StrEnum):

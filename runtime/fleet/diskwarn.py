@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.constants import DISK_WARN_CHECK_INTERVAL
+from exarch_actors.runtime.constants import DISK_WARN_CHECK_INTERVAL
 
 
 def dir_size(path: str | os.PathLike[str], exclude: Iterable[str | os.PathLike[str]] = ()) -> int:

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.errors import ExarchError
-from runtime.fleet.inbox import AgentResult, ScheduledWakeup
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.fleet.inbox import AgentResult, ScheduledWakeup
 
 RUNNING, DELIVERED, HELD, COLLECTED = "running", "delivered", "held", "collected"
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from runtime.constants import INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
-from runtime.errors import InboxFull
+from exarch_actors.runtime.constants import INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
+from exarch_actors.runtime.errors import InboxFull
 
 USER = "user"
 SCHEDULE = "schedule"
@@ -467,7 +467,9 @@ class Inbox:
         a :meth:`wake` (a cancel, a child settling) or ``wake_timeout`` passing — and always
         outside the inbox lock, since it reads the registry, whose writers push into inboxes.
         """
-        from runtime.fleet.park import ParkMode  # local: park imports nothing from here
+        from exarch_actors.runtime.fleet.park import (
+            ParkMode,  # local: park imports nothing from here
+        )
 
         while True:
             with self._cond:

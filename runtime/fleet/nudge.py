@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from runtime.shell.ledger import LargeBinding
+from exarch_actors.runtime.shell.ledger import LargeBinding
 
 
 class Outcome(StrEnum):

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 PLACEMENT_KEYS = ("num_cpus", "resources")
 

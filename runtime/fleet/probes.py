@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.constants import COMPACT_THRESHOLD, INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
-from runtime.fleet.diskwarn import human_bytes
+from exarch_actors.runtime.constants import COMPACT_THRESHOLD, INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
+from exarch_actors.runtime.fleet.diskwarn import human_bytes
 
 Figures = Mapping[str, Any]
 

@@ -32,10 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from runtime.cancel import CancelScope
-from runtime.errors import InboxFull
-from runtime.events import CancelHop, InboxRejected
-from runtime.fleet.inbox import (
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.errors import InboxFull
+from exarch_actors.runtime.events import CancelHop, InboxRejected
+from exarch_actors.runtime.fleet.inbox import (
     AgentMessage,
     AgentResult,
     ExitSignal,
@@ -44,8 +44,8 @@ from runtime.fleet.inbox import (
     Surface,
     UserSteering,
 )
-from runtime.fleet.inbox import Inbox as AgentInbox
-from runtime.fleet.spawn_tree import (
+from exarch_actors.runtime.fleet.inbox import Inbox as AgentInbox
+from exarch_actors.runtime.fleet.spawn_tree import (
     IDLE_LEASE_SECS,
     Clock,
     IdleLease,

@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from runtime.constants import SPAWN_FUEL, TRUNK_NAME
-from runtime.errors import ExarchError, FuelExhausted, NameTaken, UnknownAgent
-from runtime.fleet.park import conversing
+from exarch_actors.runtime.constants import SPAWN_FUEL, TRUNK_NAME
+from exarch_actors.runtime.errors import ExarchError, FuelExhausted, NameTaken, UnknownAgent
+from exarch_actors.runtime.fleet.park import conversing
 
 Clock = Callable[[], float]
 

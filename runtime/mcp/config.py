@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 

@@ -6,7 +6,7 @@ process's channel as itself (:class:`runtime.errors.ExarchError` pickles with it
 
 from __future__ import annotations
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 
 class McpServerUnknown(ExarchError):

@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.errors import ExarchError
-from runtime.mcp.config import McpConfigInvalid
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.mcp.config import McpConfigInvalid
 
 CALL = "tools/call"
 LIST = "tools/list"

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.errors import ExarchError
-from runtime.ral.values import UNIT, Unit, type_name
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.ral.values import UNIT, Unit, type_name
 
 PROMPT_CAP = 2000
 """Characters the system prompt's MCP section may take at most (tool lines past it are cut and

@@ -24,7 +24,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from runtime.observe.spans import Flow, SessionView, Span
+from exarch_actors.runtime.observe.spans import Flow, SessionView, Span
 
 PID = 1
 LEVEL = {"agent": 0, "turn": 1, "model": 2, "ral": 2}

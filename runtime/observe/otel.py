@@ -30,10 +30,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from runtime.errors import ExarchError
-from runtime.events import Event
-from runtime.observe.spans import epoch, first_line
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.events import Event
+from exarch_actors.runtime.observe.spans import epoch, first_line
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 INSTALL = "pip install 'exarch-actors[otel]'"
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -304,7 +304,7 @@ class LiveExport:
 
 def export_session(session: SessionDir, endpoint: str) -> int:
     """Send a finished session's spans (its transcript, in order) to ``endpoint``; how many."""
-    from runtime.drills.session_logs import SessionLogs
+    from exarch_actors.runtime.drills.session_logs import SessionLogs
 
     export = SpanExport(session.root, endpoint)
     for r in SessionLogs(session).transcript:

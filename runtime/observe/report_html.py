@@ -23,7 +23,13 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from runtime.observe.spans import AgentSummary, Problem, SessionView, Span, most_expensive
+from exarch_actors.runtime.observe.spans import (
+    AgentSummary,
+    Problem,
+    SessionView,
+    Span,
+    most_expensive,
+)
 
 TOP = 25
 KIND_CODE = {"agent": 0, "turn": 1, "model": 2, "ral": 3}

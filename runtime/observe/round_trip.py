@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from runtime.events import ModelCall
-from runtime.messages import AssistantMessage
-from runtime.providers.base import RateWait, StreamReset
+from exarch_actors.runtime.events import ModelCall
+from exarch_actors.runtime.messages import AssistantMessage
+from exarch_actors.runtime.providers.base import RateWait, StreamReset
 
 
 @dataclass

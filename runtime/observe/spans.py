@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from runtime.drills.session_logs import SessionLogs
-from runtime.errors import ExarchError
-from runtime.settlement.fleet_yield import read_result
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.drills.session_logs import SessionLogs
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.settlement.fleet_yield import read_result
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 TRUNK_PARENT = ""
 """The parent recorded for an agent with none (the trunk, a branch)."""

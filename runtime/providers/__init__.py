@@ -10,13 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runtime.errors import ExarchError
-from runtime.providers.base import Provider
-from runtime.providers.scenario import Scenario, load_scenario
-from runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.providers.scenario import Scenario, load_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
 
 if TYPE_CHECKING:
-    from runtime.providers.http import HttpStreamingProvider
+    from exarch_actors.runtime.providers.http import HttpStreamingProvider
 
 PROVIDER_NAMES = ("scripted", "openai", "anthropic")
 
@@ -49,7 +49,7 @@ def make_provider(
     """
     traffic = options.pop("traffic", None)
     if traffic is not None and name != "scripted":
-        from runtime.providers.governor import Governor
+        from exarch_actors.runtime.providers.governor import Governor
 
         options["governor"] = Governor(traffic)
     if name == "scripted":
@@ -63,13 +63,13 @@ def make_provider(
             playback = ScenarioPlayback(load_scenario(scenario))
         return playback.provider(agent_name)
     if name == "openai":
-        from runtime.providers.openai import OpenAIProvider
+        from exarch_actors.runtime.providers.openai import OpenAIProvider
 
         if not model:
             raise UnknownProvider("the openai provider needs --model")
         return _keyed(OpenAIProvider(model=model, base_url=base_url, api_key=api_key, **options))
     if name == "anthropic":
-        from runtime.providers.anthropic import AnthropicProvider
+        from exarch_actors.runtime.providers.anthropic import AnthropicProvider
 
         if not model:
             raise UnknownProvider("the anthropic provider needs --model")

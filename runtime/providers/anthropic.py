@@ -23,8 +23,8 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from runtime.cancel import CancelScope
-from runtime.messages import (
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import (
     EMPTY_REPLY_STUB,
     AssistantMessage,
     StopReason,
@@ -35,7 +35,7 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.providers.base import (
+from exarch_actors.runtime.providers.base import (
     SUMMARIZE_INSTRUCTION,
     MalformedReply,
     ProviderError,
@@ -47,15 +47,15 @@ from runtime.providers.base import (
     TransportError,
     effective_system,
 )
-from runtime.providers.endpoints import ANTHROPIC_BASE_URL
-from runtime.providers.http import (
+from exarch_actors.runtime.providers.endpoints import ANTHROPIC_BASE_URL
+from exarch_actors.runtime.providers.http import (
     HttpStreamingProvider,
     Retryable,
     StreamIncomplete,
     decode_arguments,
     object_arguments,
 )
-from runtime.providers.prompt_cache import place_breakpoints
+from exarch_actors.runtime.providers.prompt_cache import place_breakpoints
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 8192

@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.cancel import CancelScope
-from runtime.errors import ExarchError
-from runtime.messages import (
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.messages import (
     AssistantMessage,
     SystemPrompt,
     TranscriptItem,

@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runtime.cancel import Cancelled, CancelScope
-from runtime.providers.base import RateLimited
-from runtime.providers.traffic import (
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.providers.base import RateLimited
+from exarch_actors.runtime.providers.traffic import (
     Cost,
     Lane,
     LaneKey,

@@ -47,9 +47,15 @@ from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import urlsplit
 
-from runtime.cancel import Cancelled, CancelScope
-from runtime.messages import AssistantMessage, ToolCall, ToolResult, TranscriptItem, UserMessage
-from runtime.providers.base import (
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.messages import (
+    AssistantMessage,
+    ToolCall,
+    ToolResult,
+    TranscriptItem,
+    UserMessage,
+)
+from exarch_actors.runtime.providers.base import (
     RAL_TOOL,
     SUMMARIZE_INSTRUCTION,
     MalformedReply,
@@ -65,11 +71,11 @@ from runtime.providers.base import (
     ToolSpec,
     TransportError,
 )
-from runtime.providers.endpoints import api_key_required
-from runtime.providers.governor import Ask, Gate
-from runtime.providers.proxy import proxy_for
-from runtime.providers.traffic import RATE_LIMIT_STATUSES, Cost, parse_rate_headers
-from runtime.providers.windows import window_for
+from exarch_actors.runtime.providers.endpoints import api_key_required
+from exarch_actors.runtime.providers.governor import Ask, Gate
+from exarch_actors.runtime.providers.proxy import proxy_for
+from exarch_actors.runtime.providers.traffic import RATE_LIMIT_STATUSES, Cost, parse_rate_headers
+from exarch_actors.runtime.providers.windows import window_for
 
 CONNECT_POLL = 0.05
 """Seconds between cancellation checks while a TCP connect is in flight."""

@@ -36,8 +36,8 @@ import secrets
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from runtime.cancel import CancelScope
-from runtime.messages import (
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import (
     AssistantMessage,
     StopReason,
     SystemPrompt,
@@ -47,7 +47,7 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.providers.base import (
+from exarch_actors.runtime.providers.base import (
     MalformedReply,
     RateLimited,
     StreamEvent,
@@ -57,8 +57,8 @@ from runtime.providers.base import (
     TransportError,
     effective_system,
 )
-from runtime.providers.endpoints import OPENAI_BASE_URL
-from runtime.providers.http import (
+from exarch_actors.runtime.providers.endpoints import OPENAI_BASE_URL
+from exarch_actors.runtime.providers.http import (
     HttpStreamingProvider,
     Retryable,
     StreamIncomplete,

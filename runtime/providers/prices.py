@@ -37,7 +37,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 PRICES_DATE = "2025-11"
 """When the built-in table was copied from the vendors' pricing pages."""

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 DEFAULT_PROXY_PORT = 1080
 """curl's default proxy port when the URL names none."""

@@ -26,14 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.credentials import valid_name
-from runtime.errors import GrantUnresolvable, ScenarioError
-from runtime.fleet.placement import PLACEMENT_KEYS, BadResourceRequest, ResourceRequest
-from runtime.mcp.config import McpConfigInvalid, McpServer, server_from_table
-from runtime.mcp.replies import McpReply, replies_from_table
-from runtime.messages import StopReason
-from runtime.ral.grants import Grants
-from runtime.replay.recording import drop_torn_tail
+from exarch_actors.runtime.credentials import valid_name
+from exarch_actors.runtime.errors import GrantUnresolvable, ScenarioError
+from exarch_actors.runtime.fleet.placement import (
+    PLACEMENT_KEYS,
+    BadResourceRequest,
+    ResourceRequest,
+)
+from exarch_actors.runtime.mcp.config import McpConfigInvalid, McpServer, server_from_table
+from exarch_actors.runtime.mcp.replies import McpReply, replies_from_table
+from exarch_actors.runtime.messages import StopReason
+from exarch_actors.runtime.ral.grants import Grants
+from exarch_actors.runtime.replay.recording import drop_torn_tail
 
 ERROR_KINDS = ("rate_limit", "transport", "truncated", "timeout", "malformed", "rejected")
 """docs/scenarios.md's contract names the first three; the last three are additions."""

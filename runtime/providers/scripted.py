@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runtime.cancel import Cancelled, CancelScope
-from runtime.errors import ExarchError
-from runtime.messages import (
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.messages import (
     AssistantMessage,
     StopReason,
     ToolCall,
@@ -42,7 +42,7 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.providers.base import (
+from exarch_actors.runtime.providers.base import (
     RAL_TOOL,
     MalformedReply,
     OnEvent,
@@ -57,7 +57,7 @@ from runtime.providers.base import (
     TransportError,
     Truncated,
 )
-from runtime.providers.scenario import Scenario, ScriptedMessage
+from exarch_actors.runtime.providers.scenario import Scenario, ScriptedMessage
 
 _SUMMARY_CLIP = 200
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runtime.errors import ExarchError
-from runtime.ral.errors import RalError
-from runtime.ral.interp import Interp
-from runtime.ral.values import Builtin, Closure, render, type_name
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.ral.errors import RalError
+from exarch_actors.runtime.ral.interp import Interp
+from exarch_actors.runtime.ral.values import Builtin, Closure, render, type_name
 
 Ev = Callable[["Activation"], Any]
 """A compiled node: evaluates it in an activation."""

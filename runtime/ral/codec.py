@@ -42,10 +42,10 @@ from typing import Any
 
 import msgpack
 
-from runtime.ral.compile import Elaborator, Scope
-from runtime.ral.errors import CodecError, RalSyntaxError
-from runtime.ral.parser import parse_block
-from runtime.ral.values import (
+from exarch_actors.runtime.ral.compile import Elaborator, Scope
+from exarch_actors.runtime.ral.errors import CodecError, RalSyntaxError
+from exarch_actors.runtime.ral.parser import parse_block
+from exarch_actors.runtime.ral.values import (
     UNIT,
     WALK_POLL_EVERY,
     Builtin,

@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from runtime.ral.calls import (
+from exarch_actors.runtime.ral.calls import (
     MAX_DEPTH,
     Activation,
     BlockCode,
@@ -39,10 +39,10 @@ from runtime.ral.calls import (
     call_native,
     index_value,
 )
-from runtime.ral.errors import RalError, RalSyntaxError
-from runtime.ral.files import read_bytes
-from runtime.ral.interp import Interp, check_cancel
-from runtime.ral.nodes import (
+from exarch_actors.runtime.ral.errors import RalError, RalSyntaxError
+from exarch_actors.runtime.ral.files import read_bytes
+from exarch_actors.runtime.ral.interp import Interp, check_cancel
+from exarch_actors.runtime.ral.nodes import (
     EMPTY,
     Block,
     Cmd,
@@ -62,8 +62,8 @@ from runtime.ral.nodes import (
     Use,
     Var,
 )
-from runtime.ral.parser import parse
-from runtime.ral.values import UNIT, Closure, render, type_name
+from exarch_actors.runtime.ral.parser import parse
+from exarch_actors.runtime.ral.values import UNIT, Closure, render, type_name
 
 
 class Stats:

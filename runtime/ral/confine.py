@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from runtime.ral.grants import within
+from exarch_actors.runtime.ral.grants import within
 
 MAX_LINKS = 40
 """Links followed while resolving one path: Linux's own limit (``MAXSYMLINKS`` in fs/namei.c)."""

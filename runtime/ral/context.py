@@ -13,12 +13,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from runtime.cancel import CancelScope
-from runtime.credentials import DEFAULT as DEFAULT_SECRETS
-from runtime.ral.errors import DeskRefusal
-from runtime.ral.grants import Grants
-from runtime.ral.values import Closure, WorkerHandle
-from runtime.shell.confinement import Sandbox
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.credentials import DEFAULT as DEFAULT_SECRETS
+from exarch_actors.runtime.ral.errors import DeskRefusal
+from exarch_actors.runtime.ral.grants import Grants
+from exarch_actors.runtime.ral.values import Closure, WorkerHandle
+from exarch_actors.runtime.shell.confinement import Sandbox
 
 
 @dataclass

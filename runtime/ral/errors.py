@@ -8,7 +8,7 @@ raised before any phrase runs. Everything else that escapes the evaluator is eit
 
 from __future__ import annotations
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 
 class RalError(ExarchError):

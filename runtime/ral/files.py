@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from runtime.ral import confine
-from runtime.ral.errors import RalError
-from runtime.ral.interp import Interp, Native
-from runtime.ral.pattern import compile_pattern
-from runtime.ral.values import UNIT, render, type_name
-from runtime.shell.confinement import Sandbox, refusal_note
+from exarch_actors.runtime.ral import confine
+from exarch_actors.runtime.ral.errors import RalError
+from exarch_actors.runtime.ral.interp import Interp, Native
+from exarch_actors.runtime.ral.pattern import compile_pattern
+from exarch_actors.runtime.ral.values import UNIT, render, type_name
+from exarch_actors.runtime.shell.confinement import Sandbox, refusal_note
 
 LIST_CAP = 5000
 """Most entries ``explore-dir`` lists and most matches ``grep-files`` reports."""

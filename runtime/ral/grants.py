@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from runtime.errors import GrantUnresolvable
+from exarch_actors.runtime.errors import GrantUnresolvable
 
 
 def _both(a: frozenset[Any] | None, b: frozenset[Any] | None) -> frozenset[Any] | None:

@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.cancel import POLL_INTERVAL, Cancelled, CancelScope
-from runtime.ral.context import Desk, DynamicContext, WorkerBackend
-from runtime.ral.errors import RalError
-from runtime.ral.values import Builtin, render
-from runtime.shell.confinement import refusal_note
+from exarch_actors.runtime.cancel import POLL_INTERVAL, Cancelled, CancelScope
+from exarch_actors.runtime.ral.context import Desk, DynamicContext, WorkerBackend
+from exarch_actors.runtime.ral.errors import RalError
+from exarch_actors.runtime.ral.values import Builtin, render
+from exarch_actors.runtime.shell.confinement import refusal_note
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from runtime.ral.errors import RalSyntaxError
+from exarch_actors.runtime.ral.errors import RalSyntaxError
 
 NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
 

@@ -13,14 +13,14 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from runtime.errors import ExarchError
-from runtime.ral import confine
-from runtime.ral.calls import apply
-from runtime.ral.context import Desk
-from runtime.ral.errors import DeskRefusal, InternalPanic, RalError
-from runtime.ral.files import FILE_NATIVES, refusals
-from runtime.ral.interp import Interp, Native, check_cancel, refuse_nul
-from runtime.ral.values import (
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.ral import confine
+from exarch_actors.runtime.ral.calls import apply
+from exarch_actors.runtime.ral.context import Desk
+from exarch_actors.runtime.ral.errors import DeskRefusal, InternalPanic, RalError
+from exarch_actors.runtime.ral.files import FILE_NATIVES, refusals
+from exarch_actors.runtime.ral.interp import Interp, Native, check_cancel, refuse_nul
+from exarch_actors.runtime.ral.values import (
     UNIT,
     Closure,
     Variant,

@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from runtime.ral.errors import RalSyntaxError
-from runtime.ral.lexer import NAME_RE, Token, tokenize
-from runtime.ral.nodes import (
+from exarch_actors.runtime.ral.errors import RalSyntaxError
+from exarch_actors.runtime.ral.lexer import NAME_RE, Token, tokenize
+from exarch_actors.runtime.ral.nodes import (
     Block,
     Cmd,
     Concat,
@@ -41,7 +41,7 @@ from runtime.ral.nodes import (
     Use,
     Var,
 )
-from runtime.ral.values import UNIT
+from exarch_actors.runtime.ral.values import UNIT
 
 MAX_NESTING = 200
 """Deepest bracket nesting accepted; far beyond hand-written code, well inside Python's stack."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.ral.errors import RalError
+from exarch_actors.runtime.ral.errors import RalError
 
 
 def compile_pattern(pattern: str, who: str) -> Any:

@@ -40,12 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.cancel import Cancelled, CancelScope
-from runtime.drills.fault_switch import faults_enabled
-from runtime.ral.calls import Activation, ReturnSignal
-from runtime.ral.compile import Overlay, Scope, compile_program, harvest, no_gc
-from runtime.ral.context import Desk, DynamicContext, Grants, WorkerBackend
-from runtime.ral.errors import (
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.drills.fault_switch import faults_enabled
+from exarch_actors.runtime.ral.calls import Activation, ReturnSignal
+from exarch_actors.runtime.ral.compile import Overlay, Scope, compile_program, harvest, no_gc
+from exarch_actors.runtime.ral.context import Desk, DynamicContext, Grants, WorkerBackend
+from exarch_actors.runtime.ral.errors import (
     CodecError,
     DeskRefusal,
     InternalPanic,
@@ -53,12 +53,12 @@ from runtime.ral.errors import (
     RalError,
     RalSyntaxError,
 )
-from runtime.ral.interp import Interp, Native
-from runtime.ral.natives import NATIVES, build_sigma
-from runtime.ral.nodes import Node
-from runtime.ral.parser import parse
-from runtime.ral.values import UNIT, Value, install_walk_check, remove_walk_check
-from runtime.ral.workers import ThreadWorkers
+from exarch_actors.runtime.ral.interp import Interp, Native
+from exarch_actors.runtime.ral.natives import NATIVES, build_sigma
+from exarch_actors.runtime.ral.nodes import Node
+from exarch_actors.runtime.ral.parser import parse
+from exarch_actors.runtime.ral.values import UNIT, Value, install_walk_check, remove_walk_check
+from exarch_actors.runtime.ral.workers import ThreadWorkers
 
 COMPILE_CACHE = 64
 """Compiled programs kept per session, by source text (least recently used dropped). An agent

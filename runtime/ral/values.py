@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from typing import Any, Protocol
 
-from runtime.ral.errors import ValueTooLarge
-from runtime.shell.limits import DEFAULT_MAX_BINDING_BYTES
+from exarch_actors.runtime.ral.errors import ValueTooLarge
+from exarch_actors.runtime.shell.limits import DEFAULT_MAX_BINDING_BYTES
 
 
 class Unit:

@@ -17,13 +17,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.cancel import POLL_INTERVAL, Cancelled, CancelScope
-from runtime.ral.calls import call_closure
-from runtime.ral.context import Desk, DynamicContext
-from runtime.ral.errors import RalError
-from runtime.ral.interp import Interp
-from runtime.ral.natives import build_sigma
-from runtime.ral.values import Closure, WorkerHandle, cancellable_walks
+from exarch_actors.runtime.cancel import POLL_INTERVAL, Cancelled, CancelScope
+from exarch_actors.runtime.ral.calls import call_closure
+from exarch_actors.runtime.ral.context import Desk, DynamicContext
+from exarch_actors.runtime.ral.errors import RalError
+from exarch_actors.runtime.ral.interp import Interp
+from exarch_actors.runtime.ral.natives import build_sigma
+from exarch_actors.runtime.ral.values import Closure, WorkerHandle, cancellable_walks
 
 
 @dataclass

@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.state.durable import read_json_document, read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 _SECTION = re.compile(r"^\[(error|value|stdout|stderr|notes)\]$", re.MULTILINE)
 
@@ -166,21 +166,30 @@ def read_facts(session: SessionDir) -> SessionFacts:
     transcript = read_jsonl(session.transcript).records
     born = [r for r in transcript if r.get("kind") == "Born"]
     died = {str(r.get("agent")): r for r in transcript if r.get("kind") == "Died"}
+    journal = read_jsonl(session.journal).records
     order: list[str] = []
     children: dict[str, list[str]] = {}
+    # A parent's children in the order it asked for them: the spawn journal's ``spawned``
+    # records, written when the registry accepts each request. ``Born`` follows them only
+    # where the child starts in the parent's process: on a Ray cluster each child's node
+    # writes its own, and two children asked for in one turn were born "hi, lo" once in CI
+    # after "lo, hi" was recorded.
+    for r in journal:
+        if r.get("kind") == "spawned" and isinstance(r.get("parent"), str):
+            kids = children.setdefault(str(r["parent"]), [])
+            if str(r.get("id")) not in kids:
+                kids.append(str(r.get("id")))
     for r in born:
         name = str(r.get("agent"))
         if name not in order:
             order.append(name)
         parent = r.get("parent")
-        if parent is not None:
-            children.setdefault(str(parent), []).append(name)
+        if parent is not None and name not in children.setdefault(str(parent), []):
+            children[str(parent)].append(name)
     order += [name for name in session.agent_names() if name not in order]
     result = _json(session.result)
     replies = {
-        str(r.get("id")): r.get("reply")
-        for r in read_jsonl(session.journal).records
-        if r.get("kind") == "execution-result"
+        str(r.get("id")): r.get("reply") for r in journal if r.get("kind") == "execution-result"
     }
     trunk = next((str(r.get("agent")) for r in born if r.get("parent") is None), None)
     agents: dict[str, AgentFacts] = {}

@@ -22,11 +22,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from runtime.cancel import CancelScope
-from runtime.errors import ExarchError
-from runtime.messages import AssistantMessage, TranscriptItem
-from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ProviderError, ToolSpec, Truncated
-from runtime.replay.recording import Recorder
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.messages import AssistantMessage, TranscriptItem
+from exarch_actors.runtime.providers.base import (
+    RAL_TOOL,
+    OnEvent,
+    Provider,
+    ProviderError,
+    ToolSpec,
+    Truncated,
+)
+from exarch_actors.runtime.replay.recording import Recorder
 
 
 class RecordSink(Protocol):

@@ -48,10 +48,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import ExarchError
-from runtime.mcp.replies import McpReply, mcp_result_block
-from runtime.messages import AssistantMessage, ToolCall
-from runtime.state.private import FILE_MODE, private_dirs
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.mcp.replies import McpReply, mcp_result_block
+from exarch_actors.runtime.messages import AssistantMessage, ToolCall
+from exarch_actors.runtime.state.private import FILE_MODE, private_dirs
 
 RECORDED_ERRORS = ("rate_limit", "transport", "truncated", "timeout", "malformed", "rejected")
 """Provider failure kinds a scenario can play (``runtime.providers.scenario.ERROR_KINDS``); a

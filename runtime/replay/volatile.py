@@ -31,7 +31,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 _DATE = r"\d{4}-\d{2}-\d{2}"
 _CLOCK = r"\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
-from runtime.messages import Usage
-from runtime.providers.prices import MILLION, Price, PriceTable
+from exarch_actors.runtime.messages import Usage
+from exarch_actors.runtime.providers.prices import MILLION, Price, PriceTable
 
 CENT_DIGITS = Decimal("0.000001")
 """Shown precision: a millionth of a dollar (one Haiku cache-read token costs 1e-7 $)."""

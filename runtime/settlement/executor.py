@@ -33,8 +33,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from runtime.cancel import CancelScope
-from runtime.errors import ExarchError
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.errors import ExarchError
 
 __all__ = [
     "OPTIONAL_SURFACES",

@@ -21,10 +21,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from runtime.errors import ExarchError
-from runtime.state.durable import now_iso, read_json_document, write_json_document
-from runtime.state.journal import SettlementState
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.state.durable import now_iso, read_json_document, write_json_document
+from exarch_actors.runtime.state.journal import SettlementState
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 OUTCOMES = ("replied", "quiesced", "capped", "cancelled", "failed", "budget")
 """``budget``: the fleet's spend reached ``--budget`` and the run was cancelled (exit 1)."""

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import psutil
 
-from runtime.cancel import POLL_INTERVAL
-from runtime.settlement.executor import (
+from exarch_actors.runtime.cancel import POLL_INTERVAL
+from exarch_actors.runtime.settlement.executor import (
     Accounting,
     CancelAck,
     EnvironmentState,
@@ -42,7 +42,7 @@ from runtime.settlement.executor import (
     PreSpawnRefusal,
     Receipt,
 )
-from runtime.state.private import private_dirs
+from exarch_actors.runtime.state.private import private_dirs
 
 __all__ = ["CANCEL_ACK_TIMEOUT", "KILL_REAP_TIMEOUT", "LocalProcessExecutor"]
 

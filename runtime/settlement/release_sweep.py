@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from runtime.cancel import CancelScope
-from runtime.settlement.executor import (
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.settlement.executor import (
     Accounting,
     Backoff,
     Execution,
@@ -43,11 +43,11 @@ from runtime.settlement.executor import (
     Receipt,
     surface,
 )
-from runtime.settlement.local_executor import LocalProcessExecutor
-from runtime.state.durable import atomic_write_bytes
-from runtime.state.journal import JournalError, NodeState, SpawnJournal
-from runtime.state.session_dir import SessionDir
-from runtime.state.snapshot import folded_bytes
+from exarch_actors.runtime.settlement.local_executor import LocalProcessExecutor
+from exarch_actors.runtime.state.durable import atomic_write_bytes
+from exarch_actors.runtime.state.journal import JournalError, NodeState, SpawnJournal
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.snapshot import folded_bytes
 
 RetainAtSettlement = Literal["keep", "release"]
 

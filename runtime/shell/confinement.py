@@ -37,8 +37,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtime.errors import ExarchError
-from runtime.ral.grants import Grants
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.ral.grants import Grants
 
 
 class SandboxMode(enum.Enum):
@@ -171,8 +171,11 @@ def python_paths() -> tuple[str, ...]:
     """Where the runtime's own Python lives (a confined host still imports lazily)."""
     found = [sys.prefix, sys.base_prefix, sys.exec_prefix]
     found += [p for p in sys.path if p and os.path.isabs(p)]
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found.append(os.path.dirname(here))  # the project itself (an editable install's source)
+    # the directory holding the ``exarch_actors`` package this module was imported through
+    # (exarch_actors/runtime/shell/confinement.py): a clone's root, whose runtime/, actors/
+    # and cli/ the package's links lead to, or site-packages
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found.append(os.path.dirname(package))
     return tuple(dict.fromkeys(os.path.realpath(p) for p in found))
 
 

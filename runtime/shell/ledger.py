@@ -40,8 +40,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
-from runtime.errors import ExarchError
+from exarch_actors.runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
+from exarch_actors.runtime.errors import ExarchError
 
 STATE_VERSION = 1
 """Version of :meth:`BindingLedger.to_state`'s plain-dict layout."""
@@ -449,9 +449,9 @@ def referenced_names(source: str) -> frozenset[str]:
     name, as the session's own harvest), or nothing when it does not parse: a run refused
     before compiling renews nothing. Elaborated leniently, so it needs no session scope; an
     unbound name only over-approximates, which a renewal tolerates."""
-    from runtime.ral.compile import Scope, compile_program, harvest, no_gc
-    from runtime.ral.errors import RalSyntaxError
-    from runtime.ral.parser import parse
+    from exarch_actors.runtime.ral.compile import Scope, compile_program, harvest, no_gc
+    from exarch_actors.runtime.ral.errors import RalSyntaxError
+    from exarch_actors.runtime.ral.parser import parse
 
     try:
         with no_gc():
@@ -510,7 +510,7 @@ def reaches_running_worker(value: object, is_running: Callable[[Any], bool]) -> 
     captured environment (the closure's own name is the lease that governs what it holds).
     Iterative, and each container is visited once, so deep or shared structure costs linear time.
     """
-    from runtime.ral.values import Closure, Variant, WorkerHandle
+    from exarch_actors.runtime.ral.values import Closure, Variant, WorkerHandle
 
     stack: list[object] = [value]
     seen: set[int] = set()

@@ -40,8 +40,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from runtime.errors import ExarchError
-from runtime.shell.confinement import SandboxMode, default_mode
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.shell.confinement import SandboxMode, default_mode
 
 MiB = 1 << 20
 GiB = 1 << 30

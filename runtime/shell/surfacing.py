@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from runtime.fleet.digest import digest_tool_result
+from exarch_actors.runtime.fleet.digest import digest_tool_result
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtime.constants import SETTLED_WORKER_RETENTION
-from runtime.errors import ExarchError
+from exarch_actors.runtime.constants import SETTLED_WORKER_RETENTION
+from exarch_actors.runtime.errors import ExarchError
 
 WORKER_IDLE_CALLS = 256
 """Default idle bound of a running worker, in ral calls since its last touch."""

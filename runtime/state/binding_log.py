@@ -44,10 +44,10 @@ from typing import Any
 
 import msgpack
 
-from runtime.errors import SnapshotRefused
-from runtime.state import durability
-from runtime.state.disk_full import NO_SPACE, disk_full
-from runtime.state.private import FILE_MODE, private_dirs
+from exarch_actors.runtime.errors import SnapshotRefused
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.disk_full import NO_SPACE, disk_full
+from exarch_actors.runtime.state.private import FILE_MODE, private_dirs
 
 FORMAT = "exarch-binding-log"
 VERSION = 1

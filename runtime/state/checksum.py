@@ -34,7 +34,7 @@ from typing import Any, Final
 
 import google_crc32c
 
-from runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError
 
 __all__ = [
     "ChecksumMismatch",

@@ -29,8 +29,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime.errors import ExarchError
-from runtime.fleet.diskwarn import human_bytes
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.fleet.diskwarn import human_bytes
 
 NO_SPACE: frozenset[int] = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO})
 """The write errors that stop a run: no space, no quota, a failing device."""

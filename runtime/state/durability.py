@@ -67,10 +67,10 @@ from enum import StrEnum
 from pathlib import Path, PurePath
 from typing import Literal
 
-from runtime.errors import ExarchError
-from runtime.state.checksum import ChecksumMismatch, open_line, seal_line
-from runtime.state.disk_full import NO_SPACE, disk_full
-from runtime.state.private import FILE_MODE, private_dirs
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.state.checksum import ChecksumMismatch, open_line, seal_line
+from exarch_actors.runtime.state.disk_full import NO_SPACE, disk_full
+from exarch_actors.runtime.state.private import FILE_MODE, private_dirs
 
 log = logging.getLogger(__name__)
 

@@ -32,16 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.state import durability
-from runtime.state.checksum import (
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.checksum import (
     ChecksumMismatch,
     open_document,
     open_line,
     seal_document,
     seal_line,
 )
-from runtime.state.durability import TORN_SUFFIX, set_aside_torn, torn_path, write_all
-from runtime.state.private import FILE_MODE, private_dirs
+from exarch_actors.runtime.state.durability import TORN_SUFFIX, set_aside_torn, torn_path, write_all
+from exarch_actors.runtime.state.private import FILE_MODE, private_dirs
 
 __all__ = [
     "TORN_SUFFIX",

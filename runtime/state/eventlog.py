@@ -43,18 +43,24 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, cast
 
-from runtime.errors import ExarchError
-from runtime.fleet.compaction import SUMMARY_PREAMBLE, suffix_start
-from runtime.messages import (
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.fleet.compaction import SUMMARY_PREAMBLE, suffix_start
+from exarch_actors.runtime.messages import (
     AssistantMessage,
     Message,
     ToolResult,
     UserMessage,
     message_from_dict,
 )
-from runtime.state import durability
-from runtime.state.durability import sync_for
-from runtime.state.durable import Damage, Shape, append_jsonl, read_jsonl, stamped_line
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.durability import sync_for
+from exarch_actors.runtime.state.durable import (
+    Damage,
+    Shape,
+    append_jsonl,
+    read_jsonl,
+    stamped_line,
+)
 
 
 class ProtocolState(StrEnum):

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import ExarchError
-from runtime.state.durable import Damage, Shape, now_iso, read_jsonl, write_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.state.durable import Damage, Shape, now_iso, read_jsonl, write_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 KINDS = (
     "spawned",

@@ -40,12 +40,12 @@ import hashlib
 import os
 from pathlib import Path, PurePosixPath
 
-from runtime.errors import ExarchError
-from runtime.state import durability
-from runtime.state.durability import OPS, ShippedRecord, write_all
-from runtime.state.durable import atomic_write_bytes
-from runtime.state.private import FILE_MODE, private_dirs
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.durability import OPS, ShippedRecord, write_all
+from exarch_actors.runtime.state.durable import atomic_write_bytes
+from exarch_actors.runtime.state.private import FILE_MODE, private_dirs
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 __all__ = [
     "RecordRefused",

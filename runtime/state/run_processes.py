@@ -21,11 +21,11 @@ from typing import Protocol
 
 import psutil
 
-from runtime.constants import SESSION_ENV
-from runtime.shell.pid_cgroup import session_members
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_records import RECORD_SHAPE
+from exarch_actors.runtime.constants import SESSION_ENV
+from exarch_actors.runtime.shell.pid_cgroup import session_members
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_records import RECORD_SHAPE
 
 PID_START_TOLERANCE = 1.0
 """Seconds between a recorded and a live create time that still count as the same process

@@ -16,10 +16,10 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.errors import ExarchError
-from runtime.state.durable import TORN_SUFFIX
-from runtime.state.private import DIR_MODE, make_private, private_dirs
-from runtime.state.session_lock import LOCK_NAME, Owner, SessionLock, live_owner
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.state.durable import TORN_SUFFIX
+from exarch_actors.runtime.state.private import DIR_MODE, make_private, private_dirs
+from exarch_actors.runtime.state.session_lock import LOCK_NAME, Owner, SessionLock, live_owner
 
 _RUN_SPEC = "run.json"
 _TRANSCRIPT = "transcript.jsonl"

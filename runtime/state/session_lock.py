@@ -31,9 +31,9 @@ from typing import Any
 
 import psutil
 
-from runtime.errors import ExarchError
-from runtime.state.disk_full import NO_SPACE, disk_full
-from runtime.state.private import FILE_MODE
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.state.disk_full import NO_SPACE, disk_full
+from exarch_actors.runtime.state.private import FILE_MODE
 
 LOCK_NAME = "owner.lock"
 

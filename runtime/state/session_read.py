@@ -21,19 +21,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import ExarchError, SnapshotRefused
-from runtime.providers import PROVIDER_NAMES
-from runtime.ral.grants import GrantPolicy
-from runtime.settlement.fleet_yield import read_result
-from runtime.shell.limits import ShellLimits
-from runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
-from runtime.state.durability import Durability
-from runtime.state.durable import JsonlRead, Shape, read_json_document, read_jsonl
-from runtime.state.eventlog import EVENT_SHAPE
-from runtime.state.journal import Replay, replay
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_records import RECORD_SHAPE, TRANSCRIPT_SHAPE, born_children
-from runtime.state.snapshot import MobileSnapshot, SnapshotMissing
+from exarch_actors.runtime.errors import ExarchError, SnapshotRefused
+from exarch_actors.runtime.providers import PROVIDER_NAMES
+from exarch_actors.runtime.ral.grants import GrantPolicy
+from exarch_actors.runtime.settlement.fleet_yield import read_result
+from exarch_actors.runtime.shell.limits import ShellLimits
+from exarch_actors.runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
+from exarch_actors.runtime.state.durability import Durability
+from exarch_actors.runtime.state.durable import JsonlRead, Shape, read_json_document, read_jsonl
+from exarch_actors.runtime.state.eventlog import EVENT_SHAPE
+from exarch_actors.runtime.state.journal import Replay, replay
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_records import (
+    RECORD_SHAPE,
+    TRANSCRIPT_SHAPE,
+    born_children,
+)
+from exarch_actors.runtime.state.snapshot import MobileSnapshot, SnapshotMissing
 
 
 class ResumeRefused(ExarchError):

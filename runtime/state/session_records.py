@@ -16,8 +16,8 @@ from typing import Any
 
 import psutil
 
-from runtime.settlement.fleet_yield import OUTCOMES
-from runtime.state.durable import ListOf, Shape
+from exarch_actors.runtime.settlement.fleet_yield import OUTCOMES
+from exarch_actors.runtime.state.durable import ListOf, Shape
 
 CONTROL_DIED = "control process died"
 """The ``Died`` cause ``resume`` records for an incarnation that died with the control process."""

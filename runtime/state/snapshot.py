@@ -44,10 +44,10 @@ from typing import Any
 
 import msgpack
 
-from runtime.errors import SnapshotRefused
-from runtime.shell.ledger import apply_delta
-from runtime.state.binding_log import log_path, read_log
-from runtime.state.durable import atomic_write_bytes
+from exarch_actors.runtime.errors import SnapshotRefused
+from exarch_actors.runtime.shell.ledger import apply_delta
+from exarch_actors.runtime.state.binding_log import log_path, read_log
+from exarch_actors.runtime.state.durable import atomic_write_bytes
 
 FORMAT = "exarch-mobile-snapshot"
 FORMAT_VERSION = 1
@@ -63,7 +63,7 @@ _BODY_FIELDS = ("agent", "epoch", "context", "ledger", "workers", "bindings")
 
 
 def _default_decoder() -> Decoder:
-    from runtime.ral.codec import decode_value
+    from exarch_actors.runtime.ral.codec import decode_value
 
     return decode_value
 

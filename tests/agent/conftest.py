@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def exarch(
     args: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     """``exarch-actors ARGS`` in a subprocess (the installed entry point's code, this tree)."""
-    cmd = [sys.executable, "-c", "from cli.main import main; main()", *args]
+    cmd = [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *args]
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env
@@ -164,10 +164,10 @@ def live_fleet(tmp_path: Path) -> Iterator[Callable[..., Live]]:
     ``wrap(provider) -> provider`` lets a test record or alter what each agent's provider does.
     An interactive trunk parks for its human between turns; drive it with :meth:`Live.steer`.
     """
-    from actors.fleet import Fleet, FleetConfig
-    from runtime.providers.scenario import parse_scenario
-    from runtime.providers.scripted import ScenarioPlayback
-    from runtime.state.session_dir import SessionDir
+    from exarch_actors.actors.fleet import Fleet, FleetConfig
+    from exarch_actors.runtime.providers.scenario import parse_scenario
+    from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+    from exarch_actors.runtime.state.session_dir import SessionDir
 
     started: list[Live] = []
 

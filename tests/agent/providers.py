@@ -10,9 +10,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from runtime.cancel import CancelScope
-from runtime.messages import AssistantMessage, TranscriptItem
-from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import AssistantMessage, TranscriptItem
+from exarch_actors.runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 
 
 class Recording(Provider):

@@ -12,21 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from actors.desk import _VERBS, DEFERRED_VERBS
-from actors.slash_commands import _COMMANDS, COMMANDS
-from runtime.mcp.values import VERBS as MCP_VERBS
-from runtime.prompt import advertised_verbs
+from exarch_actors.actors.desk import _VERBS, DEFERRED_VERBS
+from exarch_actors.actors.slash_commands import _COMMANDS, COMMANDS
+from exarch_actors.runtime.mcp.values import VERBS as MCP_VERBS
+from exarch_actors.runtime.prompt import advertised_verbs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 AGENT_SIDE = (
-    "actors.agent",
-    "actors.agent_site",
-    "actors.desk",
-    "actors.slash_commands",
-    "actors.agent_executor",
-    "actors.agent_shell",
-    "actors.agent_process_host",  # an agent process runs the agent without the fleet
+    "exarch_actors.actors.agent",
+    "exarch_actors.actors.agent_site",
+    "exarch_actors.actors.desk",
+    "exarch_actors.actors.slash_commands",
+    "exarch_actors.actors.agent_executor",
+    "exarch_actors.actors.agent_shell",
+    "exarch_actors.actors.agent_process_host",  # an agent process runs the agent without the fleet
 )
 
 
@@ -52,7 +52,7 @@ def _reachable(start: str) -> set[str]:
     todo = [start]
     while todo:
         module = todo.pop()
-        if module in seen or not module.startswith(("actors.", "runtime.", "cli.")):
+        if module in seen or not module.startswith("exarch_actors."):
             continue
         seen.add(module)
         todo.extend(_imports(module))
@@ -63,15 +63,17 @@ def _reachable(start: str) -> set[str]:
 def test_no_agent_module_reaches_the_fleet_or_the_cli_by_any_import() -> None:
     for module in AGENT_SIDE:
         reached = _reachable(module)
-        assert "actors.fleet" not in reached, module
-        assert not {m for m in reached if m.startswith("cli.")}, module
+        assert "exarch_actors.actors.fleet" not in reached, module
+        assert not {m for m in reached if m.startswith("exarch_actors.cli.")}, module
 
 
 def test_the_import_scan_sees_type_checking_and_function_local_imports() -> None:
     # the fleet imports the agent at module level; resume imports the fleet inside a function
-    assert "actors.agent" in _imports("actors.fleet")
-    assert "actors.fleet" in _imports("actors.resume")
-    assert "actors.agent_site" in _imports("actors.agent")  # the Protocol, type-checking too
+    assert "exarch_actors.actors.agent" in _imports("exarch_actors.actors.fleet")
+    assert "exarch_actors.actors.fleet" in _imports("exarch_actors.actors.resume")
+    assert "exarch_actors.actors.agent_site" in _imports(
+        "exarch_actors.actors.agent"
+    )  # the Protocol, type-checking too
 
 
 def test_every_verb_a_desk_can_advertise_has_an_explicit_handler() -> None:

@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from runtime.constants import MAX_STEPS
-from runtime.messages import EMPTY_REPLY_STUB
+from exarch_actors.runtime.constants import MAX_STEPS
+from exarch_actors.runtime.messages import EMPTY_REPLY_STUB
 from tests.agent.conftest import Run
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from runtime.fleet.compaction import SUMMARY_PREAMBLE
-from runtime.messages import UserMessage
+from exarch_actors.runtime.fleet.compaction import SUMMARY_PREAMBLE
+from exarch_actors.runtime.messages import UserMessage
 from tests.agent.conftest import Live, Run
 from tests.agent.providers import Recording
 from tests.support.waiting import wait_for

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from runtime.constants import DISK_WARN_CHECK_INTERVAL
+from exarch_actors.runtime.constants import DISK_WARN_CHECK_INTERVAL
 from tests.agent.conftest import Live, Run
 from tests.support.waiting import wait_for
 

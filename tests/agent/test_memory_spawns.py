@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime.messages import AssistantMessage, ToolResult, UserMessage
+from exarch_actors.runtime.messages import AssistantMessage, ToolResult, UserMessage
 from tests.agent.conftest import Live, Run
 from tests.agent.providers import Recording
 

@@ -192,8 +192,8 @@ def test_chat_sends_no_system_prompt_and_no_tool_and_prints_the_answer(
 def test_a_model_swap_on_a_network_provider_keeps_the_endpoint_and_changes_the_model(
     protocol_server: ProtocolServer,
 ) -> None:
-    from runtime.providers.anthropic import AnthropicProvider
-    from runtime.providers.openai import OpenAIProvider
+    from exarch_actors.runtime.providers.anthropic import AnthropicProvider
+    from exarch_actors.runtime.providers.openai import OpenAIProvider
 
     p = OpenAIProvider(model="a", base_url=protocol_server.url + "/v1", api_key="k")
     q = p.with_model("b")
@@ -212,7 +212,13 @@ def test_a_stream_that_never_ends_is_cancelled_by_ctrl_c_and_the_run_exits_130(
     keepalive = openai_chunks(text="...", done=False)[1]
     protocol_server.script(Exchange(chunks=head, forever=keepalive, interval=0.02))
     session = tmp_path / "session"
-    cmd = [sys.executable, "-c", "from cli.main import main; main()", "run", "--provider"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from exarch_actors.cli.main import main; main()",
+        "run",
+        "--provider",
+    ]
     cmd += ["openai", "--base-url", protocol_server.url + "/v1", "--model", "m", "--api-key", "k"]
     cmd += ["--timeout", "1", "--session-dir", str(session), "go"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

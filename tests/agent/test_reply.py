@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime.state.eventlog import AgentLog, ProtocolState
+from exarch_actors.runtime.state.eventlog import AgentLog, ProtocolState
 from tests.agent.conftest import Live, Run
 from tests.support.waiting import HANG_GUARD, wait_for
 
@@ -132,7 +132,7 @@ def test_a_parent_whose_childs_result_came_while_the_child_was_still_registered_
     interleaving is forced here: the child's deregistration waits until that turn has ended.
     Once the child is gone the rules run again, and the parent that never replied is asked to
     (it would otherwise quiesce without a reply)."""
-    from runtime.fleet.registry import FleetRegistry
+    from exarch_actors.runtime.fleet.registry import FleetRegistry
 
     holder: dict[str, Any] = {}
     deregister = FleetRegistry.deregister

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.ral.grants import GrantPolicy, Grants
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.ral.grants import GrantPolicy, Grants
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.agent.conftest import Live, Run, exarch
 from tests.support.waiting import wait_for
 
@@ -294,14 +294,14 @@ ral = ["reply (concat (try { printf exec-ok } catch e { $e[message] }))"]
 def test_a_resumed_run_keeps_the_grants_resolved_when_it_began(tmp_path: Path) -> None:
     """After SIGKILL of the control process, ``resume`` reads the resolved grants from
     run.json: a child first spawned after the resume is still narrowed by its table."""
-    from actors.resume import resume_run
+    from exarch_actors.actors.resume import resume_run
 
     scenario = tmp_path / "s.toml"
     scenario.write_text(RESUMED)
     session = tmp_path / "session"
     args = ["run", str(scenario), "--session-dir", str(session), "--grant-exec", "printf"]
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from cli.main import main; main()", *args],
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *args],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from runtime.constants import STDOUT_CAP, VALUE_CAP
+from exarch_actors.runtime.constants import STDOUT_CAP, VALUE_CAP
 from tests.agent.conftest import Run
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from runtime.messages import UserMessage
+from exarch_actors.runtime.messages import UserMessage
 from tests.agent.conftest import Live, read_records
 from tests.agent.providers import Recording
 from tests.support.waiting import wait_for

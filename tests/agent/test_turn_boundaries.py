@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime.messages import ToolResult, UserMessage
+from exarch_actors.runtime.messages import ToolResult, UserMessage
 from tests.agent.conftest import Live, Run
 from tests.agent.providers import Recording
 from tests.support.waiting import wait_for

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from runtime.cancel import CancelScope
-from runtime.messages import AssistantMessage, StopReason, ToolCall, TranscriptItem
-from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import AssistantMessage, StopReason, ToolCall, TranscriptItem
+from exarch_actors.runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
 from tests.agent.conftest import Live
 
 

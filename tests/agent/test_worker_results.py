@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runtime.constants import INBOX_SOURCE_CAP
+from exarch_actors.runtime.constants import INBOX_SOURCE_CAP
 from tests.agent.conftest import Live, Run
 from tests.support.waiting import wait_for
 

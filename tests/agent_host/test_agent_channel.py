@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.channel import AgentChannel
-from runtime.fleet.agent_channel import (
+from exarch_actors.actors.channel import AgentChannel
+from exarch_actors.runtime.fleet.agent_channel import (
     BY_KIND,
     MESSAGE_TYPES,
     CancelFrame,
@@ -343,7 +343,7 @@ def test_a_typed_refusal_crosses_a_process_boundary_as_itself_with_its_fields(
 ) -> None:
     import pickle
 
-    from runtime.errors import InboxFull, SpawnFailed
+    from exarch_actors.runtime.errors import InboxFull, SpawnFailed
 
     full = InboxFull(source, cap, total=total, recipient=recipient)
     back = pickle.loads(pickle.dumps(full))

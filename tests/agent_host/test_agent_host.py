@@ -17,10 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from actors.agent_host import AgentHost
-from runtime.constants import INBOX_SOURCE_CAP
-from runtime.fleet.agent_channel import DeliverResult, PeerGone, ScriptResult
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_host import AgentHost
+from exarch_actors.runtime.constants import INBOX_SOURCE_CAP
+from exarch_actors.runtime.fleet.agent_channel import DeliverResult, PeerGone, ScriptResult
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.waiting import HANG_GUARD, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,8 +131,8 @@ def test_an_orderly_shutdown_reports_died_and_exits_zero(tmp_path: Path) -> None
 
 PARENT = """
 import sys, time
-from actors.agent_host import AgentHost
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_host import AgentHost
+from exarch_actors.runtime.state.session_dir import SessionDir
 hosts = [AgentHost(f"h{i}", SessionDir.at(sys.argv[1])) for i in range(3)]
 for h in hosts:
     b = h.wait_born()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from actors.boot_watch import BootWatch
+from exarch_actors.actors.boot_watch import BootWatch
 from tests.support.waiting import wait_for
 
 

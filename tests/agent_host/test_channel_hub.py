@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from actors.channel import AgentChannel
-from actors.channel_hub import ChannelHub
-from runtime.fleet.agent_channel import (
+from exarch_actors.actors.channel import AgentChannel
+from exarch_actors.actors.channel_hub import ChannelHub
+from exarch_actors.runtime.fleet.agent_channel import (
     ChannelMessage,
     Envelope,
     PeerGone,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from actors.host_reaper import HostReaper
+from exarch_actors.actors.host_reaper import HostReaper
 from tests.support.waiting import wait_for
 
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from actors.agent_process import ProcessAgent
-from actors.fleet import Fleet, FleetConfig
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.busy import busy_in_its_call
 from tests.support.waiting import pid_alive, wait_for
 
@@ -118,7 +118,7 @@ def test_a_20_agent_fleet_runs_each_agent_in_its_own_process_and_survives_a_sigk
         [
             sys.executable,
             "-c",
-            "from cli.main import main; main()",
+            "from exarch_actors.cli.main import main; main()",
             "check",
             str(fleet.session.root),
         ],
@@ -150,8 +150,8 @@ def _sleepers(n: int, seconds: int) -> str:
 def test_a_full_inbox_in_an_agent_process_rejects_the_65th_message_to_its_producer(
     process_fleet: Callable[..., Fleet],
 ) -> None:
-    from runtime.constants import INBOX_SOURCE_CAP
-    from runtime.errors import InboxFull
+    from exarch_actors.runtime.constants import INBOX_SOURCE_CAP
+    from exarch_actors.runtime.errors import InboxFull
 
     fleet = process_fleet(_sleepers(1, 30))
     wait_for(lambda: busy_in_its_call(fleet, "s0"), 60, "s0 busy in its sleep")
@@ -213,7 +213,7 @@ def test_an_agent_process_killed_four_times_in_a_minute_settles_down_and_its_par
 
 def _exarch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from cli.main import main; main()", *args],
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -21,20 +21,20 @@ from typing import Any
 import psutil
 import pytest
 
-from actors.agent_process import ProcessAgent
-from actors.fleet import Fleet, FleetConfig
-from actors.priority import (
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.actors.priority import (
     AGENT_NICE,
     ENDING_NICE,
     REACHED_NICE,
     stand_aside,
     stand_back,
 )
-from actors.process import ChildProcess
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.process import ChildProcess
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.busy import busy_in_its_call
 from tests.support.waiting import HANG_GUARD, killed_or_gone, pid_alive, wait_for
 
@@ -189,7 +189,7 @@ def test_standing_back_lowers_every_thread_to_the_ending_nice_and_none_above_it(
 def _stand_back_twice_and_tell(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
     """A child that stands back at 15, then at the ending nice (below it), then at 17, and
     sends how many times each call read its threads from ``/proc`` and its nice after each."""
-    import actors.priority as priority
+    import exarch_actors.actors.priority as priority
 
     reads: list[int] = []
     listdir = os.listdir
@@ -356,11 +356,11 @@ def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its
 
 POOL_SCRIPT = """
 import sys, time
-from actors.fleet import Fleet, FleetConfig
-from actors.priority import AGENT_NICE
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.actors.priority import AGENT_NICE
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 toml = '[fleet]\\nprompt = "hi"\\n[[agents.trunk]]\\ntext = "hello"\\nrepeat = 5\\n'
 playback = ScenarioPlayback(parse_scenario(toml))
@@ -461,7 +461,7 @@ def test_a_child_whose_shell_a_rollback_replaced_reports_the_new_shell_stopped_a
 
 
 def test_a_shell_pid_reads_as_running_while_it_runs_and_gone_once_a_zombie_or_reaped() -> None:
-    from actors.agent_executor import _running
+    from exarch_actors.actors.agent_executor import _running
 
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=-1)
     try:

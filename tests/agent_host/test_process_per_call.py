@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from actors.agent_process import ProcessAgent
-from actors.fleet import Fleet, FleetConfig
-from runtime.providers.prices import Price, PriceTable
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.runtime.providers.prices import Price, PriceTable
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.busy import busy_in_its_call
 from tests.support.waiting import wait_for
 

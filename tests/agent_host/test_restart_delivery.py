@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from actors.agent_process import ProcessAgent
-from actors.fleet import Fleet, FleetConfig
-from runtime.drills.invariant_check import check_session
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_records import logged_results
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_records import logged_results
 from tests.support.waiting import wait_for
 
 

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from actors.agent_process import ProcessAgent
-from actors.agent_site import SpawnRequest
-from actors.fleet import Fleet, FleetConfig
-from actors.host_pool import HostPool
-from actors.process import process_context, start_process
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.agent_site import SpawnRequest
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.actors.host_pool import HostPool
+from exarch_actors.actors.process import process_context, start_process
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.fork_probe import report_inherited
 from tests.support.waiting import HANG_GUARD, pid_alive, wait_for
 

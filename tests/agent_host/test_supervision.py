@@ -7,7 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.fleet.supervision import MAX_RESTARTS, RESTART_WINDOW, Action, RestartIntensity
+from exarch_actors.runtime.fleet.supervision import (
+    MAX_RESTARTS,
+    RESTART_WINDOW,
+    Action,
+    RestartIntensity,
+)
 
 
 def test_three_crashes_in_a_minute_restart_and_the_fourth_settles_down_with_its_cause() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.fleet.compaction import SUMMARY_PREAMBLE
-from runtime.messages import (
+from exarch_actors.runtime.fleet.compaction import SUMMARY_PREAMBLE
+from exarch_actors.runtime.messages import (
     AssistantMessage,
     StopReason,
     ToolCall,
@@ -17,8 +17,8 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.state.durable import read_jsonl
-from runtime.state.eventlog import (
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.eventlog import (
     AgentLog,
     CompactionRefused,
     ProtocolError,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.constants import COMPACT_THRESHOLD
-from runtime.fleet.compaction import (
+from exarch_actors.runtime.constants import COMPACT_THRESHOLD
+from exarch_actors.runtime.fleet.compaction import (
     BYTES_PER_TOKEN_ESTIMATE,
     can_compact,
     compaction_due,

@@ -7,8 +7,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.constants import OPAQUE_CAP, STDERR_CAP, STDOUT_CAP, VALUE_CAP
-from runtime.fleet.digest import (
+from exarch_actors.runtime.constants import OPAQUE_CAP, STDERR_CAP, STDOUT_CAP, VALUE_CAP
+from exarch_actors.runtime.fleet.digest import (
     CAPS,
     Section,
     banner,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.constants import DISK_WARN_CHECK_INTERVAL
-from runtime.fleet.diskwarn import DiskWarn, dir_size, disk_usage, outermost
+from exarch_actors.runtime.constants import DISK_WARN_CHECK_INTERVAL
+from exarch_actors.runtime.fleet.diskwarn import DiskWarn, dir_size, disk_usage, outermost
 
 
 def never_walk(path: Path) -> int:

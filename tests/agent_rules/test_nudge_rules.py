@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.fleet.nudge import (
+from exarch_actors.runtime.fleet.nudge import (
     BUDGETS,
     CONTINUE_TEXT,
     MUST_REPLY_TEXT,
@@ -26,7 +26,7 @@ from runtime.fleet.nudge import (
     pinned_reminder_text,
     waiting_matters,
 )
-from runtime.shell.ledger import LargeBinding
+from exarch_actors.runtime.shell.ledger import LargeBinding
 
 K = NudgeKind
 FRESH = NudgeLatches()

@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.messages import (
+from exarch_actors.runtime.messages import (
     AssistantMessage,
     Message,
     StopReason,
@@ -17,7 +17,7 @@ from runtime.messages import (
     ToolResult,
     UserMessage,
 )
-from runtime.state.eventlog import AgentLog
+from exarch_actors.runtime.state.eventlog import AgentLog
 
 
 def _render_from_scratch(log: AgentLog) -> list[Message]:

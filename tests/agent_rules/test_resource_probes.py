@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import copy
 
-from runtime.fleet.probes import ResourceFigures, event_rows, render_card, resource_rows, resources
-from runtime.shell.ledger import LedgerFigures
-from runtime.shell.worker_retention import WorkerFigures
+from exarch_actors.runtime.fleet.probes import (
+    ResourceFigures,
+    event_rows,
+    render_card,
+    resource_rows,
+    resources,
+)
+from exarch_actors.runtime.shell.ledger import LedgerFigures
+from exarch_actors.runtime.shell.worker_retention import WorkerFigures
 
 
 def figures() -> ResourceFigures:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.constants import VALUE_CAP
-from runtime.shell.surfacing import SurfaceRule, surface_text
+from exarch_actors.runtime.constants import VALUE_CAP
+from exarch_actors.runtime.shell.surfacing import SurfaceRule, surface_text
 
 
 def test_a_park_watches_running_workers_and_the_agent_waits_for_them() -> None:

@@ -7,8 +7,13 @@ from itertools import combinations
 
 import pytest
 
-from runtime.fleet.digest import banner
-from runtime.prompt import AGENT_VERBS, VerbMismatch, advertised_verbs, build_system_prompt
+from exarch_actors.runtime.fleet.digest import banner
+from exarch_actors.runtime.prompt import (
+    AGENT_VERBS,
+    VerbMismatch,
+    advertised_verbs,
+    build_system_prompt,
+)
 
 
 def verb_lines(prompt: str) -> set[str]:
@@ -16,7 +21,7 @@ def verb_lines(prompt: str) -> set[str]:
 
 
 def test_the_prompt_is_a_file_in_the_package() -> None:
-    files = resources.files("runtime.prompts")
+    files = resources.files("exarch_actors.runtime.prompts")
     assert files.joinpath("system.md").is_file() and files.joinpath("verbs.md").is_file()
 
 
@@ -90,7 +95,7 @@ def test_the_prompt_teaches_the_core_of_ral_and_the_digest_banner() -> None:
 
 
 def test_the_prompt_teaches_memory_spawns_and_that_worker_results_come_back() -> None:
-    from runtime.shell.surfacing import surface_text
+    from exarch_actors.runtime.shell.surfacing import surface_text
 
     prompt = build_system_prompt(advertised_verbs(returns=True), "trunk", True, 3)
     assert prompt is not None

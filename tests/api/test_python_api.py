@@ -15,7 +15,7 @@ import pytest
 
 import exarch_actors
 from exarch_actors import Progress, RunRefused
-from runtime.events import Born, Died, Io
+from exarch_actors.runtime.events import Born, Died, Io
 
 ROOT = Path(__file__).resolve().parents[2]
 FANOUT = ROOT / "examples" / "fanout.toml"

@@ -1,5 +1,6 @@
 """The built wheel, installed in a fresh venv: one top-level package, and the fanout example
-run through the console script (by its packaged name) and through the API."""
+run through the console script (by its packaged name) and through the API, beside a user's own
+``cli``, ``runtime`` and ``actors`` packages."""
 
 from __future__ import annotations
 
@@ -40,10 +41,14 @@ def test_the_wheel_installs_only_exarch_actors_and_runs_fanout_by_script_and_by_
     work.mkdir()
     by_script = _sh(venv / "bin" / "exarch-actors", "run", "fanout", "-q", cwd=work)
     assert by_script.stdout.strip() == "499500"
+    for mine in ("cli", "runtime", "actors"):  # a user's own packages of these names
+        (work / mine).mkdir()
+        (work / mine / "__init__.py").write_text(f"NAME = {mine!r}\n")
     by_api = _sh(
         venv / "bin" / "python",
         "-c",
-        "import exarch_actors; print(exarch_actors.run('fanout').reply)",
+        "import cli, runtime, actors, exarch_actors; "
+        "print(exarch_actors.run('fanout').reply, cli.NAME, runtime.NAME, actors.NAME)",
         cwd=work,
     )
-    assert by_api.stdout.strip() == "499500"
+    assert by_api.stdout.strip() == "499500 cli runtime actors"

@@ -146,7 +146,7 @@ def test_the_fanout_example_runs_from_a_directory_whose_files_shadow_standard_mo
 def test_the_chat_example_answers_its_first_message_and_leaves_nothing_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runtime.providers.scenario import load_scenario
+    from exarch_actors.runtime.providers.scenario import load_scenario
     from tests.tui.conftest import chat
 
     example = ROOT / "examples" / "chat.toml"

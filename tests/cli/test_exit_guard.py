@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LEAKED_SHELL = """
 import sys
-from actors.shell import ShellActor
-from cli import exit_guard
-from cli.main import main
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.cli import exit_guard
+from exarch_actors.cli.main import main
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 ref = ShellActor.start(name="leaked", session=SessionDir.at(sys.argv[1]))
 print("host", ref.proxy().host_pid().get(), flush=True)
@@ -35,8 +35,8 @@ main()
 
 STUCK_THREAD = """
 import sys, threading
-from cli import exit_guard
-from cli.main import main
+from exarch_actors.cli import exit_guard
+from exarch_actors.cli.main import main
 
 exit_guard.EXIT_GRACE = 0.2
 threading.Thread(target=threading.Event().wait, name="never-ends").start()
@@ -72,9 +72,9 @@ def test_a_thread_that_never_ends_is_named_and_the_command_exits_with_its_own_st
 
 LEAKED_SHELL_IN_A_DRILL = """
 import sys
-from actors.shell import ShellActor
-from cli.main import main
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.cli.main import main
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 ref = ShellActor.start(name="leaked", session=SessionDir.at(sys.argv[1]))
 print("host", ref.proxy().host_pid().get(), flush=True)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from cli.fleet import yield_table
-from runtime.messages import Usage
-from runtime.providers.prices import FREE_DATE, PriceTable
-from runtime.settlement.cost import SpendMeter
+from exarch_actors.cli.fleet import yield_table
+from exarch_actors.runtime.messages import Usage
+from exarch_actors.runtime.providers.prices import FREE_DATE, PriceTable
+from exarch_actors.runtime.settlement.cost import SpendMeter
 from tests.agent.conftest import exarch
 from tests.support.terminal import ROOT
 
@@ -35,7 +35,7 @@ def test_a_mistyped_scenario_path_is_an_error_naming_the_missing_file_not_a_prom
 def test_a_missing_toml_and_a_slash_word_are_paths_but_a_sentence_with_a_slash_is_a_prompt(
     tmp_path: Path,
 ) -> None:
-    from cli.runner import looks_like_a_path
+    from exarch_actors.cli.runner import looks_like_a_path
 
     assert looks_like_a_path("examples/fanout")
     assert looks_like_a_path("fanout.toml")
@@ -52,7 +52,7 @@ def test_run_help_documents_that_a_path_like_argument_is_never_a_prompt() -> Non
 
 def test_the_bare_command_without_a_terminal_prints_the_help_and_exits_2(tmp_path: Path) -> None:
     p = subprocess.run(
-        [sys.executable, "-c", "from cli.main import main; main()"],
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()"],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

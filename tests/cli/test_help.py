@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from cli.main import main
+from exarch_actors.cli.main import main
 from tests.support.terminal import ROOT
 
 EXIT_CODES = {
@@ -97,7 +97,7 @@ def test_chat_refuses_network_flags_on_a_scripted_conversation_before_the_screen
 INVOKED_ALONE_FIRST = """
 import click
 from click.testing import CliRunner
-from cli.main import main
+from exarch_actors.cli.main import main
 
 for name in main.list_commands(click.Context(main)):
     cmd = main.get_command(click.Context(main), name)

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from actors.agent_process import ProcessAgent
-from actors.fleet import Fleet, FleetConfig
-from cli.fleet import render_tree
-from cli.run_report import RunReporter, agent_lines, live_agents
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.cli.fleet import render_tree
+from exarch_actors.cli.run_report import RunReporter, agent_lines, live_agents
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for
 
 SCENARIO = """

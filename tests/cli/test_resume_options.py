@@ -36,7 +36,7 @@ def test_resume_of_a_network_run_takes_a_new_endpoint_and_model_and_the_key_vari
         args = ["run", "--provider", "openai", "--model", "m1", "--api-key", "k1"]
         args += ["--base-url", first.url + "/v1", "--session-dir", str(session), "add 40 and 2"]
         control = subprocess.Popen(
-            [sys.executable, "-c", "from cli.main import main; main()", *args],
+            [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *args],
             cwd=tmp_path,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=subprocess.DEVNULL,

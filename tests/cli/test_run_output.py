@@ -59,7 +59,13 @@ class Running:
         scenario = tmp_path / "scenario.toml"
         scenario.write_text(textwrap.dedent(toml))
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from cli.main import main; main()", "run", str(scenario)],
+            [
+                sys.executable,
+                "-c",
+                "from exarch_actors.cli.main import main; main()",
+                "run",
+                str(scenario),
+            ],
             cwd=tmp_path,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=subprocess.PIPE,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.landlock import abi
+from exarch_actors.actors.landlock import abi
 from tests.agent.conftest import exarch
 
 SECRET = "SECRET-KEY-cli-41"

@@ -48,7 +48,7 @@ class LiveRun:
             [
                 sys.executable,
                 "-c",
-                "from cli.main import main; main()",
+                "from exarch_actors.cli.main import main; main()",
                 "run",
                 "gated.toml",
                 "--session-dir",
@@ -219,7 +219,7 @@ def test_sessions_lists_every_run_with_its_outcome_size_and_liveness_and_prune_s
 def test_prune_removes_only_what_passes_every_rule_and_never_a_live_session() -> None:
     import datetime as dt
 
-    from cli.sessions import SessionEntry, prune_candidates
+    from exarch_actors.cli.sessions import SessionEntry, prune_candidates
 
     now = dt.datetime(2026, 1, 10, tzinfo=dt.UTC)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.providers.prices import FREE_DATE
+from exarch_actors.runtime.providers.prices import FREE_DATE
 from tests.agent.conftest import Run, exarch, read_records
 from tests.support.protocol_servers import Exchange, ProtocolServer, openai_chunks, sse
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from runtime.providers.prices import Price, PriceTable
+from exarch_actors.runtime.providers.prices import Price, PriceTable
 
 
 def _price(n: int) -> Price:

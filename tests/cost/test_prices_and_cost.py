@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.messages import Usage
-from runtime.providers.prices import (
+from exarch_actors.runtime.messages import Usage
+from exarch_actors.runtime.providers.prices import (
     PRICES_DATE,
     BadPrice,
     Price,
@@ -20,7 +20,13 @@ from runtime.providers.prices import (
     parse_price_flag,
     price_table,
 )
-from runtime.settlement.cost import FleetSpend, SpendMeter, dollars, round_trip_cost, show
+from exarch_actors.runtime.settlement.cost import (
+    FleetSpend,
+    SpendMeter,
+    dollars,
+    round_trip_cost,
+    show,
+)
 
 SONNET = PriceTable().price("claude-sonnet-4-5")
 
@@ -144,7 +150,7 @@ def test_the_fleet_budget_is_reported_reached_exactly_once_and_unknown_spend_cou
 
 
 def test_resources_card_shows_tokens_by_kind_and_an_unknown_cost_with_its_reason() -> None:
-    from runtime.fleet.probes import ResourceFigures, resource_rows
+    from exarch_actors.runtime.fleet.probes import ResourceFigures, resource_rows
 
     meter = SpendMeter()
     meter.charge("claude-haiku-4-5", Usage(3000, 100, 1000, 1500), PriceTable())

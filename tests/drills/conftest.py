@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from cli.runner import RunOutcome, RunSpec, run_headless
-from runtime.providers.scenario import load_scenario
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli.runner import RunOutcome, RunSpec, run_headless
+from exarch_actors.runtime.providers.scenario import load_scenario
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.waiting import eventually
 
 
@@ -140,7 +140,7 @@ def kill_mid_run(tmp_path: Path, *flags: str) -> Path:
         [
             sys.executable,
             "-c",
-            "from cli.main import main; main()",
+            "from exarch_actors.cli.main import main; main()",
             "run",
             str(scenario),
             "--session-dir",
@@ -175,7 +175,7 @@ def kill_mid_run(tmp_path: Path, *flags: str) -> Path:
 def crashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One :func:`kill_mid_run` session per module, its dead run's processes killed; copy it
     with :func:`copy_session` before touching it."""
-    from runtime.state.run_processes import leftover_processes
+    from exarch_actors.runtime.state.run_processes import leftover_processes
 
     session = kill_mid_run(tmp_path_factory.mktemp("crashed"))
     for proc in leftover_processes(SessionDir(session)):
@@ -227,7 +227,7 @@ def exarch_cli(*args: str) -> Result:
     """``exarch-actors ARGS`` in this process, through the command group as a user runs it
     (invoking a subcommand object directly would leave click's cached help option without the
     group's ``-h``). Fails the test on any exception but the command's own exit."""
-    from cli.main import main
+    from exarch_actors.cli.main import main
 
     res = CliRunner().invoke(main, list(args), prog_name="exarch-actors")
     if res.exception is not None and not isinstance(res.exception, SystemExit):

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.drills.fault_switch import FAULTS_ENV, PAUSE_ENV
-from runtime.drills.invariant_check import check_session
-from runtime.state.durable import read_json_document, read_jsonl
-from runtime.state.journal import replay
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.drills.fault_switch import FAULTS_ENV, PAUSE_ENV
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
+from exarch_actors.runtime.state.journal import replay
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.drills.conftest import exarch_cli
 from tests.drills.test_startup_kill import _stopped
 from tests.support.fleet_model import FleetModel, serving
@@ -57,7 +57,7 @@ def test_a_child_whose_birth_a_control_kill_cut_short_is_settled_and_the_trunk_r
         env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "birth-before-admission"}
         argv = ["run", *flags, "--agents", "process", "--session-dir", str(session), "fan out"]
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from cli.main import main; main()", *argv],
+            [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
@@ -107,7 +107,7 @@ def test_a_control_kill_at_any_moment_resumes_to_a_reply_that_counts_every_child
         flags = ["--provider", "openai", "--base-url", url, "--model", "m", "--api-key", "k"]
         argv = ["run", *flags, "--agents", "process", "--session-dir", str(session), "fan out"]
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from cli.main import main; main()", *argv],
+            [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             cwd=tmp_path,
@@ -178,7 +178,7 @@ def test_a_child_killed_before_its_log_took_its_prompt_resumes_with_its_prompt(
     env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "admitted-before-launch"}
     argv = ["run", str(scenario), "--agents", "process", "--session-dir", str(session)]
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from cli.main import main; main()", *argv],
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,

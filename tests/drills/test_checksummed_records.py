@@ -15,11 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from runtime.drills.invariant_check import check_session
-from runtime.state.checksum import ChecksumMismatch, open_document, open_line, seal_line
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_read import DamagedSession, ResumeRefused, read_session
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.state.checksum import (
+    ChecksumMismatch,
+    open_document,
+    open_line,
+    seal_line,
+)
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_read import DamagedSession, ResumeRefused, read_session
 from tests.drills.conftest import copy_session, exarch_cli
 
 

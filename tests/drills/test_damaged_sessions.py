@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from runtime.drills.invariant_check import check_session
-from runtime.state.durable import read_json_document, read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.drills.conftest import copy_session, exarch_cli
 from tests.support.records import record_of, rewrite_document, sealed
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli.drill_rounds import child_env, exarch
-from runtime.state.durable import read_jsonl
+from exarch_actors.cli.drill_rounds import child_env, exarch
+from exarch_actors.runtime.state.durable import read_jsonl
 from tests.support.waiting import wait_for
 
 

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from runtime.drills.invariant_check import check_session
-from runtime.drills.nemesis import synthetic_scenario
-from runtime.errors import ExarchError, InboxFull
-from runtime.fleet.inbox import Command
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.drills.nemesis import synthetic_scenario
+from exarch_actors.runtime.errors import ExarchError, InboxFull
+from exarch_actors.runtime.fleet.inbox import Command
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.drills.conftest import LiveRun, start_live
 from tests.support.waiting import eventually
 

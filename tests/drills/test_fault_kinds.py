@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.drill import DrillConfig, run_drill
-from runtime.drills.invariant_check import check_session
-from runtime.drills.nemesis import Fault, Placed, fault_schedule, synthetic_scenario
-from runtime.state.durable import read_jsonl
+from exarch_actors.cli.drill import DrillConfig, run_drill
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.drills.nemesis import Fault, Placed, fault_schedule, synthetic_scenario
+from exarch_actors.runtime.state.durable import read_jsonl
 from tests.drills.conftest import run_scenario_text
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from cli.drill import DrillConfig, run_drill
-from runtime.drills.fault_switch import FAULTS_ENV, faults_enabled, injecting_faults
-from runtime.ral.session import Session
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli.drill import DrillConfig, run_drill
+from exarch_actors.runtime.drills.fault_switch import FAULTS_ENV, faults_enabled, injecting_faults
+from exarch_actors.runtime.ral.session import Session
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 def _binds_fault() -> bool:

@@ -10,11 +10,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime.drills.invariant_check import NotASession, check_session
-from runtime.state.durable import append_jsonl, read_jsonl
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_records import commit_record
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.runtime.drills.invariant_check import NotASession, check_session
+from exarch_actors.runtime.state.durable import append_jsonl, read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_records import commit_record
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 from tests.drills.conftest import run_scenario_text
 from tests.support.records import sealed
 
@@ -226,7 +226,7 @@ def test_a_directory_that_is_not_a_session_is_refused(tmp_path: Path) -> None:
 def test_check_command_exits_1_on_a_violation_and_prints_json(healthy: Path) -> None:
     from click.testing import CliRunner
 
-    from cli.check import check_command
+    from exarch_actors.cli.check import check_command
 
     ok = CliRunner().invoke(check_command, [str(healthy), "--json"])
     assert ok.exit_code == 0 and json.loads(ok.output)["ok"] is True

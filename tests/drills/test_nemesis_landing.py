@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.drill import DrillConfig, DrillResult
-from cli.drill_faults import Applied, LiveNemesis
-from cli.main import main
-from runtime.drills.nemesis import (
+from exarch_actors.cli.drill import DrillConfig, DrillResult
+from exarch_actors.cli.drill_faults import Applied, LiveNemesis
+from exarch_actors.cli.main import main
+from exarch_actors.runtime.drills.nemesis import (
     CONTROL_SHARE,
     COVERAGE_SECS,
     ENDING,
@@ -41,8 +41,8 @@ from runtime.drills.nemesis import (
     sure_calls,
     synthetic_scenario,
 )
-from runtime.providers.scenario import parse_scenario
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 @settings(max_examples=60, deadline=None)

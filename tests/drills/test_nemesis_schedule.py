@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.drills.nemesis import (
+from exarch_actors.runtime.drills.nemesis import (
     FAULT_KINDS,
     SCRIPTED,
     BadFaults,
@@ -15,7 +15,7 @@ from runtime.drills.nemesis import (
     place_scripted,
     synthetic_scenario,
 )
-from runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scenario import parse_scenario
 
 
 def test_a_fixed_seed_produces_the_same_fault_sequence_twice() -> None:

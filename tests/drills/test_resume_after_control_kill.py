@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from actors.resume import plan_resume, resume_run
-from runtime.drills.invariant_check import check_session
-from runtime.providers.scenario import load_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_read import NothingToResume
+from exarch_actors.actors.resume import plan_resume, resume_run
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.providers.scenario import load_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_read import NothingToResume
 from tests.drills.conftest import CRASH_SCENARIO, kill_mid_run, settled_ids
 
 

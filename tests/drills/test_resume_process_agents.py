@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.resume import resume_run
-from runtime.drills.invariant_check import check_session
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.resume import resume_run
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.drills.conftest import kill_mid_run, settled_ids
 
 

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from actors.resume import resume_run
-from runtime.drills.fault_switch import CRASH_AT_ENV, CRASH_POINTS
-from runtime.drills.invariant_check import check_session
-from runtime.state.durable import read_jsonl
-from runtime.state.run_processes import leftover_processes
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_records import logged_results
+from exarch_actors.actors.resume import resume_run
+from exarch_actors.runtime.drills.fault_switch import CRASH_AT_ENV, CRASH_POINTS
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.run_processes import leftover_processes
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_records import logged_results
 from tests.drills.conftest import CRASH_SCENARIO
 from tests.support.waiting import wait_for
 
@@ -41,7 +41,7 @@ def _killed_at(tmp_path: Path, point: str, agents: str) -> Path:
         [
             sys.executable,
             "-c",
-            "from cli.main import main; main()",
+            "from exarch_actors.cli.main import main; main()",
             "run",
             str(scenario),
             "--session-dir",

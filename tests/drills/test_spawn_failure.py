@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from cli.runner import RunOutcome
-from runtime.drills.invariant_check import check_session
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli.runner import RunOutcome
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.drills.conftest import exarch_cli, start_live
 
 TWICE = """
@@ -150,8 +150,8 @@ def test_a_child_cleared_away_while_it_is_built_has_its_shell_stopped_and_nothin
     reading its pipe, was the drill's stray child (``no-stray-children``)."""
     import pykka
 
-    from actors.fleet import Fleet
-    from actors.shell import ShellActor
+    from exarch_actors.actors.fleet import Fleet
+    from exarch_actors.actors.shell import ShellActor
 
     start_shell = Fleet.start_shell
 

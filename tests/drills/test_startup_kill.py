@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.drills.fault_switch import FAULTS_ENV, PAUSE_ENV
-from runtime.drills.invariant_check import check_session
-from runtime.state.durable import read_json_document, read_jsonl, write_json_document
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.drills.fault_switch import FAULTS_ENV, PAUSE_ENV
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.state.durable import read_json_document, read_jsonl, write_json_document
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.drills.conftest import exarch_cli
 from tests.support.waiting import eventually
 
@@ -58,7 +58,7 @@ def kill_at_startup(tmp_path: Path) -> Path:
     env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "run-spec-written"}
     argv = ["run", str(scenario), "--session-dir", str(session)]
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from cli.main import main; main()", *argv],
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=env,

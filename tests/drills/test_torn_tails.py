@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.resume import resume_run
-from runtime.drills.invariant_check import check_session
-from runtime.state.durable import append_jsonl, read_jsonl, torn_path
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.resume import resume_run
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.state.durable import append_jsonl, read_jsonl, torn_path
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.drills.conftest import copy_session
 
 _records = st.lists(

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.state import durability
-from runtime.state.durability import AppendFile, Durability, DurabilityConflict
-from runtime.state.durable import append_jsonl, atomic_write_bytes, read_jsonl
-from runtime.state.eventlog import AgentLog
-from runtime.state.journal import SpawnJournal
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.durability import AppendFile, Durability, DurabilityConflict
+from exarch_actors.runtime.state.durable import append_jsonl, atomic_write_bytes, read_jsonl
+from exarch_actors.runtime.state.eventlog import AgentLog
+from exarch_actors.runtime.state.journal import SpawnJournal
 from tests.support.fsyncs import CountingFsync, GatedFsync
 from tests.support.waiting import HANG_GUARD, wait_for
 
@@ -69,8 +69,8 @@ _KILLED_WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from runtime.state import durability
-    from runtime.state.durable import append_jsonl
+    from exarch_actors.runtime.state import durability
+    from exarch_actors.runtime.state.durable import append_jsonl
 
     def no_fsync(fd):
         raise SystemExit("an fsync under process")

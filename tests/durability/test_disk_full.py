@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from actors.bus import BusCore
-from runtime.events import SystemNote
-from runtime.state import disk_full, durability
-from runtime.state.disk_full import DiskFull
-from runtime.state.durable import read_jsonl
+from exarch_actors.actors.bus import BusCore
+from exarch_actors.runtime.events import SystemNote
+from exarch_actors.runtime.state import disk_full, durability
+from exarch_actors.runtime.state.disk_full import DiskFull
+from exarch_actors.runtime.state.durable import read_jsonl
 from tests.support.terminal import Terminal
 
 ROOT = Path(__file__).resolve().parents[2]
-EXARCH = [sys.executable, "-c", "from cli.main import main; main()"]
+EXARCH = [sys.executable, "-c", "from exarch_actors.cli.main import main; main()"]
 
 
 def _mount(where: Path, size: str) -> None:
@@ -232,8 +232,8 @@ def test_a_run_in_process_on_a_full_disk_raises_disk_full_instead_of_waiting_for
     """A caller that runs a fleet in its own process (an embedding, a test) is not ended by
     the stop: its run is cancelled, closed and raises the typed error. Before, its bus died of
     a failed drain and the run waited for it forever."""
-    from cli.runner import RunSpec, run_headless
-    from runtime.providers.scenario import load_scenario
+    from exarch_actors.cli.runner import RunSpec, run_headless
+    from exarch_actors.runtime.providers.scenario import load_scenario
 
     scenario = load_scenario(str(_scenario(tmp_path / "many.toml", children=4, calls=40)))
     spec = RunSpec("scripted", None, scenario, session_dir=str(small_disk / "s"), agents="thread")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.drill import DrillConfig, run_drill
-from runtime.state.durability import Durability
+from exarch_actors.cli.drill import DrillConfig, run_drill
+from exarch_actors.runtime.state.durability import Durability
 
 
 @pytest.mark.slow

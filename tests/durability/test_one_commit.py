@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.state import durability
-from runtime.state.durability import Durability
-from runtime.state.durable import append_jsonl, read_jsonl
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.durability import Durability
+from exarch_actors.runtime.state.durable import append_jsonl, read_jsonl
 from tests.support.fsyncs import CountingFsync, GatedFsync
 from tests.support.waiting import HANG_GUARD
 

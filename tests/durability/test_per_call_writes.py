@@ -13,12 +13,12 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.messages import AssistantMessage, StopReason, ToolCall, ToolResult, Usage
-from runtime.state import durability
-from runtime.state.checksum import open_line
-from runtime.state.durability import Durability
-from runtime.state.durable import now_iso, read_jsonl, stamped_line
-from runtime.state.eventlog import AgentLog
+from exarch_actors.runtime.messages import AssistantMessage, StopReason, ToolCall, ToolResult, Usage
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.checksum import open_line
+from exarch_actors.runtime.state.durability import Durability
+from exarch_actors.runtime.state.durable import now_iso, read_jsonl, stamped_line
+from exarch_actors.runtime.state.eventlog import AgentLog
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 

@@ -8,13 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from runtime.state import durability
-from runtime.state.binding_log import BindingLogWriter, log_path
-from runtime.state.durability import Durability, ShippedRecord
-from runtime.state.durable import append_jsonl, atomic_write_bytes
-from runtime.state.eventlog import AgentLog
-from runtime.state.record_mirror import RecordRefused, agent_files, apply_shipped, seed
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.binding_log import BindingLogWriter, log_path
+from exarch_actors.runtime.state.durability import Durability, ShippedRecord
+from exarch_actors.runtime.state.durable import append_jsonl, atomic_write_bytes
+from exarch_actors.runtime.state.eventlog import AgentLog
+from exarch_actors.runtime.state.record_mirror import (
+    RecordRefused,
+    agent_files,
+    apply_shipped,
+    seed,
+)
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from actors.resume import resume_run
-from cli.runner import RunSpec, run_headless
-from runtime.drills.invariant_check import check_session
-from runtime.providers.scenario import load_scenario
-from runtime.state import durability
-from runtime.state.durability import Durability
-from runtime.state.session_dir import SessionDir
-from runtime.state.session_read import ResumeRefused, read_run
+from exarch_actors.actors.resume import resume_run
+from exarch_actors.cli.runner import RunSpec, run_headless
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.providers.scenario import load_scenario
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.durability import Durability
+from exarch_actors.runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.session_read import ResumeRefused, read_run
 from tests.drills.conftest import kill_mid_run
 from tests.support.fsyncs import CountingFsync
 from tests.support.records import rewrite_document

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.bus import Bus, BusCore, BusHandle, Publish, start_bus
-from runtime.events import (
+from exarch_actors.actors.bus import Bus, BusCore, BusHandle, Publish, start_bus
+from exarch_actors.runtime.events import (
     Born,
     Died,
     InboxRejected,
@@ -20,8 +20,8 @@ from runtime.events import (
     Resources,
     SystemNote,
 )
-from runtime.fleet.inbox import AgentResult
-from runtime.state.durable import read_jsonl
+from exarch_actors.runtime.fleet.inbox import AgentResult
+from exarch_actors.runtime.state.durable import read_jsonl
 
 
 @pytest.fixture

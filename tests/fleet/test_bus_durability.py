@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from actors.bus import BusCore
-from runtime.events import Died, InboxRejected, Notice
-from runtime.fleet.inbox import AgentResult
-from runtime.state import durability
-from runtime.state.durability import Durability
-from runtime.state.durable import read_jsonl
+from exarch_actors.actors.bus import BusCore
+from exarch_actors.runtime.events import Died, InboxRejected, Notice
+from exarch_actors.runtime.fleet.inbox import AgentResult
+from exarch_actors.runtime.state import durability
+from exarch_actors.runtime.state.durability import Durability
+from exarch_actors.runtime.state.durable import read_jsonl
 from tests.support.fsyncs import GatedFsync
 from tests.support.waiting import HANG_GUARD, wait_for
 
@@ -72,7 +72,7 @@ def test_under_process_a_published_event_reaches_subscribers_with_no_fsync(
 
 def _stalled_bus(tmp_path: Path, policy: Durability) -> tuple[Any, Any, threading.Event]:
     """A bus whose actor thread is held in a handler until the returned event is set."""
-    from actors.bus import start_bus
+    from exarch_actors.actors.bus import start_bus
 
     files = durability.bind(tmp_path, policy)
     bus = start_bus(tmp_path / "transcript.jsonl")
@@ -91,7 +91,7 @@ class _Hold:
 def _holding_bus() -> Iterator[threading.Event]:
     """While inside, a ``_Hold`` message parks the bus thread until its gate opens; the Event
     yielded is set once the thread is parked."""
-    from actors.bus import Bus
+    from exarch_actors.actors.bus import Bus
 
     held = threading.Event()
     inner = Bus.on_receive

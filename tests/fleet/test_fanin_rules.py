@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.fleet.fanin import (
+from exarch_actors.runtime.fleet.fanin import (
     ChildEnd,
     FanIn,
     NotAChild,

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from runtime.constants import INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
-from runtime.errors import InboxFull
-from runtime.fleet.inbox import (
+from exarch_actors.runtime.constants import INBOX_SOURCE_CAP, INBOX_TOTAL_CAP
+from exarch_actors.runtime.errors import InboxFull
+from exarch_actors.runtime.fleet.inbox import (
     AgentMessage,
     AgentResult,
     Command,
@@ -28,7 +28,7 @@ from runtime.fleet.inbox import (
     UserSteering,
     source_of,
 )
-from runtime.fleet.park import ParkMode
+from exarch_actors.runtime.fleet.park import ParkMode
 from tests.support.waiting import HANG_GUARD, wait_for
 
 SMALL_SOURCE_CAP = 3

@@ -11,10 +11,15 @@ import pytest
 from pykka import messages as pykka_messages
 from pykka._envelope import Envelope
 
-from actors.mailbox import Cancel, Coalesced, Interrupt, QuotaActor, QuotaMailbox
-from runtime.cancel import CancelScope
-from runtime.errors import InboxFull
-from runtime.fleet.inbox import AgentMessage, PushEffect, ScheduledWakeup, UserSteering
+from exarch_actors.actors.mailbox import Cancel, Coalesced, Interrupt, QuotaActor, QuotaMailbox
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.errors import InboxFull
+from exarch_actors.runtime.fleet.inbox import (
+    AgentMessage,
+    PushEffect,
+    ScheduledWakeup,
+    UserSteering,
+)
 
 
 class Worker(QuotaActor):

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from runtime.fleet.park import Construction, ParkMode, park_mode, returns_for
+from exarch_actors.runtime.fleet.park import Construction, ParkMode, park_mode, returns_for
 
 Q, H, E, C, W, U = (
     ParkMode.QUIESCE,

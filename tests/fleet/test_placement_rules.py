@@ -8,11 +8,15 @@ import threading
 
 import pytest
 
-from actors.ray_nodes import NodeChange, NodeWatch, roster_changes
-from cli.fleet import nodes_line
-from runtime.errors import ScenarioError
-from runtime.fleet.placement import BadResourceRequest, PlacementPolicy, ResourceRequest
-from runtime.providers.scenario import parse_scenario
+from exarch_actors.actors.ray_nodes import NodeChange, NodeWatch, roster_changes
+from exarch_actors.cli.fleet import nodes_line
+from exarch_actors.runtime.errors import ScenarioError
+from exarch_actors.runtime.fleet.placement import (
+    BadResourceRequest,
+    PlacementPolicy,
+    ResourceRequest,
+)
+from exarch_actors.runtime.providers.scenario import parse_scenario
 
 SCENARIO = """
 [fleet]

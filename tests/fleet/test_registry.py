@@ -7,14 +7,20 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from actors.registry import Registry, RegistryHandle, start_registry
-from runtime.cancel import CancelScope
-from runtime.constants import TRUNK_NAME
-from runtime.errors import FuelExhausted, InboxFull, NameTaken, UnknownAgent
-from runtime.events import CancelHop, InboxRejected
-from runtime.fleet.inbox import AgentMessage, AgentResult, ExitSignal, Surface, UserSteering
-from runtime.fleet.registry import DEADLINE, FleetRegistry
-from runtime.fleet.spawn_tree import AgentEnded
+from exarch_actors.actors.registry import Registry, RegistryHandle, start_registry
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.constants import TRUNK_NAME
+from exarch_actors.runtime.errors import FuelExhausted, InboxFull, NameTaken, UnknownAgent
+from exarch_actors.runtime.events import CancelHop, InboxRejected
+from exarch_actors.runtime.fleet.inbox import (
+    AgentMessage,
+    AgentResult,
+    ExitSignal,
+    Surface,
+    UserSteering,
+)
+from exarch_actors.runtime.fleet.registry import DEADLINE, FleetRegistry
+from exarch_actors.runtime.fleet.spawn_tree import AgentEnded
 from tests.support.waiting import HANG_GUARD
 
 
@@ -358,7 +364,7 @@ def test_the_fleet_is_alive_while_the_registry_is_non_empty(reg: RegistryHandle)
 
 
 def test_the_last_child_deregistering_wakes_its_parked_parent_at_once(reg: RegistryHandle) -> None:
-    from runtime.fleet.park import ParkMode
+    from exarch_actors.runtime.fleet.park import ParkMode
 
     reg.core.register(TRUNK_NAME, returns=True)
     reg.core.register("only-child", TRUNK_NAME, returns=True)

@@ -8,9 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.constants import SPAWN_FUEL, TRUNK_NAME
-from runtime.errors import FuelExhausted, NameTaken, UnknownAgent
-from runtime.fleet.spawn_tree import AgentEnded, LeaseExpired, LeaseRemaining, SpawnTree
+from exarch_actors.runtime.constants import SPAWN_FUEL, TRUNK_NAME
+from exarch_actors.runtime.errors import FuelExhausted, NameTaken, UnknownAgent
+from exarch_actors.runtime.fleet.spawn_tree import (
+    AgentEnded,
+    LeaseExpired,
+    LeaseRemaining,
+    SpawnTree,
+)
 
 
 class FakeClock:
@@ -139,7 +144,7 @@ def test_a_child_registered_under_a_cancelled_parent_inherits_the_cause() -> Non
 
 @pytest.mark.parametrize("name", ["", "bad/name", "..", ".hidden", "-flag", "x" * 65, "a b", "é"])
 def test_a_name_that_cannot_identify_an_agent_is_refused_with_a_typed_error(name: str) -> None:
-    from runtime.fleet.spawn_tree import BadAgentName
+    from exarch_actors.runtime.fleet.spawn_tree import BadAgentName
 
     tree = SpawnTree()
     with pytest.raises(BadAgentName):

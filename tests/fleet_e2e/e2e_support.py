@@ -22,15 +22,15 @@ from typing import Any
 
 import psutil
 
-from actors.bus import Subscription
-from actors.fleet import Fleet, FleetConfig
-from runtime.drills.invariant_check import check_session
-from runtime.events import Event
-from runtime.providers import make_provider
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.bus import Subscription
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.events import Event
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 class FakeClock:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import pytest
 from e2e_support import FleetRun, fleet_factory
 
-from actors.fleet import FleetConfig
+from exarch_actors.actors.fleet import FleetConfig
 from tests.support.busy import busy_in_its_call
 from tests.support.waiting import HANG_GUARD, wait_for
 

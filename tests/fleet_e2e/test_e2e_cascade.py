@@ -26,7 +26,7 @@ from e2e_support import (
     fleet_factory,
 )
 
-from actors.agent import Agent
+from exarch_actors.actors.agent import Agent
 from tests.support.waiting import HANG_GUARD
 from tests.support.waiting import wait_for as wait_until
 

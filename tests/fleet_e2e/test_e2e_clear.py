@@ -17,7 +17,7 @@ from e2e_support import (
     fleet_factory,
 )
 
-from runtime.fleet.inbox import Command
+from exarch_actors.runtime.fleet.inbox import Command
 from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)

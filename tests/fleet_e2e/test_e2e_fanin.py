@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from e2e_support import FleetRun, assert_check_holds, finish, fleet_factory
 
-from actors.fleet import FleetConfig
-from runtime.constants import INBOX_SOURCE_CAP
+from exarch_actors.actors.fleet import FleetConfig
+from exarch_actors.runtime.constants import INBOX_SOURCE_CAP
 from tests.agent.conftest import Run, scenario_run
 from tests.support.waiting import wait_for
 
@@ -62,7 +62,7 @@ def run_cli(tmp_path: Path, toml: str, backend: str, timeout: float = 60) -> Run
 
 
 def transcript_of(session: Path, kind: str) -> list[dict[str, Any]]:
-    from runtime.state.durable import read_jsonl
+    from exarch_actors.runtime.state.durable import read_jsonl
 
     return [r for r in read_jsonl(session / "transcript.jsonl").records if r.get("kind") == kind]
 

@@ -18,7 +18,7 @@ from e2e_support import (
     fleet_factory,
 )
 
-from runtime.constants import INBOX_SOURCE_CAP
+from exarch_actors.runtime.constants import INBOX_SOURCE_CAP
 from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)

@@ -20,9 +20,9 @@ from e2e_support import (
     fleet_factory,
 )
 
-from actors.fleet import FleetConfig
-from runtime.fleet.inbox import Command
-from runtime.fleet.registry import DEADLINE
+from exarch_actors.actors.fleet import FleetConfig
+from exarch_actors.runtime.fleet.inbox import Command
+from exarch_actors.runtime.fleet.registry import DEADLINE
 from tests.support.waiting import wait_for as wait_until
 
 fleet_of = pytest.fixture(name="fleet_of")(fleet_factory)

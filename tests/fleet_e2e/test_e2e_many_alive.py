@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from e2e_support import FleetRun, assert_check_holds, finish, fleet_factory
 
-import actors.agent_process
-from actors.agent_process import ProcessAgent
-from actors.fleet import FleetConfig
-from runtime.events import Born, Died, Notice
+import exarch_actors.actors.agent_process as agent_process_module
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.fleet import FleetConfig
+from exarch_actors.runtime.events import Born, Died, Notice
 from tests.support.fork_probe import exit_before_born
 from tests.support.waiting import pid_alive, wait_for
 
@@ -124,7 +124,7 @@ def test_a_child_whose_process_ends_before_it_is_born_is_reported_failed_to_agen
     assert fleet.host_pool is not None
     fleet.host_pool.close()
     fleet.host_pool = None
-    monkeypatch.setattr(actors.agent_process, "agent_process_main", exit_before_born)
+    monkeypatch.setattr(agent_process_module, "agent_process_main", exit_before_born)
     gate.touch()  # the trunk spawns c-1 only now
     wait_for(lambda: collected(run) == ["c-1"], 120, "c-1's end collected by agent-wait")
     answer = wait_for(

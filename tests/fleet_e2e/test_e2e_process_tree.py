@@ -46,7 +46,13 @@ class BusyRun:
         scenario = tmp_path / "busy.toml"
         scenario.write_text(textwrap.dedent(BUSY_TREE))
         self.session = tmp_path / "session"
-        cmd = [sys.executable, "-c", "from cli.main import main; main()", "run", str(scenario)]
+        cmd = [
+            sys.executable,
+            "-c",
+            "from exarch_actors.cli.main import main; main()",
+            "run",
+            str(scenario),
+        ]
         cmd += ["--session-dir", str(self.session)]
         env = {**os.environ, "PYTHONPATH": str(ROOT), "EXARCH_FAULTS": "1"}
         # stderr to a file, not a pipe: an orphan holding the pipe would block reading it

@@ -7,10 +7,10 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
-from actors.agent import AgentOutcome, AgentStats
-from actors.agent_executor import AgentExecutor
-from runtime.settlement.executor import EnvironmentState, ExecutionSpec
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.agent import AgentOutcome, AgentStats
+from exarch_actors.actors.agent_executor import AgentExecutor
+from exarch_actors.runtime.settlement.executor import EnvironmentState, ExecutionSpec
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 class EndedInOrder:

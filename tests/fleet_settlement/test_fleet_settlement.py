@@ -20,13 +20,13 @@ from typing import Any
 import psutil
 import pytest
 
-from actors.fleet import Fleet
-from runtime.providers import make_provider
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.durable import read_jsonl
-from runtime.state.journal import replay
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.fleet import Fleet
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.journal import replay
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for as _wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,7 +141,7 @@ def test_a_fanout_of_50_children_with_random_crashes_ends_with_never_settled_zer
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from cli.main import main; main()", *args],
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from runtime.mcp.config import McpServer
+from exarch_actors.runtime.mcp.config import McpServer
 from tests.support.waiting import wait_for
 
 SERVER = str(Path(__file__).with_name("loopback_server.py"))
@@ -47,11 +47,11 @@ class McpRun:
 def mcp_fleet(tmp_path: Path) -> Iterator[Callable[..., McpRun]]:
     """``mcp_fleet(toml, servers=None, agents="thread", **config)``: a headless scripted fleet
     in this process whose MCP servers are ``servers`` (default: the stdio loopback as ``t``)."""
-    from actors.fleet import Fleet, FleetConfig
-    from actors.mcp_site import McpSetup
-    from runtime.providers.scenario import parse_scenario
-    from runtime.providers.scripted import ScenarioPlayback
-    from runtime.state.session_dir import SessionDir
+    from exarch_actors.actors.fleet import Fleet, FleetConfig
+    from exarch_actors.actors.mcp_site import McpSetup
+    from exarch_actors.runtime.providers.scenario import parse_scenario
+    from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+    from exarch_actors.runtime.state.session_dir import SessionDir
 
     runs: list[McpRun] = []
 

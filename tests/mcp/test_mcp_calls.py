@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runtime.mcp.config import McpServer
+from exarch_actors.runtime.mcp.config import McpServer
 from tests.mcp.conftest import seen
 
 CALLS = """

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from actors.landlock import abi
-from runtime.ral.grants import GrantPolicy, Grants
-from runtime.shell.confinement import SandboxMode
-from runtime.shell.limits import ShellLimits
+from exarch_actors.actors.landlock import abi
+from exarch_actors.runtime.ral.grants import GrantPolicy, Grants
+from exarch_actors.runtime.shell.confinement import SandboxMode
+from exarch_actors.runtime.shell.limits import ShellLimits
 from tests.mcp.conftest import stdio_server
 
 pytestmark = pytest.mark.skipif(abi() < 1, reason="this kernel has no Landlock")

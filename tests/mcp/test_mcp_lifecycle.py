@@ -10,8 +10,8 @@ from typing import Any
 import psutil
 import pytest
 
-from runtime.mcp.replies import CALL, McpRequest
-from runtime.ral.grants import GrantPolicy, Grants
+from exarch_actors.runtime.mcp.replies import CALL, McpRequest
+from exarch_actors.runtime.ral.grants import GrantPolicy, Grants
 from tests.mcp.conftest import SERVER, seen
 from tests.support.waiting import wait_for
 
@@ -160,7 +160,7 @@ def test_a_cancel_of_the_calling_agent_reaches_the_server_during_a_slow_tool(
 
 
 def _events(run: Any, agent: str) -> list[dict[str, Any]]:
-    from runtime.state.durable import read_jsonl
+    from exarch_actors.runtime.state.durable import read_jsonl
 
     return read_jsonl(run.session / "agents" / agent / "events.jsonl").records
 

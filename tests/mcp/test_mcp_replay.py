@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from runtime.providers.scenario import load_scenario
+from exarch_actors.runtime.providers.scenario import load_scenario
 from tests.agent.conftest import exarch
 from tests.mcp.conftest import SERVER
 

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.mcp.config import (
+from exarch_actors.runtime.mcp.config import (
     McpConfigInvalid,
     McpServer,
     merged,
     server_from_flag,
     servers_from_run,
 )
-from runtime.mcp.config import server_from_table as table
-from runtime.mcp.replies import (
+from exarch_actors.runtime.mcp.config import server_from_table as table
+from exarch_actors.runtime.mcp.replies import (
     CALL,
     LIST,
     McpReply,
@@ -26,7 +26,7 @@ from runtime.mcp.replies import (
     ReplyBook,
     arguments_key,
 )
-from runtime.mcp.values import (
+from exarch_actors.runtime.mcp.values import (
     McpArgumentInvalid,
     McpToolFailed,
     ToolLine,
@@ -34,9 +34,9 @@ from runtime.mcp.values import (
     call_value,
     prompt_section,
 )
-from runtime.providers.scenario import parse_scenario
-from runtime.ral.grants import Grants
-from runtime.ral.values import UNIT, Variant
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.ral.grants import Grants
+from exarch_actors.runtime.ral.values import UNIT, Variant
 
 
 def test_a_stdio_table_fills_python_and_here_and_keeps_its_fields() -> None:
@@ -160,8 +160,8 @@ def test_a_reply_is_served_once_to_the_same_call_whatever_its_key_order() -> Non
 
 
 def test_recorded_replies_read_back_from_a_scenario_and_a_torn_last_one_is_dropped() -> None:
-    from runtime.mcp.replies import mcp_result_block
-    from runtime.replay.recording import toml_string
+    from exarch_actors.runtime.mcp.replies import mcp_result_block
+    from exarch_actors.runtime.replay.recording import toml_string
 
     one = McpReply(LIST, None, "{}", {"tools": [{"name": "x", "description": 'a "q"\n'}]})
     two = McpReply(CALL, "x", arguments_key({"p": "ü"}), error="the server ended")

@@ -21,7 +21,7 @@ def exarch(
     """``exarch-actors ARGS`` in a process of its own, from the repository's root (``before``:
     Python run first in that process)."""
     return subprocess.run(
-        [sys.executable, "-c", f"{before}\nfrom cli.main import main; main()", *args],
+        [sys.executable, "-c", f"{before}\nfrom exarch_actors.cli.main import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

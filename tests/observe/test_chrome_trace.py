@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 import exarch_actors
-from actors.resume import resume_run
-from runtime.observe.chrome_trace import nest
-from runtime.observe.spans import Span
-from runtime.state.durable import read_jsonl
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.resume import resume_run
+from exarch_actors.runtime.observe.chrome_trace import nest
+from exarch_actors.runtime.observe.spans import Span
+from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.drills.conftest import kill_mid_run
 from tests.observe.conftest import FANOUT, exarch, flow_pairs, tracks, valid_chrome_trace
 

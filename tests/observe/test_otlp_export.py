@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import exarch_actors
-from runtime.observe.otel import trace_id_of, traces_url
+from exarch_actors.runtime.observe.otel import trace_id_of, traces_url
 from tests.observe.conftest import FANOUT, exarch
 
 pytest.importorskip(

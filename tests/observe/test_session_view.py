@@ -9,10 +9,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from runtime.observe.chrome_trace import chrome_trace
-from runtime.observe.report_html import render_report
-from runtime.observe.spans import read_view
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.observe.chrome_trace import chrome_trace
+from exarch_actors.runtime.observe.report_html import render_report
+from exarch_actors.runtime.observe.spans import read_view
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.observe.conftest import flow_pairs, tracks, valid_chrome_trace
 
 

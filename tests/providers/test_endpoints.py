@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.providers.endpoints import DEFAULT_BASE_URLS, api_key_required
-from runtime.providers.openai import OpenAIProvider
+from exarch_actors.runtime.providers.endpoints import DEFAULT_BASE_URLS, api_key_required
+from exarch_actors.runtime.providers.openai import OpenAIProvider
 
 
 @pytest.mark.parametrize(

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cancel import CancelScope
-from runtime.messages import StopReason, ToolCall, Usage, UserMessage, admit_assistant
-from runtime.providers import make_provider
-from runtime.providers.openai import OpenAIProvider
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import StopReason, ToolCall, Usage, UserMessage, admit_assistant
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.openai import OpenAIProvider
 from tests.agent.conftest import exarch
 from tests.support.protocol_servers import (
     Exchange,

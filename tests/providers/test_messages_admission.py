@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.messages import (
+from exarch_actors.runtime.messages import (
     EMPTY_REPLY_STUB,
     AssistantMessage,
     StopReason,
@@ -23,7 +23,7 @@ from runtime.messages import (
     admit_with_report,
     message_from_dict,
 )
-from runtime.providers import anthropic, openai
+from exarch_actors.runtime.providers import anthropic, openai
 
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 json_values = st.recursive(

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from runtime.cancel import Cancelled, CancelScope
-from runtime.messages import (
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.messages import (
     StopReason,
     ToolCall,
     TranscriptItem,
@@ -19,8 +19,8 @@ from runtime.messages import (
     UserMessage,
     admit_assistant,
 )
-from runtime.providers import make_provider
-from runtime.providers.base import (
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.base import (
     MalformedReply,
     ProviderTimeout,
     RateLimited,
@@ -32,7 +32,7 @@ from runtime.providers.base import (
     TransportError,
     truncation_of,
 )
-from runtime.providers.http import HttpStreamingProvider
+from exarch_actors.runtime.providers.http import HttpStreamingProvider
 from tests.support.protocol_servers import (
     Exchange,
     ProtocolServer,
@@ -349,7 +349,7 @@ def test_an_already_cancelled_scope_sends_no_request(server: ProtocolServer, pro
 def test_summarize_declares_the_tools_but_forbids_calling_them(
     server: ProtocolServer, proto: Proto
 ) -> None:
-    from runtime.messages import AssistantMessage, ToolResult
+    from exarch_actors.runtime.messages import AssistantMessage, ToolResult
 
     server.script(Exchange(chunks=proto.reply("the summary")))
     transcript: list[TranscriptItem] = [

@@ -12,8 +12,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.cancel import CancelScope
-from runtime.messages import (
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import (
     AssistantMessage,
     StopReason,
     ToolCall,
@@ -22,11 +22,15 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.providers import make_provider
-from runtime.providers.anthropic import AnthropicProvider
-from runtime.providers.base import RAL_TOOL, SUMMARIZE_INSTRUCTION, ToolSpec
-from runtime.providers.openai import OpenAIProvider
-from runtime.providers.prompt_cache import MAX_BREAKPOINTS, marked_blocks, place_breakpoints
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.anthropic import AnthropicProvider
+from exarch_actors.runtime.providers.base import RAL_TOOL, SUMMARIZE_INSTRUCTION, ToolSpec
+from exarch_actors.runtime.providers.openai import OpenAIProvider
+from exarch_actors.runtime.providers.prompt_cache import (
+    MAX_BREAKPOINTS,
+    marked_blocks,
+    place_breakpoints,
+)
 from tests.agent.conftest import exarch
 from tests.support.protocol_servers import (
     Exchange,

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.cancel import CancelScope
-from runtime.messages import UserMessage
-from runtime.providers import make_provider
-from runtime.providers.base import RequestRejected
-from runtime.providers.openai import OpenAIProvider
-from runtime.providers.proxy import Proxy, ProxyUnsupported, bypasses, proxy_for
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import UserMessage
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.base import RequestRejected
+from exarch_actors.runtime.providers.openai import OpenAIProvider
+from exarch_actors.runtime.providers.proxy import Proxy, ProxyUnsupported, bypasses, proxy_for
 from tests.agent.conftest import exarch
 from tests.support.connect_proxy import ConnectProxy
 from tests.support.protocol_servers import (

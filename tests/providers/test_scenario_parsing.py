@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import ScenarioError
-from runtime.messages import StopReason
-from runtime.providers.scenario import load_scenario, parse_scenario
+from exarch_actors.runtime.errors import ScenarioError
+from exarch_actors.runtime.messages import StopReason
+from exarch_actors.runtime.providers.scenario import load_scenario, parse_scenario
 
 SCENARIO_MD_EXAMPLE = """\
 [fleet]

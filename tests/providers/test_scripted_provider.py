@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cancel import Cancelled, CancelScope
-from runtime.messages import (
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.messages import (
     StopReason,
     ToolCall,
     ToolResult,
@@ -18,8 +18,8 @@ from runtime.messages import (
     UserMessage,
     admit_assistant,
 )
-from runtime.providers import make_provider
-from runtime.providers.base import (
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.base import (
     MalformedReply,
     ProviderHandle,
     ProviderTimeout,
@@ -30,8 +30,8 @@ from runtime.providers.base import (
     TransportError,
     Truncated,
 )
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
 from tests.support.waiting import HANG_GUARD
 
 TRUNK = """
@@ -303,7 +303,7 @@ def test_a_provider_handle_is_safe_under_concurrent_swaps_and_reads() -> None:
 
 
 def test_make_provider_refuses_scripted_without_a_scenario_and_unknown_names() -> None:
-    from runtime.providers import UnknownProvider
+    from exarch_actors.runtime.providers import UnknownProvider
 
     with pytest.raises(UnknownProvider, match="needs a scenario"):
         make_provider("scripted")

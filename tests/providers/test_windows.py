@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.providers import make_provider
-from runtime.providers.http import HttpStreamingProvider
-from runtime.providers.windows import WINDOWS, canonical, window_for
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.http import HttpStreamingProvider
+from exarch_actors.runtime.providers.windows import WINDOWS, canonical, window_for
 
 
 @pytest.mark.parametrize(

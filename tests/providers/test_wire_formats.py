@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.cancel import CancelScope
-from runtime.messages import (
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import (
     AssistantMessage,
     StopReason,
     SystemPrompt,
@@ -15,10 +15,10 @@ from runtime.messages import (
     Usage,
     UserMessage,
 )
-from runtime.providers import make_provider
-from runtime.providers.anthropic import AnthropicProvider
-from runtime.providers.base import ProviderHandle, RateLimited
-from runtime.providers.openai import OpenAIProvider
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.anthropic import AnthropicProvider
+from exarch_actors.runtime.providers.base import ProviderHandle, RateLimited
+from exarch_actors.runtime.providers.openai import OpenAIProvider
 from tests.support.protocol_servers import (
     Exchange,
     ProtocolServer,
@@ -159,7 +159,7 @@ def test_anthropic_request_carries_version_key_system_and_merged_user_turns(
 
 
 def test_anthropic_transcript_opening_with_an_assistant_turn_gets_a_user_turn_first() -> None:
-    from runtime.providers.anthropic import render_anthropic_messages
+    from exarch_actors.runtime.providers.anthropic import render_anthropic_messages
 
     turns = render_anthropic_messages([AssistantMessage("  "), UserMessage("")])
     assert [t["role"] for t in turns] == ["user", "assistant", "user"]

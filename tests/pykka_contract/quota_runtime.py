@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from pykka import ThreadingFuture
 
-from actors.mailbox import QuotaActor
+from exarch_actors.actors.mailbox import QuotaActor
 
 QUOTA_ID = "quota"
 

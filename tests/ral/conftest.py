@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.ral.session import Session
+from exarch_actors.runtime.ral.session import Session
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.ral.compile import STATS
-from runtime.ral.context import DynamicContext
-from runtime.ral.session import COMPILE_CACHE, Session
+from exarch_actors.runtime.ral.compile import STATS
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.ral.session import COMPILE_CACHE, Session
 
 
 def _visits(session: Session, source: str) -> tuple[Any, int]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = "runtime.ral"
+PACKAGE = "exarch_actors.runtime.ral"
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = ROOT / "runtime" / "ral"
 
@@ -129,18 +129,21 @@ def test_each_ral_module_imports_only_modules_of_lower_layers() -> None:
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("import runtime.ral.codec\n", {"codec"}),
-        ("from runtime.ral import confine\n", {"__init__", "confine"}),
+        ("import exarch_actors.runtime.ral.codec\n", {"codec"}),
+        ("from exarch_actors.runtime.ral import confine\n", {"__init__", "confine"}),
         ("from . import values\n", {"__init__", "values"}),
         ("from .compile import Scope\n", {"compile"}),
         (
             "from typing import TYPE_CHECKING\n"
             "if TYPE_CHECKING:\n"
-            "    from runtime.ral.natives import NATIVES\n",
+            "    from exarch_actors.runtime.ral.natives import NATIVES\n",
             {"natives"},
         ),
-        ("def f() -> None:\n    from runtime.ral.workers import ThreadWorkers\n", {"workers"}),
-        ("import os\nfrom runtime.cancel import Cancelled\n", set()),
+        (
+            "def f() -> None:\n    from exarch_actors.runtime.ral.workers import ThreadWorkers\n",
+            {"workers"},
+        ),
+        ("import os\nfrom exarch_actors.runtime.cancel import Cancelled\n", set()),
     ],
 )
 def test_the_graph_counts_every_kind_of_import(source: str, expected: set[str]) -> None:

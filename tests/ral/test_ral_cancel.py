@@ -14,12 +14,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime.cancel import Cancelled, CancelScope
-from runtime.ral import natives
-from runtime.ral.context import DynamicContext
-from runtime.ral.interp import Interp
-from runtime.ral.natives import MAX_RANGE
-from runtime.ral.session import RunResult, Session
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.ral import natives
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.ral.interp import Interp
+from exarch_actors.runtime.ral.natives import MAX_RANGE
+from exarch_actors.runtime.ral.session import RunResult, Session
 from tests.support.waiting import HANG_GUARD
 from tests.support.waiting import wait_for as _wait_for
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.ral import needs_more, ral_command
+from exarch_actors.cli.ral import needs_more, ral_command
 
-MAIN = "from cli.main import main; main()"
+MAIN = "from exarch_actors.cli.main import main; main()"
 
 
 def _json(*args: str) -> tuple[int, dict[str, object]]:

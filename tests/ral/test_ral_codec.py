@@ -9,10 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.ral.codec import decode_value, encode_value
-from runtime.ral.errors import CodecError
-from runtime.ral.session import Session
-from runtime.ral.values import UNIT, Builtin, Closure, Variant, WorkerHandle, values_equal
+from exarch_actors.runtime.ral.codec import decode_value, encode_value
+from exarch_actors.runtime.ral.errors import CodecError
+from exarch_actors.runtime.ral.session import Session
+from exarch_actors.runtime.ral.values import (
+    UNIT,
+    Builtin,
+    Closure,
+    Variant,
+    WorkerHandle,
+    values_equal,
+)
 
 _session = Session(faults=False)
 _CLOSURE_SOURCES = [
@@ -120,6 +127,6 @@ def test_foreign_msgpack_data_is_refused() -> None:
 
 
 def test_value_size_is_the_encoded_length() -> None:
-    from runtime.ral.codec import value_size
+    from exarch_actors.runtime.ral.codec import value_size
 
     assert value_size("x" * 100) == len(encode_value("x" * 100))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.ral.context import DynamicContext, Grants
-from runtime.ral.session import RunResult, Session
+from exarch_actors.runtime.ral.context import DynamicContext, Grants
+from exarch_actors.runtime.ral.session import RunResult, Session
 from tests.support.waiting import wait_for
 
 SECRET = "outside-secret-7f3a"

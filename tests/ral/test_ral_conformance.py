@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from runtime.ral.session import Session
-from runtime.ral.values import UNIT, Variant, render
+from exarch_actors.runtime.ral.session import Session
+from exarch_actors.runtime.ral.values import UNIT, Variant, render
 
 
 def ok(s: Session, src: str) -> Any:
@@ -255,7 +255,7 @@ def test_a_non_zero_exit_is_a_catchable_error_naming_program_and_code(session: S
 
 
 def test_a_program_outside_the_grants_is_not_granted(session: Session) -> None:
-    from runtime.ral.context import Grants
+    from exarch_actors.runtime.ral.context import Grants
 
     session.context.grants = Grants.granting(exec=["printf"])
     assert ok(session, "printf ok") == "ok"
@@ -422,7 +422,7 @@ class _Desk:
         return self._verbs
 
     def call(self, verb: str, args: list[Any]) -> Any:
-        from runtime.ral.errors import DeskRefusal
+        from exarch_actors.runtime.ral.errors import DeskRefusal
 
         self.calls.append((verb, args))
         if verb == "agent":
@@ -446,7 +446,7 @@ def test_agent_verbs_resolve_to_the_desk_only_when_it_advertises_them() -> None:
 
 
 def test_fault_exists_only_when_faults_are_enabled() -> None:
-    from runtime.ral.errors import InternalPanic
+    from exarch_actors.runtime.ral.errors import InternalPanic
 
     off = Session(faults=False)
     on = Session(faults=True)

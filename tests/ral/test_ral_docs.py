@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.ral.session import Session
-from runtime.ral.values import render
+from exarch_actors.runtime.ral.session import Session
+from exarch_actors.runtime.ral.values import render
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "language.md"
 _BLOCK = re.compile(r"^```ral\n(.*?)^```", re.S | re.M)

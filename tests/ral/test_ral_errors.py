@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.ral.errors import MidRunRefused
-from runtime.ral.session import Session
+from exarch_actors.runtime.ral.errors import MidRunRefused
+from exarch_actors.runtime.ral.session import Session
 from tests.support.waiting import HANG_GUARD, wait_for
 
 BAD: list[tuple[str, str, str, tuple[int, int]]] = [

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import GrantUnresolvable
-from runtime.ral.context import DynamicContext
-from runtime.ral.grants import Grants
-from runtime.ral.session import Session
+from exarch_actors.runtime.errors import GrantUnresolvable
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.ral.grants import Grants
+from exarch_actors.runtime.ral.session import Session
 
-MAIN = "from cli.main import main; main()"
+MAIN = "from exarch_actors.cli.main import main; main()"
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.ral.context import DynamicContext, Grants
-from runtime.ral.session import Session
+from exarch_actors.runtime.ral.context import DynamicContext, Grants
+from exarch_actors.runtime.ral.session import Session
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.errors import GrantUnresolvable
-from runtime.ral.grants import ExecGrant, GrantPolicy, Grants
+from exarch_actors.runtime.errors import GrantUnresolvable
+from exarch_actors.runtime.ral.grants import ExecGrant, GrantPolicy, Grants
 
 PROGRAMS = [
     ExecGrant("cat", "/usr/bin/cat", "/usr/bin/cat"),

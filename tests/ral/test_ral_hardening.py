@@ -17,21 +17,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.ral import json_text
-from runtime.ral.codec import MAX_VALUE_NESTING, TOO_DEEP, decode_value, encode_value
-from runtime.ral.context import DynamicContext, Grants
-from runtime.ral.errors import CodecError, RalSyntaxError
-from runtime.ral.lexer import tokenize
-from runtime.ral.natives import NATIVES
-from runtime.ral.session import Session
-from runtime.ral.values import UNIT, Builtin, Variant, render, values_equal
+from exarch_actors.cli.ral import json_text
+from exarch_actors.runtime.ral.codec import MAX_VALUE_NESTING, TOO_DEEP, decode_value, encode_value
+from exarch_actors.runtime.ral.context import DynamicContext, Grants
+from exarch_actors.runtime.ral.errors import CodecError, RalSyntaxError
+from exarch_actors.runtime.ral.lexer import tokenize
+from exarch_actors.runtime.ral.natives import NATIVES
+from exarch_actors.runtime.ral.session import Session
+from exarch_actors.runtime.ral.values import UNIT, Builtin, Variant, render, values_equal
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from cli.main import main; main()", "ral", *args],
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", "ral", *args],
         input=stdin,
         capture_output=True,
         text=True,
@@ -43,7 +43,7 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
 def _cli_bytes(stdin: bytes, *args: str, **env: str) -> subprocess.CompletedProcess[bytes]:
     """The CLI under a strict UTF-8 locale (where Python's stdio refuses undecodable bytes)."""
     return subprocess.run(
-        [sys.executable, "-c", "from cli.main import main; main()", "ral", *args],
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", "ral", *args],
         input=stdin,
         capture_output=True,
         timeout=50,

@@ -23,7 +23,7 @@ class Terminal:
     def __init__(self, home: Path) -> None:
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from cli.main import main; main()", "ral"],
+            [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", "ral"],
             stdin=slave,
             stdout=slave,
             stderr=slave,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.ral.compile import STATS
-from runtime.ral.context import DynamicContext
-from runtime.ral.session import Session
-from runtime.ral.values import Closure
+from exarch_actors.runtime.ral.compile import STATS
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.ral.session import Session
+from exarch_actors.runtime.ral.values import Closure
 
 
 def _closure(session: Session, name: str) -> Closure:

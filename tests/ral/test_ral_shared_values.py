@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.ral.codec import decode_value, encode_value
-from runtime.ral.errors import CodecError, ValueTooLarge
-from runtime.ral.session import RunResult, Session
-from runtime.ral.values import (
+from exarch_actors.runtime.ral.codec import decode_value, encode_value
+from exarch_actors.runtime.ral.errors import CodecError, ValueTooLarge
+from exarch_actors.runtime.ral.session import RunResult, Session
+from exarch_actors.runtime.ral.values import (
     MAX_EXPANDED_ITEMS,
     Variant,
     expanded_size,

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.ral.session import RunResult, Session
-from runtime.ral.values import render
+from exarch_actors.runtime.ral.session import RunResult, Session
+from exarch_actors.runtime.ral.values import render
 
 NAMES = ["a", "b", "c", "d"]
 SCRIPT = "; ".join(f"let {n} = {i}" for i, n in enumerate(NAMES, 1)) + "; 0"

@@ -40,6 +40,7 @@ import pytest
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+_MAIN = "from exarch_actors.cli.main import main; main()"
 PORT = 6379
 """The head's port: the namespace is fresh, so the default is free."""
 
@@ -107,7 +108,7 @@ class Cluster:
     def start_exarch(self, *args: str) -> subprocess.Popen[str]:
         """``exarch-actors ARGS`` inside the namespace, running (the caller waits for it)."""
         return subprocess.Popen(
-            self._cmd([sys.executable, "-c", "from cli.main import main; main()", *args]),
+            self._cmd([sys.executable, "-c", _MAIN, *args]),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
             env=self._env(),
         )  # fmt: skip
@@ -133,7 +134,8 @@ class Cluster:
         self, *args: str, timeout: float = START_TIMEOUT
     ) -> subprocess.CompletedProcess[str]:
         return self.run(
-            [sys.executable, "-c", "from cli.main import main; main()", *args], timeout=timeout
+            [sys.executable, "-c", _MAIN, *args],
+            timeout=timeout,
         )
 
     def add_node(self, index: int | None = None) -> None:

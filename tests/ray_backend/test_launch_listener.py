@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors import launch_listener
-from actors.launch_listener import LaunchAddressRefused, accept_host, open_listener
+from exarch_actors.actors import launch_listener
+from exarch_actors.actors.launch_listener import LaunchAddressRefused, accept_host, open_listener
 
 KEY = bytes(range(32))
 

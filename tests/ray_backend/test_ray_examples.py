@@ -20,9 +20,9 @@ from typing import Any
 import psutil
 import pytest
 
-from runtime.state.durable import append_jsonl
-from runtime.state.record_mirror import node_copy_name
-from runtime.state.session_records import commit_record
+from exarch_actors.runtime.state.durable import append_jsonl
+from exarch_actors.runtime.state.record_mirror import node_copy_name
+from exarch_actors.runtime.state.session_records import commit_record
 from tests.ray_backend.conftest import ROOT, START_TIMEOUT, Cluster
 from tests.support.terminal import Terminal
 from tests.support.waiting import wait_for
@@ -296,12 +296,12 @@ RELAUNCH = """
 import json, os, signal, sys, tempfile, time
 from pathlib import Path
 import psutil
-from actors.fleet import Fleet, FleetConfig
-from actors.ray_backend import RayBackend
-from runtime.providers import make_provider
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.actors.ray_backend import RayBackend
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 SCENARIO = '[fleet]\\nprompt = \"go\"\\n[[agents.trunk]]\\nral = [\"reply 1\"]\\n'
 
@@ -370,7 +370,9 @@ def test_sigkilling_the_driver_leaves_nothing_of_the_run_on_any_node(
         assert trunk is not None and trunk["node"] != born["node"]  # a launcher on each node
         assert len(cluster.ours()) >= 6  # 2 launchers, 2 fork servers, 2 hosts, shells...
         driver = psutil.Process(run.pid)
-        assert "cli.main" in " ".join(driver.cmdline())  # nsenter exec'd the driver itself
+        assert "exarch_actors.cli.main" in " ".join(
+            driver.cmdline()
+        )  # nsenter exec'd the driver itself
         driver.kill()
         run.communicate(timeout=START_TIMEOUT)
         wait_for(lambda: cluster.ours() == [], START_TIMEOUT, "nothing of ours left")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.durable import read_jsonl
 from tests.observe.conftest import flow_pairs, tracks, valid_chrome_trace
 from tests.ray_backend.conftest import Cluster
 from tests.ray_backend.test_ray_examples import _run

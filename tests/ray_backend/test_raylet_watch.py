@@ -17,7 +17,7 @@ import subprocess
 
 import psutil
 
-from actors.ray_launcher import watch_exit
+from exarch_actors.actors.ray_launcher import watch_exit
 from tests.support.waiting import HANG_GUARD
 
 

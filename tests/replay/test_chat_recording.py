@@ -10,13 +10,13 @@ from typing import Literal
 
 import pytest
 
-from cli.runner import RunSpec, provider_factory
-from runtime.providers.base import Provider
-from runtime.providers.scenario import Scenario, load_scenario
-from runtime.replay.divergence import compare, read_facts
-from runtime.replay.provider import recorded
-from runtime.replay.recording import Recorder, RecordingHeader
-from runtime.state.session_dir import SessionDir
+from exarch_actors.cli.runner import RunSpec, provider_factory
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.providers.scenario import Scenario, load_scenario
+from exarch_actors.runtime.replay.divergence import compare, read_facts
+from exarch_actors.runtime.replay.provider import recorded
+from exarch_actors.runtime.replay.recording import Recorder, RecordingHeader
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.tui.conftest import chat
 
 CONVERSATION = """

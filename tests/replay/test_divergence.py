@@ -3,22 +3,26 @@ the order result, calls, spawn, end; an unfinished recorded run compared as a pr
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.replay.divergence import (
+from exarch_actors.runtime.replay.divergence import (
     AgentFacts,
     Ending,
     RecordedCall,
     SessionFacts,
     agent_calls,
     compare,
+    read_facts,
     sections,
 )
-from runtime.replay.volatile import Normaliser
+from exarch_actors.runtime.replay.volatile import Normaliser
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 def _call(i: int, content: str, script: str = "echo x", error: bool = False) -> RecordedCall:
@@ -168,3 +172,28 @@ def test_a_digested_result_splits_into_its_sections() -> None:
         "stdout": "hi\n",
         "stderr": "warn",
     }
+
+
+def test_children_are_read_in_the_order_their_parent_asked_for_them_not_the_order_born(
+    tmp_path: Path,
+) -> None:
+    # On a Ray cluster each child's node writes its own Born: hi may be born before lo although
+    # the trunk asked for lo first (the spawn journal's order). Replayed locally they are born
+    # lo, hi: reading Born order made that a spawn divergence in CI.
+    def line(**r: Any) -> str:
+        return json.dumps(r) + "\n"
+
+    session = SessionDir(tmp_path)
+    session.transcript.write_text(
+        line(kind="Born", agent="trunk", parent=None)
+        + line(kind="Born", agent="hi", parent="trunk")
+        + line(kind="Born", agent="lo", parent="trunk")
+        + line(kind="Born", agent="orphan", parent="trunk")  # never journalled: still counted
+    )
+    session.journal.write_text(
+        line(kind="spawned", seq=0, id="lo", parent="trunk", prompt="a")
+        + line(kind="spawned", seq=1, id="hi", parent="trunk", prompt="b")
+    )
+    facts = read_facts(session)
+    assert facts.agents["trunk"].children == ("lo", "hi", "orphan")
+    assert facts.order == ("trunk", "hi", "lo", "orphan")

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from runtime.providers.scenario import load_scenario
-from runtime.state.durable import read_jsonl
+from exarch_actors.runtime.providers.scenario import load_scenario
+from exarch_actors.runtime.state.durable import read_jsonl
 from tests.agent.conftest import ROOT, exarch
 from tests.replay.conftest import AgentRoutedServer, calls, exarch_json, say
 from tests.support.protocol_servers import Exchange
@@ -203,7 +203,7 @@ def test_a_recording_sigkilled_mid_run_still_replays_its_prefix(
     _script_kid(routed_server)
     routed_server.script_for("trunk", Exchange(hang=True))  # the trunk's second reply never comes
     session, recording = tmp_path / "recorded", tmp_path / "inventory.toml"
-    cmd = [sys.executable, "-c", "from cli.main import main; main()"]
+    cmd = [sys.executable, "-c", "from exarch_actors.cli.main import main; main()"]
     proc = subprocess.Popen(
         [*cmd, *_record_args(routed_server, session, recording)],
         cwd=work,

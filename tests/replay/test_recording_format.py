@@ -14,12 +14,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.cancel import CancelScope
-from runtime.messages import AssistantMessage, StopReason, ToolCall, Usage, admit_assistant
-from runtime.providers.base import ProviderError, RateLimited, RequestRejected, Truncated
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.replay.recording import (
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.messages import (
+    AssistantMessage,
+    StopReason,
+    ToolCall,
+    Usage,
+    admit_assistant,
+)
+from exarch_actors.runtime.providers.base import (
+    ProviderError,
+    RateLimited,
+    RequestRejected,
+    Truncated,
+)
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.replay.recording import (
     Recorder,
     RecordingHeader,
     drop_torn_tail,
@@ -201,8 +212,8 @@ def test_the_recorder_writes_the_same_blocks_to_every_path_and_ignores_replies_a
 FULL_DISK = """
 import resource, signal, sys
 from pathlib import Path
-from runtime.messages import AssistantMessage
-from runtime.replay.recording import Recorder, RecordingHeader
+from exarch_actors.runtime.messages import AssistantMessage
+from exarch_actors.runtime.replay.recording import Recorder, RecordingHeader
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 path = Path(sys.argv[1])

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cancel import Cancelled, CancelScope
-from runtime.errors import ExarchError
-from runtime.providers.base import Provider, TransportError
-from runtime.providers.scenario import parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
-from runtime.replay.provider import RecordingProvider, recorded
-from runtime.replay.recording import Recorder, RecordingHeader
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.providers.base import Provider, TransportError
+from exarch_actors.runtime.providers.scenario import parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.replay.provider import RecordingProvider, recorded
+from exarch_actors.runtime.replay.recording import Recorder, RecordingHeader
 
 SCENARIO = """
 [[agents.trunk]]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runtime.providers.scenario import load_scenario
+from exarch_actors.runtime.providers.scenario import load_scenario
 from tests.agent.conftest import exarch
 
 NAMED_CHILD = """

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.cancel import CancelScope
-from runtime.errors import ScenarioError
-from runtime.messages import ToolCall, Usage
-from runtime.providers.scenario import ScriptedCall, parse_scenario
-from runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.errors import ScenarioError
+from exarch_actors.runtime.messages import ToolCall, Usage
+from exarch_actors.runtime.providers.scenario import ScriptedCall, parse_scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback
 
 
 def test_ids_calls_and_output_tokens_are_read_and_played() -> None:
@@ -92,8 +92,8 @@ def test_an_unknown_key_of_a_call_is_a_warning_and_recording_is_a_known_table() 
 
 
 def test_cache_token_counts_are_recorded_and_played_back_as_they_came() -> None:
-    from runtime.messages import AssistantMessage
-    from runtime.replay.recording import reply_block
+    from exarch_actors.runtime.messages import AssistantMessage
+    from exarch_actors.runtime.replay.recording import reply_block
 
     usage = Usage(3000, 12, cache_write_tokens=200, cache_read_tokens=2500)
     block = reply_block("trunk", AssistantMessage("ok", usage=usage))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
+from exarch_actors.runtime.replay.volatile import RULES, Normaliser, UnknownRule, rule_names
 
 EVERY = Normaliser(
     frozenset(RULES),

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.constants import SESSION_ENV
-from runtime.drills.invariant_check import check_session
-from runtime.state.run_processes import marked_processes
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.constants import SESSION_ENV
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.state.run_processes import marked_processes
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.agent.conftest import scenario_run
 from tests.support.waiting import wait_for
 

@@ -17,15 +17,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from actors.pid_cgroup import sweep
-from actors.shell import ShellActor
-from runtime.drills.invariant_check import check_session
-from runtime.ral.context import DynamicContext
-from runtime.ral.grants import Grants
-from runtime.shell.confinement import Sandbox, SandboxMode
-from runtime.shell.pid_cgroup import hierarchy, session_group
-from runtime.state.run_processes import grouped_processes
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.pid_cgroup import sweep
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.ral.grants import Grants
+from exarch_actors.runtime.shell.confinement import Sandbox, SandboxMode
+from exarch_actors.runtime.shell.pid_cgroup import hierarchy, session_group
+from exarch_actors.runtime.state.run_processes import grouped_processes
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.agent.conftest import scenario_run
 from tests.support.waiting import wait_for
 

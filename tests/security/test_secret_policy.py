@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.credentials import PROVIDER_KEY_VARIABLES, SecretPolicy
-from runtime.providers.anthropic import AnthropicProvider
-from runtime.providers.openai import OpenAIProvider
-from runtime.ral.context import DynamicContext
+from exarch_actors.runtime.credentials import PROVIDER_KEY_VARIABLES, SecretPolicy
+from exarch_actors.runtime.providers.anthropic import AnthropicProvider
+from exarch_actors.runtime.providers.openai import OpenAIProvider
+from exarch_actors.runtime.ral.context import DynamicContext
 
 KEY = "sk-test-abcdefghijklmnop"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from settlement_support import IGNORE_TERM, SLEEP, kill_hard, pid_gone  # noqa: F401
 
-from runtime.settlement.executor import ExecutionSpec
-from runtime.settlement.local_executor import LocalProcessExecutor
-from runtime.state.journal import SpawnJournal
+from exarch_actors.runtime.settlement.executor import ExecutionSpec
+from exarch_actors.runtime.settlement.local_executor import LocalProcessExecutor
+from exarch_actors.runtime.state.journal import SpawnJournal
 
 
 @pytest.fixture

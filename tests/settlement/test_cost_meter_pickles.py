@@ -5,9 +5,9 @@ from __future__ import annotations
 import pickle
 from decimal import Decimal
 
-from runtime.messages import Usage
-from runtime.providers.prices import Price, PriceTable
-from runtime.settlement.cost import SpendMeter
+from exarch_actors.runtime.messages import Usage
+from exarch_actors.runtime.providers.prices import Price, PriceTable
+from exarch_actors.runtime.settlement.cost import SpendMeter
 
 
 def test_a_spend_meter_crosses_a_pipe_with_its_figures_and_keeps_counting() -> None:

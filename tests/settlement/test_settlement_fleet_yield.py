@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.settlement.fleet_yield import BadOutcome, fleet_yield, write_result
-from runtime.state.journal import SpawnJournal
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.settlement.fleet_yield import BadOutcome, fleet_yield, write_result
+from exarch_actors.runtime.state.journal import SpawnJournal
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 def _run(journal: SpawnJournal) -> None:
@@ -102,6 +102,6 @@ def test_write_result_refuses_an_unknown_outcome_and_keeps_the_old_file(tmp_path
     ],
 )
 def test_only_a_normal_end_settles_a_child_done(outcome: str | None, status: str) -> None:
-    from runtime.settlement.fleet_yield import settlement_status
+    from exarch_actors.runtime.settlement.fleet_yield import settlement_status
 
     assert settlement_status(outcome) == status

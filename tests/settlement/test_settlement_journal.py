@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.settlement.fleet_yield import fleet_yield
-from runtime.state.durable import read_jsonl, torn_path
-from runtime.state.journal import (
+from exarch_actors.runtime.settlement.fleet_yield import fleet_yield
+from exarch_actors.runtime.state.durable import read_jsonl, torn_path
+from exarch_actors.runtime.state.journal import (
     PHASES,
     AlreadyTerminal,
     DuplicateSeq,

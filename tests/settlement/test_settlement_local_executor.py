@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from settlement_support import IGNORE_TERM, SLEEP, pid_gone
 
-import runtime.settlement.local_executor as executor_mod
-from runtime.settlement.executor import (
+import exarch_actors.runtime.settlement.local_executor as executor_mod
+from exarch_actors.runtime.settlement.executor import (
     Backoff,
     CompletionGate,
     EnvironmentState,
@@ -22,7 +22,7 @@ from runtime.settlement.executor import (
     RetryPreSpawnRefusals,
     scratch_file_deliverable,
 )
-from runtime.settlement.local_executor import LocalProcessExecutor
+from exarch_actors.runtime.settlement.local_executor import LocalProcessExecutor
 from tests.support.waiting import wait_for as wait_until
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from settlement_support import SLEEP, kill_hard, pid_gone
 
-from runtime.settlement.executor import (
+from exarch_actors.runtime.settlement.executor import (
     Backoff,
     CompletionGate,
     EnvironmentState,
@@ -28,9 +28,9 @@ from runtime.settlement.executor import (
     Receipt,
     RetryPreSpawnRefusals,
 )
-from runtime.settlement.fleet_yield import fleet_yield, write_result
-from runtime.settlement.local_executor import LocalProcessExecutor
-from runtime.settlement.release_sweep import (
+from exarch_actors.runtime.settlement.fleet_yield import fleet_yield, write_result
+from exarch_actors.runtime.settlement.local_executor import LocalProcessExecutor
+from exarch_actors.runtime.settlement.release_sweep import (
     RetainedChild,
     SweepPolicy,
     admit,
@@ -39,8 +39,8 @@ from runtime.settlement.release_sweep import (
     retain_at_settlement,
     settle_child,
 )
-from runtime.state.journal import SpawnJournal, replay
-from runtime.state.session_dir import SessionDir
+from exarch_actors.runtime.state.journal import SpawnJournal, replay
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for as wait_until
 
 FAST = SweepPolicy(Backoff(attempts=3, base=0.01), grace=1.0)

@@ -15,11 +15,16 @@ from typing import Any
 import pytest
 from settlement_support import SLEEP, pid_gone
 
-from runtime.settlement.executor import Backoff, ExecutionSpec
-from runtime.settlement.fleet_yield import fleet_yield
-from runtime.settlement.local_executor import LocalProcessExecutor
-from runtime.settlement.release_sweep import SweepPolicy, admit, resume_sweep, settle_child
-from runtime.state.journal import (
+from exarch_actors.runtime.settlement.executor import Backoff, ExecutionSpec
+from exarch_actors.runtime.settlement.fleet_yield import fleet_yield
+from exarch_actors.runtime.settlement.local_executor import LocalProcessExecutor
+from exarch_actors.runtime.settlement.release_sweep import (
+    SweepPolicy,
+    admit,
+    resume_sweep,
+    settle_child,
+)
+from exarch_actors.runtime.state.journal import (
     DuplicateSeq,
     InconsistentRecord,
     MismatchedEnvironment,
@@ -34,10 +39,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CONTROLLER = """
 import json, os, signal, sys
-from runtime.settlement.executor import ExecutionSpec
-from runtime.settlement.local_executor import LocalProcessExecutor
-from runtime.state.journal import SpawnJournal
-from runtime.settlement.release_sweep import admit, settle_child
+from exarch_actors.runtime.settlement.executor import ExecutionSpec
+from exarch_actors.runtime.settlement.local_executor import LocalProcessExecutor
+from exarch_actors.runtime.state.journal import SpawnJournal
+from exarch_actors.runtime.settlement.release_sweep import admit, settle_child
 d = sys.argv[1]
 j = SpawnJournal(d + "/spawn-journal.jsonl")
 j.spawned("trunk")

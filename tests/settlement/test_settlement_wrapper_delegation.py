@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runtime.settlement.executor import (
+from exarch_actors.runtime.settlement.executor import (
     OPTIONAL_SURFACES,
     REQUIRED_SURFACES,
     Accounting,
@@ -32,7 +32,7 @@ from runtime.settlement.executor import (
     RetryPreSpawnRefusals,
     surface,
 )
-from runtime.settlement.local_executor import LocalProcessExecutor
+from exarch_actors.runtime.settlement.local_executor import LocalProcessExecutor
 
 
 def _protocol_members(proto: type) -> set[str]:

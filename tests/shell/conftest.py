@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from actors.process import ensure_fork_server
-from actors.shell import ShellActor
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.state.session_dir import SessionDir
 
 
 @pytest.fixture(scope="session", autouse=True)

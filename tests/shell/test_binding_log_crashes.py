@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from runtime.state.binding_log import log_path, read_log
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.runtime.state.binding_log import log_path, read_log
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 from tests.support.waiting import HANG_GUARD, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,16 +26,16 @@ _WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from actors.frames import Frame
-    from actors.shell_snapshot import SnapshotKeeper
-    from runtime.shell.ledger import BindingLedger
+    from exarch_actors.actors.frames import Frame
+    from exarch_actors.actors.shell_snapshot import SnapshotKeeper
+    from exarch_actors.runtime.shell.ledger import BindingLedger
 
     keeper = SnapshotKeeper("a", Path(sys.argv[1]), notify=print, compact_floor=0)
     keeper.reset({"big": bytes(3 << 20)}, {"cwd": "/"})  # a 3 MiB base: compactions take a while
     whole = {"bindings": {}, "context": {"cwd": "/"}, "ledger": BindingLedger().to_state()}
     keeper.apply(Frame("snapshot", whole))
     keeper.checkpoint(0, {})
-    import actors.shell_snapshot as keeping
+    import exarch_actors.actors.shell_snapshot as keeping
     write = keeping.atomic_write_bytes
 
     def announced(path, data):

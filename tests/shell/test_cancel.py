@@ -17,7 +17,7 @@ import psutil
 import pykka
 import pytest
 
-from runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.durable import read_jsonl
 from tests.support.waiting import HANG_GUARD, ended, killed_or_gone, wait_for
 
 
@@ -237,7 +237,7 @@ def test_an_interrupt_landing_just_after_the_run_frame_leaves_stops_that_run(
     """The interleaving a loaded machine produces: the caller is descheduled right after the
     ``run`` frame is written, and an Esc arrives before it resumes. The interrupt must reach
     the run the host is about to start, not be dropped as "no run in flight"."""
-    from actors.frames import Channel
+    from exarch_actors.actors.frames import Channel
 
     shell = start_shell().proxy()
     root = shell.eval_root.get()

@@ -8,8 +8,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from actors.shell import CANCEL_GRACE
-from runtime.state.durable import read_jsonl
+from exarch_actors.actors.shell import CANCEL_GRACE
+from exarch_actors.runtime.state.durable import read_jsonl
 from tests.support.waiting import ended, wait_for
 
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.frames import Channel
-from actors.process import CancelListener
+from exarch_actors.actors.frames import Channel
+from exarch_actors.actors.process import CancelListener
 from tests.support.waiting import HANG_GUARD
 
 SWITCH_WAIT = 1.0

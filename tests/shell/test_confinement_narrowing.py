@@ -15,16 +15,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.landlock import abi
-from runtime.ral.grants import GrantPolicy, Grants
-from runtime.shell.confinement import Sandbox, SandboxMode, python_paths, ruleset
+from exarch_actors.actors.landlock import abi
+from exarch_actors.runtime.ral.grants import GrantPolicy, Grants
+from exarch_actors.runtime.shell.confinement import Sandbox, SandboxMode, python_paths, ruleset
 
 DIRS = ("a", "a/x", "b", "c")
 
 PROBE = """
 import json, os, sys
-from actors.landlock import enter
-from runtime.shell.confinement import Ruleset
+from exarch_actors.actors.landlock import enter
+from exarch_actors.runtime.shell.confinement import Ruleset
 r = json.loads(sys.argv[1])
 enter(Ruleset(tuple(r["read"]), tuple(r["write"]), tuple(r["devices"]), r["network"]))
 seen = {}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from runtime.ral.errors import DeskRefusal
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.runtime.ral.errors import DeskRefusal
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 
 class RecordingDesk:

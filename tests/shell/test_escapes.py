@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
-from actors.landlock import abi
-from actors.shell import ShellActor
-from runtime.ral.context import DynamicContext
-from runtime.ral.grants import Grants
-from runtime.shell.confinement import Sandbox, SandboxMode
-from runtime.shell.limits import MiB, ShellLimits
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.landlock import abi
+from exarch_actors.actors.shell import ShellActor
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.ral.grants import Grants
+from exarch_actors.runtime.shell.confinement import Sandbox, SandboxMode
+from exarch_actors.runtime.shell.limits import MiB, ShellLimits
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(abi() < 6, reason="needs Landlock ABI >= 6 (Linux >= 6.12)")
@@ -323,8 +323,8 @@ def test_a_confined_program_reads_no_key_in_the_control_process_environ(
     ready = tmp_path / "ready"
     code = (
         "import pathlib, sys, time\n"
-        "from actors.process import mask_proc_secrets\n"
-        "from runtime.credentials import DEFAULT\n"
+        "from exarch_actors.actors.process import mask_proc_secrets\n"
+        "from exarch_actors.runtime.credentials import DEFAULT\n"
         "mask_proc_secrets(DEFAULT)\n"
         f"pathlib.Path({str(ready)!r}).write_text('x')\n"
         "sys.stdin.read()\n"

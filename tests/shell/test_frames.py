@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.frames import (
+from exarch_actors.actors.frames import (
     KINDS,
     Channel,
     ChannelClosed,

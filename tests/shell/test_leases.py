@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.durable import read_jsonl
 
 
 def _prunes(tmp_path: Path) -> list[dict]:

@@ -8,7 +8,7 @@ from typing import Any
 import psutil
 import pytest
 
-from runtime.shell.limits import DEFAULT_MAX_WORKERS, MiB, ShellLimits
+from exarch_actors.runtime.shell.limits import DEFAULT_MAX_WORKERS, MiB, ShellLimits
 from tests.support.waiting import wait_for
 
 SMALL_MEMORY = 192 * MiB

@@ -15,14 +15,14 @@ import psutil
 import pykka
 import pytest
 
-from actors.agent_shell import WorkerCount
-from actors.call_result import ShellClosed
-from actors.mailbox import QuotaMailbox
-from actors.process import ChildProcess
-from actors.process_identity import create_time, exited, kill_and_wait, start_ticks
-from actors.shell import ShellActor, run_call
-from actors.shell_host import host_main
-from runtime.cancel import CancelScope
+from exarch_actors.actors.agent_shell import WorkerCount
+from exarch_actors.actors.call_result import ShellClosed
+from exarch_actors.actors.mailbox import QuotaMailbox
+from exarch_actors.actors.process import ChildProcess
+from exarch_actors.actors.process_identity import create_time, exited, kill_and_wait, start_ticks
+from exarch_actors.actors.shell import ShellActor, run_call
+from exarch_actors.actors.shell_host import host_main
+from exarch_actors.runtime.cancel import CancelScope
 from tests.support.waiting import HANG_GUARD, killed_or_gone, pid_alive, wait_for
 
 

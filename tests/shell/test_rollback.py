@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.durable import read_jsonl
 from tests.support.waiting import ended, wait_for
 
 

@@ -10,8 +10,8 @@ import psutil
 import pykka
 import pytest
 
-from actors.shell import run_call
-from runtime.cancel import CancelScope
+from exarch_actors.actors.shell import run_call
+from exarch_actors.runtime.cancel import CancelScope
 from tests.support.waiting import HANG_GUARD, wait_for
 
 
@@ -77,7 +77,7 @@ def test_a_message_queued_before_the_call_is_served_before_it(start_shell) -> No
 
 
 def test_an_envelope_taken_but_not_yet_served_keeps_the_mailbox_busy() -> None:
-    from actors.shell import _ShellMailbox
+    from exarch_actors.actors.shell import _ShellMailbox
 
     class Envelope:
         message = "probe"
@@ -172,8 +172,8 @@ def test_a_message_taken_off_the_mailbox_but_not_yet_counted_is_never_overtaken(
     """The actor thread is descheduled right after taking a message off its queue: a caller
     asking then must find the actor not idle (its call goes through the mailbox, after that
     message), never run first on its own thread."""
-    from actors.mailbox import QuotaMailbox
-    from actors.shell import _ShellMailbox
+    from exarch_actors.actors.mailbox import QuotaMailbox
+    from exarch_actors.actors.shell import _ShellMailbox
 
     ref = start_shell()
     shell = ref.proxy()
@@ -216,7 +216,7 @@ def test_a_run_watching_a_clear_token_waits_without_polling_and_leaves_no_callba
     callback wakes it): the timed 50 ms read woke every agent busy in a long call 20 times a
     second. Its callback leaves the token with the run, so a token that lives across many
     calls gathers none."""
-    from actors.process import ChildProcess
+    from exarch_actors.actors.process import ChildProcess
 
     shell = start_shell().proxy()
     shell.run("1").get()

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from actors.shell_snapshot import SNAPSHOT_FILE_EVERY
-from runtime.state.binding_log import log_path
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.actors.shell_snapshot import SNAPSHOT_FILE_EVERY
+from exarch_actors.runtime.state.binding_log import log_path
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 
 def _stamp(path: Path) -> tuple[int, int, int]:

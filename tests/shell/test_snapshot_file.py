@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.errors import SnapshotRefused
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.runtime.errors import SnapshotRefused
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 
 def test_every_clean_boundary_writes_the_snapshot_atomically_and_it_reloads(

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import psutil
 
-from actors.worker_process import start_worker
-from runtime.ral.codec import encode_value
-from runtime.ral.context import DynamicContext
-from runtime.ral.session import Session
-from runtime.state.durable import read_jsonl
+from exarch_actors.actors.worker_process import start_worker
+from exarch_actors.runtime.ral.codec import encode_value
+from exarch_actors.runtime.ral.context import DynamicContext
+from exarch_actors.runtime.ral.session import Session
+from exarch_actors.runtime.state.durable import read_jsonl
 from tests.support.waiting import HANG_GUARD, ended, wait_for
 
 

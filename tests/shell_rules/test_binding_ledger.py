@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
-from runtime.ral.values import Closure, Variant, WorkerHandle
-from runtime.shell.ledger import (
+from exarch_actors.runtime.constants import BINDING_IDLE_CALLS, LARGE_BINDING_BYTES
+from exarch_actors.runtime.ral.values import Closure, Variant, WorkerHandle
+from exarch_actors.runtime.shell.ledger import (
     BindingLedger,
     LargeBinding,
     LedgerAlreadyArmed,

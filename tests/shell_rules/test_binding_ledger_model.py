@@ -7,8 +7,8 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from runtime.constants import BINDING_IDLE_CALLS
-from runtime.shell.ledger import BindingLedger
+from exarch_actors.runtime.constants import BINDING_IDLE_CALLS
+from exarch_actors.runtime.shell.ledger import BindingLedger
 
 BASELINE = frozenset({"lib", "helper"})
 DEFINABLE = ["a", "b", "c", "d", "lib"]

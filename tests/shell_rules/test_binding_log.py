@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.frames import Frame
-from actors.shell_snapshot import SnapshotKeeper
-from runtime.errors import SnapshotRefused
-from runtime.shell.ledger import BindingLedger
-from runtime.state.binding_log import BindingLogDamaged, log_path, read_log
-from runtime.state.snapshot import MobileSnapshot
+from exarch_actors.actors.frames import Frame
+from exarch_actors.actors.shell_snapshot import SnapshotKeeper
+from exarch_actors.runtime.errors import SnapshotRefused
+from exarch_actors.runtime.shell.ledger import BindingLedger
+from exarch_actors.runtime.state.binding_log import BindingLogDamaged, log_path, read_log
+from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 
 def _keeper(path: Path, **kwargs: Any) -> tuple[SnapshotKeeper, list[Any]]:

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.call_result import CallResult
-from runtime.ral.session import ErrorInfo, RunResult, _run_result
+from exarch_actors.actors.call_result import CallResult
+from exarch_actors.runtime.ral.session import ErrorInfo, RunResult, _run_result
 
 _text = st.text(max_size=8)
 _names = st.frozensets(st.sampled_from(["a", "b", "c"]))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from runtime.shell.ledger import BindingLedger
+from exarch_actors.runtime.shell.ledger import BindingLedger
 
 NAMES = ["a", "b", "c", "d", "e", "base"]
 IDLE = 4

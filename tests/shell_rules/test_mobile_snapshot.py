@@ -8,11 +8,11 @@ from typing import Any
 import msgpack
 import pytest
 
-from runtime.errors import SnapshotRefused
-from runtime.ral.context import DynamicContext, Grants
-from runtime.shell.ledger import BindingLedger
-from runtime.shell.worker_retention import WorkerRegistry
-from runtime.state.snapshot import (
+from exarch_actors.runtime.errors import SnapshotRefused
+from exarch_actors.runtime.ral.context import DynamicContext, Grants
+from exarch_actors.runtime.shell.ledger import BindingLedger
+from exarch_actors.runtime.shell.worker_retention import WorkerRegistry
+from exarch_actors.runtime.state.snapshot import (
     FORMAT,
     FORMAT_VERSION,
     MobileSnapshot,

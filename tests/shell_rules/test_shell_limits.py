@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.shell.limits import (
+from exarch_actors.runtime.shell.limits import (
     DEFAULT_MAX_BINDING_BYTES,
     DEFAULT_MAX_WORKERS,
     DEFAULT_SHELL_MEMORY,

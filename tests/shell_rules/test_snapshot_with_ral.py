@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-codec = pytest.importorskip("runtime.ral.codec")
-session_mod = pytest.importorskip("runtime.ral.session")
+codec = pytest.importorskip("exarch_actors.runtime.ral.codec")
+session_mod = pytest.importorskip("exarch_actors.runtime.ral.session")
 
-from runtime.ral.context import DynamicContext  # noqa: E402
-from runtime.ral.values import Closure, Variant, WorkerHandle  # noqa: E402
-from runtime.shell.ledger import reaches_running_worker  # noqa: E402
-from runtime.state.snapshot import MobileSnapshot  # noqa: E402
+from exarch_actors.runtime.ral.context import DynamicContext  # noqa: E402
+from exarch_actors.runtime.ral.values import Closure, Variant, WorkerHandle  # noqa: E402
+from exarch_actors.runtime.shell.ledger import reaches_running_worker  # noqa: E402
+from exarch_actors.runtime.state.snapshot import MobileSnapshot  # noqa: E402
 
 
 def fresh_session() -> object:

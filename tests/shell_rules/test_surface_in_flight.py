@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.shell_workers import WorkerSurfaces
-from actors.worker_process import WorkerLink, WorkerOutcome
-from runtime.ral.codec import encode_value
+from exarch_actors.actors.shell_workers import WorkerSurfaces
+from exarch_actors.actors.worker_process import WorkerLink, WorkerOutcome
+from exarch_actors.runtime.ral.codec import encode_value
 
 
 def test_waiting_stays_true_while_a_surface_is_in_the_sink_and_ends_after_it() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from runtime.constants import SETTLED_WORKER_RETENTION
-from runtime.shell.worker_retention import (
+from exarch_actors.runtime.constants import SETTLED_WORKER_RETENTION
+from exarch_actors.runtime.shell.worker_retention import (
     WORKER_BACKSTOP_SECS,
     WORKER_IDLE_CALLS,
     ReapNotice,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from actors.agent_process import evaluating
-from actors.fleet import Fleet
+from exarch_actors.actors.agent_process import evaluating
+from exarch_actors.actors.fleet import Fleet
 
 
 def busy_in_its_call(fleet: Fleet, name: str) -> bool:

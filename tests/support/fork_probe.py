@@ -10,10 +10,10 @@ from multiprocessing.connection import Connection
 
 
 def report_inherited(conn: Connection) -> None:
-    from actors import process
-    from actors.agent import AgentStats
-    from actors.agent_process_host import EndReport
-    from runtime import prompt
+    from exarch_actors.actors import process
+    from exarch_actors.actors.agent import AgentStats
+    from exarch_actors.actors.agent_process_host import EndReport
+    from exarch_actors.runtime import prompt
 
     conn.send(
         {

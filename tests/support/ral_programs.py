@@ -25,13 +25,13 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from cli.ral import json_text
-from runtime.ral.codec import TOO_DEEP, decode_value, encode_value
-from runtime.ral.context import DynamicContext, Grants
-from runtime.ral.errors import CodecError, ValueTooLarge
-from runtime.ral.natives import NATIVES
-from runtime.ral.session import RECURSION_FLOOR, RunResult, Session
-from runtime.ral.values import render, values_equal
+from exarch_actors.cli.ral import json_text
+from exarch_actors.runtime.ral.codec import TOO_DEEP, decode_value, encode_value
+from exarch_actors.runtime.ral.context import DynamicContext, Grants
+from exarch_actors.runtime.ral.errors import CodecError, ValueTooLarge
+from exarch_actors.runtime.ral.natives import NATIVES
+from exarch_actors.runtime.ral.session import RECURSION_FLOOR, RunResult, Session
+from exarch_actors.runtime.ral.values import render, values_equal
 
 # A session raises the recursion limit when it is made; raise it first, so that Hypothesis,
 # which restores the limit it found after each example, does not warn on every run.

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runtime.state.checksum import open_line, seal_line
-from runtime.state.durable import read_json_document, write_json_document
+from exarch_actors.runtime.state.checksum import open_line, seal_line
+from exarch_actors.runtime.state.durable import read_json_document, write_json_document
 
 
 def record_of(line: bytes | str) -> dict[str, Any]:

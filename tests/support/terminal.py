@@ -44,7 +44,13 @@ class Terminal:
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", **(env or {})}
         full_env.pop("NO_COLOR", None)
         self.proc = subprocess.Popen(
-            [*(prefix or []), sys.executable, "-c", "from cli.main import main; main()", *args],
+            [
+                *(prefix or []),
+                sys.executable,
+                "-c",
+                "from exarch_actors.cli.main import main; main()",
+                *args,
+            ],
             stdin=slave,
             stdout=slave,
             stderr=slave,

@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from actors.process_identity import exited, stat_fields
+from exarch_actors.actors.process_identity import exited, stat_fields
 
 HANG_GUARD = 10.0
 """Seconds a test waits for something that should be prompt (a cancel, a kill, a wake) before

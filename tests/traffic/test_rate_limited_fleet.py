@@ -155,7 +155,7 @@ def test_ctrl_c_while_agents_wait_for_the_rate_limit_cancels_the_run_at_once(
     model = FleetModel(dialect="openai", rate=1 / 60, burst=2, children=3, calls=5)
     session = tmp_path / "session"
     with serving(model) as url:
-        cmd = [sys.executable, "-c", "from cli.main import main; main()", "run"]
+        cmd = [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", "run"]
         cmd += ["--provider", "openai", "--base-url", url, "--model", "m", "--api-key", "k"]
         cmd += ["--agents", "process", "--session-dir", str(session), "fan out"]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

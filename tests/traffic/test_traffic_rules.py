@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.cancel import Cancelled, CancelScope
-from runtime.providers.governor import Ask, Governor, RateWaitExpired, TrafficVerdict
-from runtime.providers.traffic import (
+from exarch_actors.runtime.cancel import Cancelled, CancelScope
+from exarch_actors.runtime.providers.governor import Ask, Governor, RateWaitExpired, TrafficVerdict
+from exarch_actors.runtime.providers.traffic import (
     Bucket,
     Cost,
     Lane,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from cli.fleet import traffic_line
-from runtime.cancel import CancelScope
-from runtime.fleet.probes import ResourceFigures, resource_rows
-from runtime.providers.governor import Ask, Governor
-from runtime.providers.traffic import Cost, TrafficLimits, Window, WireLimits
+from exarch_actors.cli.fleet import traffic_line
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.fleet.probes import ResourceFigures, resource_rows
+from exarch_actors.runtime.providers.governor import Ask, Governor
+from exarch_actors.runtime.providers.traffic import Cost, TrafficLimits, Window, WireLimits
 
 KEY = ("http://127.0.0.1:1/v1", "gpt-x")
 

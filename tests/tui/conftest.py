@@ -18,12 +18,12 @@ from typing import Any, Literal
 
 from textual.pilot import Pilot
 
-from actors.fleet import Fleet, FleetConfig
-from cli.runner import RunSpec, provider_factory, read_scenario
-from cli.tui.app import ChatApp
-from runtime.providers.base import Provider
-from runtime.providers.scenario import Scenario
-from runtime.state.session_dir import SessionDir
+from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.cli.runner import RunSpec, provider_factory, read_scenario
+from exarch_actors.cli.tui.app import ChatApp
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.providers.scenario import Scenario
+from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.support.waiting import HANG_GUARD
 
 TIMEOUT = 3 * HANG_GUARD
@@ -104,7 +104,7 @@ def running(c: Chat, name: str) -> bool:
     """Whether ``name``'s shell is running an evaluation, read as the UI reads it: an agent in a
     process of its own through its channel's live figures, one in this process from its eval
     root (False while it is not there yet)."""
-    from actors.agent_process import ProcessAgent
+    from exarch_actors.actors.agent_process import ProcessAgent
 
     agent = c.fleet.hosted.get(name)
     if isinstance(agent, ProcessAgent):
@@ -116,7 +116,7 @@ def running(c: Chat, name: str) -> bool:
 
 def state(c: Chat, name: str) -> str | None:
     """``name``'s state (``working``, ``idle``, ...), read as :func:`running` reads its eval."""
-    from actors.agent_process import ProcessAgent
+    from exarch_actors.actors.agent_process import ProcessAgent
 
     agent = c.fleet.hosted.get(name)
     if isinstance(agent, ProcessAgent):

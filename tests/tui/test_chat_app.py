@@ -11,14 +11,14 @@ from typing import Any, Literal
 import psutil
 import pytest
 
-from actors.agent_process import ProcessAgent
-from runtime.cancel import CancelScope
-from runtime.errors import InboxFull
-from runtime.fleet.inbox import Command
-from runtime.messages import AssistantMessage, TranscriptItem
-from runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
-from runtime.providers.scenario import Scenario
-from runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
+from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.errors import InboxFull
+from exarch_actors.runtime.fleet.inbox import Command
+from exarch_actors.runtime.messages import AssistantMessage, TranscriptItem
+from exarch_actors.runtime.providers.base import RAL_TOOL, OnEvent, Provider, ToolSpec
+from exarch_actors.runtime.providers.scenario import Scenario
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback, ScriptedProvider
 from tests.support.waiting import pid_alive
 from tests.tui.conftest import BRANCH_SCENARIO, Chat, chat, running, state
 

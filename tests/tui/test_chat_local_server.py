@@ -7,9 +7,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime.providers import make_provider
-from runtime.providers.base import Provider
-from runtime.providers.scenario import Scenario
+from exarch_actors.runtime.providers import make_provider
+from exarch_actors.runtime.providers.base import Provider
+from exarch_actors.runtime.providers.scenario import Scenario
 from tests.support.protocol_servers import Exchange, ProtocolServer, ollama_chunks
 from tests.tui.conftest import chat
 

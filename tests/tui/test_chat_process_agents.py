@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from actors.agent_process import ProcessAgent
+from exarch_actors.actors.agent_process import ProcessAgent
 from tests.tui.conftest import Chat, chat
 
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.text import Text
 
-from cli.tui.model import (
+from exarch_actors.cli.tui.model import (
     Append,
     Change,
     LogTail,
@@ -19,9 +19,9 @@ from cli.tui.model import (
     Update,
     preview,
 )
-from cli.tui.widgets import render_entry
-from runtime.events import Died, Io, Notice
-from runtime.state.durable import append_jsonl
+from exarch_actors.cli.tui.widgets import render_entry
+from exarch_actors.runtime.events import Died, Io, Notice
+from exarch_actors.runtime.state.durable import append_jsonl
 
 
 def _assistant(text: str, *calls: tuple[str, str]) -> dict[str, object]:
@@ -144,10 +144,10 @@ def test_the_packaged_demo_plays_the_same_script_as_the_chat_example() -> None:
     from importlib import resources
     from pathlib import Path
 
-    from runtime.providers.scenario import load_scenario, parse_scenario
+    from exarch_actors.runtime.providers.scenario import load_scenario, parse_scenario
 
     root = Path(__file__).resolve().parents[2]
-    demo = resources.files("cli.tui").joinpath("demo.toml").read_text()
+    demo = resources.files("exarch_actors.cli.tui").joinpath("demo.toml").read_text()
     packaged = parse_scenario(demo, source="demo.toml")
     example = load_scenario(root / "examples" / "chat.toml")
     assert packaged.agents == example.agents and packaged.patterns == example.patterns
