@@ -133,10 +133,20 @@ PARENT = """
 import sys, time
 from exarch_actors.actors.agent_host import AgentHost
 from exarch_actors.runtime.state.session_dir import SessionDir
-hosts = [AgentHost(f"h{i}", SessionDir.at(sys.argv[1])) for i in range(3)]
-for h in hosts:
-    b = h.wait_born()
-    h.run("let w = spawn { sleep 60 }")
+from pathlib import Path
+here = Path(sys.argv[1])
+hosts = [AgentHost(f"h{i}", SessionDir.at(here)) for i in range(3)]
+born = []
+for i, h in enumerate(hosts):
+    born.append(h.wait_born())
+    h.run(f"let w = spawn {{ write-text {here}/ready-{i} 1; sleep 60 }}")
+# Every worker is running its body (so past its start: a host stopped while the fork server
+# still served its request for a worker can hold the fork server blocked in that request, so
+# it never sees the control process go. Seen once under load: the fork server outlived the
+# kill with every stopped host; our reading of it, a failure of the test's own freezing).
+while not all((here / f"ready-{i}").exists() for i in range(3)):
+    time.sleep(0.02)
+for b in born:
     print(b.pid, b.shell_pid, flush=True)
 time.sleep(120)
 """

@@ -66,7 +66,7 @@ def test_the_command_and_the_api_load_no_module_under_a_short_top_level_name() -
         "import importlib\n"
         "for module, _attr, _help in _SUBCOMMANDS.values():\n"
         "    importlib.import_module(module)\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (_SHORT,)
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {_SHORT!r}))"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=50
