@@ -35,6 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +65,17 @@ ral = ["reply $v"]
 """
 
 
-def _timed_fleet(toml: str, backend: Any, *, through_close: bool = False) -> tuple[float, Any, Any]:
+def _timed_fleet(
+    toml: str,
+    backend: Any,
+    *,
+    through_close: bool = False,
+    inspect: Callable[[SessionDir], None] | None = None,
+) -> tuple[float, Any, Any]:
     """Run ``toml``'s fleet on ``backend`` (None: this machine's fork server); the seconds from
     the trunk's start to the fleet empty (``through_close``: to the fleet closed, every host
-    stopped), the trunk, and the fleet's yield."""
+    stopped), the trunk, and the fleet's yield. ``inspect`` reads the session directory after
+    the close, before it is removed."""
     playback = ScenarioPlayback(parse_scenario(toml))
     with tempfile.TemporaryDirectory() as d:
         fleet = Fleet(
@@ -86,7 +95,34 @@ def _timed_fleet(toml: str, backend: Any, *, through_close: bool = False) -> tup
         except BaseException:
             fleet.close()
             raise
+        if inspect is not None:
+            inspect(SessionDir(Path(d)))
     return seconds, trunk, fy
+
+
+def _tool_result_times(session: SessionDir) -> list[float]:
+    """The trunk's tool results' timestamps (ms resolution), in seconds, in order."""
+    out = []
+    for line in session.events("trunk").read_text().splitlines():
+        r = json.loads(line)
+        if r.get("kind") == "tool_result":
+            at = datetime.fromisoformat(str(r["at"]).replace("Z", "+00:00"))
+            out.append(at.timestamp())
+    return out
+
+
+def steady_per_call(backend: Any, calls: int, skip: int = 15) -> float:
+    """Seconds per ral call inside one run: the span from the ``skip``-th tool result to the
+    ``skip``-th from the end over the calls between. Within one run, so a host's start and
+    stop (tens of ms of noise, which swamped :func:`per_call`'s difference of two runs) are
+    not in it; the timestamps' 1 ms resolution is 5 us a call over 200 calls."""
+    times: list[float] = []
+    _, trunk, _ = _timed_fleet(
+        scenario(calls), backend, inspect=lambda s: times.extend(_tool_result_times(s))
+    )
+    assert trunk.replied, trunk.outcome
+    window = times[skip : len(times) - skip]
+    return (window[-1] - window[0]) / (len(window) - 1)
 
 
 def fleet_seconds(calls: int, backend: Any) -> float:
@@ -247,6 +283,7 @@ def main() -> None:
     calls, extra, rounds, pings = (5, 20, 1, 200) if args.quick else (10, 100, 3, 2000)
     agents, agent_calls = (4, 10) if args.quick else (20, 50)
     spawns = 4 if args.quick else 10
+    steady_calls = 60 if args.quick else 230  # a turn's steps are capped at MAX_STEPS (250)
     backend = RayBackend(args.ray_address)
     backend._connect()
     starts: dict[str, list[float]] = {"local": [], "ray": [], "base": []}
@@ -262,6 +299,10 @@ def main() -> None:
                 starts["base"].append(base_host_start(args.base, address, spawns))
         local, local_start = per_call(None, calls, extra, rounds)
         remote, remote_start = per_call(backend, calls, extra, rounds)
+        steady: dict[str, list[float]] = {"local": [], "ray": []}
+        for _ in range(rounds):  # interleaved: the box's load falls on both alike
+            steady["local"].append(steady_per_call(None, steady_calls))
+            steady["ray"].append(steady_per_call(backend, steady_calls))
         local_rate = throughput(None, agents, agent_calls)
         ray_rate = throughput(backend, agents, agent_calls)
     finally:
@@ -270,12 +311,20 @@ def main() -> None:
     start_ray = statistics.median(starts["ray"])
     start_base = statistics.median(starts["base"]) if starts["base"] else None
     overhead = remote - local
+    steady_local = statistics.median(steady["local"])
+    steady_ray = statistics.median(steady["ray"])
+    steady_overhead = steady_ray - steady_local
     row = {
         "bare_ray_call_ms": round(bare * 1e3, 3),
         "agent_call_local_ms": round(local * 1e3, 3),
         "agent_call_ray_ms": round(remote * 1e3, 3),
         "ray_overhead_ms": round(overhead * 1e3, 3),
         "overhead_over_bare": round(overhead / bare, 2),
+        "steady_calls": steady_calls,
+        "steady_call_local_ms": round(steady_local * 1e3, 3),
+        "steady_call_ray_ms": round(steady_ray * 1e3, 3),
+        "steady_overhead_ms": round(steady_overhead * 1e3, 3),
+        "bare_plus_overhead_over_bare": round((bare + steady_overhead) / bare, 3),
         "host_start_and_stop_local_s": round(local_start, 3),
         "host_start_and_stop_ray_s": round(remote_start, 3),
         "agents": agents,
@@ -293,6 +342,11 @@ def main() -> None:
         f"bare Ray actor call {row['bare_ray_call_ms']} ms; one ral call through an agent: "
         f"local {row['agent_call_local_ms']} ms, Ray-hosted {row['agent_call_ray_ms']} ms; "
         f"Ray's overhead {row['ray_overhead_ms']} ms = {row['overhead_over_bare']}x the bare call"
+    )
+    print(
+        f"within one run of {steady_calls} calls (median of {rounds}): local "
+        f"{row['steady_call_local_ms']} ms, Ray-hosted {row['steady_call_ray_ms']} ms a call; "
+        f"(bare + overhead) / bare = {row['bare_plus_overhead_over_bare']}x (goal: 1.2x)"
     )
     print(
         f"a trunk's host started and stopped: local {row['host_start_and_stop_local_s']} s, "
