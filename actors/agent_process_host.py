@@ -484,8 +484,8 @@ class AgentProcess:
             agent.log.settle_pending()
         if agent.log.event_count == 0 and first is not None:
             self.inbox.push(UserSteering(first))
-        elif _owes_a_response(agent) and not self.inbox.items():
-            self.inbox.push(UserSteering(note))
+        elif agent.logged_reply is None and _owes_a_response(agent) and not self.inbox.items():
+            self.inbox.push(UserSteering(note))  # (a child that replied ends at once)
 
     # -- bus events ----------------------------------------------------------------------------
 

@@ -40,13 +40,22 @@ not yet delivered to its parent; delivered, and its ``Died`` not yet on the bus.
 PAUSE_ENV = "EXARCH_PAUSE_AT"
 """With the switch on: the name of the :func:`pause_point` at which the process stops."""
 
-PAUSE_POINTS = frozenset({"run-spec-written", "birth-before-admission", "admitted-before-launch"})
+PAUSE_POINTS = frozenset(
+    {
+        "run-spec-written",
+        "birth-before-admission",
+        "admitted-before-launch",
+        "ended-before-settlement",
+    }
+)
 """Every pause point there is: ``run-spec-written`` -- ``run.json`` written, nothing else of
 the run yet (no transcript, no journal, no agent): a kill there is a kill during start-up;
 ``birth-before-admission`` -- an agent process's child was spawned (its parent has its
 receipt) and reported ``Born``, and the fleet has not yet admitted it in the journal;
 ``admitted-before-launch`` -- such a child admitted (``dispatched``), not launched: its prompt
-is in no log yet."""
+is in no log yet; ``ended-before-settlement`` -- a child's drive ended (a reply's call logged
+in its event log), its settlement not yet written: a disk filled there refuses it
+(``tests/durability/test_disk_full.py``)."""
 
 _lock = threading.Lock()
 _scopes = 0
@@ -85,8 +94,9 @@ def crash_point(name: str) -> None:
 def pause_point(name: str) -> None:
     """Stop this process (``SIGSTOP``) here if fault injection is on and ``EXARCH_PAUSE_AT`` is
     ``name`` (one of :data:`PAUSE_POINTS`), so whoever started it can SIGKILL it at exactly
-    this moment (``tests/drills/test_startup_kill.py``, ``tests/drills/test_birth_kill.py``);
-    off (one environment read) in a real run."""
+    this moment (``tests/drills/test_startup_kill.py``, ``tests/drills/test_birth_kill.py``), or
+    SIGCONT it once it changed the world under it (a disk filled meanwhile); off (one
+    environment read) in a real run."""
     assert name in PAUSE_POINTS, name
     if os.environ.get(PAUSE_ENV) == name and faults_enabled():
         # sent to this thread: it stops on the way out of the call, before its next step (a

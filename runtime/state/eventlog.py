@@ -19,9 +19,10 @@ hold a request a strict backend rejects.
 
 Event kinds (``"kind"`` of every record): ``user`` (with ``"source"``: user, agent_result,
 agent_message, wakeup, ...), ``assistant`` (the admitted message *with its tool calls*),
-``tool_result``, ``nudge``, ``steering``, ``note`` (a system note; model-visible only when
-flagged), ``compacted`` (the breadcrumb: summary and how many mirror events it replaced), and the
-disk-only ``cleared`` marker that opens a fresh generation.
+``tool_result`` (with ``"reply"``, the rendered value, when the call ran ``reply``: see
+:meth:`AgentLog.logged_reply`), ``nudge``, ``steering``, ``note`` (a system note; model-visible
+only when flagged), ``compacted`` (the breadcrumb: summary and how many mirror events it
+replaced), and the disk-only ``cleared`` marker that opens a fresh generation.
 
 /clear (:meth:`AgentLog.restart`): the current ``events.jsonl`` is renamed to the next free
 ``events.<n>.jsonl`` (an atomic rename; the directory fsync'd under ``machine``) and a fresh
@@ -120,7 +121,7 @@ EVENT_SHAPE = Shape(
         "steering": {"text": (str,)},
         "note": {"text": (str,), "model_visible?": (bool,)},
         "assistant": {"message": (dict,)},
-        "tool_result": {"message": (dict,)},
+        "tool_result": {"message": (dict,), "reply?": (str,)},
         "compacted": {"summary": (str,), "dropped": (int,)},
         "cleared": {"archived?": (str, None)},
     },
@@ -235,6 +236,20 @@ class AgentLog:
         """
         return self._used_tokens
 
+    def logged_reply(self) -> str | None:
+        """The reply of the last batch, if one of its calls ran ``reply``: the ``"reply"`` of
+        the last tool result after the last assistant message. A returning child's reply ends
+        it after that batch, so a rebuilt child (``resume``, a restart) whose log holds one had
+        replied -- its settlement, which carried the value, may never have been written (a
+        full disk refused it; the control process died first). None when no call of the last
+        batch replied, or when an assistant message came after the reply (the turn went on)."""
+        for ev in reversed(self._events):
+            if ev.kind == "assistant":
+                return None
+            if ev.kind == "tool_result" and isinstance(ev.data.get("reply"), str):
+                return str(ev.data["reply"])
+        return None
+
     def can_compact(self) -> bool:
         return not self._pending
 
@@ -300,14 +315,20 @@ class AgentLog:
             self._used_tokens = msg.usage.used
         return ev
 
-    def append_tool_result(self, result: ToolResult) -> LogEvent:
+    def append_tool_result(self, result: ToolResult, *, reply: str | None = None) -> LogEvent:
+        """Answer one pending call. ``reply``: the value (rendered) the call's ``reply`` gave,
+        written in the same record, so the reply is durable exactly when the call's result is
+        -- before the agent's settlement is attempted (:meth:`logged_reply`)."""
         if result.tool_call_id not in self._pending:
             raise ProtocolError(
                 f"a tool_result for unrequested id {result.tool_call_id!r}",
                 self.state,
                 self._pending,
             )
-        ev = self._append({"kind": "tool_result", "message": result.to_dict()}, result)
+        record: dict[str, Any] = {"kind": "tool_result", "message": result.to_dict()}
+        if reply is not None:
+            record["reply"] = reply
+        ev = self._append(record, result)
         self._pending.remove(result.tool_call_id)
         return ev
 
