@@ -206,6 +206,44 @@ def test_a_full_disk_stops_the_run_with_one_message_and_resume_finishes_it_once_
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def _stopped_object(stdout: str, session: Path) -> None:
+    """Check the one JSON object a ``--json`` command a full disk stopped printed."""
+    (line,) = stdout.splitlines()
+    record = json.loads(line)
+    assert (record["outcome"], record["reply"], record["fleetYield"]) == ("failed", None, None)
+    assert str(record["error"]).startswith("disk full: cannot write ")
+    assert "free on its file system" in str(record["error"])
+    assert Path(record["diskFull"]["path"]).is_relative_to(session)
+    assert Path(record["session"]).resolve() == session.resolve()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_run_json_stopped_by_a_full_disk_prints_its_object_with_outcome_failed_and_the_message(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """``run --json`` is read by scripts: a run a full disk stops prints its one JSON object
+    on stdout like any other end -- outcome ``failed``, the message as ``error`` -- and on
+    stderr only the message (no ``outcome:`` line, as ``--json`` keeps stderr). Before, stdout
+    was empty: the stop printed ``outcome: failed`` on stderr and ended the process. ``resume
+    --json`` refused while the disk is still full prints the same."""
+    scenario = _scenario(tmp_path / "one.toml", children=1, calls=40)  # ~440 KiB of output
+    session = small_disk / "s"
+    _fill(small_disk, 256 * 1024)
+
+    run = _exarch("run", str(scenario), "--json", "--session-dir", str(session))
+    assert run.returncode == 1, run.stderr
+    _stopped_object(run.stdout, session)
+    assert run.stderr.count("disk full: cannot write") == 1, run.stderr
+    assert "outcome:" not in run.stderr and "Traceback" not in run.stderr
+    assert not (session / "result.json").exists()
+
+    full = _exarch("resume", "--json", str(session))
+    assert full.returncode == 1, full.stderr
+    _stopped_object(full.stdout, session)
+    assert "outcome:" not in full.stderr and "Traceback" not in full.stderr
+
+
 DELEGATE = """
 [fleet]
 prompt = "delegate"
