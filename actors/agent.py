@@ -595,7 +595,9 @@ class Agent:
             )
         elif isinstance(item, AgentMessage):
             self.log.append_user(
-                f"[message from agent {item.sender}]\n{item.text}", source="agent_message"
+                f"[message from agent {item.sender}]\n{item.text}",
+                source="agent_message",
+                message_id=item.id or None,
             )
         elif is_held_notice(item):
             assert isinstance(item, ScheduledWakeup)

@@ -116,7 +116,7 @@ def _message_of(kind: str, want: type) -> Callable[[dict[str, Any]], str | None]
 
 EVENT_SHAPE = Shape(
     {
-        "user": {"text": (str,), "source?": (str,)},
+        "user": {"text": (str,), "source?": (str,), "messageId?": (str,)},
         "nudge": {"text": (str,)},
         "steering": {"text": (str,)},
         "note": {"text": (str,), "model_visible?": (bool,)},
@@ -280,9 +280,16 @@ class AgentLog:
 
     # --- appending -------------------------------------------------------------------------
 
-    def append_user(self, text: str, *, source: str = "user") -> LogEvent:
+    def append_user(
+        self, text: str, *, source: str = "user", message_id: str | None = None
+    ) -> LogEvent:
+        """A user-role message; ``message_id``: the id of the agent ``message`` it admits
+        (``"messageId"``), which its sender's supervisor looks for (``logged_messages``)."""
         self._require_ready("a user message")
-        return self._append({"kind": "user", "source": source, "text": text})
+        record: dict[str, Any] = {"kind": "user", "source": source, "text": text}
+        if message_id is not None:
+            record["messageId"] = message_id
+        return self._append(record)
 
     def append_nudge(self, nudge_kind: str, text: str) -> LogEvent:
         self._require_ready("a nudge")

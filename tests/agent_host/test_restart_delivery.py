@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from exarch_actors.actors.agent_process import ProcessAgent
+from exarch_actors.actors.agent_process import MESSAGES_CHECKED_AT, ProcessAgent
 from exarch_actors.actors.fleet import Fleet, FleetConfig
 from exarch_actors.runtime.drills.invariant_check import check_session
 from exarch_actors.runtime.providers.scenario import parse_scenario
@@ -121,3 +121,163 @@ def test_a_result_its_agent_process_never_logged_is_recorded_undelivered_when_th
     report = check_session(fleet.session)
     rejections = [r for r in report.to_json()["invariants"] if r["name"] == "rejections"]
     assert rejections and rejections[0]["status"] == "held", rejections
+
+
+def _message_scenario(held: Path, gate: Path) -> str:
+    # a's first call says it is held (``held``) and waits for the gate; the trunk sends its
+    # message only once a is held, so the message waits in a's inbox, in a's process, for as
+    # long as the test needs. Replayed after the restart, a's call finds the gate open.
+    hold = f"sh -c 'touch {held}; while [ ! -e {gate} ]; do sleep 0.02; done'"
+    wait_held = f"sh -c 'while [ ! -e {held} ]; do sleep 0.02; done'"
+    return f"""
+[fleet]
+prompt = "delegate"
+
+[[agents.trunk]]
+ral = ["agent a 'go'"]
+
+[[agents.trunk]]
+ral = ["{wait_held}; message a 'hello from the trunk'"]
+
+[[agents.trunk]]
+text = "waiting for a"
+stop = "end_turn"
+repeat = 30
+
+[[agents.a]]
+ral = ["{hold}"]
+
+[[agents.a]]
+text = "waiting"
+stop = "end_turn"
+repeat = 30
+"""
+
+
+def _messages_in_log(fleet: Fleet, name: str) -> list[str]:
+    events = fleet.session.events(name)
+    records = read_jsonl(events).records if events.exists() else []
+    return [r["text"] for r in records if r.get("source") == "agent_message"]
+
+
+def test_a_message_queued_in_an_agent_process_killed_before_it_logged_it_reaches_the_restart(
+    tmp_path: Path,
+) -> None:
+    """The ``message`` verb's item, like a child's result: taken by a's process (its push
+    answered ``queued``), not yet logged when the process is SIGKILLed. The restart starts from
+    the log with an empty inbox, so unless the control side still holds the message and
+    delivers it again, it is lost: neither in a's log nor recorded undelivered."""
+    toml = _message_scenario(tmp_path / "held", tmp_path / "gate")
+    playback = ScenarioPlayback(parse_scenario(toml, source=str(tmp_path / "s.toml")))
+    fleet = Fleet(
+        SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
+    )
+    try:
+        fleet.start_trunk(playback.scenario.prompt, interactive=True)
+        a = wait_for(lambda: fleet.hosted.get("a"), 60, "a's process")
+        assert isinstance(a, ProcessAgent)
+        wait_for(
+            lambda: a.probe().get("inbox", {}).get("agent_message") == 1, 60, "the message queued"
+        )
+        assert _messages_in_log(fleet, "a") == []
+        os.kill(a.pids[0], signal.SIGKILL)
+        wait_for(lambda: a.restarts == 1, 60, "a restarted")
+        (tmp_path / "gate").touch()
+        wait_for(lambda: bool(_messages_in_log(fleet, "a")), 30, "the message in a's event log")
+        assert _messages_in_log(fleet, "a") == ["[message from agent trunk]\nhello from the trunk"]
+        fleet.cancel_all("done")
+        wait_for(lambda: fleet.wait_empty(0), 60, "the fleet empty")
+    finally:
+        fleet.close()
+
+
+def test_a_message_its_agent_process_never_logged_is_recorded_undelivered_when_it_goes_down(
+    tmp_path: Path,
+) -> None:
+    """The gate stays shut: every incarnation of a is held in its first call and killed there,
+    until supervision gives up. The message none of them logged is recorded undelivered
+    (``InboxRejected``, ``recipient ended``, the message itself in the record), once."""
+    toml = _message_scenario(tmp_path / "held", tmp_path / "gate")
+    playback = ScenarioPlayback(parse_scenario(toml, source=str(tmp_path / "s.toml")))
+    fleet = Fleet(
+        SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
+    )
+    try:
+        fleet.start_trunk(playback.scenario.prompt, interactive=True)
+        a = wait_for(lambda: fleet.hosted.get("a"), 60, "a's process")
+        assert isinstance(a, ProcessAgent)
+        wait_for(
+            lambda: a.probe().get("inbox", {}).get("agent_message") == 1, 60, "the message queued"
+        )
+        for kill in range(4):
+            wait_for(lambda k=kill: len(a.pids) == k + 1, 60, f"start {kill + 1}")  # type: ignore[misc]
+            os.kill(a.pids[-1], signal.SIGKILL)
+        assert a.wait(60)
+        assert a.outcome is not None and a.outcome.value == "failed"
+        assert _messages_in_log(fleet, "a") == []
+        fleet.cancel_all("done")
+        wait_for(lambda: fleet.wait_empty(0), 60, "the fleet empty")
+    finally:
+        fleet.close()
+    rejected = [
+        r
+        for r in read_jsonl(fleet.session.transcript).records
+        if r["kind"] == "InboxRejected" and r["agent"] == "a"
+    ]
+    assert [(r["reason"], r["message"]["text"]) for r in rejected] == [
+        ("recipient ended", "hello from the trunk")
+    ]
+
+
+CHATTY = """
+[fleet]
+prompt = "go"
+
+[[agents.trunk]]
+ral = ["agent a 'go'"]
+
+[[agents.trunk]]
+ral = ["BATCHES"]
+
+[[agents.trunk]]
+text = "waiting"
+stop = "end_turn"
+repeat = 30
+
+[[agents.a]]
+ral = ["agent b 'hold a open'"]
+
+[[agents.a]]
+text = "ok"
+stop = "end_turn"
+repeat = 400
+
+[[agents.b]]
+ral = ["sh -c 'sleep 60'"]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_messages_an_agent_process_logged_are_no_longer_held_by_its_supervisor(
+    tmp_path: Path,
+) -> None:
+    """A long chat does not make the supervisor hold every message ever sent: once it holds
+    ``MESSAGES_CHECKED_AT`` it reads the log and lets go of those logged. 120 messages in three
+    batches (a drains each; b keeps a parked, not ended) leave fewer than that held."""
+    batches = [f'sleep 1; map {{ |x| message a "{p}$x" }} (range 40)' for p in "mno"]
+    toml = CHATTY.replace('["BATCHES"]', "['" + "; ".join(batches) + "']")
+    playback = ScenarioPlayback(parse_scenario(toml, source=str(tmp_path / "s.toml")))
+    fleet = Fleet(
+        SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
+    )
+    try:
+        fleet.start_trunk(playback.scenario.prompt, interactive=True)
+        a = wait_for(lambda: fleet.hosted.get("a"), 60, "a's process")
+        assert isinstance(a, ProcessAgent)
+        wait_for(lambda: len(_messages_in_log(fleet, "a")) == 120, 60, "every message logged")
+        assert a.messages_held < MESSAGES_CHECKED_AT
+        fleet.cancel_all("done")
+        wait_for(lambda: fleet.wait_empty(0), 60, "the fleet empty")
+    finally:
+        fleet.close()
