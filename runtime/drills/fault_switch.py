@@ -17,9 +17,9 @@ A **crash point** (:func:`crash_point`) is a named window in the control process
 or a test needs a SIGKILL to land exactly: with the switch on and ``EXARCH_CRASH_AT`` naming it,
 the process SIGKILLs itself there (a timed kill rarely lands in a window microseconds wide).
 A **pause point** (:func:`pause_point`) is a named moment where a test needs the control
-process stopped while the rest of the system goes on (an agent process logs what it was
-answered): with ``EXARCH_PAUSE_AT`` naming it, the process stops itself (``SIGSTOP``) there,
-and the test SIGKILLs it once what it waits for has happened.
+process (or an agent process) stopped while the rest of the system goes on (an agent process
+logs what it was answered): with ``EXARCH_PAUSE_AT`` naming it, the process stops itself
+(``SIGSTOP``) there, and the test SIGKILLs it once what it waits for has happened.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ PAUSE_POINTS = frozenset(
         "birth-before-admission",
         "admitted-before-launch",
         "ended-before-settlement",
+        "drive-ended-before-report",
     }
 )
 """Every pause point there is: ``run-spec-written`` -- ``run.json`` written, nothing else of
@@ -55,7 +56,9 @@ receipt) and reported ``Born``, and the fleet has not yet admitted it in the jou
 ``admitted-before-launch`` -- such a child admitted (``dispatched``), not launched: its prompt
 is in no log yet; ``ended-before-settlement`` -- a child's drive ended (a reply's call logged
 in its event log), its settlement not yet written: a disk filled there refuses it
-(``tests/durability/test_disk_full.py``)."""
+(``tests/durability/test_disk_full.py``); ``drive-ended-before-report`` -- in an agent
+process: its agent's drive ended, its ``Ended`` report not yet sent: a kill there is a crash
+the supervisor restarts (``tests/agent_host/test_restart_delivery.py``)."""
 
 _lock = threading.Lock()
 _scopes = 0

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,10 +19,11 @@ import pytest
 
 from exarch_actors.actors.agent_process import MESSAGES_CHECKED_AT, ProcessAgent
 from exarch_actors.actors.fleet import Fleet, FleetConfig
+from exarch_actors.runtime.drills.fault_switch import FAULTS_ENV, PAUSE_ENV
 from exarch_actors.runtime.drills.invariant_check import check_session
 from exarch_actors.runtime.providers.scenario import parse_scenario
 from exarch_actors.runtime.providers.scripted import ScenarioPlayback
-from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
 from exarch_actors.runtime.state.session_dir import SessionDir
 from exarch_actors.runtime.state.session_records import logged_results
 from tests.support.waiting import wait_for
@@ -281,3 +284,94 @@ def test_the_messages_an_agent_process_logged_are_no_longer_held_by_its_supervis
         wait_for(lambda: fleet.wait_empty(0), 60, "the fleet empty")
     finally:
         fleet.close()
+
+
+REPLYING_KID = """
+[fleet]
+prompt = "delegate"
+
+[[agents.trunk]]
+ral = ["agent kid 'answer'"]
+
+[[agents.trunk]]
+ral = ["let ends = agent-wait; reply $ends[kid][reply]"]
+
+[[agents.kid]]
+ral = ["reply 'forty-two'"]
+
+[[agents.kid]]
+text = "a second model turn"
+stop = "end_turn"
+"""
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] == "T"
+
+
+def _pids(transcript: Path, agent: str | None = "kid") -> list[int]:
+    """An agent's process pids (every agent's: None), first start first (``Born``, then each
+    ``Restarted``)."""
+    pids: list[int] = []
+    for r in read_jsonl(transcript).records if transcript.exists() else []:
+        if agent is not None and r.get("agent") != agent:
+            continue
+        if r["kind"] == "Born" and r.get("pid"):
+            pids.append(int(r["pid"]))
+        elif r["kind"] == "Notice" and r.get("notice") == "Restarted":
+            pids.append(int(r["data"]["pid"]))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_child_process_killed_after_its_reply_was_logged_restarts_into_that_reply(
+    tmp_path: Path,
+) -> None:
+    """The child's process is SIGKILLed after its drive ended on its ``reply`` (the call's
+    result and the reply's value in its log) and before its ``Ended`` report (the pause point
+    ``drive-ended-before-report``). The restarted child ends ``replied`` with the logged reply
+    at once: no second model turn (a scripted child's second round would be one; a real
+    model's could be a different answer, or none)."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(REPLYING_KID)
+    session = tmp_path / "session"
+    env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "drive-ended-before-report"}
+    argv = ["run", str(scenario), "--agents", "process", "--session-dir", str(session)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    transcript = session / "transcript.jsonl"
+    try:
+        first = wait_for(lambda: _pids(transcript)[:1], 60, "the kid born")[0]
+        wait_for(lambda: _stopped(first), 60, "the kid's drive ended, unreported")
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: _pids(transcript)[1:2], 60, "the kid restarted")
+
+        def carried_on() -> bool:
+            """Every later end pauses at the same point (the restarted kid's, the trunk's):
+            each is let go on."""
+            for pid in _pids(transcript, None):
+                if pid != first and _stopped(pid):
+                    os.kill(pid, signal.SIGCONT)
+            return proc.poll() is not None
+
+        wait_for(carried_on, 120, "the run ended")
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    result = read_json_document(session / "result.json")[0]
+    assert (result["outcome"], result["reply"]) == ("replied", "forty-two"), stderr
+    kid = read_jsonl(session / "agents" / "kid" / "events.jsonl").records
+    assert len([r for r in kid if r["kind"] == "assistant"]) == 1, "no second model turn"
