@@ -189,7 +189,12 @@ def test_a_full_disk_stops_the_run_with_one_message_and_resume_finishes_it_once_
         # no completed call lost: every result written before the stop is there as it was
         assert {c: after[c] for c in before} == before
         outputs = [t for t in after.values() if f"line {child[1]}-" in t]
-        interrupted = [c for c, t in after.items() if "did not complete" in t]
+        # the call in flight at the stop: settled by resume ("did not complete"), or, by an
+        # agent process that saw its control side go first, cancelled on its way down
+        # (seen once in 5 runs; a result the model reads as such, never a lost output)
+        interrupted = [
+            c for c, t in after.items() if "did not complete" in t or "control side gone" in t
+        ]
         replied = [t for t in after.values() if t == "[value]\nunit"]
         assert len(outputs) + len(interrupted) + len(replied) == 41  # every call answered once
         assert len(interrupted) <= 1  # at most the call in flight when the disk filled
