@@ -115,6 +115,7 @@ from exarch_actors.runtime.state import disk_full
 from exarch_actors.runtime.state.disk_full import DiskFull
 from exarch_actors.runtime.state.durability import ShippedRecord
 from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.eventlog import event_logs
 from exarch_actors.runtime.state.record_mirror import RecordRefused, apply_shipped
 from exarch_actors.runtime.state.session_records import logged_messages, logged_results
 from exarch_actors.runtime.state.snapshot import MobileSnapshot
@@ -619,11 +620,13 @@ class ProcessAgent:
             self._checking_messages = False
 
     def _logged_messages(self) -> set[str]:
-        """The ids of the messages its event log holds, as the control side reads the file."""
-        events = self.site.session.events(self.name)
-        if not events.exists():
-            return set()
-        return logged_messages(read_jsonl(events).records)
+        """The ids of the messages its event log holds, as the control side reads the files:
+        the current ``events.jsonl`` and every log a ``/clear`` archived (a message logged
+        before a clear is held until the next read, and is no less delivered for it)."""
+        found: set[str] = set()
+        for path in event_logs(self.site.session.events(self.name)):
+            found |= logged_messages(read_jsonl(path).records)
+        return found
 
     def refused_result(
         self, msg: InboxMsg, refused: Callable[[InboxFull], None], full: InboxFull

@@ -532,6 +532,21 @@ class AgentLog:
         return max(taken, default=0) + 1
 
 
+def event_logs(path: str | os.PathLike[str]) -> list[Path]:
+    """``path`` (an agent's ``events.jsonl``) and the logs a ``/clear`` archived beside it
+    (``events.<n>.jsonl``), those that exist, oldest first."""
+    current = Path(path)
+    if not current.parent.is_dir():
+        return []
+    archive = re.compile(rf"^{re.escape(current.stem)}\.(\d+){re.escape(current.suffix)}$")
+    archived = sorted(
+        (int(m.group(1)), p)
+        for p in current.parent.iterdir()
+        if (m := archive.match(p.name)) is not None
+    )
+    return [p for _, p in archived] + ([current] if current.exists() else [])
+
+
 def _fsync_dir(path: Path) -> None:
     """Make a rename in ``path`` durable under its policy (a no-op under ``process``)."""
     fd = os.open(path, os.O_RDONLY)

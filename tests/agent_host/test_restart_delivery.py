@@ -375,3 +375,72 @@ def test_a_child_process_killed_after_its_reply_was_logged_restarts_into_that_re
     assert (result["outcome"], result["reply"]) == ("replied", "forty-two"), stderr
     kid = read_jsonl(session / "agents" / "kid" / "events.jsonl").records
     assert len([r for r in kid if r["kind"] == "assistant"]) == 1, "no second model turn"
+
+
+def _cleared_scenario(held: Path, gate: Path) -> str:
+    hold = f"sh -c 'touch {held}; while [ ! -e {gate} ]; do sleep 0.02; done'"
+    return f"""
+[fleet]
+prompt = "hello"
+
+[[agents.trunk]]
+text = "hi"
+stop = "end_turn"
+
+[[agents.trunk]]
+text = "got the first"
+stop = "end_turn"
+
+[[agents.trunk]]
+ral = ["{hold}"]
+
+[[agents.trunk]]
+text = "idle"
+stop = "end_turn"
+repeat = 30
+"""
+
+
+def test_a_message_logged_before_a_clear_is_not_given_again_to_the_restart(
+    tmp_path: Path,
+) -> None:
+    """A message the agent logged, then a ``/clear`` (its log archived as ``events.1.jsonl``,
+    a fresh ``events.jsonl`` begun), then a SIGKILL: the supervisor still held the first
+    message (it lets go of logged ones only every 64), and it must find it in the archive --
+    read only in the fresh log, it looked lost and was given again after the clear."""
+    toml = _cleared_scenario(tmp_path / "held", tmp_path / "gate")
+    playback = ScenarioPlayback(parse_scenario(toml, source=str(tmp_path / "s.toml")))
+    fleet = Fleet(
+        SessionDir.at(tmp_path / "session"), playback.provider, FleetConfig(agents="process")
+    )
+    try:
+        fleet.start_trunk(playback.scenario.prompt, interactive=True)
+        trunk = wait_for(lambda: fleet.hosted.get("trunk"), 60, "the trunk's process")
+        assert isinstance(trunk, ProcessAgent)
+        fleet.registry.message("tester", "trunk", "the first")
+        wait_for(lambda: _messages_in_log(fleet, "trunk"), 60, "the first message logged")
+        fleet.registry.steer("trunk", "/clear")
+        archive = fleet.session.events("trunk").with_name("events.1.jsonl")
+        wait_for(archive.exists, 60, "the log archived by the clear")
+        fleet.registry.message("tester", "trunk", "the second")
+        wait_for((tmp_path / "held").exists, 60, "the trunk held in its call")
+        assert _messages_in_log(fleet, "trunk") == ["[message from agent tester]\nthe second"]
+        os.kill(trunk.pids[0], signal.SIGKILL)
+        wait_for(lambda: trunk.restarts == 1, 60, "the trunk restarted")
+        (tmp_path / "gate").touch()
+
+        def settled() -> bool:
+            figures = trunk.probe()
+            stats = figures.get("stats")
+            return (
+                stats is not None
+                and stats.state == "idle"
+                and not sum((figures.get("inbox") or {}).values())
+            )
+
+        wait_for(settled, 60, "the restarted trunk idle, its inbox empty")
+        assert _messages_in_log(fleet, "trunk") == ["[message from agent tester]\nthe second"]
+        fleet.cancel_all("done")
+        wait_for(lambda: fleet.wait_empty(0), 60, "the fleet empty")
+    finally:
+        fleet.close()
