@@ -557,7 +557,7 @@ class ProcessAgent:
         at once if that already ran (a push whose verdict came back after the deregistration
         that let the settlement record the leftovers). A child's result that a crashed host
         (no ``Ended``) did not take stays with the supervisor: the restart delivers it again,
-        a down records it (``_unlogged``)."""
+        a down records it (``_unlogged``); so does an agent ``message`` (``_unlogged_messages``)."""
         with self._lock:
             if isinstance(msg, AgentResult):
                 if msg.child in self._given_up:
@@ -569,6 +569,7 @@ class ProcessAgent:
                     return
                 if msg.id in self._unlogged_messages and (host is None or not host.ended):
                     return  # its host crashed: the restart gives it again, a down records it
+            if not self._leftovers_recorded:
                 self.late.append(msg)
                 return
         self.site.record_rejected(InboxRejected.of(self.name, msg, reason="recipient ended"))
