@@ -197,6 +197,17 @@ class Agent:
         """The registry's handle too: producers push here and get InboxFull synchronously."""
         events = site.session.events(spec.name)
         self.log = AgentLog.load(events)[0] if spec.resume else AgentLog(events)
+        self.logged_reply: str | None = (
+            self.log.logged_reply()
+            if spec.resume
+            and spec.parent is not None
+            and returns_for(spec.construction, interactive=spec.interactive)
+            else None
+        )
+        """A rebuilt child's reply, read from its log (:meth:`AgentLog.logged_reply`): it had
+        replied, and its drive ends ``replied`` with it at once, no model turn (the settlement
+        that carried the value may never have been written: a full disk refused it, or the
+        control process or the agent's own died first). None for a fresh agent."""
         self.provider = ProviderHandle(provider)
         self.pins: dict[str, str] = {}
         self.schedules = Schedules(self.inbox.push)
@@ -342,36 +353,12 @@ class Agent:
         """The agent's whole lifetime; returns how it ended. Never raises."""
         outcome = AgentOutcome.QUIESCED
         try:
-            if self.spec.prompt is not None:
-                self.inbox.push(UserSteering(self.spec.prompt))
-            while True:
-                self.stats.state = "idle"
-                self._ready_boundary()
-                item = self.inbox.next_or_idle(self.park_mode)
-                if isinstance(item, ExitSignal):  # the control lane, ahead of queued turns
-                    outcome = AgentOutcome.CANCELLED
-                    break
-                if item is None and self.terminated is None and self._suspended is not None:
-                    resumed = self._resume_suspended()
-                    if isinstance(resumed, AgentOutcome):
-                        outcome = resumed
-                        break
-                    if resumed is None and self._suspended is not None:
-                        self._park_workers()  # waits again: settled results surface now
-                        continue
-                    item = resumed
-                if item is None or self.terminated is not None:
-                    if item is not None:  # popped but never admitted: recorded, not lost
-                        self._record_undelivered([item])
-                    if self.terminated is not None:
-                        outcome = AgentOutcome.CANCELLED
-                    break
-                self.stats.state = "working"
-                ended = self._turn(item)
-                if ended is not None:
-                    outcome = ended
-                    break
-                self._park_workers()
+            if self.logged_reply is not None:
+                self.record_reply(self.logged_reply)
+                self._note("rebuilt after its reply was logged: it ends replied with that reply")
+                outcome = AgentOutcome.REPLIED
+            else:
+                outcome = self._drive_turns()
             outcome = self._provisional_stands(outcome)
         except Cancelled:  # a poll point outside apply (a slash command's summarise, ...)
             outcome = AgentOutcome.CANCELLED
@@ -384,6 +371,41 @@ class Agent:
             self._exit()
         self.outcome = outcome
         self.stats.state = outcome.value
+        return outcome
+
+    def _drive_turns(self) -> AgentOutcome:
+        """Inbox turns until one ends the agent (or its inbox parks it for good)."""
+        outcome = AgentOutcome.QUIESCED
+        if self.spec.prompt is not None:
+            self.inbox.push(UserSteering(self.spec.prompt))
+        while True:
+            self.stats.state = "idle"
+            self._ready_boundary()
+            item = self.inbox.next_or_idle(self.park_mode)
+            if isinstance(item, ExitSignal):  # the control lane, ahead of queued turns
+                outcome = AgentOutcome.CANCELLED
+                break
+            if item is None and self.terminated is None and self._suspended is not None:
+                resumed = self._resume_suspended()
+                if isinstance(resumed, AgentOutcome):
+                    outcome = resumed
+                    break
+                if resumed is None and self._suspended is not None:
+                    self._park_workers()  # waits again: settled results surface now
+                    continue
+                item = resumed
+            if item is None or self.terminated is not None:
+                if item is not None:  # popped but never admitted: recorded, not lost
+                    self._record_undelivered([item])
+                if self.terminated is not None:
+                    outcome = AgentOutcome.CANCELLED
+                break
+            self.stats.state = "working"
+            ended = self._turn(item)
+            if ended is not None:
+                outcome = ended
+                break
+            self._park_workers()
         return outcome
 
     def _nudge_inputs(self, loop: Outcome) -> NudgeInputs:
@@ -573,7 +595,9 @@ class Agent:
             )
         elif isinstance(item, AgentMessage):
             self.log.append_user(
-                f"[message from agent {item.sender}]\n{item.text}", source="agent_message"
+                f"[message from agent {item.sender}]\n{item.text}",
+                source="agent_message",
+                message_id=item.id or None,
             )
         elif is_held_notice(item):
             assert isinstance(item, ScheduledWakeup)
@@ -707,7 +731,11 @@ class Agent:
         be given, and the repaired one is not what it sent."""
         for call in msg.tool_calls:
             with durability.one_commit():  # the call's records: one fsync round (machine)
-                self.log.append_tool_result(self._answer(call, unencodable))
+                mark = self._reply_mark()
+                result = self._answer(call, unencodable)
+                # the reply rides the call's own record: durable before any settlement
+                reply = render(self.reply_value) if self._reply_mark() > mark else None
+                self.log.append_tool_result(result, reply=reply)
         due, self._residency_due = self._residency_due, []
         for nudge in due:
             self.log.append_nudge(nudge.kind, nudge.text)

@@ -81,7 +81,7 @@ from exarch_actors.actors.process import fork_server_address, process_context, s
 from exarch_actors.actors.ray_nodes import NodeChange, NodeWatch
 from exarch_actors.actors.traffic_gate import ADMIT, NOTICES, serve_admit, serve_notice
 from exarch_actors.runtime.cancel import CancelScope
-from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError, UnknownAgent
 from exarch_actors.runtime.events import Event, InboxRejected, Notice
 from exarch_actors.runtime.fleet.agent_channel import (
     BornFrame,
@@ -100,6 +100,7 @@ from exarch_actors.runtime.fleet.agent_channel import (
 )
 from exarch_actors.runtime.fleet.fanin import WaitAnswer
 from exarch_actors.runtime.fleet.inbox import (
+    AgentMessage,
     AgentResult,
     ExitSignal,
     InboxFull,
@@ -114,11 +115,18 @@ from exarch_actors.runtime.state import disk_full
 from exarch_actors.runtime.state.disk_full import DiskFull
 from exarch_actors.runtime.state.durability import ShippedRecord
 from exarch_actors.runtime.state.durable import read_jsonl
+from exarch_actors.runtime.state.eventlog import event_logs
 from exarch_actors.runtime.state.record_mirror import RecordRefused, apply_shipped
-from exarch_actors.runtime.state.session_records import logged_results
+from exarch_actors.runtime.state.session_records import logged_messages, logged_results
 from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 log = logging.getLogger(__name__)
+
+MESSAGES_CHECKED_AT = 64
+"""Messages held (:attr:`ProcessAgent._unlogged_messages`) that make the supervisor read the
+agent's log to let go of those it holds (off the sender's path, on the fleet's pool); the next
+read is due at twice what is still held then, so a long chat holds no more than it must and a
+busy agent's log is not read for every message sent to it."""
 
 BORN_TIMEOUT = 60.0
 """Seconds a new agent host may take to report ``BornFrame`` (its shell restored and ready)."""
@@ -191,11 +199,26 @@ class RemoteInbox:
 
     def push(self, msg: InboxMsg) -> PushEffect:
         """The host's verdict (``InboxFull`` re-raised as itself). A host already shut down
-        takes nothing: the item is kept for :meth:`ProcessAgent.record_leftovers`."""
+        takes nothing: the item is kept for :meth:`ProcessAgent.record_leftovers`. An agent
+        ``message`` is held by the supervisor until the log accounts for it, as a child's
+        result is (:meth:`ProcessAgent.sending`): a host that took it and died before it logged
+        it took it along, and the restart is given it again."""
+        agent = self._agent
+        if not isinstance(msg, AgentMessage):
+            try:
+                result: PushEffect = agent.call("push", msg)
+            except (PeerGone, ChannelClosed):
+                agent.keep_late(msg)
+                return PushEffect.QUEUED
+            return result
+        host = agent.sending(msg)
         try:
-            result: PushEffect = self._agent.call("push", msg)
+            result = request_call(host.channel, "push", msg)
+        except InboxFull:
+            agent.message_refused(msg)
+            raise
         except (PeerGone, ChannelClosed):
-            self._agent.keep_late(msg)
+            agent.keep_late(msg, host)
             return PushEffect.QUEUED
         return result
 
@@ -327,6 +350,15 @@ class ProcessAgent:
         down records each as undelivered (:meth:`_redeliver`, :meth:`_give_up_results`)."""
         self._given_up: set[str] = set()
         """Children whose result a down recorded as undelivered (never recorded twice)."""
+        self._unlogged_messages: dict[str, AgentMessage] = {}
+        """Agent ``message`` items sent to a host of this agent, by id, in the order sent, that
+        its event log may not hold yet: like :attr:`_unlogged`, a restart gives each again that
+        the log lacks and a down records each as undelivered. Let go of once the log holds
+        them (read when :attr:`_messages_checked_at` are held: :meth:`_let_go_of_logged`)."""
+        self._messages_checked_at = MESSAGES_CHECKED_AT
+        self._checking_messages = False
+        self._given_up_messages: set[str] = set()
+        """Messages a down recorded as undelivered, by id (never recorded twice)."""
         self.pids: list[int] = []
         """Every host pid this agent ran in, first start first (a restart adds one)."""
         self.site_calls: Counter[str] = Counter()
@@ -525,13 +557,18 @@ class ProcessAgent:
         at once if that already ran (a push whose verdict came back after the deregistration
         that let the settlement record the leftovers). A child's result that a crashed host
         (no ``Ended``) did not take stays with the supervisor: the restart delivers it again,
-        a down records it (``_unlogged``)."""
+        a down records it (``_unlogged``); so does an agent ``message`` (``_unlogged_messages``)."""
         with self._lock:
             if isinstance(msg, AgentResult):
                 if msg.child in self._given_up:
                     return
                 if msg.child in self._unlogged and (host is None or not host.ended):
                     return
+            if isinstance(msg, AgentMessage) and msg.id:
+                if msg.id in self._given_up_messages:
+                    return
+                if msg.id in self._unlogged_messages and (host is None or not host.ended):
+                    return  # its host crashed: the restart gives it again, a down records it
             if not self._leftovers_recorded:
                 self.late.append(msg)
                 return
@@ -542,10 +579,55 @@ class ProcessAgent:
         a child's result counted as not logged until the log, a refusal or a collection says
         otherwise. Under the lock that a restart switches hosts under, so a result is either
         sent to the new host or known to the restart that delivers the lost ones again."""
+        check = False
         with self._lock:
             if isinstance(msg, AgentResult):
                 self._unlogged[msg.child] = msg
-            return self._host
+            elif isinstance(msg, AgentMessage) and msg.id:
+                self._unlogged_messages[msg.id] = msg
+                if not self._checking_messages:
+                    check = len(self._unlogged_messages) >= self._messages_checked_at
+                    self._checking_messages = check
+            host = self._host
+        if check:
+            self.off_reader(self._let_go_of_logged)
+        return host
+
+    @property
+    def messages_held(self) -> int:
+        """How many messages sent to it the supervisor holds (:attr:`_unlogged_messages`)."""
+        with self._lock:
+            return len(self._unlogged_messages)
+
+    def message_refused(self, msg: AgentMessage) -> None:
+        """Its host's full inbox refused ``msg``: the sender's script gets the error, so it is
+        not this agent's to deliver."""
+        with self._lock:
+            self._unlogged_messages.pop(msg.id, None)
+
+    def _let_go_of_logged(self) -> None:
+        """Stop holding the messages its log holds (read on the fleet's pool); the next read is
+        due at twice what is still held."""
+        try:
+            logged = self._logged_messages()
+        except Exception:  # a log that cannot be read now is read at the next check
+            log.exception("%s: reading its log for the messages it took", self.name)
+            logged = set()
+        with self._lock:
+            for mid in logged:
+                self._unlogged_messages.pop(mid, None)
+            held = len(self._unlogged_messages)
+            self._messages_checked_at = max(MESSAGES_CHECKED_AT, 2 * held)
+            self._checking_messages = False
+
+    def _logged_messages(self) -> set[str]:
+        """The ids of the messages its event log holds, as the control side reads the files:
+        the current ``events.jsonl`` and every log a ``/clear`` archived (a message logged
+        before a clear is held until the next read, and is no less delivered for it)."""
+        found: set[str] = set()
+        for path in event_logs(self.site.session.events(self.name)):
+            found |= logged_messages(read_jsonl(path).records)
+        return found
 
     def refused_result(
         self, msg: InboxMsg, refused: Callable[[InboxFull], None], full: InboxFull
@@ -587,16 +669,45 @@ class ProcessAgent:
                 continue
             self.site.deliver(self.name, msg, msg.child)
 
+    def _redeliver_messages(self, pending: list[AgentMessage]) -> None:
+        """After a restart, before its launch: every message sent to a dead host that its log
+        lacks goes to the new host's inbox again, in the order sent, through the registry
+        (its full inbox, or the agent's end meanwhile, records it undelivered: nobody waits)."""
+        if not pending:
+            return
+        logged = self._logged_messages()
+        for msg in pending:
+            if msg.id in logged:
+                with self._lock:
+                    self._unlogged_messages.pop(msg.id, None)
+                continue
+            try:
+                self.site.message(msg.sender, self.name, msg)
+            except InboxFull as full:
+                self.site.record_rejected(
+                    InboxRejected.of(self.name, msg, reason="inbox full", cap=full.cap)
+                )
+            except UnknownAgent:
+                self.site.record_rejected(
+                    InboxRejected.of(self.name, msg, reason="recipient ended")
+                )
+
     def _give_up_results(self) -> None:
         """A down: the results its dead host never logged are recorded as undelivered (with
         the leftovers, :meth:`record_leftovers`)."""
         logged = self._logged_results()
+        messages = self._logged_messages()
         with self._lock:
             for child, msg in self._unlogged.items():
                 if child not in logged:
                     self.late.append(msg)
                     self._given_up.add(child)
             self._unlogged.clear()
+            for mid, message in self._unlogged_messages.items():
+                if mid not in messages:
+                    self.late.append(message)
+                    self._given_up_messages.add(mid)
+            self._unlogged_messages.clear()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.done.wait(timeout)
@@ -665,6 +776,7 @@ class ProcessAgent:
                 self._host = host
                 self.restarts += 1
             pending = list(self._unlogged.values())
+            messages = list(self._unlogged_messages.values())
         if closing:
             host.shutdown("close")
             return
@@ -685,6 +797,7 @@ class ProcessAgent:
         if standing.cancel_cause is not None:  # cancelled while it was down
             self.send_cancel(standing.cancel_cause)
         self._redeliver(pending)
+        self._redeliver_messages(messages)
         if self._launched:
             try:
                 self.call("launch")

@@ -88,6 +88,7 @@ from exarch_actors.actors.process import (
 from exarch_actors.actors.shell import ShellActor
 from exarch_actors.actors.traffic_gate import RemoteGate
 from exarch_actors.runtime.cancel import CancelScope
+from exarch_actors.runtime.drills.fault_switch import pause_point
 from exarch_actors.runtime.errors import ExarchError
 from exarch_actors.runtime.events import CancelHop, Event, InboxRejected, Resources
 from exarch_actors.runtime.fleet.agent_channel import (
@@ -423,6 +424,7 @@ class AgentProcess:
                 pass
             if self._launched.is_set():
                 agent.drive()
+                pause_point("drive-ended-before-report")  # tests/agent_host: killed here
                 if self._cancel is not None:  # ended by a cancel: the reach first, the ends after
                     stand_back()
                 # the shell goes first, here and in parallel with every other ending agent:
@@ -484,8 +486,8 @@ class AgentProcess:
             agent.log.settle_pending()
         if agent.log.event_count == 0 and first is not None:
             self.inbox.push(UserSteering(first))
-        elif _owes_a_response(agent) and not self.inbox.items():
-            self.inbox.push(UserSteering(note))
+        elif agent.logged_reply is None and _owes_a_response(agent) and not self.inbox.items():
+            self.inbox.push(UserSteering(note))  # (a child that replied ends at once)
 
     # -- bus events ----------------------------------------------------------------------------
 

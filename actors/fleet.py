@@ -1088,6 +1088,7 @@ class Fleet:
         executor = self._executors.get(agent.name)
         if executor is None:
             return
+        pause_point("ended-before-settlement")  # tests/durability/test_disk_full.py fills here
         executor.finished(outcome)
         self.journal.execution_result(
             agent.name,

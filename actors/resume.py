@@ -484,8 +484,8 @@ def resume_run(
                 agent.recover(first, RESUME_NOTE)
             elif agent.log.event_count == 0 and first is not None:
                 agent.inbox.push(UserSteering(first))
-            elif _owes_a_response(agent) and not agent.inbox.items():
-                agent.inbox.push(UserSteering(RESUME_NOTE))
+            elif agent.logged_reply is None and _owes_a_response(agent) and not agent.inbox.items():
+                agent.inbox.push(UserSteering(RESUME_NOTE))  # (one that replied ends at once)
             fleet.publish(SystemNote(agent.name, text="resumed from the session directory"))
         for agent in adopted:
             fleet.launch_adopted(agent)

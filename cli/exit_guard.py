@@ -14,7 +14,8 @@ before that join (``threading._register_atexit``, as ``concurrent.futures`` does
 
 A full disk ends a command at once too (:func:`_stop_for_a_full_disk`, the listener of
 ``runtime/state/disk_full.py``'s latch): the first session write refused for lack of space is
-named with the space left (one message, ``outcome: failed``) and the process exits 1 on the
+named with the space left (one message, ``outcome: failed``; under ``--json`` the command's
+JSON object on stdout instead: :func:`stop_report`) and the process exits 1 on the
 failing thread, as a control process's death would end it -- every record written so far
 intact, the agent processes and shells going with their fork server -- so ``resume`` carries
 the run on once space is back. Settling the tree first would need the disk it lacks: a bus
@@ -32,6 +33,7 @@ import sys
 import termios
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from exarch_actors.runtime.state import disk_full
@@ -85,12 +87,29 @@ def installed() -> bool:
     return bool(_state["installed"])
 
 
+def stop_report(render: Callable[[DiskFull], str] | None) -> None:
+    """Have a full-disk stop print ``render(err)`` on stdout instead of ``outcome: failed`` on
+    stderr: ``run --json`` and ``resume --json`` print their one JSON object there, as their
+    normal end does (before, the stop printed nothing on stdout: a script reading it got no
+    outcome at all). ``render`` runs on the failing thread, which may hold a writer's lock:
+    it must read nothing that waits. None: the outcome line again."""
+    _state["stop_report"] = render
+
+
 def _stop_for_a_full_disk(err: DiskFull) -> None:
     """The latch tripped (on the thread whose write failed, or the channel reader an agent
     process's report came on): say why, and end the process now (see the module docstring)."""
     _give_the_terminal_back()
     _warn(str(err))
-    _say("outcome: failed")
+    render = _state.get("stop_report")
+    try:
+        text = None if render is None else render(err)
+    except Exception:  # the stop must end the process whatever the report does
+        text = None
+    if text is None:
+        _say("outcome: failed")
+    else:
+        _out(text)
     end_now(1)
 
 
@@ -152,6 +171,19 @@ def _non_daemon() -> list[threading.Thread]:
 
 def _warn(text: str) -> None:
     _say(f"exarch-actors: {text}")
+
+
+def _out(line: str) -> None:
+    """``line`` on the process's real stdout (fd 1), after what its streams hold."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        os.write(1, f"{line}\n".encode())
+    except OSError:
+        pass
 
 
 def _say(line: str) -> None:

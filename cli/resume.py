@@ -9,13 +9,14 @@ when cancelled by SIGINT / SIGTERM).
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import click
 
 from exarch_actors.actors.resume import resume_run
-from exarch_actors.cli import HELP_SETTINGS, Refused
+from exarch_actors.cli import HELP_SETTINGS, Refused, exit_guard
 from exarch_actors.cli.backend_options import (
     Agents,
     Backend,
@@ -92,12 +93,14 @@ def resume_command(
     except SessionLive as e:
         raise Refused(str(e)) from None
     click.get_current_context().call_on_close(lock.release)  # held until the command ends
+    report = RunReporter(as_json=as_json, quiet=quiet)
+    if as_json:  # a full disk stops the process at once: its object is printed there
+        exit_guard.stop_report(partial(report.stopped_json, session=session.root))
     try:  # a disk still full refuses before anything is touched, as a run it stops says
         disk_full.probe(session.root)
     except DiskFull as e:
         disk_full.trip(e)  # a command ends here (cli/exit_guard.py): the message, exit 1
         raise
-    report = RunReporter(as_json=as_json, quiet=quiet)
     hit = {"cancel": False}
     with signals_cancel(lambda: hit.__setitem__("cancel", True)) as interrupted:
 

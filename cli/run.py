@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 from typing import Literal
 
 import click
 
-from exarch_actors.cli import HELP_SETTINGS, config
+from exarch_actors.cli import HELP_SETTINGS, config, exit_guard
 from exarch_actors.cli.backend_options import Backend, agents_option, backend_options
 from exarch_actors.cli.cost_options import CostChoice, cost_options
 from exarch_actors.cli.durability import durability_option
@@ -103,7 +104,9 @@ def run_command(
 
     --quiet keeps only the reply (or the last text and its note), the scenario's warnings and
     the error line; --json prints one JSON object on stdout instead (outcome, reply, lastText,
-    error, session, fleetYield) and keeps stderr as --quiet does.
+    error, session, fleetYield) and keeps stderr as --quiet does. A run a full disk stopped
+    prints it too: outcome "failed", the disk-full message as error, diskFull {path,
+    freeBytes}, fleetYield null.
 
     \b
     Exit codes:
@@ -149,6 +152,11 @@ def run_command(
         otlp_endpoint=live_endpoint(otlp_endpoint),
     )
     report = RunReporter(as_json=as_json, quiet=quiet)
-    result = run_headless(spec, observer=report)
+    if as_json:  # a full disk stops the process at once: its object is printed there
+        exit_guard.stop_report(partial(report.stopped_json, session=spec.session_dir))
+    try:
+        result = run_headless(spec, observer=report)
+    finally:
+        exit_guard.stop_report(None)
     report.finish(result.outcome, result.reply, result.session, result.fleet_yield.to_json())
     sys.exit(result.exit_code)

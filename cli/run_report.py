@@ -20,12 +20,14 @@ Order of output, and why:
    prints nothing on stdout, its last text going to stderr under a note.
 
 ``--quiet`` keeps only the reply (or that last text) and the ``error``/note lines; ``--json``
-prints exactly one JSON object on stdout and, on stderr, what ``--quiet`` keeps.
+prints exactly one JSON object on stdout and, on stderr, what ``--quiet`` keeps -- a run a full
+disk stops too (:meth:`RunReporter.stopped_json`: outcome ``failed``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +44,7 @@ from exarch_actors.runtime.constants import TRUNK_NAME
 from exarch_actors.runtime.events import Event, Io, ProviderFailed, SystemNote
 from exarch_actors.runtime.messages import EMPTY_REPLY_STUB, AssistantMessage
 from exarch_actors.runtime.settlement.cost import show
+from exarch_actors.runtime.state.disk_full import DiskFull
 from exarch_actors.runtime.state.eventlog import AgentLog
 from exarch_actors.runtime.state.session_dir import SessionDir
 
@@ -179,6 +182,25 @@ class RunReporter:
             click.echo(line, err=True)
 
     # --- the end ------------------------------------------------------------------------------
+
+    def stopped_json(self, err: DiskFull, session: str | os.PathLike[str] | None) -> str:
+        """The ``--json`` object of a run a full disk stopped (``cli/exit_guard.py`` prints it
+        on stdout as the process ends): outcome ``failed``, the disk-full message as ``error``,
+        the file and the space left as ``diskFull``, and ``fleetYield`` null -- nothing was
+        settled and no ``result.json`` written; ``resume`` writes both once space is back.
+        ``session``: the session's path when no fleet was attached yet. Reads nothing that
+        waits (it runs on the thread whose write failed)."""
+        root = self.fleet.session.root if self.fleet is not None else session
+        record = {
+            "outcome": "failed",
+            "reply": None,
+            "lastText": None,
+            "error": str(err),
+            "session": None if root is None else str(root),
+            "diskFull": {"path": err.path, "freeBytes": err.free_bytes},
+            "fleetYield": None,
+        }
+        return json.dumps(record)
 
     def error_for(self, outcome: str) -> str | None:
         """Why a trunk that did not reply ended: its last provider error, else (failed or

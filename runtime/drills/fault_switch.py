@@ -17,9 +17,9 @@ A **crash point** (:func:`crash_point`) is a named window in the control process
 or a test needs a SIGKILL to land exactly: with the switch on and ``EXARCH_CRASH_AT`` naming it,
 the process SIGKILLs itself there (a timed kill rarely lands in a window microseconds wide).
 A **pause point** (:func:`pause_point`) is a named moment where a test needs the control
-process stopped while the rest of the system goes on (an agent process logs what it was
-answered): with ``EXARCH_PAUSE_AT`` naming it, the process stops itself (``SIGSTOP``) there,
-and the test SIGKILLs it once what it waits for has happened.
+process (or an agent process) stopped while the rest of the system goes on (an agent process
+logs what it was answered): with ``EXARCH_PAUSE_AT`` naming it, the process stops itself
+(``SIGSTOP``) there, and the test SIGKILLs it once what it waits for has happened.
 """
 
 from __future__ import annotations
@@ -40,13 +40,25 @@ not yet delivered to its parent; delivered, and its ``Died`` not yet on the bus.
 PAUSE_ENV = "EXARCH_PAUSE_AT"
 """With the switch on: the name of the :func:`pause_point` at which the process stops."""
 
-PAUSE_POINTS = frozenset({"run-spec-written", "birth-before-admission", "admitted-before-launch"})
+PAUSE_POINTS = frozenset(
+    {
+        "run-spec-written",
+        "birth-before-admission",
+        "admitted-before-launch",
+        "ended-before-settlement",
+        "drive-ended-before-report",
+    }
+)
 """Every pause point there is: ``run-spec-written`` -- ``run.json`` written, nothing else of
 the run yet (no transcript, no journal, no agent): a kill there is a kill during start-up;
 ``birth-before-admission`` -- an agent process's child was spawned (its parent has its
 receipt) and reported ``Born``, and the fleet has not yet admitted it in the journal;
 ``admitted-before-launch`` -- such a child admitted (``dispatched``), not launched: its prompt
-is in no log yet."""
+is in no log yet; ``ended-before-settlement`` -- a child's drive ended (a reply's call logged
+in its event log), its settlement not yet written: a disk filled there refuses it
+(``tests/durability/test_disk_full.py``); ``drive-ended-before-report`` -- in an agent
+process: its agent's drive ended, its ``Ended`` report not yet sent: a kill there is a crash
+the supervisor restarts (``tests/agent_host/test_restart_delivery.py``)."""
 
 _lock = threading.Lock()
 _scopes = 0
@@ -85,8 +97,9 @@ def crash_point(name: str) -> None:
 def pause_point(name: str) -> None:
     """Stop this process (``SIGSTOP``) here if fault injection is on and ``EXARCH_PAUSE_AT`` is
     ``name`` (one of :data:`PAUSE_POINTS`), so whoever started it can SIGKILL it at exactly
-    this moment (``tests/drills/test_startup_kill.py``, ``tests/drills/test_birth_kill.py``);
-    off (one environment read) in a real run."""
+    this moment (``tests/drills/test_startup_kill.py``, ``tests/drills/test_birth_kill.py``), or
+    SIGCONT it once it changed the world under it (a disk filled meanwhile); off (one
+    environment read) in a real run."""
     assert name in PAUSE_POINTS, name
     if os.environ.get(PAUSE_ENV) == name and faults_enabled():
         # sent to this thread: it stops on the way out of the call, before its next step (a

@@ -93,6 +93,11 @@ class AgentMessage:
 
     sender: str
     text: str
+    id: str = field(default="", compare=False)
+    """Unique per ``message`` call (the registry gives it; compared by nobody): the recipient's
+    event log records it with the message, so a supervisor that sent it to an agent process
+    can tell whether the log holds it (``actors/agent_process.py``: a process SIGKILLed before
+    it logged the message took it along, and its restart is given it again)."""
     source: ClassVar[str] = AGENT_MESSAGE
 
 

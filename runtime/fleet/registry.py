@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
+from uuid import uuid4
 
 from exarch_actors.runtime.cancel import CancelScope
 from exarch_actors.runtime.errors import InboxFull
@@ -523,7 +524,7 @@ class FleetRegistry:
 
     def message(self, sender: str, name: str, text: str | AgentMessage) -> PushEffect:
         """Model-facing message: renews nothing. Raises InboxFull, UnknownAgent or AgentEnded."""
-        msg = text if isinstance(text, AgentMessage) else AgentMessage(sender, text)
+        msg = text if isinstance(text, AgentMessage) else AgentMessage(sender, text, uuid4().hex)
         with self._lock:  # pushed under the lock: never into the inbox of an agent that ended
             self.tree.get(name)
             return self._handles[name].inbox.push(msg)

@@ -19,9 +19,10 @@ hold a request a strict backend rejects.
 
 Event kinds (``"kind"`` of every record): ``user`` (with ``"source"``: user, agent_result,
 agent_message, wakeup, ...), ``assistant`` (the admitted message *with its tool calls*),
-``tool_result``, ``nudge``, ``steering``, ``note`` (a system note; model-visible only when
-flagged), ``compacted`` (the breadcrumb: summary and how many mirror events it replaced), and the
-disk-only ``cleared`` marker that opens a fresh generation.
+``tool_result`` (with ``"reply"``, the rendered value, when the call ran ``reply``: see
+:meth:`AgentLog.logged_reply`), ``nudge``, ``steering``, ``note`` (a system note; model-visible
+only when flagged), ``compacted`` (the breadcrumb: summary and how many mirror events it
+replaced), and the disk-only ``cleared`` marker that opens a fresh generation.
 
 /clear (:meth:`AgentLog.restart`): the current ``events.jsonl`` is renamed to the next free
 ``events.<n>.jsonl`` (an atomic rename; the directory fsync'd under ``machine``) and a fresh
@@ -115,12 +116,12 @@ def _message_of(kind: str, want: type) -> Callable[[dict[str, Any]], str | None]
 
 EVENT_SHAPE = Shape(
     {
-        "user": {"text": (str,), "source?": (str,)},
+        "user": {"text": (str,), "source?": (str,), "messageId?": (str,)},
         "nudge": {"text": (str,)},
         "steering": {"text": (str,)},
         "note": {"text": (str,), "model_visible?": (bool,)},
         "assistant": {"message": (dict,)},
-        "tool_result": {"message": (dict,)},
+        "tool_result": {"message": (dict,), "reply?": (str,)},
         "compacted": {"summary": (str,), "dropped": (int,)},
         "cleared": {"archived?": (str, None)},
     },
@@ -235,6 +236,20 @@ class AgentLog:
         """
         return self._used_tokens
 
+    def logged_reply(self) -> str | None:
+        """The reply of the last batch, if one of its calls ran ``reply``: the ``"reply"`` of
+        the last tool result after the last assistant message. A returning child's reply ends
+        it after that batch, so a rebuilt child (``resume``, a restart) whose log holds one had
+        replied -- its settlement, which carried the value, may never have been written (a
+        full disk refused it; the control process died first). None when no call of the last
+        batch replied, or when an assistant message came after the reply (the turn went on)."""
+        for ev in reversed(self._events):
+            if ev.kind == "assistant":
+                return None
+            if ev.kind == "tool_result" and isinstance(ev.data.get("reply"), str):
+                return str(ev.data["reply"])
+        return None
+
     def can_compact(self) -> bool:
         return not self._pending
 
@@ -265,9 +280,16 @@ class AgentLog:
 
     # --- appending -------------------------------------------------------------------------
 
-    def append_user(self, text: str, *, source: str = "user") -> LogEvent:
+    def append_user(
+        self, text: str, *, source: str = "user", message_id: str | None = None
+    ) -> LogEvent:
+        """A user-role message; ``message_id``: the id of the agent ``message`` it admits
+        (``"messageId"``), which its sender's supervisor looks for (``logged_messages``)."""
         self._require_ready("a user message")
-        return self._append({"kind": "user", "source": source, "text": text})
+        record: dict[str, Any] = {"kind": "user", "source": source, "text": text}
+        if message_id is not None:
+            record["messageId"] = message_id
+        return self._append(record)
 
     def append_nudge(self, nudge_kind: str, text: str) -> LogEvent:
         self._require_ready("a nudge")
@@ -300,14 +322,20 @@ class AgentLog:
             self._used_tokens = msg.usage.used
         return ev
 
-    def append_tool_result(self, result: ToolResult) -> LogEvent:
+    def append_tool_result(self, result: ToolResult, *, reply: str | None = None) -> LogEvent:
+        """Answer one pending call. ``reply``: the value (rendered) the call's ``reply`` gave,
+        written in the same record, so the reply is durable exactly when the call's result is
+        -- before the agent's settlement is attempted (:meth:`logged_reply`)."""
         if result.tool_call_id not in self._pending:
             raise ProtocolError(
                 f"a tool_result for unrequested id {result.tool_call_id!r}",
                 self.state,
                 self._pending,
             )
-        ev = self._append({"kind": "tool_result", "message": result.to_dict()}, result)
+        record: dict[str, Any] = {"kind": "tool_result", "message": result.to_dict()}
+        if reply is not None:
+            record["reply"] = reply
+        ev = self._append(record, result)
         self._pending.remove(result.tool_call_id)
         return ev
 
@@ -502,6 +530,21 @@ class AgentLog:
             if (m := archive.match(p.name)) is not None
         ]
         return max(taken, default=0) + 1
+
+
+def event_logs(path: str | os.PathLike[str]) -> list[Path]:
+    """``path`` (an agent's ``events.jsonl``) and the logs a ``/clear`` archived beside it
+    (``events.<n>.jsonl``), those that exist, oldest first."""
+    current = Path(path)
+    if not current.parent.is_dir():
+        return []
+    archive = re.compile(rf"^{re.escape(current.stem)}\.(\d+){re.escape(current.suffix)}$")
+    archived = sorted(
+        (int(m.group(1)), p)
+        for p in current.parent.iterdir()
+        if (m := archive.match(p.name)) is not None
+    )
+    return [p for _, p in archived] + ([current] if current.exists() else [])
 
 
 def _fsync_dir(path: Path) -> None:

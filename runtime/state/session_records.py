@@ -66,6 +66,17 @@ def born_children(transcript: Iterable[dict[str, Any]]) -> set[str]:
     }
 
 
+def logged_messages(events: Iterable[dict[str, Any]]) -> set[str]:
+    """The ids of the agent ``message`` items an agent's event log holds (``user`` records of
+    source ``agent_message`` with a ``messageId``): what a restart reads to tell a message
+    that reached the log from one its dead process took along."""
+    return {
+        str(r["messageId"])
+        for r in events
+        if r.get("kind") == "user" and r.get("source") == "agent_message" and "messageId" in r
+    }
+
+
 def logged_results(events: Iterable[dict[str, Any]]) -> set[str]:
     """The children whose result an agent's event log holds: each ``user`` record of source
     ``agent_result`` opens ``[agent NAME finished: STATUS]`` (``Agent._admit_input``). What

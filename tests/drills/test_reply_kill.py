@@ -1,0 +1,85 @@
+"""A control process killed between a child's logged ``reply`` and its settlement: ``resume``
+settles the child ``replied`` with the reply its event log holds, and its parent gets it.
+
+The kill is real, at the pause point ``ended-before-settlement``
+(``runtime/drills/fault_switch.py``): the child's drive ended after its ``reply`` call, whose
+result (and, since issue 34, the reply's value) is in its ``events.jsonl``; the settlement record,
+which carried the value, was never written. Before, the rebuilt child was told to go on, a
+scripted child had no rounds left and quiesced, and the run ended ``quiesced`` with no reply --
+the same gap as a full disk refusing that settlement (``tests/durability/test_disk_full.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exarch_actors.runtime.drills.fault_switch import FAULTS_ENV, PAUSE_ENV
+from exarch_actors.runtime.drills.invariant_check import check_session
+from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
+from exarch_actors.runtime.state.journal import replay
+from exarch_actors.runtime.state.session_dir import SessionDir
+from tests.drills.conftest import exarch_cli
+from tests.drills.test_startup_kill import _stopped
+from tests.support.waiting import eventually
+
+DELEGATE = """
+[fleet]
+prompt = "delegate"
+
+[[agents.trunk]]
+ral = ["agent kid 'answer'"]
+
+[[agents.trunk]]
+ral = ["let ends = agent-wait; reply $ends[kid][reply]"]
+
+[[agents.trunk]]
+ral = ["let ends = agent-wait; reply $ends[kid][reply]"]
+
+[[agents.kid]]
+ral = ["reply 'forty-two'"]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("agents", ["thread", "process"])
+def test_a_child_killed_with_its_reply_logged_and_unsettled_resumes_replied_with_it(
+    tmp_path: Path, agents: str
+) -> None:
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(DELEGATE)
+    session = tmp_path / "session"
+    env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "ended-before-settlement"}
+    argv = ["run", str(scenario), "--agents", agents, "--session-dir", str(session)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert eventually(lambda: _stopped(proc.pid), 60), "the child's end never paused"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    kid_log = read_jsonl(session / "agents" / "kid" / "events.jsonl").records
+    assert [r.get("reply") for r in kid_log if r["kind"] == "tool_result"] == ["forty-two"]
+    assert not replay(session / "spawn-journal.jsonl").state.nodes["kid"].results, "unsettled"
+
+    res = exarch_cli("resume", str(session))
+    assert res.exit_code == 0, res.output
+    result = read_json_document(session / "result.json")[0]
+    assert (result["outcome"], result["reply"]) == ("replied", "forty-two"), res.output
+    kid = replay(session / "spawn-journal.jsonl").state.nodes["kid"]
+    assert (kid.results[-1]["outcome"], kid.results[-1]["reply"]) == ("replied", "forty-two")
+    kid_log = read_jsonl(session / "agents" / "kid" / "events.jsonl").records
+    assert len([r for r in kid_log if r["kind"] == "assistant"]) == 1, "no model turn after it"
+    report = check_session(SessionDir(session))
+    assert report.ok, json.dumps(report.to_json(), indent=1)
