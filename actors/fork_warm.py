@@ -11,6 +11,12 @@ shell host and worker would otherwise do for itself after its fork, done once be
   and it cost each of the 100 agents of a cancel cascade five such first-time look-ups, each a
   walk of the class's MRO and a write to a class its parent shares (a copied page, and the
   type's attribute cache invalidated).
+- A few ral calls run in a throwaway session (:func:`run_ral`): the interpreter's code is
+  then specialised (CPython 3.11 rewrites a function's bytecode in place as it warms up) and
+  the type attribute cache holds what a shell host looks up, so a host forked afterwards
+  writes fewer of the pages it shares with the fork server. Measured (100 idle agents, two
+  runs each way, interleaved): 35 fewer minor faults per shell host and 16 per agent process,
+  PSS per agent 12.78 -> 12.60 MiB (-0.18 MiB).
 - The garbage collector's heap is frozen (:func:`gc.freeze`): every object the fork server
   holds moves to the permanent generation, so a child's collections never walk (and write
   the GC headers of) the tens of thousands of objects it inherited, which would copy their
@@ -31,6 +37,7 @@ import copyreg
 import dataclasses
 import gc
 import sys
+import threading
 
 from exarch_actors.runtime.prompt import preload
 
@@ -56,6 +63,40 @@ def cache_slot_names() -> int:
     return cached
 
 
+WARM_RAL = (
+    'let n = add 1 (mul 2 3); "n=$n"',
+    'for i in (range 3) { let x = "c-$i" }',
+    '[a: 1, b: [2, 3], c: "d"]',
+    "let rec fact = { |n| if (lt $n 2) { 1 } else { mul $n (fact (sub $n 1)) } }; fact 5",
+)
+"""Phrases :func:`run_ral` runs: in-memory only (no program, no file, no sleep, no worker),
+so the fork server starts nothing and keeps no state of theirs but warm caches."""
+
+WARM_RUNS = 20
+"""Each phrase this many times: past CPython 3.11's warm-up threshold (8 calls) for a code
+object to be specialised."""
+
+
+def run_ral() -> None:
+    """Run :data:`WARM_RAL` in a throwaway session, as a shell host would after its fork.
+    The recursion limit a session raises is put back (an agent process keeps the
+    interpreter's own). A session starts no thread (its workers start only for ``spawn``),
+    so the fork server still forks from a single thread."""
+    from exarch_actors.runtime.ral.session import Session
+
+    limit = sys.getrecursionlimit()
+    session = Session()
+    try:
+        for _ in range(WARM_RUNS):
+            for source in WARM_RAL:
+                session.run(source)
+    finally:
+        session.close()
+        sys.setrecursionlimit(limit)
+
+
 preload()
 cache_slot_names()
+if threading.active_count() == 1:  # the fork server; elsewhere the warm-up is pointless
+    run_ral()
 gc.freeze()
