@@ -19,6 +19,7 @@ shell host and worker would otherwise do for itself after its fork, done once be
   and ~20 per agent process, PSS per agent 12.84 -> 12.54 MiB.
 - The free blocks of pymalloc's partly used pools are taken (:func:`fill_free_blocks`), so a
   child's new objects go to pools of its own instead of one per shared page.
+- The C heap's free pages are given back (:func:`trim_malloc`).
 - The garbage collector's heap is frozen (:func:`gc.freeze`): every object the fork server
   holds moves to the permanent generation, so a child's collections never walk (and write
   the GC headers of) the tens of thousands of objects it inherited, which would copy their
@@ -172,9 +173,33 @@ BYTES_HEADER = sys.getsizeof(b"x") - 1
 """A ``bytes`` object's size beyond its payload (33 on 64-bit CPython 3.11)."""
 
 
+malloc_trimmed = False
+"""Whether :func:`trim_malloc` gave the C heap's free pages back (glibc only)."""
+
+
+def trim_malloc() -> bool:
+    """Give the free pages inside the C heap back to the kernel (glibc's ``malloc_trim``).
+
+    A child that reuses a free chunk of the heap it inherited then writes to a fresh page of
+    its own, not to a page it shares (and copies) with the fork server. Measured (100 idle
+    agents, two runs each way, interleaved): ~15 fewer faults per agent process and ~10 per
+    shell host, PSS 12.38 -> 12.28 MiB per agent. Elsewhere than glibc: nothing."""
+    global malloc_trimmed
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    malloc_trimmed = True
+    return True
+
+
 preload()
 cache_slot_names()
 if threading.active_count() == 1:  # the fork server; elsewhere the warm-up is pointless
     run_ral()
     fill_free_blocks()  # last: the warm-up's own objects are in place by now
+    trim_malloc()
 gc.freeze()

@@ -9,6 +9,7 @@ Timing figures are in ``benchmarks/agent_processes.py`` and docs/benchmarks.md, 
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -98,6 +99,8 @@ def test_a_forked_process_inherits_a_warmed_ral_filled_pools_and_the_default_rec
     got = _inherited()
     assert got["ral_warmed"]  # the fork server ran ral before it forked
     assert got["fillers"] > 100  # its pools' free blocks were taken before it forked
+    if platform.libc_ver()[0] == "glibc":
+        assert got["malloc_trimmed"]  # and its C heap's free pages given back
     fresh = subprocess.run(
         [sys.executable, "-c", "import sys; print(sys.getrecursionlimit())"],
         capture_output=True,

@@ -24,6 +24,7 @@ def report_inherited(conn: Connection) -> None:
             "frozen_objects": gc.get_freeze_count(),
             "ral_warmed": fork_warm.ral_warmed,
             "fillers": len(fork_warm._FILLERS),
+            "malloc_trimmed": fork_warm.malloc_trimmed,
             "free_block_classes": sorted(fork_warm.free_blocks()),
             "recursion_limit": sys.getrecursionlimit(),
             "slot_names_cached": [
