@@ -91,20 +91,26 @@ def run_ral() -> None:
     """Run :data:`WARM_RAL` in a throwaway session, as a shell host would after its fork.
     The recursion limit a session raises is put back (an agent process keeps the
     interpreter's own). A session starts no thread (its workers start only for ``spawn``),
-    so the fork server still forks from a single thread."""
-    from exarch_actors.runtime.ral.session import Session
-
-    limit = sys.getrecursionlimit()
-    session = Session()
-    try:
-        for _ in range(WARM_RUNS):
-            for source in WARM_RAL:
-                session.run(source)
-    finally:
-        session.close()
-        sys.setrecursionlimit(limit)
+    so the fork server still forks from a single thread. A failure only leaves the warm-up
+    undone: an exception out of this module's import would end the fork server (the stdlib
+    skips only an ``ImportError`` of a preloaded module)."""
     global ral_warmed
-    ral_warmed = True
+    limit = sys.getrecursionlimit()
+    try:
+        from exarch_actors.runtime.ral.session import Session
+
+        session = Session()
+        try:
+            for _ in range(WARM_RUNS):
+                for source in WARM_RAL:
+                    session.run(source)
+        finally:
+            session.close()
+        ral_warmed = True
+    except Exception:
+        pass
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def free_blocks() -> dict[int, int]:
@@ -152,7 +158,7 @@ def fill_free_blocks() -> int:
     placed = 0
     try:
         stats = free_blocks()
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # no temporary file, no fd 2: nothing filled, nothing lost
         return 0
     for size, free in stats.items():
         for _ in range(free):
