@@ -17,7 +17,7 @@ tree below the trunk is cancelled. Every figure comes from a real fleet (``actor
 - control CPU per spawn: the control process's user + system CPU from the trunk's first
   request to the last ``Born``, over N;
 - with ``--detail``, a second table per child: the agent process's and the fork server's CPU,
-  minor faults of an agent process and of a shell host, the agent process's PSS (:data:`DETAIL`).
+  minor faults of an agent process and of a shell host, the PSS of each (:data:`DETAIL`).
 
     PYTHONPATH=. python benchmarks/thousand_agents.py [--quick] [--detail] [--sizes 10,100,300,1000]
 """
@@ -185,6 +185,7 @@ def one(n: int, hold: float = 0.0) -> dict[str, Any]:
         "agent_faults": agent_faults / n,
         "shell_faults": shell_faults / n,
         "agent_pss_mib": agent_pss / n / 2**20,
+        "shell_pss_mib": (total - agent_pss) / n / 2**20,
     }
 
 
@@ -222,12 +223,13 @@ DETAIL = (
     ("agent_faults", "agent process faults", "{:.0f}"),
     ("shell_faults", "shell host faults", "{:.0f}"),
     ("agent_pss_mib", "agent process PSS MiB", "{:.2f}"),
+    ("shell_pss_mib", "shell host PSS MiB", "{:.2f}"),
 )
 """Where an agent's cost lives, per child, printed after the growth table with ``--detail``:
 CPU from its start to the PSS reading (clock ticks of 10 ms summed over the children: a
 shell host's few ms mostly fall between ticks, so its CPU is left out), minor faults (mostly
 copy-on-write copies of pages inherited from the fork server, which the kernel makes one 4 KiB
-page at a time), and the agent process's own share of the PSS (the rest is its shell host)."""
+page at a time), and the PSS split between the agent process and its shell host."""
 
 
 def main() -> None:
