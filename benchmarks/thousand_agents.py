@@ -15,9 +15,11 @@ tree below the trunk is cancelled. Every figure comes from a real fleet (``actor
 - cascade ms: one ``cancel_descendants`` of the trunk until every child is settled, and until
   every child's agent process and shell host has exited as well;
 - control CPU per spawn: the control process's user + system CPU from the trunk's first
-  request to the last ``Born``, over N.
+  request to the last ``Born``, over N;
+- with ``--detail``, a second table per child: the agent process's and the fork server's CPU,
+  minor faults of an agent process and of a shell host, the PSS of each (:data:`DETAIL`).
 
-    PYTHONPATH=. python benchmarks/thousand_agents.py [--quick] [--sizes 10,100,300,1000]
+    PYTHONPATH=. python benchmarks/thousand_agents.py [--quick] [--detail] [--sizes 10,100,300,1000]
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from exarch_actors.actors.agent_process import ProcessAgent
 from exarch_actors.actors.fleet import Fleet, FleetConfig
-from exarch_actors.actors.process import ensure_fork_server
+from exarch_actors.actors.process import ensure_fork_server, start_process
 from exarch_actors.actors.process_identity import exited
 from exarch_actors.runtime.events import Born, Died
 from exarch_actors.runtime.providers.scenario import parse_scenario
@@ -80,6 +82,16 @@ def pss(pid: int | None) -> int:
     return 0
 
 
+def faults_of(pid: int | None) -> int:
+    """Minor page faults ``pid`` has taken (0 for a process gone): in a fork-server child,
+    mostly copy-on-write copies of the pages it inherited and wrote."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[7])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def cpu_of(pid: int | None) -> float:
     """Seconds of CPU (user + system) ``pid`` has used (0 for a process gone)."""
     try:
@@ -115,6 +127,7 @@ class Lives:
 
 def one(n: int, hold: float = 0.0) -> dict[str, Any]:
     ensure_fork_server()
+    start_process(int, (), name="bench-warm").join()  # the fork server's preload is done
     playback = ScenarioPlayback(parse_scenario(scenario(n)))
     me = psutil.Process()
     with tempfile.TemporaryDirectory() as d:
@@ -122,6 +135,8 @@ def one(n: int, hold: float = 0.0) -> dict[str, Any]:
         try:
             lives = Lives(fleet, n)
             cpu0 = sum(me.cpu_times()[:2])
+            server = [c for c in me.children() if "forkserver" in " ".join(c.cmdline())]
+            server_cpu0 = sum(cpu_of(c.pid) for c in server)  # its start and preload excluded
             t0 = time.perf_counter()
             fleet.start_trunk("go", interactive=True)
             if not lives.all_born.wait(600):
@@ -134,9 +149,11 @@ def one(n: int, hold: float = 0.0) -> dict[str, Any]:
             pids = [a.pid for a in procs] + [p for a in procs if (p := a.shell_pid())]
             total = sum(pss(p) for p in pids)
             agent_cpu = sum(cpu_of(a.pid) for a in procs)
-            server = [c for c in me.children() if "forkserver" in " ".join(c.cmdline())]
-            server_cpu = sum(cpu_of(c.pid) for c in server)
+            server_cpu = sum(cpu_of(c.pid) for c in server) - server_cpu0
             shell_cpu = sum(cpu_of(a.shell_pid()) for a in procs)
+            agent_faults = sum(faults_of(a.pid) for a in procs)
+            shell_faults = sum(faults_of(a.shell_pid()) for a in procs)
+            agent_pss = sum(pss(a.pid) for a in procs)
             t = time.perf_counter()
             fleet.registry.cancel_descendants("trunk", "benchmark")
             for a in kids:
@@ -165,6 +182,10 @@ def one(n: int, hold: float = 0.0) -> dict[str, Any]:
         "agent_cpu_ms": agent_cpu / n * 1e3,
         "shell_cpu_ms": shell_cpu / n * 1e3,
         "fork_server_cpu_ms": server_cpu / n * 1e3,
+        "agent_faults": agent_faults / n,
+        "shell_faults": shell_faults / n,
+        "agent_pss_mib": agent_pss / n / 2**20,
+        "shell_pss_mib": (total - agent_pss) / n / 2**20,
     }
 
 
@@ -195,11 +216,27 @@ COLUMNS = (
     ("control_cpu_ms_per_spawn", "control CPU ms/spawn", "{:.1f}"),
 )
 
+DETAIL = (
+    ("agents", "agents", "{:d}"),
+    ("agent_cpu_ms", "agent process CPU ms", "{:.1f}"),
+    ("fork_server_cpu_ms", "fork server CPU ms/agent", "{:.1f}"),
+    ("agent_faults", "agent process faults", "{:.0f}"),
+    ("shell_faults", "shell host faults", "{:.0f}"),
+    ("agent_pss_mib", "agent process PSS MiB", "{:.2f}"),
+    ("shell_pss_mib", "shell host PSS MiB", "{:.2f}"),
+)
+"""Where an agent's cost lives, per child, printed after the growth table with ``--detail``:
+CPU from its start to the PSS reading (clock ticks of 10 ms summed over the children: a
+shell host's few ms mostly fall between ticks, so its CPU is left out), minor faults (mostly
+copy-on-write copies of pages inherited from the fork server, which the kernel makes one 4 KiB
+page at a time), and the PSS split between the agent process and its shell host."""
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a smoke run: 10 and 50 agents")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--detail", action="store_true", help="also print the per-process table")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--hold", type=float, default=0.0, help="seconds to hold the N children idle")
     args = ap.parse_args()
@@ -209,9 +246,16 @@ def main() -> None:
     sizes = QUICK_SIZES if args.quick else tuple(int(s) for s in args.sizes.split(","))
     print("| " + " | ".join(title for _, title, _ in COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
+    rows = []
     for n in sizes:
-        row = _run(n)
+        rows.append(row := _run(n))
         print("| " + " | ".join(fmt.format(row[key]) for key, _, fmt in COLUMNS) + " |", flush=True)
+    if args.detail:
+        print()
+        print("| " + " | ".join(title for _, title, _ in DETAIL) + " |")
+        print("|" + "---|" * len(DETAIL))
+        for row in rows:
+            print("| " + " | ".join(fmt.format(row[key]) for key, _, fmt in DETAIL) + " |")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ Timing figures are in ``benchmarks/agent_processes.py`` and docs/benchmarks.md, 
 from __future__ import annotations
 
 import os
+import platform
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,6 +91,27 @@ def test_a_forked_process_inherits_the_prompt_files_prctl_and_a_frozen_heap() ->
 def test_a_forked_process_inherits_pickles_slot_names_of_what_it_sends_at_its_end() -> None:
     got = _inherited()
     assert got["slot_names_cached"] == [True, True]  # EndReport, AgentStats
+
+
+def test_a_forked_process_inherits_a_warmed_ral_filled_pools_and_the_default_recursion_limit() -> (
+    None
+):
+    got = _inherited()
+    assert got["ral_warmed"]  # the fork server ran ral before it forked
+    assert got["fillers"] > 100  # its pools' free blocks were taken before it forked
+    if platform.libc_ver()[0] == "glibc":
+        assert got["malloc_trimmed"]  # and its C heap's free pages given back
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.getrecursionlimit())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert got["recursion_limit"] == int(fresh.stdout)  # the warm-up's session put it back
+
+
+def test_the_free_block_report_names_every_small_size_class() -> None:
+    assert {16, 32, 512} <= set(_inherited()["free_block_classes"])
 
 
 def test_a_burst_of_five_takes_from_a_pool_of_two_is_served_and_the_pool_refills() -> None:

@@ -6,11 +6,12 @@ host is, and answers over its pipe before doing anything else."""
 from __future__ import annotations
 
 import gc
+import sys
 from multiprocessing.connection import Connection
 
 
 def report_inherited(conn: Connection) -> None:
-    from exarch_actors.actors import process
+    from exarch_actors.actors import fork_warm, process
     from exarch_actors.actors.agent import AgentStats
     from exarch_actors.actors.agent_process_host import EndReport
     from exarch_actors.runtime import prompt
@@ -21,6 +22,11 @@ def report_inherited(conn: Connection) -> None:
             "prompt_fragments_cached": prompt._fragments.cache_info().currsize,
             "prctl_loaded": process._prctl() is not None,
             "frozen_objects": gc.get_freeze_count(),
+            "ral_warmed": fork_warm.ral_warmed,
+            "fillers": len(fork_warm._FILLERS),
+            "malloc_trimmed": fork_warm.malloc_trimmed,
+            "free_block_classes": sorted(fork_warm.free_blocks()),
+            "recursion_limit": sys.getrecursionlimit(),
             "slot_names_cached": [
                 "__slotnames__" in cls.__dict__ for cls in (EndReport, AgentStats)
             ],
