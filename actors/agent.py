@@ -197,17 +197,19 @@ class Agent:
         """The registry's handle too: producers push here and get InboxFull synchronously."""
         events = site.session.events(spec.name)
         self.log = AgentLog.load(events)[0] if spec.resume else AgentLog(events)
-        self.logged_reply: str | None = (
-            self.log.logged_reply()
-            if spec.resume
-            and spec.parent is not None
-            and returns_for(spec.construction, interactive=spec.interactive)
-            else None
-        )
-        """A rebuilt child's reply, read from its log (:meth:`AgentLog.logged_reply`): it had
-        replied, and its drive ends ``replied`` with it at once, no model turn (the settlement
-        that carried the value may never have been written: a full disk refused it, or the
-        control process or the agent's own died first). None for a fresh agent."""
+        self.logged_reply: str | None = None
+        """A rebuilt agent's reply, read from its log (:meth:`AgentLog.logged_reply`): it had
+        replied, and its drive ends ``replied`` with it at once, no model turn (the record that
+        carried the value may never have been written: a child's settlement or a trunk's
+        ``result.json``, refused by a full disk, or the control process or the agent's own
+        died first). None for a fresh agent. A headless trunk's reply counts only once it was
+        verified (after its ``self_verify`` nudge): a control kill between the trunk's final
+        reply and ``result.json`` resumed to ``quiesced`` before (1 of 25 random kills of
+        examples/chain.toml)."""
+        if spec.resume and spec.parent is not None and self.returns:
+            self.logged_reply = self.log.logged_reply()
+        elif spec.resume and spec.parent is None and not spec.interactive:
+            self.logged_reply = self.log.logged_reply(final_after=NudgeKind.SELF_VERIFY.value)
         self.provider = ProviderHandle(provider)
         self.pins: dict[str, str] = {}
         self.schedules = Schedules(self.inbox.push)

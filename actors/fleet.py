@@ -1062,6 +1062,8 @@ class Fleet:
         try:
             if agent.parent is not None:
                 self._settle_child(agent, outcome)
+            else:
+                pause_point("trunk-ended-before-died")  # tests/drills/test_reply_kill.py
         finally:
             self.stop_shell(agent)  # idempotent: a child's teardown already closed it
             self.mcp.agent_ended(agent.name)

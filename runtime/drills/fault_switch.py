@@ -47,6 +47,7 @@ PAUSE_POINTS = frozenset(
         "admitted-before-launch",
         "ended-before-settlement",
         "drive-ended-before-report",
+        "trunk-ended-before-died",
     }
 )
 """Every pause point there is: ``run-spec-written`` -- ``run.json`` written, nothing else of
@@ -58,7 +59,9 @@ is in no log yet; ``ended-before-settlement`` -- a child's drive ended (a reply'
 in its event log), its settlement not yet written: a disk filled there refuses it
 (``tests/durability/test_disk_full.py``); ``drive-ended-before-report`` -- in an agent
 process: its agent's drive ended, its ``Ended`` report not yet sent: a kill there is a crash
-the supervisor restarts (``tests/agent_host/test_restart_delivery.py``)."""
+the supervisor restarts (``tests/agent_host/test_restart_delivery.py``);
+``trunk-ended-before-died`` -- the trunk's drive ended (its reply logged), its ``Died`` and
+``result.json`` not yet written (``tests/drills/test_reply_kill.py``)."""
 
 _lock = threading.Lock()
 _scopes = 0

@@ -236,18 +236,33 @@ class AgentLog:
         """
         return self._used_tokens
 
-    def logged_reply(self) -> str | None:
+    def logged_reply(self, *, final_after: str | None = None) -> str | None:
         """The reply of the last batch, if one of its calls ran ``reply``: the ``"reply"`` of
         the last tool result after the last assistant message. A returning child's reply ends
         it after that batch, so a rebuilt child (``resume``, a restart) whose log holds one had
         replied -- its settlement, which carried the value, may never have been written (a
         full disk refused it; the control process died first). None when no call of the last
-        batch replied, or when an assistant message came after the reply (the turn went on)."""
-        for ev in reversed(self._events):
-            if ev.kind == "assistant":
+        batch replied, or when an assistant message came after the reply (the turn went on).
+
+        ``final_after``: a nudge kind that makes a reply final (a headless trunk's
+        ``self_verify``: its first reply is turned back once). The reply counts only when that
+        nudge was logged in the same turn before it; a first, provisional reply does not (the
+        rebuilt trunk verifies it as the dead one would have)."""
+        reply: str | None = None
+        for i in range(len(self._events) - 1, -1, -1):
+            ev = self._events[i]
+            if reply is None:
+                if ev.kind == "assistant":
+                    return None
+                if ev.kind == "tool_result" and isinstance(ev.data.get("reply"), str):
+                    reply = str(ev.data["reply"])
+                    if final_after is None:
+                        return reply
+                continue
+            if ev.kind == "nudge" and ev.data.get("nudge") == final_after:
+                return reply
+            if ev.kind in ("user", "steering", "cleared"):  # the turn began without it
                 return None
-            if ev.kind == "tool_result" and isinstance(ev.data.get("reply"), str):
-                return str(ev.data["reply"])
         return None
 
     def can_compact(self) -> bool:

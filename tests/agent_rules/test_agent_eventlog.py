@@ -262,3 +262,37 @@ def test_fork_of_a_compacted_log_carries_the_summary(path: Path, tmp_path: Path)
     assert child.render_transcript() == parent.render_transcript()
     reloaded, _ = AgentLog.load(tmp_path / "kid.jsonl")
     assert reloaded.render_transcript() == parent.render_transcript()
+
+
+def _reply_batch(log: AgentLog, cid: str, value: str) -> None:
+    log.append_assistant(AssistantMessage("", (call(cid, f"reply {value}"),), StopReason.TOOL_USE))
+    log.append_tool_result(ToolResult(cid, "[value]\nunit"), reply=value)
+
+
+def test_a_logged_reply_is_the_last_batchs_and_a_later_assistant_message_withdraws_it(
+    path: Path,
+) -> None:
+    log = AgentLog(path)
+    log.append_user("task")
+    assert log.logged_reply() is None
+    _reply_batch(log, "c1", "42")
+    assert log.logged_reply() == "42"
+    assert AgentLog.load(path)[0].logged_reply() == "42"  # read back from the file
+    log.append_assistant(AssistantMessage("going on"))
+    assert log.logged_reply() is None
+
+
+def test_a_trunks_reply_counts_only_after_its_self_verify_nudge_in_the_same_turn(
+    path: Path,
+) -> None:
+    log = AgentLog(path)
+    log.append_user("task")
+    _reply_batch(log, "c1", "41")  # the first reply: turned back, provisional
+    assert log.logged_reply(final_after="self_verify") is None
+    log.append_nudge("self_verify", "Before your reply becomes final, verify it.")
+    _reply_batch(log, "c2", "42")
+    assert log.logged_reply(final_after="self_verify") == "42"
+    log.append_user("[message from agent kid]\nlate")  # a new turn: its own verification
+    _reply_batch(log, "c3", "43")
+    assert log.logged_reply(final_after="self_verify") is None
+    assert log.logged_reply() == "43"

@@ -83,3 +83,57 @@ def test_a_child_killed_with_its_reply_logged_and_unsettled_resumes_replied_with
     assert len([r for r in kid_log if r["kind"] == "assistant"]) == 1, "no model turn after it"
     report = check_session(SessionDir(session))
     assert report.ok, json.dumps(report.to_json(), indent=1)
+
+
+VERIFIED = """
+[fleet]
+prompt = "answer"
+
+[[agents.trunk]]
+ral = ["reply 'forty-two'"]
+
+[[agents.trunk]]
+ral = ["reply 'forty-two'"]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("agents", ["thread", "process"])
+def test_a_run_killed_after_its_trunks_verified_reply_and_before_its_died_resumes_replied(
+    tmp_path: Path, agents: str
+) -> None:
+    """Seen in 1 of 25 random control kills of examples/chain.toml: the trunk had replied,
+    been turned back by its self-verify nudge and replied again (both in its log), every
+    child settled, and the kill came before its ``Died`` and ``result.json``. The rebuilt
+    trunk was told the run resumed, its script had no rounds left, and the run ended
+    ``quiesced`` with no reply."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(VERIFIED)
+    session = tmp_path / "session"
+    env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "trunk-ended-before-died"}
+    argv = ["run", str(scenario), "--agents", agents, "--session-dir", str(session)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert eventually(lambda: _stopped(proc.pid), 60), "the trunk's end never paused"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert not (session / "result.json").exists()
+    log = read_jsonl(session / "agents" / "trunk" / "events.jsonl").records
+    assert [r.get("reply") for r in log if r["kind"] == "tool_result"] == ["forty-two"] * 2
+    assert [r.get("nudge") for r in log if r["kind"] == "nudge"] == ["self_verify"]
+
+    res = exarch_cli("resume", str(session))
+    assert res.exit_code == 0, res.output
+    result = read_json_document(session / "result.json")[0]
+    assert (result["outcome"], result["reply"]) == ("replied", "forty-two"), res.output
+    log = read_jsonl(session / "agents" / "trunk" / "events.jsonl").records
+    assert len([r for r in log if r["kind"] == "assistant"]) == 2, "no model turn after it"
+    report = check_session(SessionDir(session))
+    assert report.ok, json.dumps(report.to_json(), indent=1)
