@@ -20,6 +20,10 @@ The issue's goal reads: (ray per call - local per call) <= 1.2 x the bare Ray ca
   an earlier tree) the Ray backend of that tree too, run by this script in a subprocess against
   the same cluster, rounds interleaved.
 
+- ``--steady-only ROUNDS``: only the bare call and the per-call figure within one run
+  (:func:`steady_per_call`), local and Ray-hosted interleaved, as one JSON line: run two trees'
+  copies of this script in turns for a before/after (docs/benchmarks.md, issue 40).
+
     PYTHONPATH=. python benchmarks/ray_call.py [--quick] [--ray-address HOST:PORT] [--base DIR]
     (no address: a local Ray instance; run it in `unshare -n` with lo up to keep it on loopback)
 """
