@@ -622,6 +622,7 @@ _bound_of: dict[str, DurableFiles | None] = {}
 and :func:`unbind`. The walk up the parents took ~40 us (``sync_for`` of each binding-log
 frame the driver writes for a Ray host, on the channel's reader)."""
 _BOUND_OF_MAX = 4096
+_UNKNOWN = object()
 _ship_routes: dict[str, tuple[DurableFiles, str]] = {}
 """An absolute path :func:`shipped` was given -> its bound directory (one with a sink) and the
 path relative to that directory's root; emptied by every :func:`bind` and :func:`unbind` (a
@@ -701,8 +702,10 @@ def bound(path: str | os.PathLike[str]) -> DurableFiles | None:
     """The bound directory ``path`` lies under (the innermost), if any."""
     key = os.fspath(path)
     absolute = os.path.isabs(key)
-    if absolute and key in _bound_of:
-        return _bound_of[key]
+    if absolute:
+        known = _bound_of.get(key, _UNKNOWN)  # one lookup: a bind may empty it meanwhile
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]
     p = Path(os.path.abspath(key))
     with _registry_lock:
         found = None
