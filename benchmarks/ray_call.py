@@ -20,6 +20,10 @@ The issue's goal reads: (ray per call - local per call) <= 1.2 x the bare Ray ca
   an earlier tree) the Ray backend of that tree too, run by this script in a subprocess against
   the same cluster, rounds interleaved.
 
+- ``--steady-only ROUNDS``: only the bare call and the per-call figure within one run
+  (:func:`steady_per_call`), local and Ray-hosted interleaved, as one JSON line: run two trees'
+  copies of this script in turns for a before/after (docs/benchmarks.md, issue 40).
+
     PYTHONPATH=. python benchmarks/ray_call.py [--quick] [--ray-address HOST:PORT] [--base DIR]
     (no address: a local Ray instance; run it in `unshare -n` with lo up to keep it on loopback)
 """
@@ -258,7 +262,16 @@ def main() -> None:
     parser.add_argument("--ray-address")
     parser.add_argument("--base", help="an earlier tree: its Ray backend's host start too")
     parser.add_argument("--host-start-only", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--steady-only",
+        type=int,
+        metavar="ROUNDS",
+        help="only the bare call and the per-call figure within one run, ROUNDS rounds",
+    )
     args = parser.parse_args()
+    if args.steady_only:
+        steady_only(args.ray_address, args.steady_only, 60 if args.quick else 230)
+        return
     if args.host_start_only:  # --base's subprocess
         code = os.environ.get("RAY_CALL_CODE")
         if code:  # this job's Ray workers import that tree too (not the installed one)
@@ -361,6 +374,39 @@ def main() -> None:
         f"host start per agent (median of {rounds} x {spawns} children): local "
         f"{start_local:.3f} s, Ray {start_ray:.3f} s "
         f"({row['host_start_ray_over_local']}x local){base}"
+    )
+
+
+def steady_only(address: str | None, rounds: int, calls: int) -> None:
+    """``--steady-only``: the bare Ray call and :func:`steady_per_call`, local and Ray-hosted
+    interleaved, one JSON line (for before/after runs of two trees taken in turns)."""
+    backend = RayBackend(address)
+    backend._connect()
+    steady: dict[str, list[float]] = {"local": [], "ray": []}
+    try:
+        bare = bare_call(2000)
+        spawn_run(backend, 1)  # warm: a launcher on the node the trunk uses
+        for _ in range(rounds):
+            steady["local"].append(steady_per_call(None, calls))
+            steady["ray"].append(steady_per_call(backend, calls))
+    finally:
+        backend.close()
+    local, ray_ = statistics.median(steady["local"]), statistics.median(steady["ray"])
+    import exarch_actors.actors as actors_package
+
+    print(
+        json.dumps(
+            {
+                "code": actors_package.__file__,
+                "bare_ray_call_ms": round(bare * 1e3, 3),
+                "steady_call_local_ms": round(local * 1e3, 3),
+                "steady_call_ray_ms": round(ray_ * 1e3, 3),
+                "steady_local_all_ms": [round(x * 1e3, 3) for x in steady["local"]],
+                "steady_ray_all_ms": [round(x * 1e3, 3) for x in steady["ray"]],
+                "bare_plus_overhead_over_bare": round((bare + ray_ - local) / bare, 3),
+                "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+            }
+        )
     )
 
 

@@ -422,6 +422,11 @@ _TUPLE_FIELDS: dict[type[ChannelMessage], frozenset[str]] = {
     t: frozenset(f.name for f in dataclasses.fields(t) if str(f.type).startswith("tuple"))
     for t in MESSAGE_TYPES
 }
+_FIELD_NAMES: dict[type[ChannelMessage], tuple[str, ...]] = {
+    t: tuple(f.name for f in dataclasses.fields(t)) for t in MESSAGE_TYPES
+}
+"""Each message class's field names, in order: ``dataclasses.fields`` per frame was ~1.5 of
+the ~3.6 us an encode took (a Ray host encodes about four ``RecordFrame`` a ral call)."""
 
 
 @dataclass(frozen=True)
@@ -441,9 +446,10 @@ class Envelope:
 def encode(env: Envelope) -> bytes:
     """The frame body of ``env`` (the transport adds the length prefix)."""
     msg = env.message
-    if type(msg) not in _TUPLE_FIELDS:
+    names = _FIELD_NAMES.get(type(msg))
+    if names is None:
         raise ChannelProtocolError(f"not a channel message: {type(msg).__name__}")
-    fields = {f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}
+    fields = {name: getattr(msg, name) for name in names}
     try:
         return msgpack.packb([msg.KIND, env.id, env.reply_to, fields], use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as e:
@@ -466,9 +472,12 @@ def decode(data: bytes) -> Envelope:
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             raise ChannelProtocolError(f"{kind}: {name} must be an integer or nil, got {value!r}")
     tuples = _TUPLE_FIELDS[cls]
-    args = {k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in fields.items()}
+    if tuples:  # most kinds have no tuple field: no copy of the map (a RecordFrame's decode)
+        fields = {
+            k: tuple(v) if k in tuples and isinstance(v, list) else v for k, v in fields.items()
+        }
     try:
-        msg = cls(**args)
+        msg = cls(**fields)
     except TypeError as e:
         raise ChannelProtocolError(f"{kind}: fields do not match the message: {e}") from None
     return Envelope(msg, rid, reply_to)

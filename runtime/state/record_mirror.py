@@ -141,8 +141,12 @@ def apply_shipped(session: SessionDir, agent: str, record: ShippedRecord) -> Non
 
 def _append_bytes(path: Path, data: bytes) -> None:
     """One raw append (a binding-log frame: no line discipline), durable under the policy."""
-    private_dirs(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    try:  # its directory is there but for the first frame: no walk up its parents each time
+        fd = os.open(path, flags, FILE_MODE)
+    except FileNotFoundError:
+        private_dirs(path.parent)
+        fd = os.open(path, flags, FILE_MODE)
     try:
         write_all(fd, data, path)
         durability.sync_for(path)(fd)

@@ -122,3 +122,42 @@ def test_a_host_started_elsewhere_is_seeded_with_exactly_the_drivers_copy_of_its
     (node.events("a").parent / "stale.tmp").write_bytes(b"x")
     seed(node, "a", agent_files(driver, "a"))
     assert _files(node.events("a").parent) == _files(driver.events("a").parent)
+
+
+def test_a_path_shipped_once_goes_to_the_sink_bound_now_after_a_rebind(tmp_path: Path) -> None:
+    node = SessionDir.at(tmp_path / "node")
+    frame = node.root / "agents" / "a" / "bindings.log"
+    first: list[ShippedRecord] = []
+    second: list[ShippedRecord] = []
+    files = durability.bind(node.root, Durability.PROCESS, ship=first.append)
+    durability.shipped(frame, "bytes", b"one")  # its route remembered
+    durability.unbind(files)
+    durability.shipped(frame, "bytes", b"unbound")  # bound nowhere: shipped nowhere
+    files = durability.bind(node.root, Durability.PROCESS, ship=second.append)
+    try:
+        durability.shipped(str(frame), "bytes", b"two")
+    finally:
+        durability.unbind(files)
+    assert [r.data for r in first] == [b"one"]
+    assert second == [ShippedRecord("bytes", "agents/a/bindings.log", b"two")]
+
+
+def test_a_directory_bound_inside_a_bound_one_takes_the_paths_under_it(tmp_path: Path) -> None:
+    outer_sink: list[ShippedRecord] = []
+    inner_sink: list[ShippedRecord] = []
+    path = tmp_path / "inner" / "agents" / "a" / "bindings.log"
+    outer = durability.bind(tmp_path, Durability.PROCESS, ship=outer_sink.append)
+    try:
+        durability.shipped(path, "bytes", b"one")
+        assert durability.bound(path) is outer
+        inner = durability.bind(tmp_path / "inner", Durability.PROCESS, ship=inner_sink.append)
+        try:
+            assert durability.bound(path) is inner
+            durability.shipped(path, "bytes", b"two")
+        finally:
+            durability.unbind(inner)
+        assert durability.bound(path) is outer
+    finally:
+        durability.unbind(outer)
+    assert outer_sink == [ShippedRecord("bytes", "inner/agents/a/bindings.log", b"one")]
+    assert inner_sink == [ShippedRecord("bytes", "agents/a/bindings.log", b"two")]
