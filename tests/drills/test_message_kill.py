@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -130,3 +131,30 @@ def test_a_message_sent_before_the_control_kill_and_never_logged_reaches_its_rec
     ]
     report = check_session(SessionDir(session))
     assert report.ok, json.dumps(report.to_json(), indent=1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_message_never_logged_whose_recipient_is_not_rebuilt_is_recorded_undelivered(
+    tmp_path: Path,
+) -> None:
+    """The same kill; this time the recipient's files are gone, so ``resume`` cannot rebuild it
+    (an orphaned slot, healed ``failed``): its message is recorded ``InboxRejected``,
+    ``recipient ended``, the message and its id in the record, and ``check`` holds."""
+    session = _killed_after_message(tmp_path, "thread")
+    sent = next(r for r in _records(session / "transcript.jsonl") if r["kind"] == "MessageSent")
+    shutil.rmtree(session / "agents" / "kid")
+
+    out = resume_run(SessionDir(session))
+    assert out.plan.to_json()["lostMessages"] == [["kid", sent["id"]]]
+    rejected = [
+        r
+        for r in _records(session / "transcript.jsonl")
+        if r["kind"] == "InboxRejected" and r["agent"] == "kid"
+    ]
+    assert [
+        (r["reason"], r["sender"], r["message"]["id"], r["message"]["text"]) for r in rejected
+    ] == [("recipient ended", "trunk", sent["id"], TEXT)]
+    report = check_session(SessionDir(session))
+    rejections = next(r for r in report.to_json()["invariants"] if r["name"] == "rejections")
+    assert rejections["status"] == "held", rejections
