@@ -28,7 +28,8 @@ Invariants:
   ``surface``); a refused proxy ``publish`` is written in the producer's thread instead;
 - :func:`record_rejected` writes an ``InboxRejected`` straight to the transcript, not through
   the live bus: a rejected spawn completion has no caller left and must not keep a bus sender
-  alive past its turn.
+  alive past its turn; :meth:`BusHandle.record_sent` writes a ``MessageSent`` the same way,
+  acknowledged before the sender's ``message`` call returns.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from pykka import messages as pykka_messages
 from exarch_actors.actors.mailbox import QuotaActor
 from exarch_actors.runtime.constants import INBOX_SOURCE_CAP
 from exarch_actors.runtime.errors import InboxFull
-from exarch_actors.runtime.events import Event, InboxRejected, Overflow
+from exarch_actors.runtime.events import Event, InboxRejected, MessageSent, Overflow
 from exarch_actors.runtime.fleet.inbox import SURFACE
 from exarch_actors.runtime.state import durability
 from exarch_actors.runtime.state.disk_full import DiskFull
@@ -432,6 +433,14 @@ class BusHandle:
             log.warning("rejected with no transcript: %s", event.to_record())
             return
         self.core.write_aside(lambda path: record_rejected(path, event))
+
+    def record_sent(self, event: MessageSent) -> None:
+        """Durable-only record of an agent ``message`` its recipient's inbox took, written in
+        this thread after everything queued and acknowledged under the transcript's policy
+        before it returns (what ``resume`` delivers again: ``runtime/events.py``)."""
+        if self.core.transcript is None:
+            return
+        self.core.write_aside(lambda path: append_jsonl(path, event.to_record()))
 
     def flush(self) -> None:
         """Write everything published so far, in this thread."""

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Literal
+from uuid import uuid4
 
 import pykka
 
@@ -75,12 +76,13 @@ from exarch_actors.runtime.events import (
     Died,
     Event,
     InboxRejected,
+    MessageSent,
     Notice,
     Resources,
     SystemNote,
 )
 from exarch_actors.runtime.fleet.fanin import ChildEnd, WaitAnswer
-from exarch_actors.runtime.fleet.inbox import Surface
+from exarch_actors.runtime.fleet.inbox import AgentMessage, Surface
 from exarch_actors.runtime.fleet.park import Construction
 from exarch_actors.runtime.fleet.registry import Entry
 from exarch_actors.runtime.mcp.replies import McpRequest
@@ -770,9 +772,25 @@ class Fleet:
         else:
             stop_agent_shell(agent.name, agent.shell)
 
-    def message(self, sender: str, name: str, text: str) -> None:
-        """Model-facing: renews nothing; InboxFull / UnknownAgent reach the sending script."""
-        self.registry.message(sender, name, text)
+    def message(self, sender: str, name: str, text: str | AgentMessage) -> None:
+        """Model-facing: renews nothing; InboxFull / UnknownAgent reach the sending script.
+
+        A message the recipient's inbox took is recorded (``MessageSent``, acknowledged under
+        the durability policy) before the sender's call returns, so a control process killed
+        before the recipient logged it loses nothing: ``resume`` delivers each recorded one no
+        log holds (``actors/resume.py``). Recorded after the push, not before: a refused one
+        (full inbox, recipient ended) is the sender's error and nobody's to deliver, and one
+        killed between the push and the record was never acknowledged to its sender (its call
+        is settled interrupted on resume), as a record torn mid-write is not. An
+        :class:`AgentMessage` is a message delivered again (an agent process's restart gives
+        it once more what its dead process took): recorded when first sent, not again."""
+        if isinstance(text, AgentMessage):
+            self.registry.message(sender, name, text)
+            return
+        msg = AgentMessage(sender, text, uuid4().hex)
+        self.registry.message(sender, name, msg)
+        self.bus.record_sent(MessageSent(name, sender=sender, id=msg.id, text=text))
+        crash_point("message-sent-before-logged")
 
     def cancel_descendant(self, name: str, target: str) -> bool:
         """``agent-cancel NAME``: resolves descendants only; an ended one is a no-op (False)."""

@@ -27,8 +27,10 @@ Order, and why:
    bus, then the trunk and the rebuilt children are registered in tree order, each from its
    durable files (:meth:`actors.fleet.Fleet.adopt_agent`); pending tool calls are settled as
    interrupted; results the journal settled but the parent never logged are re-delivered (or
-   recorded as ``InboxRejected`` when the parent is gone); an agent that owed the model a
-   response gets one resume note; then every agent is launched.
+   recorded as ``InboxRejected`` when the parent is gone); so is every agent ``message``
+   recorded sent (``MessageSent``, written before its sender's call returned) that no log of
+   its recipient holds (by ``messageId``) and no ``InboxRejected`` names, in the order sent; an
+   agent that owed the model a response gets one resume note; then every agent is launched.
 5. **Carry on** to the end exactly as ``run`` does, close (the release sweep) and write
    ``result.json`` (``resumed: true``). Every child ends settled: ``neverSettled`` is 0.
 """
@@ -51,9 +53,9 @@ from exarch_actors.actors.pid_cgroup import sweep_session
 from exarch_actors.actors.process_identity import kill_and_wait
 from exarch_actors.runtime.constants import TRUNK_NAME
 from exarch_actors.runtime.credentials import SecretPolicy
-from exarch_actors.runtime.errors import ExarchError
+from exarch_actors.runtime.errors import ExarchError, InboxFull, UnknownAgent
 from exarch_actors.runtime.events import Died, InboxRejected, SystemNote
-from exarch_actors.runtime.fleet.inbox import AgentResult, UserSteering
+from exarch_actors.runtime.fleet.inbox import AgentMessage, AgentResult, UserSteering
 from exarch_actors.runtime.fleet.park import Construction
 from exarch_actors.runtime.mcp.config import servers_from_run
 from exarch_actors.runtime.messages import AssistantMessage
@@ -84,7 +86,13 @@ from exarch_actors.runtime.state.session_read import (
     read_session,
     set_aside_result,
 )
-from exarch_actors.runtime.state.session_records import CONTROL_DIED, logged_results
+from exarch_actors.runtime.state.session_records import (
+    CONTROL_DIED,
+    logged_messages,
+    logged_results,
+    rejected_messages,
+    sent_messages,
+)
 from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 RESUME_NOTE = (
@@ -125,6 +133,9 @@ class ResumePlan:
     snapshots: dict[str, MobileSnapshot | None] = field(default_factory=dict)
     redeliver: list[tuple[str, str]] = field(default_factory=list)  # (child, parent)
     unreachable: list[tuple[str, str]] = field(default_factory=list)  # parent not resumed
+    messages: list[AgentMessage] = field(default_factory=list)  # to a rebuilt agent, in order
+    messages_to: list[str] = field(default_factory=list)  # their recipients, one each
+    lost_messages: list[tuple[str, AgentMessage]] = field(default_factory=list)  # not rebuilt
     trunk_unborn: bool = False  # killed during start-up: the trunk starts from its beginning
 
     def to_json(self) -> dict[str, Any]:
@@ -140,6 +151,8 @@ class ResumePlan:
             "cursors": self.cursors,
             "redeliver": [list(x) for x in self.redeliver],
             "unreachable": [list(x) for x in self.unreachable],
+            "messages": [[to, m.id] for to, m in zip(self.messages_to, self.messages, strict=True)],
+            "lostMessages": [[to, m.id] for to, m in self.lost_messages],
             "corruptResult": self.files.corrupt_result,
         }
 
@@ -244,7 +257,30 @@ def plan_resume(session: SessionDir) -> ResumePlan:
         if (parent, n.id) in rejected or n.id in logged[parent]:
             continue
         (plan.redeliver if parent in resumed else plan.unreachable).append((n.id, parent))
+    _plan_messages(plan, resumed)
     return plan
+
+
+def _plan_messages(plan: ResumePlan, resumed: set[str]) -> None:
+    """Every message recorded sent that no log of its recipient holds and no ``InboxRejected``
+    names: delivered again to a rebuilt recipient, in the order sent, or recorded undelivered
+    (``recipient ended``) when the recipient will not be rebuilt. A control kill between the
+    record and the recipient's log line is the window this closes (``MessageSent``)."""
+    files = plan.files
+    rejected = rejected_messages(files.transcript)
+    logged: dict[str, set[str]] = {}
+    for r in sent_messages(files.transcript):
+        to, mid = str(r["agent"]), str(r["id"])
+        if to not in logged:
+            logged[to] = logged_messages(files.events_of(to))
+        if mid in rejected or mid in logged[to]:
+            continue
+        msg = AgentMessage(str(r["sender"]), str(r["text"]), mid)
+        if to in resumed:
+            plan.messages.append(msg)
+            plan.messages_to.append(to)
+        else:
+            plan.lost_messages.append((to, msg))
 
 
 # --------------------------------------------------------------------------- doing it
@@ -474,6 +510,7 @@ def resume_run(
                     sender=child,
                 )
             )
+        _deliver_messages(fleet, plan)
         for agent in adopted:
             # a child's prompt is in its spawned record: one killed before its log took it
             # (an empty log) is given it again, as the trunk is given the run's
@@ -506,6 +543,27 @@ def resume_run(
             governor.close()
     fy = fleet.write_result(outcome, reply, resumed=True, **extra)
     return ResumeOutcome(outcome, reply, fy, session, plan)
+
+
+def _deliver_messages(fleet: Any, plan: ResumePlan) -> None:
+    """The messages :func:`_plan_messages` found undelivered: each pushed to its rebuilt
+    recipient's inbox (before its launch, so its first turn takes them, in the order sent), or
+    recorded ``InboxRejected`` -- nobody waits for them, as for a child's result."""
+    for to, msg in zip(plan.messages_to, plan.messages, strict=True):
+        try:
+            fleet.registry.message(msg.sender, to, msg)
+        except InboxFull as full:
+            fleet.bus.record_rejected(
+                InboxRejected.of(to, msg, reason="inbox full", cap=full.cap, sender=msg.sender)
+            )
+        except UnknownAgent:  # ended meanwhile (AgentEnded is one)
+            fleet.bus.record_rejected(
+                InboxRejected.of(to, msg, reason="recipient ended", sender=msg.sender)
+            )
+    for to, msg in plan.lost_messages:
+        fleet.bus.record_rejected(
+            InboxRejected.of(to, msg, reason="recipient ended", sender=msg.sender)
+        )
 
 
 def _prompt_of(fleet: Any, name: str) -> str | None:

@@ -44,6 +44,7 @@ ORDER = [
     ("ral_fuzz", "generated programs and hostile text: typed outcomes only, none over 2 s"),
     ("record_shipping", "a Ray host's event-log append shipped to the driver vs written locally"),
     ("record_checksum", "a session line's CRC32C: written and read, before vs after"),
+    ("message_record", "an agent message's MessageSent record: us under process and machine"),
     ("traffic_governor", "a rate-limited server: share of the limit used, 429s, 10/100/300 agents"),
     (
         "thousand_agents",
@@ -65,6 +66,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "shell_roundtrip": ["200"],
     "recovery": ["--duration", "5"],
     "record_checksum": ["--rounds", "5"],
+    "message_record": ["--n", "200", "--repeat", "1"],
     # the smallest size only (``--quick`` is 10 and 50, 24 s of the smoke pass at load 15 on
     # 2 cores): the smoke pass shows it runs; the growth table is the full run's
     "thousand_agents": ["--sizes", "10"],

@@ -1,6 +1,6 @@
 """Fleet bus events (``Born``, ``Died``, ``Notice``, ``Io``, ``ModelCall``, ``Resources``,
 ``ProviderFailed`` (kind ``ProviderError``), ``SystemNote``, and the transcript-only
-``InboxRejected`` and ``CancelHop``).
+``InboxRejected``, ``MessageSent`` and ``CancelHop``).
 
 Each event is a frozen dataclass naming the agent it concerns; :meth:`Event.to_record` is the
 ``transcript.jsonl`` line (docs/scenarios.md: every record has ``"kind"``, ``"agent"`` and an ISO
@@ -207,6 +207,26 @@ class InboxRejected(Event):
             sender=sender,
             message=body,
         )
+
+
+@dataclass(frozen=True)
+class MessageSent(Event):
+    """An agent ``message`` (the ral verb) its recipient's inbox took, recorded before the
+    sender's call returns: the durable half of the message, which ``resume`` reads.
+
+    ``agent`` is the recipient; ``id`` the message's (``AgentMessage.id``), which the
+    recipient's event log records with it (``"messageId"``). Written straight to
+    ``transcript.jsonl`` (no subscriber sees it, as ``InboxRejected``), acknowledged under the
+    session's durability policy. A control process killed before the recipient logged it
+    leaves this record and no log line with its id: ``resume`` delivers it again, in the order
+    recorded, or records it ``InboxRejected`` (``recipient ended``) when the recipient is not
+    rebuilt; the checker holds every one to that (``rejections``)."""
+
+    sender: str = ""
+    id: str = ""
+    text: str = ""
+    at: str = field(default_factory=now_iso)
+    kind: ClassVar[str] = "MessageSent"
 
 
 @dataclass(frozen=True)

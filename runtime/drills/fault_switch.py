@@ -33,9 +33,14 @@ from contextlib import contextmanager
 FAULTS_ENV = "EXARCH_FAULTS"
 CRASH_AT_ENV = "EXARCH_CRASH_AT"
 
-CRASH_POINTS = frozenset({"settled-before-delivery", "delivered-before-died"})
+CRASH_POINTS = frozenset(
+    {"settled-before-delivery", "delivered-before-died", "message-sent-before-logged"}
+)
 """The named windows (:func:`crash_point`): a child's settlement record written and its result
-not yet delivered to its parent; delivered, and its ``Died`` not yet on the bus."""
+not yet delivered to its parent; delivered, and its ``Died`` not yet on the bus; an agent
+``message`` taken by its recipient's inbox and recorded (``MessageSent``), its sender's call not
+yet returned, the recipient's log not yet holding it (a recipient busy in a call logs it only
+after)."""
 
 PAUSE_ENV = "EXARCH_PAUSE_AT"
 """With the switch on: the name of the :func:`pause_point` at which the process stops."""

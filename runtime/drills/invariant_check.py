@@ -20,7 +20,11 @@ violation:
   ``InboxRejected`` (a refused reply stays readable: ``agent-result``), or named by a
   ``Collected`` notice (returned by ``agent-wait`` or read by ``agent-result``, never
   delivered as a turn). A child never dispatched never ran: its parent's ``agent`` call failed
-  instead (``spawn failed: ...``), so there is no result to find.
+  instead (``spawn failed: ...``), so there is no result to find. Nor did a message: each agent
+  ``message`` recorded sent (``MessageSent``, written before its sender's call returned) is in
+  a log of its recipient (a ``user`` event with its ``messageId``, any generation) or recorded
+  ``InboxRejected`` (the message, its id with it), even when the control process died before
+  the recipient logged it (``resume`` delivers it again).
 - ``registry-empty`` — every ``Born`` on the bus has its ``Died`` (per agent, per incarnation),
   and a child whose end the spawn journal recorded (its execution result) died with that
   outcome: one terminal story, even when the control process died between the settlement and
@@ -80,7 +84,14 @@ from exarch_actors.runtime.state.run_processes import (
 )
 from exarch_actors.runtime.state.session_dir import SessionDir
 from exarch_actors.runtime.state.session_read import ResumeRefused, read_run
-from exarch_actors.runtime.state.session_records import CONTROL_DIED, born_children, logged_results
+from exarch_actors.runtime.state.session_records import (
+    CONTROL_DIED,
+    born_children,
+    logged_messages,
+    logged_results,
+    rejected_messages,
+    sent_messages,
+)
 from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
 Status = Literal["held", "violated", "skipped"]
@@ -362,7 +373,23 @@ def _check_rejections(s: SessionLogs) -> InvariantResult:
         for r in _by_kind(s.transcript, "InboxRejected")
         if not r.get("message")
     ]
-    notes = [f"{rejected_count} InboxRejected records", f"{len(collected)} results Collected"]
+    sent = sent_messages(s.transcript)
+    rejected_ids = rejected_messages(s.transcript)
+    held: dict[str, set[str]] = {}
+    for r in sent:
+        to, mid = str(r.get("agent")), str(r.get("id"))
+        checked += 1
+        if mid in rejected_ids or mid in held.setdefault(to, logged_messages(s.events(to))):
+            continue
+        bad.append(
+            f"message {mid} from {r.get('sender')} to {to} (sent at {_at(r)}): neither in "
+            f"{to}'s event log nor InboxRejected"
+        )
+    notes = [
+        f"{rejected_count} InboxRejected records",
+        f"{len(collected)} results Collected",
+        f"{len(sent)} messages sent",
+    ]
     return _result("rejections", checked, bad, notes)
 
 

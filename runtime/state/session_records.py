@@ -33,6 +33,7 @@ TRANSCRIPT_SHAPE = Shape(
         "Born": {"agent": (str,), "parent?": (str, None), "returns?": (bool,)},
         "Died": {"agent": (str,), "outcome?": (str,), "cause?": (str, None), "reply?": (str, None)},
         "InboxRejected": {"agent": (str,), "message?": (dict,)},
+        "MessageSent": {"agent": (str,), "sender": (str,), "id": (str,), "text": (str,)},
         "ProviderError": {"agent": (str,)},
         "Notice": {"agent": (str,), "notice?": (str,), "text?": (str,)},
     },
@@ -75,6 +76,24 @@ def logged_messages(events: Iterable[dict[str, Any]]) -> set[str]:
         for r in events
         if r.get("kind") == "user" and r.get("source") == "agent_message" and "messageId" in r
     }
+
+
+def sent_messages(transcript: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``MessageSent`` records of a transcript, in the order sent (each sender's calls are
+    sequential, so each sender's messages are in its own order): every agent ``message`` a
+    recipient's inbox took before its sender's call returned."""
+    return [r for r in transcript if r.get("kind") == "MessageSent"]
+
+
+def rejected_messages(transcript: Iterable[dict[str, Any]]) -> set[str]:
+    """The ids of the agent messages ``transcript.jsonl`` records undelivered (``InboxRejected``
+    whose ``message`` is an ``AgentMessage`` with an id)."""
+    out: set[str] = set()
+    for r in transcript:
+        msg = r.get("message") if r.get("kind") == "InboxRejected" else None
+        if isinstance(msg, dict) and msg.get("type") == "AgentMessage" and msg.get("id"):
+            out.add(str(msg["id"]))
+    return out
 
 
 def logged_results(events: Iterable[dict[str, Any]]) -> set[str]:
