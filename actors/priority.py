@@ -5,9 +5,8 @@ host, worker) starts below it (:data:`AGENT_NICE`, :func:`yield_to_control`), so
 hub is never starved by its own agents. An agent process that a cancel ends steps back in
 stages, each only ever lower (an unprivileged process cannot raise its priority again):
 
-- as a cancel's frame arrives, before it acts on it (on its channel's reader), and again once
-  a terminal cancel has killed its busy shell (on the killing thread): every thread to
-  :data:`REACHED_NICE` (:func:`stand_back`), so the cascade's reach into the agents not
+- once a terminal cancel has killed its busy shell: every thread to :data:`REACHED_NICE`
+  (:func:`stand_back`, on the killing thread), so the cascade's reach into the agents not
   reached yet goes first;
 - once its drive loop has returned: to :data:`ENDING_NICE` (nothing, if already lower);
 - once its end is reported (``Ended``): every thread to the idle class (:func:`stand_aside`):
