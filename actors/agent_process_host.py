@@ -599,13 +599,6 @@ class AgentProcess:
 
     def _control(self, msg: ChannelMessage) -> None:
         if isinstance(msg, CancelFrame):
-            # A cancel ends this agent: every thread steps back before it acts on it, not
-            # only once a busy shell is killed (:func:`_stand_back_reached`), so the frame's
-            # wake-up does not take the cores from the cascade still reaching the others.
-            # The cascade's walk over 300 agents took 19 ms with every agent stopped and
-            # 0.5-0.8 s with each reacting at nice 5 as its frame came (2 cores shared with
-            # other sessions, docs/benchmarks.md); stepping back here first, 0.55-0.65 s.
-            stand_back(REACHED_NICE)
             self._cancel = self._cancel or msg.reason
             self.inbox.signal(ExitSignal(msg.sender, self._cancel))
         elif isinstance(msg, InterruptFrame):

@@ -21,10 +21,8 @@ from typing import Any
 import psutil
 import pytest
 
-from exarch_actors.actors import fleet as fleet_module
 from exarch_actors.actors.agent_process import ProcessAgent
 from exarch_actors.actors.fleet import Fleet, FleetConfig
-from exarch_actors.actors.host_reaper import HostReaper
 from exarch_actors.actors.priority import (
     AGENT_NICE,
     ENDING_NICE,
@@ -143,42 +141,6 @@ def test_every_thread_of_an_agent_process_and_of_its_shell_runs_at_the_agent_nic
     assert _thread_nices(agent.pid) == {want}, "the reader, flusher and shell actor threads too"
     assert _thread_nices(shell) == {want}
     assert os.getpriority(os.PRIO_PROCESS, 0) == control, "the control process keeps its own"
-
-
-def test_an_agent_process_a_cancel_reaches_in_a_model_turn_stands_back_as_the_cancel_arrives(
-    process_fleet: Callable[[str], Fleet], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A child waiting on its model (no shell call to kill) steps back to the reached nice as
-    its cancel's frame arrives, not only to the ending nice once its drive has returned: what
-    it does on the cancel runs behind the cascade still reaching the others. Its process is
-    held after its end (a reaper that waits a minute before telling it to exit), so its
-    threads' nice is read once its slot is settled."""
-    monkeypatch.setattr(fleet_module, "HostReaper", lambda: HostReaper(quiet=60.0, latest=60.0))
-    toml = "\n".join(
-        [
-            "[fleet]",
-            'prompt = "start"',
-            "[[agents.trunk]]",
-            "ral = [\"agent s0 'go'\"]",
-            "[[agents.trunk]]",
-            'text = "started"',
-            'stop = "end_turn"',
-            "repeat = 20",
-            "[[agents.s0]]",
-            'text = "thinking"',
-            'stop = "end_turn"',
-            "delay_ms = 60000",
-        ]
-    )
-    control = os.getpriority(os.PRIO_PROCESS, 0)
-    fleet = process_fleet(toml)
-    wait_for(lambda: isinstance(fleet.hosted.get("s0"), ProcessAgent), 60, "s0 born")
-    agent = fleet.hosted["s0"]
-    assert isinstance(agent, ProcessAgent)
-    fleet.registry.cancel_descendants("trunk", "test")
-    assert agent.done.wait(60), "s0 settled"
-    assert _nices_of_threads_left(agent.pid) == {max(control, REACHED_NICE)}
-    assert REACHED_NICE > ENDING_NICE  # the drive's end (ENDING_NICE) did not set it
 
 
 def _stand_back_and_tell(data: Connection, ctl: Connection, memory_bytes: int | None) -> None:
@@ -394,9 +356,7 @@ def test_an_agent_that_ended_has_its_shell_stopped_when_its_slot_settles_and_its
 
 POOL_SCRIPT = """
 import sys, time
-from exarch_actors.actors import fleet as fleet_module
 from exarch_actors.actors.fleet import Fleet, FleetConfig
-from exarch_actors.actors.host_reaper import HostReaper
 from exarch_actors.actors.priority import AGENT_NICE
 from exarch_actors.runtime.providers.scenario import parse_scenario
 from exarch_actors.runtime.providers.scripted import ScenarioPlayback
