@@ -2,7 +2,7 @@
 
 An agent process that reported its end (``Ended``) has its slot settled at once; only its exit
 is left, and that is this module's. :class:`HostReaper` holds such hosts until the ends stop
-arriving, then tells them all to exit together and collects each on its one thread, so neither
+arriving, then tells them all to exit together and collects each on a thread of its own, so neither
 a settlement nor a cascade's later ends wait on an exit (``actors/agent_process.py`` hands
 hosts over in :meth:`actors.agent_process.ProcessAgent.release`).
 
@@ -48,9 +48,10 @@ class HostReaper:
     A host handed over (:meth:`ProcessAgent.release`) has ended and its slot is settled: only
     its exit is left. The reaper holds it until no other end has arrived for
     :data:`RELEASE_QUIET` (at most :data:`RELEASE_LATEST`), then tells every host it holds to
-    exit, so they exit in parallel, and waits for each and reaps it and its shell, in order,
-    on its one thread. So a cascade's ends are not slowed by the exits of the agents that
-    ended before them. :meth:`close` tells whatever it still holds at once and returns once
+    exit, so they exit in parallel, and hands them to its collector thread, which waits for
+    each and reaps it and its shell, in order. So a cascade's ends are not slowed by the exits
+    of the agents that ended before them, and a later batch is told without waiting for an
+    earlier one's collection. :meth:`close` tells whatever it still holds at once and returns once
     every host handed over is collected, so nothing outlives the fleet that started it."""
 
     def __init__(self, quiet: float = RELEASE_QUIET, latest: float = RELEASE_LATEST) -> None:
@@ -59,8 +60,13 @@ class HostReaper:
         self._last = 0.0
         self._cond = threading.Condition()
         self._closed = False
+        self._collecting: list[Reapable] = []
+        self._told = threading.Condition()
+        self._done_telling = False
         self._thread = threading.Thread(target=self._run, name="reaper", daemon=True)
+        self._collector = threading.Thread(target=self._collect_all, name="collector", daemon=True)
         self._thread.start()
+        self._collector.start()
 
     def reap(self, host: Reapable) -> None:
         with self._cond:
@@ -83,22 +89,44 @@ class HostReaper:
             return len(self._held)
 
     def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._held and not self._closed:
+                        self._cond.wait()
+                    if not self._held:
+                        return
+                    first = time.monotonic()
+                    while not self._closed:
+                        due = min(self._last + self._quiet, first + self._latest)
+                        now = time.monotonic()
+                        if now >= due:
+                            break
+                        self._cond.wait(due - now)
+                    batch, self._held = self._held, []
+                for host in batch:
+                    host.ask_to_exit("shutdown")
+                with self._told:
+                    self._collecting.extend(batch)
+                    self._told.notify()
+        finally:
+            with self._told:
+                self._done_telling = True
+                self._told.notify()
+
+    def _collect_all(self) -> None:
+        """The collector's thread: every host told to exit, collected in the order told. Apart
+        from the telling, so a batch that comes due while an earlier one is still being
+        collected (each host waited for in turn, its exit in the idle class) is told at once:
+        a 300-agent cascade's last tenth of hosts was told ~0.9 s after the rest, once the
+        first batch had all exited (docs/benchmarks.md)."""
         while True:
-            with self._cond:
-                while not self._held and not self._closed:
-                    self._cond.wait()
-                if not self._held:
+            with self._told:
+                while not self._collecting and not self._done_telling:
+                    self._told.wait()
+                if not self._collecting:
                     return
-                first = time.monotonic()
-                while not self._closed:
-                    due = min(self._last + self._quiet, first + self._latest)
-                    now = time.monotonic()
-                    if now >= due:
-                        break
-                    self._cond.wait(due - now)
-                batch, self._held = self._held, []
-            for host in batch:
-                host.ask_to_exit("shutdown")
+                batch, self._collecting = self._collecting, []
             for host in batch:
                 _collect(host)
 
@@ -107,6 +135,7 @@ class HostReaper:
             self._closed = True
             self._cond.notify()
         self._thread.join()
+        self._collector.join()
 
 
 def _collect(host: Reapable) -> None:

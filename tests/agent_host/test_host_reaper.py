@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from exarch_actors.actors.host_reaper import HostReaper
-from tests.support.waiting import wait_for
+from tests.support.waiting import HANG_GUARD, wait_for
 
 
 class RecordingHost:
@@ -74,3 +74,46 @@ def test_a_host_handed_to_a_closed_reaper_is_told_and_collected_by_the_caller_at
     reaper.close()
     reaper.reap(hosts[0])
     assert log == ["exit h0", "collect h0"]
+
+
+class SlowHost(RecordingHost):
+    """A host whose collection does not return until the test lets it (an exit that takes its
+    time: in the idle class on a busy box)."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        super().__init__(name, log)
+        self.collecting = threading.Event()
+        self.release = threading.Event()
+
+    def collect(self) -> None:
+        self.collecting.set()
+        self.release.wait(HANG_GUARD)
+        super().collect()
+
+
+class TellingHost(RecordingHost):
+    def __init__(self, name: str, log: list[str]) -> None:
+        super().__init__(name, log)
+        self.told = threading.Event()
+
+    def ask_to_exit(self, reason: str) -> None:
+        super().ask_to_exit(reason)
+        self.told.set()
+
+
+def test_a_host_settled_while_an_earlier_one_is_still_being_collected_is_told_to_exit_meanwhile() -> (  # noqa: E501
+    None
+):
+    log: list[str] = []
+    slow, later = SlowHost("h0", log), TellingHost("h1", log)
+    reaper = HostReaper(quiet=0.0, latest=0.0)
+    try:
+        reaper.reap(slow)
+        assert slow.collecting.wait(HANG_GUARD), "h0 told and being collected"
+        reaper.reap(later)
+        assert later.told.wait(HANG_GUARD), "h1 told while h0's collection still waits"
+        assert log == ["exit h0", "exit h1"]
+    finally:
+        slow.release.set()
+        reaper.close()
+    assert log == ["exit h0", "exit h1", "collect h0", "collect h1"]
