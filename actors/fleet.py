@@ -377,8 +377,12 @@ class Fleet:
         base = spec.context
         if snap is not None and snap.context:
             base = DynamicContext.from_dict(dict(snap.context))
-        if base is None:
+        if base is None:  # no snapshot yet (resume after a kill during start-up): a fresh
+            # context, with the scratch directory a started trunk or a fork is given
             base = DynamicContext(cwd=self.config.cwd or os.getcwd())
+            base.env[SCRATCH_ENV] = self._scratch_for(spec.name)
+            if spec.parent is None:
+                private_dirs(self.session.scratch(spec.name))
         grants = grants.meet(base.grants)
         env = self.config.secrets.scrub(base.env)
         env[SESSION_ENV] = self._session_marker

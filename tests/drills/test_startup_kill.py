@@ -50,10 +50,10 @@ def _stopped(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "T"
 
 
-def kill_at_startup(tmp_path: Path) -> Path:
+def kill_at_startup(tmp_path: Path, scenario_text: str = SCENARIO) -> Path:
     """A session whose control process was SIGKILLed right after it wrote ``run.json``."""
     scenario = tmp_path / "s.toml"
-    scenario.write_text(SCENARIO)
+    scenario.write_text(scenario_text)
     session = tmp_path / "session"
     env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "run-spec-written"}
     argv = ["run", str(scenario), "--session-dir", str(session)]
@@ -87,6 +87,33 @@ def test_a_run_killed_after_run_json_resumes_from_its_start_and_replies(tmp_path
     assert {r["agent"]: r["outcome"] for r in died} == {"trunk": "replied", "kid": "replied"}
     after = check_session(SessionDir(session))
     assert after.ok, json.dumps(after.to_json(), indent=1)
+
+
+SCRATCH_SCENARIO = """
+[fleet]
+prompt = "hello"
+
+[[agents.trunk]]
+ral = ["cd (env EXARCH_SCRATCH); write-text here.txt 'in scratch'"]
+
+[[agents.trunk]]
+ral = ["reply (concat (read-text here.txt) ' ' (pwd))"]
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_trunk_started_by_resume_after_a_startup_kill_has_its_scratch_directory(
+    tmp_path: Path,
+) -> None:
+    """Seen in random control kills of examples/memory.toml: the resumed trunk's
+    ``env EXARCH_SCRATCH`` was unit (``cd: no such directory: unit``), and the run quiesced."""
+    session = kill_at_startup(tmp_path, SCRATCH_SCENARIO)
+    res = exarch_cli("resume", str(session))
+    assert res.exit_code == 0, res.output
+    result = read_json_document(session / "result.json")[0]
+    scratch = os.path.realpath(session / "scratch" / "trunk")
+    assert result["outcome"] == "replied", res.output
+    assert result["reply"] == f"in scratch {scratch}"
 
 
 def test_check_refuses_a_session_an_older_resume_ended_without_starting_it(
