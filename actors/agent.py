@@ -380,6 +380,8 @@ class Agent:
         outcome = AgentOutcome.QUIESCED
         if self.spec.prompt is not None:
             self.inbox.push(UserSteering(self.spec.prompt))
+        if self.spec.resume:  # workers its restored shell lost are news to it: they surface now
+            self._park_workers()
         while True:
             self.stats.state = "idle"
             self._ready_boundary()

@@ -35,7 +35,7 @@ from typing import Any
 from exarch_actors.actors.eval_root import EvalRoot
 from exarch_actors.actors.frames import Frame
 from exarch_actors.actors.process import ChildProcess
-from exarch_actors.actors.worker_process import WorkerLink, start_worker
+from exarch_actors.actors.worker_process import WorkerLink, lost_link, lost_text, start_worker
 from exarch_actors.runtime.events import Notice
 from exarch_actors.runtime.fleet.inbox import Surface
 from exarch_actors.runtime.shell.limits import ShellLimits
@@ -194,6 +194,8 @@ class WorkerPool:
         self._bounds = (idle_calls, backstop_secs)
         self.registry = WorkerRegistry(idle_calls=idle_calls, backstop_secs=backstop_secs)
         self._links: dict[str, WorkerLink] = {}
+        self._lost: dict[str, WorkerLink] = {}
+        """Workers a restored snapshot said were running, gone with their shell (``restore``)."""
         self._refs: dict[str, Any] = {}
         self._spawned_this_run = 0
         self._empty_state: tuple[WorkerRegistry, dict[str, Any]] | None = None
@@ -202,11 +204,14 @@ class WorkerPool:
         self._wake_w.setblocking(False)
 
     def restore(self, state: Mapping[str, Any]) -> None:
-        """Resume a registry from a snapshot: its running workers ended with the control
-        process that ran them, so they are settled (an ``await`` says they were lost)."""
+        """Resume a registry from a snapshot: its running workers ended with the process that
+        ran their shell, so they are settled as lost -- an ``await`` says so, and the agent's
+        first park surfaces it (an agent waiting for one would otherwise wait for nothing and
+        quiesce: seen in random control kills of examples/memory.toml)."""
         self.registry = WorkerRegistry.from_state(state)
         for wid in self.registry.running_ids():
             self.registry.settle(wid)
+            self._lost[wid] = lost_link(wid)
 
     def begin_run(self) -> None:
         self._spawned_this_run = 0
@@ -255,7 +260,7 @@ class WorkerPool:
             host.data.send(
                 "answer",
                 id=eid,
-                error=f"worker {wid} was lost: its process ended with an earlier control process",
+                error=lost_text(wid),
             )
             return
         awaits[eid] = wid
@@ -330,6 +335,11 @@ class WorkerPool:
             if self.registry.get(wid) is None:
                 continue
             (settled if link.done.is_set() else running)[wid] = link
+        for wid, link in list(self._lost.items()):
+            if self.registry.get(wid) is None:  # claimed by an await, reaped, cleared
+                del self._lost[wid]
+            else:
+                settled[wid] = link
         return running, settled
 
     def pending(self) -> bool:

@@ -139,6 +139,25 @@ def worker_main(
         os._exit(0)
 
 
+LOST = "lost"
+"""The error kind of a worker that ended with the shell host that ran it (:func:`lost_link`)."""
+
+
+def lost_text(worker_id: str) -> str:
+    return (
+        f"worker {worker_id} was lost: it ended with the process that ran its shell "
+        "(a control-process kill or an agent restart); run it again if its result is needed"
+    )
+
+
+def lost_link(worker_id: str) -> WorkerLink:
+    """A settled link for a worker a restored registry says was running: its process is gone,
+    so its outcome is that it was lost -- told to its agent once, like any completion."""
+    link = WorkerLink(worker_id)
+    link._settle(WorkerOutcome(None, [lost_text(worker_id), 0, 0, LOST]))
+    return link
+
+
 class WorkerLink:
     """The control side's thread-safe view of one worker: its outcome and its cancel path."""
 
@@ -173,6 +192,8 @@ class WorkerLink:
         out = self.outcome
         if out is None or out.error is None:
             return None
+        if out.error[3] == LOST:
+            return str(out.error[0])
         if out.error[3] == "cancelled":
             return f"worker {self.id} was cancelled ({self.cancel_reason or out.error[0]})"
         return f"worker {self.id} failed: {frame_error_text(out.error)}"
