@@ -311,9 +311,7 @@ class Fleet:
         system: str | None = None,
         name: str = TRUNK_NAME,
     ) -> Hosted:
-        ctx = DynamicContext(cwd=self.config.cwd or os.getcwd())
-        ctx.env[SCRATCH_ENV] = self._scratch_for(name)
-        private_dirs(self.session.scratch(name))
+        ctx = self._fresh_context(name)
         spec = AgentSpec(
             name=name,
             construction=Construction.TRUNK,
@@ -329,6 +327,15 @@ class Fleet:
         self.trunk = agent
         self._launch(agent)
         return agent
+
+    def _fresh_context(self, name: str) -> DynamicContext:
+        """The context of an agent that starts from nothing (a trunk started, or rebuilt by
+        ``resume`` after a kill during start-up, before any snapshot): the run's cwd, and its
+        scratch directory in its environment, made here."""
+        ctx = DynamicContext(cwd=self.config.cwd or os.getcwd())
+        ctx.env[SCRATCH_ENV] = self._scratch_for(name)
+        private_dirs(self.session.scratch(name))
+        return ctx
 
     def _scratch_for(self, name: str) -> str:
         """``$EXARCH_SCRATCH`` in the agent's shell: its scratch directory. A child's is made
@@ -377,12 +384,8 @@ class Fleet:
         base = spec.context
         if snap is not None and snap.context:
             base = DynamicContext.from_dict(dict(snap.context))
-        if base is None:  # no snapshot yet (resume after a kill during start-up): a fresh
-            # context, with the scratch directory a started trunk or a fork is given
-            base = DynamicContext(cwd=self.config.cwd or os.getcwd())
-            base.env[SCRATCH_ENV] = self._scratch_for(spec.name)
-            if spec.parent is None:
-                private_dirs(self.session.scratch(spec.name))
+        if base is None:  # no snapshot yet (resume after a kill during start-up)
+            base = self._fresh_context(spec.name)
         grants = grants.meet(base.grants)
         env = self.config.secrets.scrub(base.env)
         env[SESSION_ENV] = self._session_marker

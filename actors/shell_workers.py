@@ -194,8 +194,6 @@ class WorkerPool:
         self._bounds = (idle_calls, backstop_secs)
         self.registry = WorkerRegistry(idle_calls=idle_calls, backstop_secs=backstop_secs)
         self._links: dict[str, WorkerLink] = {}
-        self._lost: dict[str, WorkerLink] = {}
-        """Workers a restored snapshot said were running, gone with their shell (``restore``)."""
         self._refs: dict[str, Any] = {}
         self._spawned_this_run = 0
         self._empty_state: tuple[WorkerRegistry, dict[str, Any]] | None = None
@@ -205,13 +203,13 @@ class WorkerPool:
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Resume a registry from a snapshot: its running workers ended with the process that
-        ran their shell, so they are settled as lost -- an ``await`` says so, and the agent's
-        first park surfaces it (an agent waiting for one would otherwise wait for nothing and
-        quiesce: seen in random control kills of examples/memory.toml)."""
+        ran their shell, so they are settled, with no link -- lost: an ``await`` says so, and
+        the agent's first park surfaces it (:meth:`_settled_links`; an agent waiting for one
+        would otherwise wait for nothing and quiesce: seen in random control kills of
+        examples/memory.toml)."""
         self.registry = WorkerRegistry.from_state(state)
         for wid in self.registry.running_ids():
             self.registry.settle(wid)
-            self._lost[wid] = lost_link(wid)
 
     def begin_run(self) -> None:
         self._spawned_this_run = 0
@@ -327,7 +325,9 @@ class WorkerPool:
     # -- worker results that wake their agent --------------------------------------------------
 
     def _settled_links(self) -> tuple[dict[str, WorkerLink], dict[str, WorkerLink]]:
-        """Running and settled-unclaimed workers that still have a link (an outcome to tell)."""
+        """Running and settled-unclaimed workers with their outcome to tell. An entry with no
+        link (one a restored snapshot said was running) is lost with its shell: that is its
+        outcome (:func:`lost_link`), as ``await`` answers it."""
         self.sync_settled()
         running: dict[str, WorkerLink] = {}
         settled: dict[str, WorkerLink] = {}
@@ -335,11 +335,9 @@ class WorkerPool:
             if self.registry.get(wid) is None:
                 continue
             (settled if link.done.is_set() else running)[wid] = link
-        for wid, link in list(self._lost.items()):
-            if self.registry.get(wid) is None:  # claimed by an await, reaped, cleared
-                del self._lost[wid]
-            else:
-                settled[wid] = link
+        for wid in self.registry.ids():
+            if wid not in self._links:
+                settled[wid] = lost_link(wid)
         return running, settled
 
     def pending(self) -> bool:

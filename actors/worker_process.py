@@ -144,6 +144,7 @@ LOST = "lost"
 
 
 def lost_text(worker_id: str) -> str:
+    """What the model reads of a lost worker: its completion's error and ``await``'s."""
     return (
         f"worker {worker_id} was lost: it ended with the process that ran its shell "
         "(a control-process kill or an agent restart); run it again if its result is needed"

@@ -215,6 +215,10 @@ class WorkerRegistry:
     def running_ids(self) -> list[str]:
         return [w for w, e in self._entries.items() if e.state == "running"]
 
+    def ids(self) -> list[str]:
+        """Every entry's id, running or settled, in registration order."""
+        return list(self._entries)
+
     def __len__(self) -> int:
         return len(self._entries)
 

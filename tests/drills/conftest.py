@@ -129,28 +129,27 @@ def _died_on_transcript(transcript: Path, name: str) -> bool:
     )
 
 
+def spawn_run(
+    scenario: Path, session: Path, *flags: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``exarch-actors run SCENARIO --session-dir SESSION FLAGS`` as a real control process
+    (output discarded), for a test to SIGKILL; the caller waits for it."""
+    argv = ["run", str(scenario), "--session-dir", str(session), *flags]
+    return subprocess.Popen(
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+
+
 def kill_mid_run(tmp_path: Path, *flags: str) -> Path:
     """A session whose control process was SIGKILLed mid-run: ``quick`` settled, ``slow`` in the
     middle of a 30 s call, no ``result.json``. ``flags`` go to ``run``."""
     scenario = tmp_path / "s.toml"
     scenario.write_text(CRASH_SCENARIO)
     session = tmp_path / "session"
-    env = {**os.environ, "EXARCH_FAULTS": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from exarch_actors.cli.main import main; main()",
-            "run",
-            str(scenario),
-            "--session-dir",
-            str(session),
-            *flags,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
+    proc = spawn_run(scenario, session, *flags, env={**os.environ, "EXARCH_FAULTS": "1"})
     try:
         events = session / "agents" / "slow" / "events.jsonl"
         transcript = session / "transcript.jsonl"

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ import pytest
 from exarch_actors.runtime.drills.invariant_check import check_session
 from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
 from exarch_actors.runtime.state.session_dir import SessionDir
-from tests.drills.conftest import exarch_cli
+from tests.drills.conftest import exarch_cli, spawn_run
 from tests.support.waiting import eventually
 
 WAITER = """
@@ -44,6 +43,13 @@ RESTARTED_WAITER = WAITER.replace("sleep 600", "sleep 8")
 """A restarted scripted agent plays its script from the start again (its provider's cursor is
 not restored, unlike resume's): told its worker was lost, it spawns a second, shorter one and
 waits again, and that one's completion brings the reply."""
+
+
+def _start(tmp_path: Path, scenario_text: str, agents: str) -> tuple[Path, subprocess.Popen[bytes]]:
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(scenario_text)
+    session = tmp_path / "session"
+    return session, spawn_run(scenario, session, "--agents", agents)
 
 
 def _trunk_waits(session: Path) -> bool:
@@ -69,15 +75,7 @@ def _surfaced(session: Path) -> list[str]:
 def test_a_worker_running_at_a_control_kill_is_surfaced_lost_and_its_agent_replies_after_resume(
     tmp_path: Path, agents: str
 ) -> None:
-    scenario = tmp_path / "s.toml"
-    scenario.write_text(WAITER)
-    session = tmp_path / "session"
-    argv = ["run", str(scenario), "--agents", agents, "--session-dir", str(session)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    session, proc = _start(tmp_path, WAITER, agents)
     try:
         assert eventually(lambda: _trunk_waits(session), 60), "the trunk never waited"
     finally:
@@ -112,15 +110,7 @@ def _trunk_pid(session: Path) -> int | None:
 def test_a_worker_lost_with_its_agent_process_is_surfaced_to_the_restarted_agent(
     tmp_path: Path,
 ) -> None:
-    scenario = tmp_path / "s.toml"
-    scenario.write_text(RESTARTED_WAITER)
-    session = tmp_path / "session"
-    argv = ["run", str(scenario), "--agents", "process", "--session-dir", str(session)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    session, proc = _start(tmp_path, RESTARTED_WAITER, "process")
     try:
         assert eventually(lambda: _trunk_waits(session), 60), "the trunk never waited"
         pid = _trunk_pid(session)
@@ -136,3 +126,5 @@ def test_a_worker_lost_with_its_agent_process_is_surfaced_to_the_restarted_agent
     surfaced = _surfaced(session)
     assert "was lost: it ended with the process that ran its shell" in surfaced[0], surfaced
     assert not any("was lost" in s for s in surfaced[1:]), "told once"
+    report = check_session(SessionDir(session))  # no-leftover-processes among them
+    assert report.ok, json.dumps(report.to_json(), indent=1)

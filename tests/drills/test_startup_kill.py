@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,7 @@ from exarch_actors.runtime.drills.fault_switch import FAULTS_ENV, PAUSE_ENV
 from exarch_actors.runtime.drills.invariant_check import check_session
 from exarch_actors.runtime.state.durable import read_json_document, read_jsonl, write_json_document
 from exarch_actors.runtime.state.session_dir import SessionDir
-from tests.drills.conftest import exarch_cli
+from tests.drills.conftest import exarch_cli, spawn_run
 from tests.support.waiting import eventually
 
 SCENARIO = """
@@ -56,13 +54,7 @@ def kill_at_startup(tmp_path: Path, scenario_text: str = SCENARIO) -> Path:
     scenario.write_text(scenario_text)
     session = tmp_path / "session"
     env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "run-spec-written"}
-    argv = ["run", str(scenario), "--session-dir", str(session)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
+    proc = spawn_run(scenario, session, env=env)
     try:
         assert eventually(lambda: _stopped(proc.pid), 30), "the run never reached its pause point"
     finally:

@@ -162,3 +162,13 @@ def test_a_malformed_state_is_refused_with_a_typed_error(damage: object) -> None
     damage(state)  # type: ignore[operator]
     with pytest.raises(WorkerStateInvalid):
         WorkerRegistry.from_state(state)
+
+
+def test_ids_lists_running_and_settled_entries_and_forgets_claimed_ones() -> None:
+    reg = WorkerRegistry(idle_calls=None, backstop_secs=None)
+    for wid in ("w1", "w2", "w3"):
+        reg.register(wid, 1, T0)
+    reg.settle("w2")
+    reg.claim("w3")
+    assert reg.ids() == ["w1", "w2"]
+    assert reg.running_ids() == ["w1"]
