@@ -548,6 +548,18 @@ class Fleet:
                 self.fanin.spawned(spec.parent, spec.name)
         return agent
 
+    def admit_adopted(self, name: str) -> None:
+        """``resume``: the journal's admission of an adopted child whose birth a control kill
+        cut short (spawned, never admitted), as :meth:`spawn` admits a child before its launch.
+        A refusal settles it ``down`` (``admit``), told to its parent as any end."""
+        admit(
+            self.journal,
+            name,
+            self._executors[name],
+            ExecutionSpec(node_id=name),
+            parent=self.journal.state.nodes[name].spawned.get("parent"),
+        )
+
     def launch_adopted(self, agent: Hosted) -> None:
         """Start an adopted agent's drive loop (Born on the bus, as for a fresh one)."""
         self._launch(agent)

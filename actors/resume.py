@@ -14,8 +14,9 @@ Order, and why:
 1. **Plan** (:func:`plan_resume`, reads only): which agents were alive when the control process
    died (``Born`` without ``Died``; a trunk never ``Born`` -- a kill during start-up, after
    ``run.json`` -- is rebuilt too, from its start), which open journal slots can be *rebuilt*
-   (dispatched, no execution result yet, parent rebuilt too — tree order) and which must be
-   *healed* with ``resume_sweep`` semantics (a slot that finished but never settled, a slot whose
+   (dispatched, no execution result yet, parent rebuilt too — tree order; a child spawned and
+   never admitted, whose birth the kill cut short, is *reborn* when its parent is rebuilt:
+   admitted now and started on its journalled prompt) and which must be *healed* with ``resume_sweep`` semantics (a slot that finished but never settled, a slot whose
    environment died with no parent left to resume it, a slot that never got an environment, a
    retained-pending slot); each scripted agent's playback cursor; which child results never reached
    their parent's log.
@@ -51,7 +52,7 @@ from exarch_actors.actors.agent_process import ProcessAgent
 from exarch_actors.actors.mcp_site import McpSetup
 from exarch_actors.actors.pid_cgroup import sweep_session
 from exarch_actors.actors.process_identity import kill_and_wait
-from exarch_actors.runtime.constants import TRUNK_NAME
+from exarch_actors.runtime.constants import SCRATCH_ENV, TRUNK_NAME
 from exarch_actors.runtime.credentials import SecretPolicy
 from exarch_actors.runtime.errors import ExarchError, InboxFull, UnknownAgent
 from exarch_actors.runtime.events import Died, InboxRejected, SystemNote
@@ -64,6 +65,7 @@ from exarch_actors.runtime.providers.base import Provider
 from exarch_actors.runtime.providers.scenario import Scenario, load_scenario
 from exarch_actors.runtime.providers.scripted import ScenarioPlayback
 from exarch_actors.runtime.providers.traffic import TrafficLimits
+from exarch_actors.runtime.ral.context import DynamicContext
 from exarch_actors.runtime.ral.grants import GrantPolicy
 from exarch_actors.runtime.ral.values import render
 from exarch_actors.runtime.settlement.fleet_yield import FleetYield, settlement_status
@@ -137,12 +139,14 @@ class ResumePlan:
     messages_to: list[str] = field(default_factory=list)  # their recipients, one each
     lost_messages: list[tuple[str, AgentMessage]] = field(default_factory=list)  # not rebuilt
     trunk_unborn: bool = False  # killed during start-up: the trunk starts from its beginning
+    reborn: list[str] = field(default_factory=list)  # in ``rebuild``, never admitted: born anew
 
     def to_json(self) -> dict[str, Any]:
         return {
             "aliveAtCrash": self.alive_at_crash,
             "rebuildTrunk": self.rebuild_trunk,
             "trunkUnborn": self.trunk_unborn,
+            "reborn": self.reborn,
             "rebuild": self.rebuild,
             "finished": self.finished,
             "orphaned": self.orphaned,
@@ -205,6 +209,7 @@ def plan_resume(session: SessionDir) -> ResumePlan:
     orphaned: list[str] = []
     no_env: list[str] = []
     retained: list[str] = []
+    reborn: list[str] = []
     nodes = sorted(state.nodes.values(), key=lambda n: int(n.spawned["seq"]))
     with_files = set(session.agent_names())
     for n in nodes:
@@ -213,6 +218,13 @@ def plan_resume(session: SessionDir) -> ResumePlan:
         parent = n.spawned.get("parent")
         if n.pending is not None:
             retained.append(n.id)
+        elif n.environment is None and not n.phases and parent in resumed:
+            # its parent holds a "started" receipt and goes on; the birth the kill cut short
+            # (an agent process's children are born after their receipt) happens now, with the
+            # prompt its spawned record keeps -- as the spawn would have done it
+            rebuild.append(n.id)
+            reborn.append(n.id)
+            resumed.add(n.id)
         elif n.environment is None:
             no_env.append(n.id)
         elif n.results:
@@ -235,6 +247,7 @@ def plan_resume(session: SessionDir) -> ResumePlan:
         retained,
     )
     plan.trunk_unborn = TRUNK_NAME not in born
+    plan.reborn = reborn
     for r in transcript:
         if r.get("kind") == "Died" and r["agent"] == TRUNK_NAME:
             plan.trunk_outcome = r.get("outcome")
@@ -487,9 +500,12 @@ def resume_run(
                 construction=Construction.TRUNK if parent is None else Construction.FORK,
                 system=system if parent is None else None,
                 snapshot=plan.snapshots.get(name),
+                context=_reborn_context(fleet, plan, name, parent),
                 resume=True,
             )
             agent = fleet.adopt_agent(spec, provider_for(name))
+            if name in plan.reborn:  # the admission its birth never reached
+                fleet.admit_adopted(name)
             if isinstance(agent, Agent) and agent.log.pending_tool_calls:
                 agent.log.settle_pending()
             adopted.append(agent)
@@ -543,6 +559,22 @@ def resume_run(
             governor.close()
     fy = fleet.write_result(outcome, reply, resumed=True, **extra)
     return ResumeOutcome(outcome, reply, fy, session, plan)
+
+
+def _reborn_context(
+    fleet: Any, plan: ResumePlan, name: str, parent: str | None
+) -> DynamicContext | None:
+    """A child born anew by resume starts where a spawn starts it: in its parent's cwd,
+    environment and grants (the parent's last snapshot: the one after its ``agent`` call),
+    with a scratch directory of its own."""
+    if name not in plan.reborn or parent is None:
+        return None
+    snap = plan.snapshots.get(parent)
+    if snap is None or not snap.context:
+        return None
+    ctx = DynamicContext.from_dict(dict(snap.context))
+    ctx.env[SCRATCH_ENV] = str(fleet.session.scratch(name).resolve())
+    return ctx
 
 
 def _deliver_messages(fleet: Any, plan: ResumePlan) -> None:
