@@ -16,10 +16,11 @@ Order, and why:
    ``run.json`` -- is rebuilt too, from its start), which open journal slots can be *rebuilt*
    (dispatched, no execution result yet, parent rebuilt too — tree order; a child spawned and
    never admitted, whose birth the kill cut short, is *reborn* when its parent is rebuilt:
-   admitted now and started on its journalled prompt) and which must be *healed* with ``resume_sweep`` semantics (a slot that finished but never settled, a slot whose
-   environment died with no parent left to resume it, a slot that never got an environment, a
-   retained-pending slot); each scripted agent's playback cursor; which child results never reached
-   their parent's log.
+   admitted now and started on its journalled prompt) and which must be *healed* with
+   ``resume_sweep`` semantics (a slot that finished but never settled, a slot whose environment
+   died with no parent left to resume it, a slot that never got an environment and whose parent
+   is not rebuilt, a retained-pending slot); each scripted agent's playback cursor; which child
+   results never reached their parent's log.
 2. **Reap**: any process the dead run named that still runs (pid + create time) is killed, and
    resume waits until it is gone (at most :data:`LEFTOVER_WAIT`), so no stale shell can write
    next to the rebuilt one and a finished resume leaves none of them running.
