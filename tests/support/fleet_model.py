@@ -255,6 +255,14 @@ def serving(model: FleetModel) -> Iterator[str]:
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
             self.close_connection = True
+            try:
+                request = json.loads(raw)
+            except ValueError:  # a client killed mid-send (the kill drills): nobody to answer
+                try:
+                    self.send_error(400, "torn request body")
+                except OSError:
+                    pass
+                return
             cost = max(1, len(raw) // 4)
             wait, headers = model.admit(cost)
             if wait > 0:
@@ -269,7 +277,7 @@ def serving(model: FleetModel) -> Iterator[str]:
                 return
             if model.latency:
                 time.sleep(model.latency)
-            chunks = model.answer(json.loads(raw), cost)
+            chunks = model.answer(request, cost)
             self.send_response(200)
             for k, v in headers.items():
                 self.send_header(k, v)
