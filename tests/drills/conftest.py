@@ -132,15 +132,32 @@ def _died_on_transcript(transcript: Path, name: str) -> bool:
 def spawn_run(
     scenario: Path, session: Path, *flags: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """``exarch-actors run SCENARIO --session-dir SESSION FLAGS`` as a real control process
-    (output discarded), for a test to SIGKILL; the caller waits for it."""
+    """``exarch-actors run SCENARIO --session-dir SESSION FLAGS`` as a real control process,
+    for a test to SIGKILL; the caller waits for it. Its output goes to :func:`run_log` (what a
+    failing assertion quotes: a run that ended wrong under load says why)."""
     argv = ["run", str(scenario), "--session-dir", str(session), *flags]
-    return subprocess.Popen(
-        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
+    with run_log(session).open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+
+def run_log(session: Path) -> Path:
+    """Where :func:`spawn_run` writes the output of the run of ``session`` (beside it)."""
+    return session.with_name(session.name + ".log")
+
+
+def run_story(session: Path) -> str:
+    """The end of a spawned run's output and of its transcript: the message of an assertion
+    about how the run ended."""
+    parts = []
+    for path in (run_log(session), session / "transcript.jsonl"):
+        text = path.read_text(errors="replace") if path.exists() else "(none)"
+        parts.append(f"--- {path.name} (end) ---\n{text[-3000:]}")
+    return "\n".join(parts)
 
 
 def kill_mid_run(tmp_path: Path, *flags: str) -> Path:

@@ -20,7 +20,7 @@ import pytest
 from exarch_actors.runtime.drills.invariant_check import check_session
 from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
 from exarch_actors.runtime.state.session_dir import SessionDir
-from tests.drills.conftest import exarch_cli, spawn_run
+from tests.drills.conftest import exarch_cli, run_story, spawn_run
 from tests.support.waiting import eventually
 
 WAITER = """
@@ -116,13 +116,13 @@ def test_a_worker_lost_with_its_agent_process_is_surfaced_to_the_restarted_agent
         pid = _trunk_pid(session)
         assert pid is not None and pid != proc.pid, "the trunk runs in a process of its own"
         os.kill(pid, signal.SIGKILL)
-        assert proc.wait(timeout=120) == 0
+        assert proc.wait(timeout=120) == 0, run_story(session)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     result = read_json_document(session / "result.json")[0]
-    assert (result["outcome"], result["reply"]) == ("replied", "woken")
+    assert (result["outcome"], result["reply"]) == ("replied", "woken"), run_story(session)
     surfaced = _surfaced(session)
     assert "was lost: it ended with the process that ran its shell" in surfaced[0], surfaced
     assert not any("was lost" in s for s in surfaced[1:]), "told once"
