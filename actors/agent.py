@@ -91,6 +91,7 @@ from exarch_actors.runtime.providers.base import (
     ProviderHandle,
     Truncated,
 )
+from exarch_actors.runtime.ral.codec import encode_text
 from exarch_actors.runtime.ral.values import render
 from exarch_actors.runtime.settlement.cost import SpendMeter
 from exarch_actors.runtime.shell.confinement import confined_line
@@ -197,7 +198,7 @@ class Agent:
         """The registry's handle too: producers push here and get InboxFull synchronously."""
         events = site.session.events(spec.name)
         self.log = AgentLog.load(events)[0] if spec.resume else AgentLog(events)
-        self.logged_reply: str | None = None
+        self.logged_reply: Any = None
         """A rebuilt agent's reply, read from its log (:meth:`AgentLog.logged_reply`): it had
         replied, and its drive ends ``replied`` with it at once, no model turn (the record that
         carried the value may never have been written: a child's settlement or a trunk's
@@ -738,8 +739,12 @@ class Agent:
                 mark = self._reply_mark()
                 result = self._answer(call, unencodable)
                 # the reply rides the call's own record: durable before any settlement
-                reply = render(self.reply_value) if self._reply_mark() > mark else None
-                self.log.append_tool_result(result, reply=reply)
+                replied = self._reply_mark() > mark
+                self.log.append_tool_result(
+                    result,
+                    reply=render(self.reply_value) if replied else None,
+                    value=encode_text(self.reply_value) if replied else None,
+                )
         due, self._residency_due = self._residency_due, []
         for nudge in due:
             self.log.append_nudge(nudge.kind, nudge.text)

@@ -27,6 +27,7 @@ from typing import Any
 from exarch_actors.runtime.events import InboxRejected, Notice
 from exarch_actors.runtime.fleet.fanin import ChildEnd, FanIn, NotAChild, WaitAnswer, held_notice
 from exarch_actors.runtime.fleet.registry import FleetRegistry
+from exarch_actors.runtime.state.eventlog import reply_of
 from exarch_actors.runtime.state.journal import SpawnJournal
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,8 @@ class FanInSite:
     def read_result(self, parent: str, child: str) -> tuple[dict[str, Any], int]:
         """``agent-result NAME``: the child's end as a ral map (``[outcome: running]`` while it
         runs), and how many replies stay held for the parent. A child settled before this
-        control process (``resume``) is read from the spawn journal: its reply as the journal
-        holds it, rendered."""
+        control process (``resume``) is read from the spawn journal: its reply typed as it gave
+        it (``replyValue``; a journal written before that field holds only the rendered text)."""
         try:
             end = self.state.read(parent, child)
         except NotAChild:
@@ -145,7 +146,7 @@ class FanInSite:
         return ChildEnd(
             child,
             str(last.get("outcome") or "failed"),
-            value=last.get("reply"),
+            value=reply_of(last),
             reason=last.get("reason"),
         )
 

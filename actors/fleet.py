@@ -90,6 +90,7 @@ from exarch_actors.runtime.observe.otel import LIVE_BUFFER, LiveExport, SpanExpo
 from exarch_actors.runtime.providers.base import Provider
 from exarch_actors.runtime.providers.governor import Governor
 from exarch_actors.runtime.providers.prices import PriceTable
+from exarch_actors.runtime.ral.codec import encode_text
 from exarch_actors.runtime.ral.context import DynamicContext
 from exarch_actors.runtime.ral.errors import DeskRefusal
 from exarch_actors.runtime.ral.grants import GrantPolicy, Grants
@@ -1136,6 +1137,7 @@ class Fleet:
             snapshot=executor.snapshot_at_end(),
             outcome=outcome.value,
             reply=render(agent.reply_value) if agent.replied else None,
+            replyValue=encode_text(agent.reply_value) if agent.replied else None,
             reason=None if agent.replied else self._end_reason(agent, outcome),
             eventLog=executor.event_log,
         )

@@ -79,6 +79,7 @@ from exarch_actors.runtime.settlement.release_sweep import (
 from exarch_actors.runtime.shell.limits import ShellLimits
 from exarch_actors.runtime.state.durability import Durability, bound_to, parse_durability
 from exarch_actors.runtime.state.durable import write_json_document
+from exarch_actors.runtime.state.eventlog import reply_of
 from exarch_actors.runtime.state.journal import NodeState, SpawnJournal
 from exarch_actors.runtime.state.run_processes import leftover_processes, still_running
 from exarch_actors.runtime.state.session_dir import SessionDir
@@ -361,7 +362,7 @@ def _result_of(node: NodeState) -> AgentResult:
     status = str(
         last.get("outcome") or ("cancelled" if terminal.get("kind") == "cancelled" else "failed")
     )
-    reply = last.get("reply")
+    reply = reply_of(last)
     return AgentResult(node.id, reply if reply is not None else "(no reply)", status=status)
 
 

@@ -36,6 +36,7 @@ closures calls the run's cancellation check (:func:`runtime.ral.values.cancellab
 
 from __future__ import annotations
 
+import base64
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -266,6 +267,26 @@ def encode_value(v: Any) -> bytes:
         raise
     except (ValueError, TypeError, OverflowError) as e:
         raise CodecError(f"cannot encode value: {e}") from None
+
+
+def encode_text(v: Any) -> str | None:
+    """:func:`encode_value` as base64 text, for a JSON record that must give the value back
+    with its type (a reply in an event log or the spawn journal: its rendered text turned a
+    child's ``16`` into ``"16"`` after ``resume``); None for what cannot be encoded (the record
+    then keeps only the rendered text)."""
+    try:
+        return base64.b64encode(encode_value(v)).decode("ascii")
+    except CodecError:
+        return None
+
+
+def decode_text(text: str) -> Any:
+    """The value :func:`encode_text` wrote; :class:`CodecError` for anything else."""
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise CodecError("not base64 text") from None
+    return decode_value(raw)
 
 
 def value_size(v: Any) -> int:

@@ -53,6 +53,7 @@ from exarch_actors.runtime.messages import (
     UserMessage,
     message_from_dict,
 )
+from exarch_actors.runtime.ral.codec import CodecError, decode_text
 from exarch_actors.runtime.state import durability
 from exarch_actors.runtime.state.durability import sync_for
 from exarch_actors.runtime.state.durable import (
@@ -236,7 +237,7 @@ class AgentLog:
         """
         return self._used_tokens
 
-    def logged_reply(self, *, final_after: str | None = None) -> str | None:
+    def logged_reply(self, *, final_after: str | None = None) -> Any:
         """The reply of the last batch, if one of its calls ran ``reply``: the ``"reply"`` of
         the last tool result after the last assistant message. A returning child's reply ends
         it after that batch, so a rebuilt child (``resume``, a restart) whose log holds one had
@@ -247,15 +248,18 @@ class AgentLog:
         ``final_after``: a nudge kind that makes a reply final (a headless trunk's
         ``self_verify``: its first reply is turned back once). The reply counts only when that
         nudge was logged in the same turn before it; a first, provisional reply does not (the
-        rebuilt trunk verifies it as the dead one would have)."""
-        reply: str | None = None
+        rebuilt trunk verifies it as the dead one would have).
+
+        The value comes back typed from ``replyValue`` (a log written before it existed, or a
+        value that would not encode, gives the rendered text)."""
+        reply: Any = None
         for i in range(len(self._events) - 1, -1, -1):
             ev = self._events[i]
             if reply is None:
                 if ev.kind == "assistant":
                     return None
                 if ev.kind == "tool_result" and isinstance(ev.data.get("reply"), str):
-                    reply = str(ev.data["reply"])
+                    reply = reply_of(ev.data)
                     if final_after is None:
                         return reply
                 continue
@@ -337,10 +341,14 @@ class AgentLog:
             self._used_tokens = msg.usage.used
         return ev
 
-    def append_tool_result(self, result: ToolResult, *, reply: str | None = None) -> LogEvent:
+    def append_tool_result(
+        self, result: ToolResult, *, reply: str | None = None, value: str | None = None
+    ) -> LogEvent:
         """Answer one pending call. ``reply``: the value (rendered) the call's ``reply`` gave,
         written in the same record, so the reply is durable exactly when the call's result is
-        -- before the agent's settlement is attempted (:meth:`logged_reply`)."""
+        -- before the agent's settlement is attempted (:meth:`logged_reply`); ``value``: that
+        value as :func:`runtime.ral.codec.encode_text` wrote it (``replyValue``), so a rebuilt
+        agent replies with the value, not its text."""
         if result.tool_call_id not in self._pending:
             raise ProtocolError(
                 f"a tool_result for unrequested id {result.tool_call_id!r}",
@@ -350,6 +358,8 @@ class AgentLog:
         record: dict[str, Any] = {"kind": "tool_result", "message": result.to_dict()}
         if reply is not None:
             record["reply"] = reply
+            if value is not None:
+                record["replyValue"] = value
         ev = self._append(record, result)
         self._pending.remove(result.tool_call_id)
         return ev
@@ -545,6 +555,21 @@ class AgentLog:
             if (m := archive.match(p.name)) is not None
         ]
         return max(taken, default=0) + 1
+
+
+def reply_of(record: Mapping[str, Any]) -> Any:
+    """The reply a record holds (an event log's ``tool_result``, the spawn journal's
+    ``execution-result``): its ``replyValue`` decoded, typed as the agent gave it; else (an
+    older record, a value that would not encode, a damaged one) its rendered ``reply``; None
+    when it holds neither."""
+    encoded = record.get("replyValue")
+    if isinstance(encoded, str):
+        try:
+            return decode_text(encoded)
+        except CodecError:
+            pass  # the rendered text still says what it was
+    reply = record.get("reply")
+    return reply if isinstance(reply, str) else None
 
 
 def event_logs(path: str | os.PathLike[str]) -> list[Path]:

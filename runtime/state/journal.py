@@ -52,7 +52,11 @@ JOURNAL_SHAPE = Shape(
             "scratch?": (str, None),
             "pidStartedAt?": (int, float, None),
         },
-        "execution-result": {"outcome?": (str, None), "reply?": (str, None)},
+        "execution-result": {
+            "outcome?": (str, None),
+            "reply?": (str, None),
+            "replyValue?": (str, None),
+        },
         "reconciled": {"spend": (dict,)},
         "environment-teardown": {"pid?": (int, None), "scratch?": (str, None)},
         "teardown-unconfirmed": {"pid?": (int, None), "scratch?": (str, None)},

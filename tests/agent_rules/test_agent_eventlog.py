@@ -17,6 +17,8 @@ from exarch_actors.runtime.messages import (
     Usage,
     UserMessage,
 )
+from exarch_actors.runtime.ral.codec import encode_text
+from exarch_actors.runtime.ral.values import render
 from exarch_actors.runtime.state.durable import read_jsonl
 from exarch_actors.runtime.state.eventlog import (
     AgentLog,
@@ -24,6 +26,7 @@ from exarch_actors.runtime.state.eventlog import (
     ProtocolError,
     ProtocolState,
     UnadmittedMessage,
+    reply_of,
 )
 
 
@@ -280,6 +283,33 @@ def test_a_logged_reply_is_the_last_batchs_and_a_later_assistant_message_withdra
     assert AgentLog.load(path)[0].logged_reply() == "42"  # read back from the file
     log.append_assistant(AssistantMessage("going on"))
     assert log.logged_reply() is None
+
+
+def test_a_logged_reply_comes_back_with_the_type_the_agent_gave_it(path: Path) -> None:
+    """A rebuilt child replies with its value, not its text: ``16``, not ``"16"`` (a resumed
+    fan-in once summed the text and failed: ``add: expected a number, got string "16"``)."""
+    value = {"n": 16, "parts": [1.5, "x", True]}
+    log = AgentLog(path)
+    log.append_user("task")
+    log.append_assistant(AssistantMessage("", (call("c1", "reply $v"),), StopReason.TOOL_USE))
+    log.append_tool_result(
+        ToolResult("c1", "[value]\nunit"), reply=render(value), value=encode_text(value)
+    )
+    assert log.logged_reply() == value
+    assert AgentLog.load(path)[0].logged_reply() == value  # read back from the file
+
+
+def test_a_logged_reply_whose_value_is_damaged_or_absent_is_its_rendered_text(
+    path: Path,
+) -> None:
+    log = AgentLog(path)
+    log.append_user("task")
+    log.append_assistant(AssistantMessage("", (call("c1", "reply 16"),), StopReason.TOOL_USE))
+    log.append_tool_result(ToolResult("c1", "[value]\nunit"), reply="16", value="not*base64")
+    assert log.logged_reply() == "16"
+    assert reply_of({"reply": "16"}) == "16"  # a record written before replyValue existed
+    assert reply_of({"reply": "16", "replyValue": encode_text(16)}) == 16
+    assert reply_of({}) is None
 
 
 def test_a_trunks_reply_counts_only_after_its_self_verify_nudge_in_the_same_turn(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from exarch_actors.runtime.drills.fault_switch import FAULTS_ENV, PAUSE_ENV
+from exarch_actors.runtime.drills.fault_switch import CRASH_AT_ENV, FAULTS_ENV, PAUSE_ENV
 from exarch_actors.runtime.drills.invariant_check import check_session
 from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
 from exarch_actors.runtime.state.journal import replay
@@ -135,5 +135,71 @@ def test_a_run_killed_after_its_trunks_verified_reply_and_before_its_died_resume
     assert (result["outcome"], result["reply"]) == ("replied", "forty-two"), res.output
     log = read_jsonl(session / "agents" / "trunk" / "events.jsonl").records
     assert len([r for r in log if r["kind"] == "assistant"]) == 2, "no model turn after it"
+    report = check_session(SessionDir(session))
+    assert report.ok, json.dumps(report.to_json(), indent=1)
+
+
+NUMBER = """
+[fleet]
+prompt = "delegate"
+
+[[agents.trunk]]
+ral = ["agent kid 'answer'"]
+
+[[agents.trunk]]
+ral = ["let ends = agent-wait; reply (add $ends[kid][reply] 1)"]
+
+[[agents.trunk]]
+ral = ["agent-wait; let r = agent-result kid; reply (add $r[reply] 1)"]
+
+[[agents.trunk]]
+ral = ["agent-wait; let r = agent-result kid; reply (add $r[reply] 1)"]
+
+[[agents.kid]]
+ral = ["reply 16"]
+"""
+"""The trunk's third round is the resumed one: ``agent-wait`` collects a rebuilt kid's end; one
+settled before the kill was delivered to the resumed trunk's inbox (its wake), so the wait
+returns without it and ``agent-result`` reads it from the spawn journal."""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    "fault",
+    [(PAUSE_ENV, "ended-before-settlement"), (CRASH_AT_ENV, "settled-before-delivery")],
+    ids=["reply-logged-unsettled", "settled-undelivered"],
+)
+def test_a_childs_number_reply_reaches_its_parent_as_a_number_after_resume(
+    tmp_path: Path, fault: tuple[str, str]
+) -> None:
+    """Seen in random control kills of examples/fanin-small.toml: a child rebuilt with its
+    reply logged, or settled before the kill, came back to its parent as text ("16"), and the
+    parent's sum failed (``add: expected a number, got string "16"``). Both ways a reply is
+    read back -- the child's event log and the spawn journal -- keep its type."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(NUMBER)
+    session = tmp_path / "session"
+    env = {**os.environ, FAULTS_ENV: "1", fault[0]: fault[1]}
+    argv = ["run", str(scenario), "--agents", "process", "--session-dir", str(session)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        assert eventually(lambda: proc.poll() is not None or _stopped(proc.pid), 60)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert not (session / "result.json").exists(), "killed before the trunk's reply"
+    settled = bool(replay(session / "spawn-journal.jsonl").state.nodes["kid"].results)
+    assert settled == (fault[1] == "settled-before-delivery")
+
+    res = exarch_cli("resume", str(session))
+    assert res.exit_code == 0, res.output
+    result = read_json_document(session / "result.json")[0]
+    assert (result["outcome"], result["reply"]) == ("replied", "17"), res.output
     report = check_session(SessionDir(session))
     assert report.ok, json.dumps(report.to_json(), indent=1)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exarch_actors.runtime.ral.codec import decode_value, encode_value
+from exarch_actors.runtime.ral.codec import decode_text, decode_value, encode_text, encode_value
 from exarch_actors.runtime.ral.errors import CodecError
 from exarch_actors.runtime.ral.session import Session
 from exarch_actors.runtime.ral.values import (
@@ -66,6 +66,28 @@ values = st.recursive(
 @given(values)
 def test_any_value_round_trips_to_an_equal_value(v: Any) -> None:
     assert values_equal(decode_value(encode_value(v)), v)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values)
+def test_any_value_round_trips_through_its_text_form_with_its_type(v: Any) -> None:
+    text = encode_text(v)
+    assert text is not None and text.isascii()
+    back = decode_text(text)
+    assert values_equal(back, v) and type(back) is type(v)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=40))
+def test_any_text_decodes_to_a_value_or_raises_codec_error(text: str) -> None:
+    try:
+        decode_text(text)
+    except CodecError:
+        pass
+
+
+def test_a_non_value_has_no_text_form() -> None:
+    assert encode_text(object()) is None
 
 
 @settings(max_examples=100, deadline=None)
