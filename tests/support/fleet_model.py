@@ -82,9 +82,9 @@ class FleetModel:
     calls: int = 5
     latency: float = 0.0
     headers: bool = True
+    """Send the rate-limit headers (False: a server that only ever says 429)."""
     resumable: bool = False
     """Collect again when the collection's result says it was interrupted (see above)."""
-    """Send the rate-limit headers (False: a server that only ever says 429)."""
     ok: int = 0
     refused: int = 0
     times: list[float] = field(default_factory=list)
