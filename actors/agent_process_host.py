@@ -120,11 +120,13 @@ from exarch_actors.runtime.messages import AssistantMessage
 from exarch_actors.runtime.providers.base import Provider
 from exarch_actors.runtime.providers.governor import install_gate
 from exarch_actors.runtime.providers.prices import PriceTable
+from exarch_actors.runtime.providers.scripted import ScriptedProvider, played_rounds
 from exarch_actors.runtime.replay.provider import RecordingProvider, unrecorded
 from exarch_actors.runtime.shell.limits import ShellLimits
 from exarch_actors.runtime.state import disk_full, durability
 from exarch_actors.runtime.state.disk_full import EXIT_DISK_FULL, DiskFull
 from exarch_actors.runtime.state.durability import Durability, ShippedRecord
+from exarch_actors.runtime.state.durable import read_jsonl
 from exarch_actors.runtime.state.session_dir import SessionDir
 from exarch_actors.runtime.state.snapshot import MobileSnapshot
 
@@ -407,6 +409,12 @@ class AgentProcess:
             if self.boot.restarted is not None:
                 spec = replace(spec, prompt=None, resume=True)
             provider = self.boot.provider
+            if self.boot.restarted is not None and isinstance(provider, ScriptedProvider):
+                # its copy of the playback is the one it was born with: play on, not again
+                # from its first round (the agent's log says how far it got)
+                logs = self.boot.session.event_logs(self.name)
+                played = played_rounds(r for log in logs for r in read_jsonl(log).records)
+                provider.play_on_after(played)
             if self.boot.record:
                 provider = RecordingProvider(provider, ChannelRecorder(self), self.name)
             agent = Agent(HostSite(self), spec, provider, self.token, self.inbox)

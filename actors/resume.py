@@ -7,11 +7,17 @@ clean call.
 
 Order, and why:
 
-0. **Read** (``runtime/state/session_read.py``): every file the plan builds on must read whole but
+0. **Reap**: any process the dead run named that still runs (pid + create time) is killed, and
+   resume waits until it is gone (at most :data:`LEFTOVER_WAIT`), before any file is read: an
+   agent process that outlives its control process by a few ms still closes its shell, and a
+   snapshot read during that close's compaction (the base renamed, the log not yet) lost the
+   bindings of a completed call; no stale shell writes next to the rebuilt one either, and a
+   finished resume leaves none of them running.
+1. **Read** (``runtime/state/session_read.py``): every file the plan builds on must read whole but
    for a torn last line; anything else refuses typed (:class:`DamagedSession`, file and line,
    exit 2), as does a finished run (:class:`NothingToResume`). A corrupt ``result.json`` is the
    one file healed: it is derived, so its bytes are set aside and it is written afresh.
-1. **Plan** (:func:`plan_resume`, reads only): which agents were alive when the control process
+2. **Plan** (:func:`plan_resume`, reads only): which agents were alive when the control process
    died (``Born`` without ``Died``; a trunk never ``Born`` -- a kill during start-up, after
    ``run.json`` -- is rebuilt too, from its start), which open journal slots can be *rebuilt*
    (dispatched, no execution result yet, parent rebuilt too — tree order; a child spawned and
@@ -21,9 +27,6 @@ Order, and why:
    died with no parent left to resume it, a slot that never got an environment and whose parent
    is not rebuilt, a retained-pending slot); each scripted agent's playback cursor; which child
    results never reached their parent's log.
-2. **Reap**: any process the dead run named that still runs (pid + create time) is killed, and
-   resume waits until it is gone (at most :data:`LEFTOVER_WAIT`), so no stale shell can write
-   next to the rebuilt one and a finished resume leaves none of them running.
 3. **Heal** the slots that will not be rebuilt: every one reaches its terminal record now.
 4. **Rebuild**: a ``Died`` (cause ``control process died``) closes each dead incarnation on the
    bus, then the trunk and the rebuilt children are registered in tree order, each from its
@@ -41,7 +44,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,7 +66,7 @@ from exarch_actors.runtime.messages import AssistantMessage
 from exarch_actors.runtime.providers import make_provider
 from exarch_actors.runtime.providers.base import Provider
 from exarch_actors.runtime.providers.scenario import Scenario, load_scenario
-from exarch_actors.runtime.providers.scripted import ScenarioPlayback
+from exarch_actors.runtime.providers.scripted import ScenarioPlayback, played_rounds
 from exarch_actors.runtime.providers.traffic import TrafficLimits
 from exarch_actors.runtime.ral.context import DynamicContext
 from exarch_actors.runtime.ral.grants import GrantPolicy
@@ -110,9 +112,6 @@ under two CPU hogs one took over a second to exit after its SIGKILL, and ``check
 still running after the resumed run had ended). One still there after it is logged."""
 
 log = logging.getLogger(__name__)
-
-_CALL_ROUND = re.compile(r"_(\d+)_\d+$")
-
 
 __all__ = ["plan_resume", "resume_run"]
 
@@ -172,25 +171,12 @@ class ResumeOutcome:
     plan: ResumePlan
 
 
-def played_rounds(files: SessionFiles, agent: str) -> int:
-    """How many provider round-trips ``agent`` already made: every ``complete`` leaves an
-    assistant event (a truncated reply too) or a ``ProviderError`` on the bus; scripted call ids
-    (``call_<agent>_<round>_<i>``) give a floor when the bus record was lost. A round cancelled
-    mid-``delay_ms`` leaves no trace and is replayed (the one known gap)."""
-    assistants = 0
-    top = -1
-    for r in files.events_of(agent):
-        if r.get("kind") != "assistant":
-            continue
-        assistants += 1
-        for call in r["message"].get("tool_calls") or ():
-            m = _CALL_ROUND.search(str(call.get("id", "")))
-            if m:
-                top = max(top, int(m.group(1)))
+def _played_rounds(files: SessionFiles, agent: str) -> int:
+    """:func:`runtime.providers.scripted.played_rounds` of ``agent``'s logs and bus errors."""
     errors = sum(
         1 for r in files.transcript if r.get("kind") == "ProviderError" and r["agent"] == agent
     )
-    return max(assistants + errors, top + 1)
+    return played_rounds(files.events_of(agent), errors)
 
 
 def plan_resume(session: SessionDir) -> ResumePlan:
@@ -255,7 +241,7 @@ def plan_resume(session: SessionDir) -> ResumePlan:
             plan.trunk_outcome = r.get("outcome")
             plan.trunk_reply = r.get("reply")
     for name in ([TRUNK_NAME] if rebuild_trunk else []) + rebuild:
-        plan.cursors[name] = played_rounds(files, name)
+        plan.cursors[name] = _played_rounds(files, name)
         plan.snapshots[name] = load_snapshot(files, name)
     rejected = {
         (r["agent"], str((r.get("message") or {}).get("child")))
@@ -406,8 +392,10 @@ def resume_run(
     into the session's one trace (``runtime/observe/otel.py``)."""
     from exarch_actors.actors.fleet import Fleet, FleetConfig
 
-    plan = plan_resume(session)
+    # reap before reading (the module docstring, 0): 1 in ~25 random kills of a 4-child
+    # fan-in lost a completed call's binding (``committed`` violated) when the plan came first
     _end_leftovers(session)
+    plan = plan_resume(session)
     run = plan.run
     playback: ScenarioPlayback | None = None
     system: str | None = None

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,31 @@ class ScenarioPlayback:
             return max(0, len(script) - self._rounds.get(agent_name, 0))
 
 
+_CALL_ROUND = re.compile(r"_(\d+)_\d+$")
+"""The round in a scripted call id (``call_<agent>_<round>_<i>``)."""
+
+
+def played_rounds(events: Iterable[Mapping[str, Any]], errors: int = 0) -> int:
+    """How many provider round-trips an agent already made, from its event-log records: every
+    ``complete`` leaves an assistant event (a truncated reply too) or, ``errors``, a
+    ``ProviderError`` on the bus; scripted call ids give a floor when a record was lost. A
+    round cancelled mid-``delay_ms`` leaves no trace and is replayed (the one known gap). What
+    ``resume`` and an agent process's restart move the agent's cursor to, so a rebuilt agent
+    plays on from where it was instead of from its first round."""
+    assistants = 0
+    top = -1
+    for r in events:
+        if r.get("kind") != "assistant":
+            continue
+        assistants += 1
+        message = r.get("message")
+        for call in (message.get("tool_calls") if isinstance(message, dict) else None) or ():
+            m = _CALL_ROUND.search(str(call.get("id", "")))
+            if m:
+                top = max(top, int(m.group(1)))
+    return max(assistants + errors, top + 1)
+
+
 def _id_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:32] or "agent"
 
@@ -140,6 +165,11 @@ class ScriptedProvider(Provider):
         """Per scripted entry (by identity, the entry kept to check it): its calls' arguments as
         the JSON a stream delta carries. A repeated entry is one object played many times, and
         its ``json.dumps`` was ~4 % of an agent process's CPU per ral call."""
+
+    def play_on_after(self, rounds: int) -> int:
+        """A rebuilt agent (``resume``, an agent process's restart): its next round is at least
+        ``rounds`` (:func:`played_rounds`), never an earlier one. Returns the cursor."""
+        return self.playback.advance(self.agent_name, rounds)
 
     def for_agent(self, agent_name: str) -> ScriptedProvider:
         return self.playback.provider(agent_name)

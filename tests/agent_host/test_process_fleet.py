@@ -46,6 +46,8 @@ def _scenario() -> str:
         name = f"w{i:02d}"
         busy = "sleep 3; " if name == VICTIM else ""
         lines += [f"[[agents.{name}]]", f'ral = ["{busy}let x = {i}; reply $x"]']
+        if name == VICTIM:  # its restart plays on after the killed call: the call again
+            lines.append("repeat = 2")
     return "\n".join(lines) + "\n"
 
 
@@ -143,6 +145,7 @@ def _sleepers(n: int, seconds: int) -> str:
         "repeat = 20",
         '[[agents."s*"]]',
         f'ral = ["sleep {seconds}; reply 1"]',
+        "repeat = 5",  # a restart plays on after the killed call: the call again, killed again
     ]
     return "\n".join(lines) + "\n"
 

@@ -30,8 +30,10 @@ from tests.support.waiting import wait_for
 
 
 def _scenario(gate: Path) -> str:
-    # a's first call spawns b, then waits for the gate; replayed after the restart (a scripted
-    # provider restarts from its spawn), the spawn is refused (b's name is used) and caught
+    # a's first call spawns b, then waits for the gate; a restart plays on after the call it
+    # interrupted (a scripted provider's cursor moves past the rounds a's log shows), to the
+    # next copy of it (``repeat``): the spawn refused (b's name is used) and caught, then the
+    # gate waited for again
     hold = f"sh -c 'while [ ! -e {gate} ]; do sleep 0.02; done'"
     return f"""
 [fleet]
@@ -47,6 +49,7 @@ repeat = 30
 
 [[agents.a]]
 ral = ["try {{ agent b 'go' }} catch e {{ echo refused }}; {hold}"]
+repeat = 5
 
 [[agents.a]]
 text = "waiting for b"
@@ -129,7 +132,9 @@ def test_a_result_its_agent_process_never_logged_is_recorded_undelivered_when_th
 def _message_scenario(held: Path, gate: Path) -> str:
     # a's first call says it is held (``held``) and waits for the gate; the trunk sends its
     # message only once a is held, so the message waits in a's inbox, in a's process, for as
-    # long as the test needs. Replayed after the restart, a's call finds the gate open.
+    # long as the test needs. Each restart plays on to the next copy of that call (``repeat``:
+    # a restarted agent plays on after its interrupted round), which finds the gate open once
+    # the test opened it, or holds again.
     hold = f"sh -c 'touch {held}; while [ ! -e {gate} ]; do sleep 0.02; done'"
     wait_held = f"sh -c 'while [ ! -e {held} ]; do sleep 0.02; done'"
     return f"""
@@ -149,6 +154,7 @@ repeat = 30
 
 [[agents.a]]
 ral = ["{hold}"]
+repeat = 5
 
 [[agents.a]]
 text = "waiting"

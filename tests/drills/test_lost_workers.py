@@ -39,10 +39,6 @@ ral = ["reply 'woken'"]
 """
 
 
-RESTARTED_WAITER = WAITER.replace("sleep 600", "sleep 8")
-"""A restarted scripted agent plays its script from the start again (its provider's cursor is
-not restored, unlike resume's): told its worker was lost, it spawns a second, shorter one and
-waits again, and that one's completion brings the reply."""
 
 
 def _start(tmp_path: Path, scenario_text: str, agents: str) -> tuple[Path, subprocess.Popen[bytes]]:
@@ -110,7 +106,10 @@ def _trunk_pid(session: Path) -> int | None:
 def test_a_worker_lost_with_its_agent_process_is_surfaced_to_the_restarted_agent(
     tmp_path: Path,
 ) -> None:
-    session, proc = _start(tmp_path, RESTARTED_WAITER, "process")
+    """The restarted trunk plays on from its third round (its provider's cursor moved past
+    the rounds its log shows, as ``resume`` moves it): told its worker was lost, it replies.
+    (Before, a restarted scripted agent played its script again from its first round.)"""
+    session, proc = _start(tmp_path, WAITER, "process")
     try:
         assert eventually(lambda: _trunk_waits(session), 60), "the trunk never waited"
         pid = _trunk_pid(session)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from exarch_actors.actors import resume as resume_module
 from exarch_actors.actors.resume import plan_resume, resume_run
+from exarch_actors.runtime.constants import SESSION_ENV
 from exarch_actors.runtime.drills.invariant_check import check_session
 from exarch_actors.runtime.providers.scenario import load_scenario
 from exarch_actors.runtime.providers.scripted import ScenarioPlayback
@@ -42,6 +47,37 @@ def test_resume_after_sigkill_of_the_control_process_finishes_with_every_child_s
         if r.get("source") == "agent_result"
     ]
     assert sorted(r["text"].split()[1] for r in trunk_results) == ["quick", "slow"]
+
+
+@pytest.mark.slow
+def test_resume_ends_a_process_of_the_dead_run_before_it_reads_a_file_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent process outlives its killed control process by a few ms and closes its shell,
+    writing its snapshot; read then, a compaction's base and log came from two states and a
+    completed call's binding was lost (1 in ~25 random kills of a 4-child fan-in). Here a
+    process marked as the run's (``EXARCH_SESSION``) stands in for it: it is gone before the
+    plan reads anything."""
+    session = kill_mid_run(tmp_path, "--agents", "thread")
+    stale = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env={**os.environ, SESSION_ENV: str(session.resolve())},
+    )
+    alive_when_read: list[bool] = []
+
+    def plan(s: SessionDir) -> resume_module.ResumePlan:
+        alive_when_read.append(stale.poll() is None)
+        return plan_resume(s)
+
+    monkeypatch.setattr(resume_module, "plan_resume", plan)
+    try:
+        out = resume_run(SessionDir(session))
+    finally:
+        if stale.poll() is None:
+            stale.kill()
+            stale.wait()
+    assert alive_when_read == [False]
+    assert out.outcome == "replied"
 
 
 def test_resume_refuses_a_run_that_already_ended(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ def _sleepers(gate: Path) -> str:
     the lost node's agent was restarted or settled down, so that agent is mid-run when its node
     goes, however long the loss takes to reach it (a fixed ``sleep 6`` raced it: ~1 run in 4
     the lost node's host outlived its node and replied first, neither ``Restarted`` nor
-    ``Down``). A restarted sleeper replays its script from its spawn: the gate is open by then."""
+    ``Down``). A restarted sleeper plays on after its interrupted first round: it replies."""
     hold = f"sh -c 'while [ ! -e {gate} ]; do sleep 0.05; done'"
     return SLEEPERS.replace("HOLD", hold)
 
