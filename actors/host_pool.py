@@ -74,7 +74,6 @@ class HostPool:
         """The last start failed (the fork server is gone): takes no longer wait."""
         self.served = 0
         """Boots handed to a pooled process (a probe for tests and benchmarks)."""
-        self._address = fork_server_address()
         self._thread = threading.Thread(target=self._fill, name="host-pool", daemon=True)
         self._thread.start()
 
@@ -146,11 +145,16 @@ class HostPool:
             return
 
     def _start(self) -> tuple[Connection, BaseProcess]:
+        # the address asked for each start, not kept: a fork server that died (a signal to the
+        # control process's group; its children die with it) is started again by the next
+        # start, at another address, and a host told the dead one's could not start its shell
+        # (``ECONNREFUSED``: a restarted agent on it failed, its shell actor never booted)
+        address = fork_server_address()
         here, there = process_context().Pipe(duplex=True)
         try:
             proc = start_process(
                 agent_process_main,
-                (there, self._address, None, self._memory_bytes),
+                (there, address, None, self._memory_bytes),
                 name="agent-pooled",
             )
         except BaseException:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 from exarch_actors.runtime.drills.invariant_check import check_session
@@ -37,8 +38,6 @@ stop = "end_turn"
 [[agents.trunk]]
 ral = ["reply 'woken'"]
 """
-
-
 
 
 def _start(tmp_path: Path, scenario_text: str, agents: str) -> tuple[Path, subprocess.Popen[bytes]]:
@@ -101,6 +100,21 @@ def _trunk_pid(session: Path) -> int | None:
     return int(born[-1]["pid"]) if born else None
 
 
+def _tree(root: int) -> str:
+    """The processes under ``root``: pid, parent, process group, command."""
+    try:
+        procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+    except psutil.Error as e:
+        return f"(no tree: {e})"
+    rows = []
+    for p in procs:
+        try:
+            rows.append(f"{p.pid} ppid={p.ppid()} pgid={os.getpgid(p.pid)} {p.name()}")
+        except (psutil.Error, OSError):
+            continue
+    return "tree: " + "; ".join(rows)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_worker_lost_with_its_agent_process_is_surfaced_to_the_restarted_agent(
@@ -114,8 +128,9 @@ def test_a_worker_lost_with_its_agent_process_is_surfaced_to_the_restarted_agent
         assert eventually(lambda: _trunk_waits(session), 60), "the trunk never waited"
         pid = _trunk_pid(session)
         assert pid is not None and pid != proc.pid, "the trunk runs in a process of its own"
+        tree = _tree(proc.pid)  # what was killed, beside the run's processes (for a failure)
         os.kill(pid, signal.SIGKILL)
-        assert proc.wait(timeout=120) == 0, run_story(session)
+        assert proc.wait(timeout=120) == 0, f"killed {pid}; {tree}\n{run_story(session)}"
     finally:
         if proc.poll() is None:
             proc.kill()
