@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from exarch_actors.runtime.drills.invariant_check import check_session
 from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
 from exarch_actors.runtime.state.journal import replay
 from exarch_actors.runtime.state.session_dir import SessionDir
-from tests.drills.conftest import exarch_cli
+from tests.drills.conftest import exarch_cli, spawn_run
 from tests.drills.test_startup_kill import _stopped
 from tests.support.waiting import eventually
 
@@ -57,13 +55,7 @@ def test_a_child_killed_with_its_reply_logged_and_unsettled_resumes_replied_with
     scenario.write_text(DELEGATE)
     session = tmp_path / "session"
     env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "ended-before-settlement"}
-    argv = ["run", str(scenario), "--agents", agents, "--session-dir", str(session)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
+    proc = spawn_run(scenario, session, "--agents", agents, env=env)
     try:
         assert eventually(lambda: _stopped(proc.pid), 60), "the child's end never paused"
     finally:
@@ -112,13 +104,7 @@ def test_a_run_killed_after_its_trunks_verified_reply_and_before_its_died_resume
     scenario.write_text(VERIFIED)
     session = tmp_path / "session"
     env = {**os.environ, FAULTS_ENV: "1", PAUSE_ENV: "trunk-ended-before-died"}
-    argv = ["run", str(scenario), "--agents", agents, "--session-dir", str(session)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
+    proc = spawn_run(scenario, session, "--agents", agents, env=env)
     try:
         assert eventually(lambda: _stopped(proc.pid), 60), "the trunk's end never paused"
     finally:
@@ -181,13 +167,7 @@ def test_a_childs_number_reply_reaches_its_parent_as_a_number_after_resume(
     scenario.write_text(NUMBER)
     session = tmp_path / "session"
     env = {**os.environ, FAULTS_ENV: "1", fault[0]: fault[1]}
-    argv = ["run", str(scenario), "--agents", "process", "--session-dir", str(session)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from exarch_actors.cli.main import main; main()", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
+    proc = spawn_run(scenario, session, "--agents", "process", env=env)
     try:
         assert eventually(lambda: proc.poll() is not None or _stopped(proc.pid), 60)
     finally:
