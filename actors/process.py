@@ -73,11 +73,13 @@ PRELOAD = [
     "exarch_actors.runtime.providers.scripted",
     "exarch_actors.runtime.ral.session",
     "exarch_actors.runtime.ral.codec",
+    "exarch_actors.actors.fork_guard",
     "exarch_actors.actors.fork_warm",
 ]
 """Modules the fork server imports once, so a new host or worker starts warm (the last one
 fills the caches an agent process would fill after its fork and freezes the GC:
-``actors/fork_warm.py``). An import error here is silent (the stdlib's fork server skips the
+``actors/fork_warm.py``; ``actors/fork_guard.py`` keeps a request its client abandoned from
+ending the fork server). An import error here is silent (the stdlib's fork server skips the
 module), so ``tests/agent_host/test_spawn_path.py`` checks what a child inherits."""
 
 
