@@ -56,7 +56,7 @@ def in_fork_server() -> bool:
     return False
 
 
-def install() -> bool:
+def refuse_abandoned_requests() -> bool:
     """Wrap ``reduction.recvfds`` if this is the fork server; whether it did."""
     if not in_fork_server():
         return False
@@ -64,5 +64,5 @@ def install() -> bool:
     return True
 
 
-INSTALLED = install()
+INSTALLED = refuse_abandoned_requests()
 """Whether this process is a fork server that refuses abandoned requests (True only there)."""
