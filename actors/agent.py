@@ -91,13 +91,12 @@ from exarch_actors.runtime.providers.base import (
     ProviderHandle,
     Truncated,
 )
-from exarch_actors.runtime.ral.codec import encode_text
 from exarch_actors.runtime.ral.values import render
 from exarch_actors.runtime.settlement.cost import SpendMeter
 from exarch_actors.runtime.shell.confinement import confined_line
 from exarch_actors.runtime.shell.ledger import LargeBinding
 from exarch_actors.runtime.state import durability
-from exarch_actors.runtime.state.eventlog import AgentLog
+from exarch_actors.runtime.state.eventlog import AgentLog, reply_fields
 
 if TYPE_CHECKING:
     from exarch_actors.actors.agent_site import ShellOutput
@@ -739,12 +738,10 @@ class Agent:
                 mark = self._reply_mark()
                 result = self._answer(call, unencodable)
                 # the reply rides the call's own record: durable before any settlement
-                replied = self._reply_mark() > mark
-                self.log.append_tool_result(
-                    result,
-                    reply=render(self.reply_value) if replied else None,
-                    value=encode_text(self.reply_value) if replied else None,
+                text, value = (
+                    reply_fields(self.reply_value) if self._reply_mark() > mark else (None, None)
                 )
+                self.log.append_tool_result(result, reply=text, value=value)
         due, self._residency_due = self._residency_due, []
         for nudge in due:
             self.log.append_nudge(nudge.kind, nudge.text)

@@ -90,7 +90,6 @@ from exarch_actors.runtime.observe.otel import LIVE_BUFFER, LiveExport, SpanExpo
 from exarch_actors.runtime.providers.base import Provider
 from exarch_actors.runtime.providers.governor import Governor
 from exarch_actors.runtime.providers.prices import PriceTable
-from exarch_actors.runtime.ral.codec import encode_text
 from exarch_actors.runtime.ral.context import DynamicContext
 from exarch_actors.runtime.ral.errors import DeskRefusal
 from exarch_actors.runtime.ral.grants import GrantPolicy, Grants
@@ -119,6 +118,7 @@ from exarch_actors.runtime.shell.limits import ShellLimits
 from exarch_actors.runtime.state import durability
 from exarch_actors.runtime.state.durability import DEFAULT as DEFAULT_DURABILITY
 from exarch_actors.runtime.state.durability import Durability, DurableFiles
+from exarch_actors.runtime.state.eventlog import reply_fields
 from exarch_actors.runtime.state.journal import SpawnJournal
 from exarch_actors.runtime.state.private import private_dirs
 from exarch_actors.runtime.state.session_dir import SessionDir
@@ -1130,14 +1130,15 @@ class Fleet:
             return
         pause_point("ended-before-settlement")  # tests/durability/test_disk_full.py fills here
         executor.finished(outcome)
+        text, value = reply_fields(agent.reply_value) if agent.replied else (None, None)
         self.journal.execution_result(
             agent.name,
             turn=agent.stats.turns,
             events=[],
             snapshot=executor.snapshot_at_end(),
             outcome=outcome.value,
-            reply=render(agent.reply_value) if agent.replied else None,
-            replyValue=encode_text(agent.reply_value) if agent.replied else None,
+            reply=text,
+            replyValue=value,
             reason=None if agent.replied else self._end_reason(agent, outcome),
             eventLog=executor.event_log,
         )

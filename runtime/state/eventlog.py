@@ -53,7 +53,8 @@ from exarch_actors.runtime.messages import (
     UserMessage,
     message_from_dict,
 )
-from exarch_actors.runtime.ral.codec import CodecError, decode_text
+from exarch_actors.runtime.ral.codec import CodecError, decode_text, encode_text
+from exarch_actors.runtime.ral.values import render
 from exarch_actors.runtime.state import durability
 from exarch_actors.runtime.state.durability import sync_for
 from exarch_actors.runtime.state.durable import (
@@ -555,6 +556,12 @@ class AgentLog:
             if (m := archive.match(p.name)) is not None
         ]
         return max(taken, default=0) + 1
+
+
+def reply_fields(value: Any) -> tuple[str, str | None]:
+    """What a record keeps of a reply (:func:`reply_of` reads it back): its rendered text
+    (``reply``) and the value itself (``replyValue``, None when it does not encode)."""
+    return render(value), encode_text(value)
 
 
 def reply_of(record: Mapping[str, Any]) -> Any:

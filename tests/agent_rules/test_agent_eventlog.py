@@ -18,7 +18,6 @@ from exarch_actors.runtime.messages import (
     UserMessage,
 )
 from exarch_actors.runtime.ral.codec import encode_text
-from exarch_actors.runtime.ral.values import render
 from exarch_actors.runtime.state.durable import read_jsonl
 from exarch_actors.runtime.state.eventlog import (
     AgentLog,
@@ -26,6 +25,7 @@ from exarch_actors.runtime.state.eventlog import (
     ProtocolError,
     ProtocolState,
     UnadmittedMessage,
+    reply_fields,
     reply_of,
 )
 
@@ -292,9 +292,8 @@ def test_a_logged_reply_comes_back_with_the_type_the_agent_gave_it(path: Path) -
     log = AgentLog(path)
     log.append_user("task")
     log.append_assistant(AssistantMessage("", (call("c1", "reply $v"),), StopReason.TOOL_USE))
-    log.append_tool_result(
-        ToolResult("c1", "[value]\nunit"), reply=render(value), value=encode_text(value)
-    )
+    text, encoded = reply_fields(value)
+    log.append_tool_result(ToolResult("c1", "[value]\nunit"), reply=text, value=encoded)
     assert log.logged_reply() == value
     assert AgentLog.load(path)[0].logged_reply() == value  # read back from the file
 
