@@ -19,11 +19,11 @@ from exarch_actors.runtime.drills.invariant_check import check_session
 from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
 from exarch_actors.runtime.state.session_dir import SessionDir
 from tests.drills.conftest import run_story, spawn_run
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, held_at
 
 
 def _scenario(held: Path, gate: Path) -> str:
-    hold = f"sh -c 'touch {held}; while [ ! -e {gate} ]; do sleep 0.02; done'"
+    hold = held_at(gate, held)
     return f"""
 [fleet]
 prompt = "delegate"

@@ -26,7 +26,7 @@ from exarch_actors.runtime.providers.scripted import ScenarioPlayback
 from exarch_actors.runtime.state.durable import read_json_document, read_jsonl
 from exarch_actors.runtime.state.session_dir import SessionDir
 from exarch_actors.runtime.state.session_records import logged_results
-from tests.support.waiting import wait_for
+from tests.support.waiting import held_at, wait_for, waits_for
 
 
 def _scenario(gate: Path) -> str:
@@ -34,7 +34,7 @@ def _scenario(gate: Path) -> str:
     # interrupted (a scripted provider's cursor moves past the rounds a's log shows), to the
     # next copy of it (``repeat``): the spawn refused (b's name is used) and caught, then the
     # gate waited for again
-    hold = f"sh -c 'while [ ! -e {gate} ]; do sleep 0.02; done'"
+    hold = held_at(gate)
     return f"""
 [fleet]
 prompt = "delegate"
@@ -135,8 +135,8 @@ def _message_scenario(held: Path, gate: Path) -> str:
     # long as the test needs. Each restart plays on to the next copy of that call (``repeat``:
     # a restarted agent plays on after its interrupted round), which finds the gate open once
     # the test opened it, or holds again.
-    hold = f"sh -c 'touch {held}; while [ ! -e {gate} ]; do sleep 0.02; done'"
-    wait_held = f"sh -c 'while [ ! -e {held} ]; do sleep 0.02; done'"
+    hold = held_at(gate, held)
+    wait_held = waits_for(held)
     return f"""
 [fleet]
 prompt = "delegate"
@@ -384,7 +384,7 @@ def test_a_child_process_killed_after_its_reply_was_logged_restarts_into_that_re
 
 
 def _cleared_scenario(held: Path, gate: Path) -> str:
-    hold = f"sh -c 'touch {held}; while [ ! -e {gate} ]; do sleep 0.02; done'"
+    hold = held_at(gate, held)
     return f"""
 [fleet]
 prompt = "hello"

@@ -30,15 +30,15 @@ from exarch_actors.runtime.drills.invariant_check import check_session
 from exarch_actors.runtime.state.durable import read_jsonl
 from exarch_actors.runtime.state.run_processes import leftover_processes
 from exarch_actors.runtime.state.session_dir import SessionDir
-from tests.support.waiting import wait_for
+from tests.support.waiting import held_at, wait_for, waits_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "hello from the trunk"
 
 
 def _scenario(held: Path, gate: Path) -> str:
-    hold = f"sh -c 'touch {held}; while [ ! -e {gate} ]; do sleep 0.02; done'"
-    wait_held = f"sh -c 'while [ ! -e {held} ]; do sleep 0.02; done'"
+    hold = held_at(gate, held)
+    wait_held = waits_for(held)
     return f"""
 [fleet]
 prompt = "delegate"

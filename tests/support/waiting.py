@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -88,3 +89,16 @@ def killed_or_gone(pid: int) -> bool:
         if line.startswith(("SigPnd:", "ShdPnd:")):
             pending |= int(line.split()[1], 16)
     return bool(pending & (1 << (signal.SIGKILL - 1)))
+
+
+def held_at(gate: Path, held: Path | None = None) -> str:
+    """A ral line that touches ``held`` (if given) and then waits until ``gate`` exists: a
+    scenario's call held in flight for as long as a test needs, told apart from one not yet
+    started. Its counterpart, :func:`waits_for`, waits in ral for ``held``."""
+    touch = f"touch {held}; " if held is not None else ""
+    return f"sh -c '{touch}while [ ! -e {gate} ]; do sleep 0.02; done'"
+
+
+def waits_for(path: Path) -> str:
+    """A ral line that waits until ``path`` exists (another agent's call is held)."""
+    return f"sh -c 'while [ ! -e {path} ]; do sleep 0.02; done'"
