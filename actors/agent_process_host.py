@@ -411,7 +411,9 @@ class AgentProcess:
             provider = self.boot.provider
             if self.boot.restarted is not None and isinstance(provider, ScriptedProvider):
                 # its copy of the playback is the one it was born with: play on, not again
-                # from its first round (the agent's log says how far it got)
+                # from its first round (the agent's log says how far it got; a scripted
+                # ``error`` round leaves no assistant event and is played again: the bus's
+                # ProviderError, which resume counts, is the control side's, not here)
                 logs = self.boot.session.event_logs(self.name)
                 played = played_rounds(r for log in logs for r in read_jsonl(log).records)
                 provider.play_on_after(played)
